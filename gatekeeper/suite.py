@@ -1,0 +1,191 @@
+"""The benchmark suite: one JSON file per test, validated on load, hashed as a whole."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gatekeeper.errors import SuiteError
+
+# Bumped when the meaning of a score changes: every stored profile becomes invalid.
+BENCHMARK_VERSION = 1
+
+Category = Literal["instruction", "json", "toolCalling"]
+CATEGORIES: tuple[Category, ...] = ("instruction", "json", "toolCalling")
+
+CheckType = Literal[
+    "word_count", "line_count", "first_word", "last_word",
+    "contains", "not_contains", "regex", "not_regex", "not_empty",
+    "json_valid", "json_path_equals", "json_path_type", "json_path_length",
+    "tool_called", "tool_not_called", "tool_arg_equals", "tool_arg_regex",
+]
+
+_NEEDS_VALUE = {
+    "word_count", "line_count", "first_word", "last_word", "contains", "not_contains",
+    "regex", "not_regex", "json_path_equals", "json_path_type", "json_path_length",
+    "tool_called", "tool_arg_equals", "tool_arg_regex",
+}
+_NEEDS_PATH = {"json_path_equals", "json_path_type", "json_path_length"}
+_NEEDS_ARG = {"tool_arg_equals", "tool_arg_regex"}
+_REGEX = {"regex", "not_regex", "tool_arg_regex"}
+_COUNTS = {"word_count", "line_count", "json_path_length"}
+REGEX_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE, "u": 0, "g": 0}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Check(_Strict):
+    type: CheckType
+    value: Any = None
+    arg: str | None = None
+    path: str | None = None
+    flags: str | None = None
+    weight: float = Field(default=1, gt=0)
+
+    @model_validator(mode="after")
+    def _fields_match_type(self) -> Check:
+        if self.type in _NEEDS_VALUE and self.value is None:
+            raise ValueError(f"check {self.type!r} needs a 'value'")
+        if self.type in _NEEDS_PATH and not self.path:
+            raise ValueError(f"check {self.type!r} needs a 'path'")
+        if self.type in _NEEDS_ARG and not self.arg:
+            raise ValueError(f"check {self.type!r} needs an 'arg'")
+        if self.type in _COUNTS and (isinstance(self.value, bool) or not isinstance(self.value, int)):
+            raise ValueError(f"check {self.type!r} needs an integer 'value', got {self.value!r}")
+        if self.flags is not None and set(self.flags) - REGEX_FLAGS.keys():
+            raise ValueError(f"unknown regex flags {self.flags!r} (allowed: i, m, s, x, u, g)")
+        if self.type in _REGEX:
+            try:
+                re.compile(str(self.value))
+            except re.error as exc:
+                raise ValueError(f"bad regex {self.value!r}: {exc}") from None
+        return self
+
+
+class Step(_Strict):
+    prompt: str | None = None
+    tool_result: str | None = Field(default=None, alias="toolResult")
+    checks: list[Check]
+
+    @model_validator(mode="after")
+    def _has_input(self) -> Step:
+        if self.prompt is None and self.tool_result is None:
+            raise ValueError("a step needs a 'prompt' or a 'toolResult'")
+        return self
+
+
+class BenchTest(_Strict):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    category: Category
+    weight: float = Field(default=1, gt=0)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    prompt: str | None = None
+    checks: list[Check] | None = None
+    steps: list[Step] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> BenchTest:
+        if self.steps is not None:
+            if self.prompt is not None or self.checks is not None:
+                raise ValueError("use either 'prompt'+'checks' or 'steps', not both")
+            if not self.steps:
+                raise ValueError("'steps' is empty")
+            if self.steps[0].prompt is None:
+                raise ValueError("the first step needs a 'prompt'")
+            if self.steps[0].tool_result is not None:
+                raise ValueError("the first step cannot carry a 'toolResult': no tool was called yet")
+        elif self.prompt is None:
+            raise ValueError("missing 'prompt' (or 'steps')")
+        elif self.checks is None:
+            raise ValueError("missing 'checks'")
+        for i, tool in enumerate(self.tools):
+            name = (tool.get("function") or {}).get("name") if tool.get("type") == "function" else None
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"tools[{i}] is not an OpenAI function tool with a name")
+        return self
+
+    @property
+    def all_steps(self) -> list[Step]:
+        """The test as a list of steps (the short form is one step)."""
+        if self.steps is not None:
+            return self.steps
+        return [Step(prompt=self.prompt, checks=self.checks or [])]
+
+
+@dataclass(frozen=True)
+class Suite:
+    tests: tuple[BenchTest, ...]
+    hash: str
+    version: int = BENCHMARK_VERSION
+
+    def by_category(self, category: str) -> list[BenchTest]:
+        return [t for t in self.tests if t.category == category]
+
+
+def suite_files(directory: Path) -> list[Path]:
+    return sorted((p for p in Path(directory).glob("*.json") if p.is_file()), key=lambda p: p.name)
+
+
+def suite_hash(directory: str | Path) -> str:
+    """First 8 hex chars of MD5 over each *.json file (sorted by name): its name, then its bytes."""
+    digest = hashlib.md5()
+    for path in suite_files(Path(directory)):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:8]
+
+
+def load_test(path: Path) -> BenchTest:
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SuiteError(f"{path}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SuiteError(f"{path}: malformed JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise SuiteError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    try:
+        return BenchTest.model_validate(data)
+    except ValidationError as exc:
+        raise SuiteError(f"{path}: {_describe(exc)}") from None
+
+
+def load_suite(directory: str | Path) -> Suite:
+    """Load and validate every test file; raise SuiteError("FILE: what is wrong") on the first bad one."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise SuiteError(f"{directory}: not a directory")
+    files = suite_files(directory)
+    if not files:
+        raise SuiteError(f"{directory}: no *.json test files")
+    tests: list[BenchTest] = []
+    seen: dict[str, Path] = {}
+    for path in files:
+        test = load_test(path)
+        if test.name in seen:
+            raise SuiteError(f"{path}: test name {test.name!r} already used by {seen[test.name].name}")
+        seen[test.name] = path
+        tests.append(test)
+    return Suite(tests=tuple(tests), hash=suite_hash(directory))
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "literal_error":
+            msg = f"{msg}, got {err['input']!r}"
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(parts)
