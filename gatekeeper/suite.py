@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gatekeeper.errors import SuiteError
 
+# The project's own suite (a source checkout or an editable install).
+DEFAULT_SUITE_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+
 # Bumped when the meaning of a score changes: every stored profile becomes invalid.
 BENCHMARK_VERSION = 1
 
@@ -36,6 +39,25 @@ _NEEDS_ARG = {"tool_arg_equals", "tool_arg_regex"}
 _REGEX = {"regex", "not_regex", "tool_arg_regex"}
 _COUNTS = {"word_count", "line_count", "json_path_length"}
 REGEX_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE, "u": 0, "g": 0}
+JSON_TYPES = ("string", "number", "integer", "boolean", "array", "object", "null")
+# One path segment: `[2]`, or a key (`.name`, or `name` at the very start).
+_PATH_SEGMENT = re.compile(r"\[(\d+)\]|(\.?)([^.\[\]]+)")
+
+
+def parse_path(path: str) -> list[str | int]:
+    """Split a json path (`items[0].name`, `a.b[1][2]`, `[0].x`) into keys and indexes."""
+    parts: list[str | int] = []
+    pos = 0
+    while pos < len(path):
+        match = _PATH_SEGMENT.match(path, pos)
+        # A key needs its dot, except as the first segment (where a dot is an error).
+        if match is None or (match.group(3) is not None and bool(match.group(2)) == (pos == 0)):
+            raise ValueError(f"bad path {path!r} at character {pos}")
+        parts.append(int(match.group(1)) if match.group(1) is not None else match.group(3))
+        pos = match.end()
+    if not parts:
+        raise ValueError("empty path")
+    return parts
 
 
 class _Strict(BaseModel):
@@ -56,6 +78,10 @@ class Check(_Strict):
             raise ValueError(f"check {self.type!r} needs a 'value'")
         if self.type in _NEEDS_PATH and not self.path:
             raise ValueError(f"check {self.type!r} needs a 'path'")
+        if self.type in _NEEDS_PATH:
+            parse_path(self.path)
+        if self.type == "json_path_type" and self.value not in JSON_TYPES:
+            raise ValueError(f"json_path_type value must be one of {', '.join(JSON_TYPES)}, got {self.value!r}")
         if self.type in _NEEDS_ARG and not self.arg:
             raise ValueError(f"check {self.type!r} needs an 'arg'")
         if self.type in _COUNTS and (isinstance(self.value, bool) or not isinstance(self.value, int)):
@@ -108,7 +134,8 @@ class BenchTest(_Strict):
         elif self.checks is None:
             raise ValueError("missing 'checks'")
         for i, tool in enumerate(self.tools):
-            name = (tool.get("function") or {}).get("name") if tool.get("type") == "function" else None
+            function = tool.get("function") if tool.get("type") == "function" else None
+            name = function.get("name") if isinstance(function, dict) else None
             if not isinstance(name, str) or not name:
                 raise ValueError(f"tools[{i}] is not an OpenAI function tool with a name")
         return self
@@ -154,7 +181,8 @@ def load_test(path: Path) -> BenchTest:
     if not isinstance(data, dict):
         raise SuiteError(f"{path}: expected a JSON object, got {type(data).__name__}")
     try:
-        return BenchTest.model_validate(data)
+        # Files must use the DSL's key names (`toolResult`), not the Python field names (`tool_result`).
+        return BenchTest.model_validate(data, by_alias=True, by_name=False)
     except ValidationError as exc:
         raise SuiteError(f"{path}: {_describe(exc)}") from None
 

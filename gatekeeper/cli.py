@@ -1,0 +1,260 @@
+"""The `gatekeeper` command: bench, serve, profiles, suite, tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gatekeeper import logs
+from gatekeeper.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestSettings
+from gatekeeper.config import Settings, load_settings
+from gatekeeper.errors import BackendError, GatekeeperError
+from gatekeeper.profiles import JsonFileStore, Profile
+from gatekeeper.runner import DEFAULT_EFFORTS, RunSettings, recommend, sweep
+from gatekeeper.suite import DEFAULT_SUITE_DIR, Suite, load_suite, suite_hash
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure models; gate the tools they see.")
+suite_app = typer.Typer(no_args_is_help=True, help="Check the benchmark suite.")
+app.add_typer(suite_app, name="suite")
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _settings(config: Optional[Path]) -> Settings:
+    try:
+        return load_settings(config) if config else Settings()
+    except GatekeeperError as exc:
+        _fail(str(exc))
+        raise
+
+
+def _suite(path: Path) -> Suite:
+    try:
+        return load_suite(path)
+    except GatekeeperError as exc:
+        _fail(str(exc))
+        raise
+
+
+@app.command()
+def bench(
+    models: list[str] = typer.Argument(None, help="Model names as the backend knows them."),
+    all_models: bool = typer.Option(False, "--all", help="Measure every model the backend lists."),
+    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL (default: config upstream)."),
+    api_key: Optional[str] = typer.Option(None, envvar="GATEKEEPER_API_KEY", help="Key for the backend."),
+    config: Optional[Path] = typer.Option(None, help="gatekeeper YAML config."),
+    suite: Optional[Path] = typer.Option(None, help="Suite directory (default: config suite)."),
+    store: Optional[Path] = typer.Option(None, help="Profile store (default: config store)."),
+    effort: Optional[str] = typer.Option(None, help="Effort levels, comma-separated (default: none,low,medium,xhigh)."),
+    concurrency: Optional[int] = typer.Option(None, min=1, help="Tests in flight at once."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> None:
+    """Run the suite against one or more models and store a profile per model@effort."""
+    settings = _settings(config)
+    logs.configure("warning", json=False)
+    if bool(models) == all_models:
+        _fail("give one or more MODEL names, or --all (not both)")
+    efforts = [e.strip() for e in (effort or ",".join(DEFAULT_EFFORTS)).split(",")]
+    if not all(efforts) or len(set(efforts)) != len(efforts):
+        _fail(f"--effort: expected distinct comma-separated levels, got {effort!r}")
+    loaded = _suite(suite or settings.suite)
+    profile_store = JsonFileStore(store or settings.store)
+    bench_settings = settings.bench
+    request = RequestSettings(temperature=bench_settings.temperature, max_tokens=bench_settings.max_tokens,
+                              timeout_s=bench_settings.timeout_s, max_retries=bench_settings.max_retries)
+    run = RunSettings(concurrency=concurrency or bench_settings.concurrency,
+                      system_prompt=bench_settings.system_prompt, thresholds=bench_settings.thresholds)
+    url = base_url or settings.upstream.base_url
+    key = api_key or settings.upstream.api_key
+
+    def backend_for(model: str) -> Backend:
+        route = settings.route(model)
+        if route is not None and not base_url:
+            return LiteLLMBackend(route.litellm_model, route.api_key, route.api_base, request)
+        return OpenAIBackend(url, key, request)
+
+    results, failed = asyncio.run(_bench(models, all_models, efforts, loaded, profile_store, run, backend_for, url))
+    if as_json:
+        json.dump({"results": results}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_results(results)
+    if failed:
+        raise typer.Exit(1)
+
+
+async def _bench(models, all_models, efforts, suite, store, run, backend_for, url) -> tuple[list[dict], bool]:
+    if all_models:
+        lister = backend_for("")  # the upstream: models listed at its /models
+        try:
+            models = await lister.list_models()
+        except BackendError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            return [], True
+        finally:
+            await lister.aclose()
+        if not models:
+            err.print(f"[red]error:[/red] {url}/models lists no models", highlight=False)
+            return [], True
+    results, failed = [], False
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=False) as progress:
+        for model in models:
+            tasks = {e: progress.add_task(f"{model}@{e}", total=len(suite.tests)) for e in efforts}
+            backend = backend_for(model)
+            try:
+                profiles = await sweep(backend, model, suite, efforts, run,
+                                       on_progress=lambda m, e, t: progress.advance(tasks[e]))
+            except BackendError as exc:
+                failed = True
+                err.print(f"[red]error:[/red] {model}: backend failed, no profile stored: {exc}", highlight=False)
+                results.append({"model": model, "profiles": [], "recommendedEffort": None, "error": str(exc)})
+                continue
+            finally:
+                await backend.aclose()
+            best = recommend(profiles)
+            store.save(profiles, {model: best} if best else None)
+            results.append({"model": model, "profiles": [p.to_json() for p in profiles], "recommendedEffort": best})
+    return results, failed
+
+
+def _print_results(results: list[dict]) -> None:
+    out = Console()
+    for result in results:
+        if result.get("error"):
+            continue
+        table = _profile_table([Profile.model_validate(p) for p in result["profiles"]], title=result["model"])
+        out.print(table)
+        out.print(f"recommended effort for {result['model']}: [bold]{result['recommendedEffort']}[/bold]")
+
+
+def _profile_table(profiles: list[Profile], title: str | None = None, suite: Suite | None = None) -> Table:
+    table = Table(title=title)
+    for column in ("profile", "tier", "instruction", "json", "toolCalling", "tok/s", "avg tokens", "tested at"):
+        table.add_column(column)
+    if suite is not None:
+        table.add_column("valid")
+    for p in profiles:
+        effort = p.reasoning_effort + ("" if p.effort_applied else " (not applied)")
+        row = [f"{p.model}@{effort}", p.tier.value, *(f"{p.scores.get(c, 0):.2f}" for c in
+                                                      ("instruction", "json", "toolCalling")),
+               f"{p.tokens_per_second:.1f}", f"{p.avg_completion_tokens:.0f}", p.tested_at]
+        if suite is not None:
+            row.append("yes" if p.is_valid_for(suite) else "no (stale)")
+        table.add_row(*row)
+    return table
+
+
+@app.command()
+def serve(
+    config: Optional[Path] = typer.Option(None, help="gatekeeper YAML config."),
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+) -> None:
+    """Run the OpenAI-compatible gating proxy."""
+    import uvicorn
+
+    from gatekeeper.core import Gatekeeper
+    from gatekeeper.proxy import create_app
+
+    settings = _settings(config)
+    logs.configure(settings.log_level)
+    try:
+        gk = Gatekeeper(settings)
+    except GatekeeperError as exc:
+        _fail(str(exc))
+    err.print(f"gatekeeper serving on http://{host}:{port}/v1 -> {settings.upstream.base_url}", highlight=False)
+    uvicorn.run(create_app(gk), host=host, port=port, log_level="warning", access_log=False,
+                loop="auto", http="auto", timeout_graceful_shutdown=10)
+
+
+@app.command()
+def profiles(
+    store: Optional[Path] = typer.Option(None, help="Profile store (default: config store)."),
+    config: Optional[Path] = typer.Option(None, help="gatekeeper YAML config."),
+    as_json: bool = typer.Option(False, "--json", help="Print the store as JSON."),
+) -> None:
+    """Show stored profiles and recommendations."""
+    settings = _settings(config)
+    logs.configure("warning", json=False)
+    data = JsonFileStore(store or settings.store).load()
+    if as_json:
+        json.dump(data.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    try:
+        current = load_suite(settings.suite)
+    except GatekeeperError:
+        current = None
+    Console().print(_profile_table(list(data.profiles.values()), suite=current))
+    for model, level in data.recommendations.items():
+        Console().print(f"recommended effort for {model}: {level}")
+
+
+@suite_app.command("validate")
+def suite_validate(directory: Path = typer.Argument(DEFAULT_SUITE_DIR)) -> None:
+    """Exit 0 when every test file is valid; else print FILE: why and exit 1."""
+    try:
+        loaded = load_suite(directory)
+    except GatekeeperError as exc:
+        _fail(str(exc), 1)
+    counts = {c: len(loaded.by_category(c)) for c in ("instruction", "json", "toolCalling")}
+    typer.echo(f"{directory}: {len(loaded.tests)} tests valid ({counts}), hash {loaded.hash}")
+
+
+@suite_app.command("hash")
+def suite_hash_command(directory: Path = typer.Argument(DEFAULT_SUITE_DIR)) -> None:
+    """Print the suite's 8-hex hash."""
+    if not directory.is_dir():
+        _fail(f"{directory}: not a directory", 1)
+    typer.echo(suite_hash(directory))
+
+
+@app.command()
+def tools(
+    model: str,
+    config: Path = typer.Option(..., help="gatekeeper YAML config."),
+    effort: Optional[str] = typer.Option(None, help="Reasoning effort level."),
+    tools_file: Optional[Path] = typer.Option(None, "--tools", help="JSON file with an OpenAI tools array."),
+) -> None:
+    """Which tools MODEL gets: its tier, and each configured tool rule allowed or hidden."""
+    from gatekeeper.core import Gatekeeper
+
+    settings = _settings(config)
+    logs.configure("warning", json=False)
+    gk = Gatekeeper(settings.model_copy(update={"unknown_models": "fail_closed"}))
+    found = gk.lookup(model, effort)
+    tier, source = (found.tier, found.source) if found else (settings.unknown_tier, "unmeasured")
+    names = list(settings.tools.required_tier)
+    if tools_file:
+        try:
+            names = [t["function"]["name"] for t in json.loads(tools_file.read_text())]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            _fail(f"{tools_file}: expected a JSON array of OpenAI tools: {exc}")
+    out = Console()
+    out.print(f"{model}@{effort or 'default'}: tier [bold]{tier.value}[/bold] ({source})")
+    table = Table()
+    for column in ("tool", "requires", "visible"):
+        table.add_column(column)
+    for name in names:
+        required = gk.policy.required_tier(name)
+        table.add_row(name, required.value, "yes" if tier.allows(required) else "hidden")
+    table.add_row("(any other tool)", settings.tools.default_tier.value,
+                  "yes" if tier.allows(settings.tools.default_tier) else "hidden")
+    out.print(table)
+
+
+def main() -> None:
+    app()

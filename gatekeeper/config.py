@@ -1,0 +1,149 @@
+"""The YAML config file -> typed, validated settings."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gatekeeper.errors import ConfigError
+from gatekeeper.suite import CATEGORIES, DEFAULT_SUITE_DIR
+from gatekeeper.tiers import Thresholds, Tier
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Upstream(_Section):
+    base_url: str = "http://127.0.0.1:8080/v1"
+    api_key: str | None = None
+    timeout_s: float = Field(default=600.0, gt=0)
+    max_connections: int = Field(default=512, ge=1)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/]+", value):
+            raise ValueError(f"expected an http(s) URL, got {value!r}")
+        return value.rstrip("/")
+
+
+class ModelRoute(_Section):
+    """A model name agents send, served through litellm instead of the upstream."""
+
+    name: str = Field(min_length=1)
+    litellm_model: str = Field(min_length=1)
+    api_key: str | None = None
+    api_base: str | None = None
+
+
+class ToolRules(_Section):
+    default_tier: Tier = Tier.SMALL
+    required_tier: dict[str, Tier] = Field(default_factory=dict)
+
+
+class BenchSettings(_Section):
+    """How measurements are made (by `bench` and by the proxy's lazy path)."""
+
+    concurrency: int = Field(default=8, ge=1)
+    temperature: float | None = Field(default=0.0, ge=0)
+    max_tokens: int | None = Field(default=512, ge=1)
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+    system_prompt: str | None = None
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    # After a failed lazy measurement, wait this long (doubling up to retry_max_s) before the next.
+    retry_after_s: float = Field(default=30.0, ge=0)
+    retry_max_s: float = Field(default=900.0, ge=0)
+
+    @field_validator("thresholds")
+    @classmethod
+    def _known_categories(cls, value: Thresholds) -> Thresholds:
+        for tier, needs in (("large", value.large), ("medium", value.medium)):
+            unknown = set(needs) - set(CATEGORIES)
+            if unknown:
+                raise ValueError(f"{tier}: unknown categories {sorted(unknown)} (expected {list(CATEGORIES)})")
+        return value
+
+
+class Settings(_Section):
+    """Everything gatekeeper needs; `Settings()` alone is a working local set-up."""
+
+    upstream: Upstream = Field(default_factory=Upstream)
+    models: list[ModelRoute] = Field(default_factory=list)
+    suite: Path = DEFAULT_SUITE_DIR
+    store: Path = Path("models_profile.json")
+    unknown_models: Literal["fail_closed", "wait", "reject"] = "fail_closed"
+    unknown_tier: Tier = Tier.SMALL
+    wait_timeout_s: float = Field(default=120.0, ge=0)
+    tools: ToolRules = Field(default_factory=ToolRules)
+    pins: dict[str, Tier] = Field(default_factory=dict)
+    admin_key: str | None = None
+    bench: BenchSettings = Field(default_factory=BenchSettings)
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def route(self, model: str) -> ModelRoute | None:
+        return next((r for r in self.models if r.name == model), None)
+
+
+def _expand(value: Any, where: str) -> Any:
+    """Replace ${VAR} (or ${VAR:-default}) from the environment; an unset VAR is an error."""
+    if isinstance(value, dict):
+        return {k: _expand(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(match: re.Match) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{where}: environment variable {name} is not set (use ${{{name}:-}} to allow empty)")
+
+    expanded = _VAR.sub(substitute, value)
+    return None if expanded == "" and value != "" else expanded
+
+
+def load_settings(path: str | Path) -> Settings:
+    """Read and validate a config file; relative paths in it are relative to the file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+    try:
+        settings = Settings.model_validate(_expand(raw, ""))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {describe_errors(exc)}") from None
+    base = path.resolve().parent
+    updates = {key: base / getattr(settings, key) for key in ("suite", "store")
+               if key in raw and not getattr(settings, key).is_absolute()}
+    return settings.model_copy(update=updates)
+
+
+def describe_errors(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"])
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}")
+    return "; ".join(parts)

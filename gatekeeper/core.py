@@ -1,0 +1,237 @@
+"""The Gatekeeper core: tier resolution, pins, unknown-model policies, single-flight measurement.
+
+Every front end (proxy, CLI, ToolRegistry, adapters) is a thin layer over this class.
+Measurements run on one background event loop owned by the core, so sync callers can start one
+without blocking and every caller, sync or async, shares the same single flight per pair.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Literal
+
+import structlog
+
+from gatekeeper import metrics
+from gatekeeper.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestSettings
+from gatekeeper.config import Settings, load_settings
+from gatekeeper.errors import GatekeeperError
+from gatekeeper.gating import ToolPolicy, tool_name
+from gatekeeper.profiles import DEFAULT_EFFORT, JsonFileStore, Profile, ProfileStore, profile_key
+from gatekeeper.runner import RunSettings, sweep
+from gatekeeper.suite import Suite, load_suite
+from gatekeeper.tiers import Tier
+
+log = structlog.get_logger("gatekeeper.core")
+
+Source = Literal["measured", "pinned", "pending", "unmeasured"]
+
+
+class NotMeasured(GatekeeperError):
+    """`unknown_models: reject` and the pair has no valid profile yet."""
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The tier applied to one `model@effort`, and where it came from."""
+
+    tier: Tier
+    source: Source
+    key: str
+    profile: Profile | None = None
+
+
+class Gatekeeper:
+    """Decides a model's tier and filters its tools. Build it from a config file or from Settings."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        store: ProfileStore | None = None,
+        suite: Suite | None = None,
+        backend_factory: Callable[[str], Backend] | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.suite = suite or load_suite(self.settings.suite)
+        self.store = store or JsonFileStore(self.settings.store)
+        self.policy = ToolPolicy(self.settings.tools.required_tier, self.settings.tools.default_tier)
+        self._backend_factory = backend_factory or self._default_backend
+        self._flights: dict[str, concurrent.futures.Future[Profile]] = {}
+        self._failures: dict[str, tuple[int, float]] = {}  # key -> (failures in a row, retry not before)
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def from_config(cls, path: str | Path) -> Gatekeeper:
+        return cls(load_settings(path))
+
+    # -- tier resolution -------------------------------------------------------------------
+
+    def lookup(self, model: str, effort: str | None = None) -> Resolution | None:
+        """Pin or valid measured profile for the pair, without side effects; None when neither."""
+        effort = effort or DEFAULT_EFFORT
+        key = profile_key(model, effort)
+        pins = self.settings.pins
+        pin = pins.get(key) or pins.get(model)
+        if pin is not None:
+            return Resolution(pin, "pinned", key)
+        profile = self.store.get(key)
+        if profile is not None and profile.is_valid_for(self.suite):
+            return Resolution(profile.tier, "measured", key, profile)
+        return None
+
+    def resolve(self, model: str, effort: str | None = None) -> Resolution:
+        """Sync tier resolution. Under `wait` this blocks up to `wait_timeout_s`."""
+        found = self.lookup(model, effort)
+        if found is not None:
+            return found
+        key = profile_key(model, effort)
+        flight = self._start(model, effort or DEFAULT_EFFORT)
+        if self.settings.unknown_models == "wait" and flight is not None:
+            try:
+                flight.result(timeout=self.settings.wait_timeout_s)
+            except Exception:  # noqa: BLE001 - timeout or failed measurement: fail closed below
+                pass
+            found = self.lookup(model, effort)
+            if found is not None:
+                return found
+        return self._unknown(key, flight)
+
+    async def aresolve(self, model: str, effort: str | None = None) -> Resolution:
+        """Async tier resolution; never blocks the calling event loop."""
+        found = self.lookup(model, effort)
+        if found is not None:
+            return found
+        key = profile_key(model, effort)
+        flight = self._start(model, effort or DEFAULT_EFFORT)
+        if self.settings.unknown_models == "wait" and flight is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(flight)), self.settings.wait_timeout_s)
+            except Exception:  # noqa: BLE001 - timeout or failed measurement: fail closed below
+                pass
+            found = self.lookup(model, effort)
+            if found is not None:
+                return found
+        return self._unknown(key, flight)
+
+    def _unknown(self, key: str, flight: concurrent.futures.Future | None) -> Resolution:
+        source: Source = "pending" if flight is not None and not flight.done() else "unmeasured"
+        if self.settings.unknown_models == "reject":
+            raise NotMeasured(f"model {key!r} has not been measured yet ({source}); retry later")
+        log.info("fail_closed", key=key, tier=self.settings.unknown_tier.value, source=source)
+        return Resolution(self.settings.unknown_tier, source, key)
+
+    def tier_for(self, model: str, effort: str | None = None) -> tuple[Tier, Source]:
+        resolution = self.resolve(model, effort)
+        return resolution.tier, resolution.source
+
+    async def atier_for(self, model: str, effort: str | None = None) -> tuple[Tier, Source]:
+        resolution = await self.aresolve(model, effort)
+        return resolution.tier, resolution.source
+
+    def filter_tools(self, model: str, effort: str | None, tools: list[dict]) -> list[dict]:
+        """The tools (OpenAI schemas) this model may see at its tier."""
+        return self.allowed(self.resolve(model, effort).tier, tools)
+
+    async def afilter_tools(self, model: str, effort: str | None, tools: list[dict]) -> list[dict]:
+        return self.allowed((await self.aresolve(model, effort)).tier, tools)
+
+    def allowed(self, tier: Tier, tools: list[dict]) -> list[dict]:
+        return [t for i, t in enumerate(tools) if self.policy.allows(tier, tool_name(t, f"tools[{i}]"))]
+
+    # -- measurement -----------------------------------------------------------------------
+
+    def measure(self, model: str, effort: str | None = None) -> concurrent.futures.Future[Profile]:
+        """Start (or join) the measurement of a pair, ignoring any failure backoff."""
+        flight = self._start(model, effort or DEFAULT_EFFORT, force=True)
+        assert flight is not None
+        return flight
+
+    def invalidate(self, model: str, effort: str | None = None) -> bool:
+        key = profile_key(model, effort)
+        with self._lock:
+            self._failures.pop(key, None)
+        removed = self.store.delete(key)
+        log.info("profile_invalidated", key=key, existed=removed)
+        return removed
+
+    def _start(self, model: str, effort: str, force: bool = False) -> concurrent.futures.Future[Profile] | None:
+        key = profile_key(model, effort)
+        with self._lock:
+            flight = self._flights.get(key)
+            if flight is not None:
+                return flight
+            failures, not_before = self._failures.get(key, (0, 0.0))
+            if not force and time.monotonic() < not_before:
+                return None
+            flight = asyncio.run_coroutine_threadsafe(self._measure(model, effort), self._background_loop())
+            self._flights[key] = flight
+        flight.add_done_callback(lambda f: self._landed(key, f))
+        return flight
+
+    def _landed(self, key: str, flight: concurrent.futures.Future) -> None:
+        with self._lock:
+            self._flights.pop(key, None)
+            if flight.cancelled() or flight.exception() is not None:
+                failures = self._failures.get(key, (0, 0.0))[0] + 1
+                bench = self.settings.bench
+                delay = min(bench.retry_after_s * 2 ** (failures - 1), bench.retry_max_s)
+                self._failures[key] = (failures, time.monotonic() + delay)
+                log.error("measurement_failed", key=key, error=str(flight.exception()), failures=failures,
+                          retry_in_s=delay)
+            else:
+                self._failures.pop(key, None)
+
+    async def _measure(self, model: str, effort: str) -> Profile:
+        log.info("measurement_started", model=model, effort=effort)
+        started = time.perf_counter()
+        backend = self._backend_factory(model)
+        try:
+            (profile,) = await sweep(backend, model, self.suite, [effort], self.run_settings())
+        except BaseException:
+            metrics.BENCHMARKS.labels(outcome="failed").inc()
+            raise
+        finally:
+            await backend.aclose()
+        await asyncio.to_thread(self.store.save, [profile])
+        metrics.BENCHMARKS.labels(outcome="ok").inc()
+        metrics.BENCHMARK_SECONDS.observe(time.perf_counter() - started)
+        return profile
+
+    def run_settings(self) -> RunSettings:
+        bench = self.settings.bench
+        return RunSettings(concurrency=bench.concurrency, system_prompt=bench.system_prompt,
+                           thresholds=bench.thresholds)
+
+    def _default_backend(self, model: str) -> Backend:
+        bench = self.settings.bench
+        request = RequestSettings(temperature=bench.temperature, max_tokens=bench.max_tokens,
+                                  timeout_s=bench.timeout_s, max_retries=bench.max_retries)
+        route = self.settings.route(model)
+        if route is not None:
+            return LiteLLMBackend(route.litellm_model, route.api_key, route.api_base, request)
+        # Benchmarks always use the configured upstream key, never a client's.
+        return OpenAIBackend(self.settings.upstream.base_url, self.settings.upstream.api_key, request)
+
+    def _background_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="gatekeeper-measure", daemon=True).start()
+            self._loop = loop
+        return self._loop
+
+    def close(self) -> None:
+        """Stop the background loop (cancelling running measurements)."""
+        with self._lock:
+            loop, self._loop = self._loop, None
+            flights = list(self._flights.values())
+        for flight in flights:
+            flight.cancel()
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)

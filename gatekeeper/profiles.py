@@ -1,0 +1,188 @@
+"""Capability profiles and where they are kept (`models_profile.json`, the seed's format)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+from cachetools import TTLCache
+from filelock import FileLock
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from gatekeeper.suite import Suite
+from gatekeeper.tiers import Tier
+
+log = structlog.get_logger("gatekeeper.profiles")
+
+DEFAULT_EFFORT = "default"
+
+
+def profile_key(model: str, effort: str | None) -> str:
+    """`model@effort`; a request with no effort is keyed `model@default`."""
+    return f"{model}@{effort or DEFAULT_EFFORT}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    model, sep, effort = key.rpartition("@")
+    return (model, effort) if sep and model else (key, DEFAULT_EFFORT)
+
+
+class _Camel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class TestResult(_Camel):
+    __test__ = False  # not a pytest class
+
+    name: str
+    category: str
+    score: float
+
+
+class Profile(_Camel):
+    """What one benchmark run measured for one `model@effort`."""
+
+    model: str
+    provider: str
+    tier: Tier
+    scores: dict[str, float]
+    tokens_per_second: float
+    tested_at: str
+    benchmark_version: int
+    tests_hash: str
+    test_results: list[TestResult] = Field(default_factory=list)
+    reasoning_effort: str = DEFAULT_EFFORT
+    avg_completion_tokens: float = 0.0
+    # False when the backend refused the reasoning_effort field and the suite ran without it.
+    effort_applied: bool = True
+    duration_s: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return profile_key(self.model, self.reasoning_effort)
+
+    def is_valid_for(self, suite: Suite) -> bool:
+        """A profile counts only if measured by this benchmark version on these exact test files."""
+        return self.benchmark_version == suite.version and self.tests_hash == suite.hash
+
+    def to_json(self) -> dict:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+@dataclass
+class StoreData:
+    profiles: dict[str, Profile] = field(default_factory=dict)
+    recommendations: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "profiles": {key: p.to_json() for key, p in sorted(self.profiles.items())},
+            "recommendations": dict(sorted(self.recommendations.items())),
+        }
+
+
+class ProfileStore(Protocol):
+    """Where profiles live. Implementations must be safe to call from several threads."""
+
+    def load(self) -> StoreData: ...
+
+    def get(self, key: str) -> Profile | None: ...
+
+    def save(self, profiles: list[Profile], recommendations: dict[str, str] | None = None) -> None: ...
+
+    def delete(self, key: str) -> bool: ...
+
+
+class JsonFileStore:
+    """`models_profile.json` with atomic writes, a cross-process file lock and a short memory cache.
+
+    Writers take the lock, re-read the file, merge and replace it (temporary file + rename), so
+    two processes writing at once lose nothing. An unreadable file is renamed aside, never deleted.
+    """
+
+    def __init__(self, path: str | Path, cache_ttl_s: float = 1.0) -> None:
+        self.path = Path(path)
+        self._lock = FileLock(str(self.path) + ".lock", timeout=30)
+        self._thread_lock = threading.Lock()
+        self._cache: TTLCache[str, StoreData] = TTLCache(maxsize=1, ttl=cache_ttl_s)
+
+    def load(self) -> StoreData:
+        with self._thread_lock:
+            data = self._cache.get("data")
+        if data is None:
+            with self._lock:
+                data = self._read()
+            with self._thread_lock:
+                self._cache["data"] = data
+        return data
+
+    def get(self, key: str) -> Profile | None:
+        return self.load().profiles.get(key)
+
+    def save(self, profiles: list[Profile], recommendations: dict[str, str] | None = None) -> None:
+        with self._lock:
+            data = self._read()
+            for profile in profiles:
+                data.profiles[profile.key] = profile
+            data.recommendations.update(recommendations or {})
+            self._write(data)
+        with self._thread_lock:
+            self._cache["data"] = data
+
+    def delete(self, key: str) -> bool:
+        with self._lock:
+            data = self._read()
+            found = data.profiles.pop(key, None) is not None
+            if found:
+                self._write(data)
+        with self._thread_lock:
+            self._cache["data"] = data
+        return found
+
+    def _read(self) -> StoreData:
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return StoreData()
+        except OSError as exc:
+            return self._set_aside(f"unreadable: {exc}")
+        try:
+            doc = json.loads(raw)
+            if not isinstance(doc, dict):
+                raise ValueError("top level is not an object")
+            profiles = {key: Profile.model_validate(p) for key, p in (doc.get("profiles") or {}).items()}
+            recommendations = {str(k): str(v) for k, v in (doc.get("recommendations") or {}).items()}
+        except (ValueError, ValidationError, AttributeError, TypeError) as exc:
+            return self._set_aside(f"corrupt: {str(exc).splitlines()[0]}")
+        return StoreData(profiles, recommendations)
+
+    def _set_aside(self, reason: str) -> StoreData:
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        try:
+            os.replace(self.path, aside)
+        except OSError as exc:
+            log.error("store_unusable", path=str(self.path), reason=reason, rename_error=str(exc))
+        else:
+            log.error("store_set_aside", path=str(self.path), reason=reason, moved_to=str(aside))
+        return StoreData()
+
+    def _write(self, data: StoreData) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(data.to_json(), out, indent=2, ensure_ascii=False)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -1,0 +1,265 @@
+"""The gating proxy: an OpenAI-compatible ASGI app, thin over the Gatekeeper core.
+
+A request goes: read body (size-capped) -> parse once (orjson) -> resolve the tier (core) ->
+gate the tools (gating) -> forward (pooled httpx, or litellm for configured routes) ->
+remove calls to tools that were not offered -> client. Answers with no tool call in them are
+forwarded as the upstream's own bytes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+import uuid
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+import httpx
+import orjson
+import structlog
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from gatekeeper import metrics
+from gatekeeper.core import Gatekeeper, NotMeasured, Resolution
+from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked, allowed_names, enforce_choice, gate_request
+from gatekeeper.profiles import split_key
+from gatekeeper.streaming import StreamEnforcer
+
+log = structlog.get_logger("gatekeeper.proxy")
+
+# Headers that describe one hop, or that httpx recomputes; never copied across the proxy.
+_HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
+                  "proxy-authorization", "proxy-connection", "accept-encoding", "content-encoding", "trailer"})
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
+
+
+def error_response(status: int, message: str, kind: str, code: str | None = None,
+                   headers: dict[str, str] | None = None) -> Response:
+    body = orjson.dumps({"error": {"message": message, "type": kind, "code": code}})
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def create_app(gk: Gatekeeper) -> Starlette:
+    """Build the proxy app around a Gatekeeper; the upstream client lives for the app's lifespan."""
+    settings = gk.settings
+    upstream = settings.upstream
+    state: dict[str, httpx.AsyncClient] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        limits = httpx.Limits(max_connections=upstream.max_connections,
+                              max_keepalive_connections=upstream.max_connections)
+        state["client"] = httpx.AsyncClient(base_url=upstream.base_url, limits=limits,
+                                            timeout=httpx.Timeout(upstream.timeout_s, connect=10.0))
+        try:
+            yield
+        finally:
+            await state["client"].aclose()
+            gk.close()
+
+    def upstream_headers(request: Request) -> dict[str, str]:
+        headers = {k: v for k, v in request.headers.items() if k not in _HOP}
+        if "authorization" not in headers and upstream.api_key:
+            headers["authorization"] = f"Bearer {upstream.api_key}"
+        return headers
+
+    async def chat(request: Request) -> Response:
+        started = time.perf_counter()
+        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        line: dict[str, Any] = {"request_id": request_id}
+        try:
+            body = await _read_json(request, settings.max_body_bytes)
+            model, effort = _model_and_effort(body)
+            line.update(model=model, effort=effort or "default")
+            try:
+                resolution = await gk.aresolve(model, effort)
+            except NotMeasured as exc:
+                raise _BadRequest(503, str(exc), "model_not_measured") from None
+            line.update(tier=resolution.tier.value, source=resolution.source)
+            headers = {"x-gatekeeper-tier": resolution.tier.value, "x-gatekeeper-profile": resolution.source,
+                       "x-request-id": request_id}
+            metrics.REQUESTS.labels(resolution.tier.value, resolution.source).inc()
+            try:
+                gated = gate_request(body, resolution.tier, gk.policy)
+            except RequestInvalid as exc:
+                raise _BadRequest(400, str(exc), "invalid_tools") from None
+            except ToolChoiceBlocked as exc:
+                log.info("request", **line, status=400, blocked_choice=exc.tool)
+                return error_response(400, str(exc), "invalid_request_error", "tool_not_allowed", headers)
+            line.update(tools_kept=gated.kept, tools_hidden=gated.hidden)
+            if gated.hidden:
+                metrics.TOOLS_HIDDEN.inc(len(gated.hidden))
+            response = await _forward(request, body, model, resolution, headers, line)
+        except _BadRequest as exc:
+            line.update(status=exc.status, error=exc.message)
+            log.info("request", **line, latency_ms=round((time.perf_counter() - started) * 1000, 2))
+            headers = {"x-request-id": request_id}
+            return error_response(exc.status, exc.message, "invalid_request_error", exc.code, headers)
+        line.update(status=response.status_code)
+        if not isinstance(response, StreamingResponse):
+            log.info("request", **line, latency_ms=round((time.perf_counter() - started) * 1000, 2))
+        return response
+
+    async def _forward(request: Request, body: dict, model: str, resolution: Resolution,
+                       headers: dict[str, str], line: dict) -> Response:
+        route = settings.route(model)
+        if route is not None:
+            from gatekeeper.litellm_route import complete  # litellm is heavy: only for its routes
+
+            return await complete(route, body, allowed_names(body), headers, line)
+        allowed = allowed_names(body)
+        client = state["client"]
+        upstream_request = client.build_request("POST", "/chat/completions", content=orjson.dumps(body),
+                                                headers=upstream_headers(request) | {"content-type": "application/json"})
+        try:
+            upstream_response = await client.send(upstream_request, stream=True)
+        except httpx.TimeoutException:
+            metrics.UPSTREAM_ERRORS.labels("timeout").inc()
+            line.update(upstream_status="timeout")
+            return error_response(504, f"upstream {upstream.base_url} timed out", "upstream_error", "upstream_timeout", headers)
+        except httpx.TransportError as exc:
+            metrics.UPSTREAM_ERRORS.labels("unreachable").inc()
+            line.update(upstream_status="unreachable")
+            return error_response(502, f"upstream {upstream.base_url} unreachable: {type(exc).__name__}",
+                                  "upstream_error", "upstream_unreachable", headers)
+        line.update(upstream_status=upstream_response.status_code)
+        passed = {k: v for k, v in upstream_response.headers.items() if k not in _HOP} | headers
+        if upstream_response.status_code >= 400:
+            metrics.UPSTREAM_ERRORS.labels(str(upstream_response.status_code)).inc()
+        is_stream = "text/event-stream" in upstream_response.headers.get("content-type", "")
+        if is_stream and upstream_response.status_code < 400:
+            enforcer = StreamEnforcer(allowed, line, log)
+            return StreamingResponse(enforcer.relay(upstream_response), status_code=upstream_response.status_code,
+                                     headers=passed)
+        try:
+            raw = await upstream_response.aread()
+        except httpx.HTTPError as exc:
+            metrics.UPSTREAM_ERRORS.labels("read").inc()
+            return error_response(502, f"upstream answer broke off: {type(exc).__name__}", "upstream_error",
+                                  "upstream_incomplete", headers)
+        finally:
+            await upstream_response.aclose()
+        passed.pop("content-length", None)
+        if upstream_response.status_code < 400 and (b'"tool_calls"' in raw or b'"function_call"' in raw):
+            raw = _enforce_body(raw, allowed, line)
+        return Response(raw, status_code=upstream_response.status_code, headers=passed)
+
+    async def models(request: Request) -> Response:
+        try:
+            response = await state["client"].get("/models", headers=upstream_headers(request))
+        except httpx.TimeoutException:
+            return error_response(504, f"upstream {upstream.base_url} timed out", "upstream_error", "upstream_timeout")
+        except httpx.TransportError as exc:
+            return error_response(502, f"upstream {upstream.base_url} unreachable: {type(exc).__name__}",
+                                  "upstream_error", "upstream_unreachable")
+        passed = {k: v for k, v in response.headers.items() if k not in _HOP}
+        return Response(response.content, status_code=response.status_code, headers=passed)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    routes = [
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+    ]
+    if settings.admin_key:
+        routes += _admin_routes(gk, settings.admin_key)
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _enforce_body(raw: bytes, allowed: set[str], line: dict) -> bytes:
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
+    removed = [name for choice in doc.get("choices") or [] for name in enforce_choice(choice, allowed)]
+    if not removed:
+        return raw
+    metrics.TOOL_CALLS_BLOCKED.inc(len(removed))
+    line.update(blocked_calls=removed)
+    log.warning("tool_calls_blocked", request_id=line.get("request_id"), model=line.get("model"), tools=removed)
+    return orjson.dumps(doc)
+
+
+async def _read_json(request: Request, limit: int) -> dict:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _BadRequest(413, f"request body is {declared} bytes; the limit is {limit}", "body_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _BadRequest(413, f"request body exceeds the limit of {limit} bytes", "body_too_large")
+        chunks.append(chunk)
+    try:
+        body = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as exc:
+        raise _BadRequest(400, f"request body is not valid JSON: {exc}", "invalid_json") from None
+    if not isinstance(body, dict):
+        raise _BadRequest(400, f"request body must be a JSON object, got {type(body).__name__}", "invalid_body")
+    return body
+
+
+def _model_and_effort(body: dict) -> tuple[str, str | None]:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _BadRequest(400, "'model' is required and must be a non-empty string", "invalid_model")
+    effort = body.get("reasoning_effort")
+    if effort is not None and (not isinstance(effort, str) or not effort):
+        raise _BadRequest(400, "'reasoning_effort' must be a non-empty string", "invalid_reasoning_effort")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise _BadRequest(400, "'messages' is required and must be an array", "invalid_messages")
+    return model, effort
+
+
+def _admin_routes(gk: Gatekeeper, admin_key: str) -> list[Route]:
+    expected = f"Bearer {admin_key}".encode()
+
+    def authorized(request: Request) -> bool:
+        return hmac.compare_digest(request.headers.get("authorization", "").encode(), expected)
+
+    def guard(handler):
+        async def guarded(request: Request) -> Response:
+            if not authorized(request):
+                return error_response(401, "admin API needs 'Authorization: Bearer <admin_key>'",
+                                      "authentication_error", "invalid_admin_key")
+            return await handler(request)
+        return guarded
+
+    async def list_profiles(request: Request) -> Response:
+        data = gk.store.load()
+        doc = data.to_json()
+        for key, profile in data.profiles.items():
+            doc["profiles"][key]["valid"] = profile.is_valid_for(gk.suite)
+        return JSONResponse(doc)
+
+    async def benchmark(request: Request) -> Response:
+        model, effort = split_key(request.path_params["key"])
+        gk.measure(model, effort)
+        return JSONResponse({"status": "started", "key": f"{model}@{effort}"}, status_code=202)
+
+    async def invalidate(request: Request) -> Response:
+        model, effort = split_key(request.path_params["key"])
+        existed = gk.invalidate(model, effort)
+        return JSONResponse({"invalidated": f"{model}@{effort}", "existed": existed})
+
+    return [
+        Route("/admin/profiles", guard(list_profiles), methods=["GET"]),
+        Route("/admin/profiles/{key:path}/benchmark", guard(benchmark), methods=["POST"]),
+        Route("/admin/profiles/{key:path}", guard(invalidate), methods=["DELETE"]),
+    ]

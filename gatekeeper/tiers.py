@@ -1,0 +1,46 @@
+"""Tiers: the ordered levels of trust a model earns, and how scores map to one."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Tier(StrEnum):
+    SMALL = "small"
+    MEDIUM = "medium"
+    LARGE = "large"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+    def allows(self, required: Tier) -> bool:
+        """True when a model at this tier may see a tool that requires `required`."""
+        return _RANK[self] >= _RANK[required]
+
+
+_RANK = {Tier.SMALL: 0, Tier.MEDIUM: 1, Tier.LARGE: 2}
+
+
+def lowest(*tiers: Tier) -> Tier:
+    return min(tiers, key=lambda t: t.rank)
+
+
+class Thresholds(BaseModel):
+    """Minimum category scores for each tier above `small` (defaults from the seed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    large: dict[str, float] = Field(default_factory=lambda: {"toolCalling": 0.9, "instruction": 0.85, "json": 0.85})
+    medium: dict[str, float] = Field(default_factory=lambda: {"toolCalling": 0.6, "json": 0.5})
+
+
+def compute_tier(scores: dict[str, float], thresholds: Thresholds | None = None) -> Tier:
+    """The highest tier whose every threshold the scores reach; a missing score counts as 0."""
+    thresholds = thresholds or Thresholds()
+    for tier, needs in ((Tier.LARGE, thresholds.large), (Tier.MEDIUM, thresholds.medium)):
+        if all(scores.get(category, 0.0) >= minimum for category, minimum in needs.items()):
+            return tier
+    return Tier.SMALL

@@ -1,0 +1,155 @@
+"""A scripted OpenAI-compatible server: a real HTTP server whose answers tests choose.
+
+`responder(body)` returns the assistant message as `{"content": str | None, "tool_calls":
+[{"name", "arguments"}]}`, or `{"status": int, "error": str}` to fail that call. Every body
+received is recorded in `requests`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from gatekeeper.suite import BenchTest, Suite, load_suite
+
+Responder = Callable[[dict], dict]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ThreadedServer:
+    """Runs an ASGI app with uvicorn in a background thread on a free loopback port."""
+
+    def __init__(self, app: Any, port: int | None = None) -> None:
+        self.port = port or free_port()
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    def __enter__(self) -> ThreadedServer:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+class ScriptedServer(ThreadedServer):
+    def __init__(self, responder: Responder | None = None, *, delay_s: float = 0.0,
+                 models: tuple[str, ...] = ("scripted",)) -> None:
+        self.responder: Responder = responder or (lambda body: {"content": "ok", "tool_calls": []})
+        self.delay_s = delay_s
+        self.models = models
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        app = Starlette(routes=[
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/v1/models", self._models, methods=["GET"]),
+        ])
+        super().__init__(app)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": m, "object": "model", "owned_by": "scripted"}
+                                                        for m in self.models]})
+
+    async def _chat(self, request: Request) -> Response:
+        body = json.loads(await request.body())
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        reply = self.responder(body)
+        if "status" in reply:
+            return JSONResponse({"error": {"message": reply["error"], "type": "scripted_error", "code": None}},
+                                status_code=reply["status"])
+        calls = [{"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function",
+                  "function": {"name": c["name"], "arguments": c["arguments"] if isinstance(c["arguments"], str)
+                               else json.dumps(c["arguments"])}}
+                 for c in reply.get("tool_calls") or []]
+        content = reply.get("content")
+        usage = {"prompt_tokens": 10, "completion_tokens": reply.get("completion_tokens", 7), "total_tokens": 17}
+        finish = "tool_calls" if calls else "stop"
+        if body.get("stream"):
+            return StreamingResponse(self._stream(body["model"], content, calls, usage, finish),
+                                     media_type="text/event-stream")
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        return JSONResponse({
+            "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()),
+            "model": body["model"], "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": usage,
+        })
+
+    async def _stream(self, model: str, content: str | None, calls: list[dict], usage: dict, finish: str):
+        def chunk(delta: dict, finish_reason: str | None = None, **extra: Any) -> bytes:
+            doc = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": model,
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
+            return f"data: {json.dumps(doc)}\n\n".encode()
+
+        yield chunk({"role": "assistant", "content": ""})
+        text = content or ""
+        for i in range(0, len(text), 5):
+            yield chunk({"content": text[i:i + 5]})
+        for index, call in enumerate(calls):
+            yield chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                         "function": {"name": call["function"]["name"], "arguments": ""}}]})
+            arguments = call["function"]["arguments"]
+            for i in range(0, len(arguments), 4):
+                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[i:i + 4]}}]})
+        yield chunk({}, finish)
+        yield f"data: {json.dumps({'id': 'chatcmpl-scripted', 'object': 'chat.completion.chunk', 'choices': [], 'usage': usage})}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+
+
+class SuiteScript:
+    """Answers the prompts of known suites with a chosen behaviour (see tests/answers.py).
+
+    The test is found from the conversation's first user message; the step from the number of
+    assistant messages already in it.
+    """
+
+    def __init__(self, *suites: Suite | str | Path) -> None:
+        self.tests: dict[str, BenchTest] = {}
+        for suite in suites:
+            loaded = suite if isinstance(suite, Suite) else load_suite(suite)
+            for test in loaded.tests:
+                self.tests[test.all_steps[0].prompt or ""] = test
+
+    def locate(self, body: dict) -> tuple[BenchTest, int]:
+        messages = body["messages"]
+        first = next(m["content"] for m in messages if m["role"] == "user")
+        step = sum(1 for m in messages if m["role"] == "assistant")
+        return self.tests[first], step
+
+    def responder(self, behaviour: Callable[[BenchTest, int], dict]) -> Responder:
+        def respond(body: dict) -> dict:
+            test, step = self.locate(body)
+            return behaviour(test, step)
+        return respond
