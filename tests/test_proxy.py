@@ -1,0 +1,404 @@
+"""The gating proxy, end to end: official openai client -> real proxy port -> scripted upstream."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+
+import answers
+from conftest import agent_or_suite, make_profile, running_proxy, seed_store, settings_for
+from scripted import ScriptedServer, SuiteScript, free_port
+from gatekeeper.tiers import Tier
+
+
+def tool(name: str) -> dict:
+    return {"type": "function", "function": {"name": name, "description": f"the {name} tool",
+                                             "parameters": {"type": "object", "properties": {}}}}
+
+
+TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
+
+
+def forwarded_tools(upstream: ScriptedServer) -> list[str] | None:
+    body = upstream.requests[-1]
+    return [t["function"]["name"] for t in body["tools"]] if "tools" in body else None
+
+
+def ask(proxy, model: str = "m", **extra):
+    return proxy.client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": "hi"}], **extra)
+
+
+@pytest.mark.parametrize(("tier", "expected"), [
+    (Tier.SMALL, ["read_file"]),
+    (Tier.MEDIUM, ["read_file", "write_file"]),
+    (Tier.LARGE, ["read_file", "write_file", "execute_command"]),
+])
+def test_measured_profile_decides_forwarded_tools(upstream, store_path, default_suite, tier, expected):
+    seed_store(store_path, make_profile("m", tier, default_suite))
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        raw = ask(proxy, tools=TOOLS)
+    assert forwarded_tools(upstream) == expected
+    assert raw.headers["x-gatekeeper-tier"] == tier.value
+    assert raw.headers["x-gatekeeper-profile"] == "measured"
+
+
+def test_effort_is_part_of_the_key(upstream, store_path, default_suite):
+    seed_store(store_path, make_profile("m", Tier.LARGE, default_suite, effort="xhigh"),
+               make_profile("m", Tier.SMALL, default_suite, effort="low"))
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        ask(proxy, tools=TOOLS, reasoning_effort="low")
+        assert forwarded_tools(upstream) == ["read_file"]
+        ask(proxy, tools=TOOLS, reasoning_effort="xhigh")
+        assert forwarded_tools(upstream) == ["read_file", "write_file", "execute_command"]
+    assert upstream.requests[-1]["reasoning_effort"] == "xhigh"
+
+
+def test_pin_beats_measurement_and_pair_pin_beats_model_pin(upstream, store_path, default_suite):
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    settings = settings_for(upstream.base_url, store_path, pins={"m": "large", "m@low": "medium"})
+    with running_proxy(settings) as proxy:
+        raw = ask(proxy, tools=TOOLS)
+        assert raw.headers["x-gatekeeper-profile"] == "pinned"
+        assert forwarded_tools(upstream) == ["read_file", "write_file", "execute_command"]
+        raw = ask(proxy, tools=TOOLS, reasoning_effort="low")
+        assert raw.headers["x-gatekeeper-tier"] == "medium"
+        assert forwarded_tools(upstream) == ["read_file", "write_file"]
+
+
+def test_stale_profile_is_ignored_after_the_suite_changes(upstream, store_path, default_suite):
+    seed_store(store_path, make_profile("m", Tier.LARGE, default_suite, tests_hash="0000dead"))
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        raw = ask(proxy, tools=TOOLS)
+    assert raw.headers["x-gatekeeper-tier"] == "small"
+    assert raw.headers["x-gatekeeper-profile"] in ("pending", "unmeasured")
+
+
+def _measuring_upstream(default_suite, behaviour=answers.perfect, delay_s: float = 0.0) -> ScriptedServer:
+    script = SuiteScript(default_suite)
+    agent = lambda body: {"content": "agent answer", "tool_calls": []}  # noqa: E731
+    return ScriptedServer(agent_or_suite(script, behaviour, agent), delay_s=delay_s)
+
+
+def _suite_calls(server: ScriptedServer, default_suite) -> int:
+    prompts = {t.all_steps[0].prompt for t in default_suite.tests}
+    return sum(1 for body in server.requests if body["messages"][0]["content"] in prompts
+               and sum(m["role"] == "assistant" for m in body["messages"]) == 0)
+
+
+def test_fail_closed_serves_now_at_unknown_tier_and_measures_in_background(store_path, default_suite):
+    with _measuring_upstream(default_suite) as upstream:
+        with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+            raw = ask(proxy, tools=TOOLS)
+            assert raw.headers["x-gatekeeper-tier"] == "small"
+            assert raw.headers["x-gatekeeper-profile"] == "pending"
+            deadline = time.monotonic() + 20
+            while proxy.gk.lookup("m") is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            raw = ask(proxy, tools=TOOLS)
+            assert raw.headers["x-gatekeeper-profile"] == "measured"
+            assert raw.headers["x-gatekeeper-tier"] == "large"
+            assert forwarded_tools(upstream) == ["read_file", "write_file", "execute_command"]
+
+
+def test_wait_policy_holds_the_request_until_measured(store_path, default_suite):
+    with _measuring_upstream(default_suite) as upstream:
+        settings = settings_for(upstream.base_url, store_path, unknown_models="wait", wait_timeout_s=20)
+        with running_proxy(settings) as proxy:
+            raw = ask(proxy, tools=TOOLS)
+    assert raw.headers["x-gatekeeper-profile"] == "measured"
+    assert forwarded_tools(upstream) == ["read_file", "write_file", "execute_command"]
+
+
+def test_wait_policy_fails_closed_after_the_timeout(store_path, default_suite):
+    with _measuring_upstream(default_suite, delay_s=0.5) as upstream:
+        settings = settings_for(upstream.base_url, store_path, unknown_models="wait", wait_timeout_s=0.2)
+        with running_proxy(settings) as proxy:
+            raw = ask(proxy, tools=TOOLS)
+            assert raw.headers["x-gatekeeper-tier"] == "small"
+            assert raw.headers["x-gatekeeper-profile"] == "pending"
+
+
+def test_reject_policy_answers_503_until_measured(store_path, default_suite):
+    with _measuring_upstream(default_suite) as upstream:
+        settings = settings_for(upstream.base_url, store_path, unknown_models="reject")
+        with running_proxy(settings) as proxy:
+            with pytest.raises(openai.InternalServerError) as info:
+                ask(proxy, tools=TOOLS)
+            assert info.value.status_code == 503
+            assert "not been measured" in info.value.message
+            deadline = time.monotonic() + 20
+            while proxy.gk.lookup("m") is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert ask(proxy, tools=TOOLS).headers["x-gatekeeper-profile"] == "measured"
+
+
+def test_fifty_concurrent_requests_for_an_unknown_pair_cause_one_benchmark(store_path, default_suite):
+    with _measuring_upstream(default_suite, delay_s=0.05) as upstream:
+        settings = settings_for(upstream.base_url, store_path, unknown_models="wait", wait_timeout_s=30)
+        with running_proxy(settings) as proxy:
+            with ThreadPoolExecutor(50) as pool:
+                raws = list(pool.map(lambda _: ask(proxy, tools=TOOLS), range(50)))
+    assert {r.headers["x-gatekeeper-profile"] for r in raws} == {"measured"}
+    assert _suite_calls(upstream, default_suite) == len(default_suite.tests)
+
+
+def test_failed_measurement_is_not_retried_on_every_request(store_path, default_suite):
+    with ScriptedServer(lambda body: {"status": 500, "error": "down"}) as upstream:
+        settings = settings_for(upstream.base_url, store_path)
+        settings.bench.retry_after_s = 60
+        with running_proxy(settings) as proxy:
+            with pytest.raises(openai.InternalServerError):
+                ask(proxy, tools=TOOLS)
+            time.sleep(0.5)  # the failed measurement lands
+            measuring = sum(1 for b in upstream.requests if b["messages"][0]["content"] != "hi")
+            for _ in range(5):
+                with pytest.raises(openai.InternalServerError):
+                    ask(proxy, tools=TOOLS)
+            assert proxy.gk.lookup("m") is None
+    assert 1 <= measuring <= len(default_suite.tests)
+    assert sum(1 for b in upstream.requests if b["messages"][0]["content"] != "hi") == measuring
+
+
+def test_benchmark_uses_upstream_key_not_the_clients(store_path, default_suite):
+    with _measuring_upstream(default_suite) as upstream:
+        settings = settings_for(upstream.base_url, store_path, unknown_models="wait")
+        with running_proxy(settings) as proxy:
+            ask(proxy)
+    auth = {h["authorization"] for h, b in zip(upstream.headers, upstream.requests) if b["messages"][0]["content"] != "hi"}
+    assert auth == {"Bearer upstream-key"}
+    assert upstream.headers[-1]["authorization"] == "Bearer client-key"
+
+
+# -- filtering details ---------------------------------------------------------------------
+
+def test_no_tools_left_drops_tools_and_tool_choice(upstream, store_path, default_suite):
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        ask(proxy, tools=[tool("execute_command")], tool_choice="auto")
+    assert "tools" not in upstream.requests[-1] and "tool_choice" not in upstream.requests[-1]
+
+
+def test_tool_choice_forcing_a_hidden_tool_is_a_400_naming_tool_and_tier(upstream, store_path, default_suite):
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        with pytest.raises(openai.BadRequestError) as info:
+            ask(proxy, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "execute_command"}})
+    assert "execute_command" in info.value.message and "large" in info.value.message
+    assert info.value.code == "tool_not_allowed"
+    assert upstream.requests == []
+
+
+def test_legacy_functions_are_filtered_too(upstream, store_path, default_suite):
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        ask(proxy, functions=[{"name": "read_file", "parameters": {}}, {"name": "write_file", "parameters": {}}])
+    assert [f["name"] for f in upstream.requests[-1]["functions"]] == ["read_file"]
+
+
+def test_unowned_fields_pass_through_untouched(upstream, store_path, default_suite):
+    seed_store(store_path, make_profile("m", Tier.LARGE, default_suite))
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        ask(proxy, tools=TOOLS, temperature=0.3, seed=7, extra_body={"custom_field": {"a": [1, 2]}},
+            metadata={"k": "v"})
+    body = upstream.requests[-1]
+    assert body["temperature"] == 0.3 and body["seed"] == 7
+    assert body["custom_field"] == {"a": [1, 2]} and body["metadata"] == {"k": "v"}
+    assert body["tools"] == TOOLS
+
+
+# -- answers: pass-through and response-side enforcement --------------------------------
+
+def _calls_reply(*names: str) -> callable:
+    return lambda body: {"content": "calling", "tool_calls": [{"name": n, "arguments": {"path": "a \"b\"\nc", "n": 3}}
+                                                                for n in names], "completion_tokens": 11}
+
+
+def test_non_streaming_answer_passes_through_intact(store_path, default_suite):
+    with ScriptedServer(_calls_reply("read_file")) as upstream:
+        seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+        with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+            completion = ask(proxy, tools=TOOLS).parse()
+    call = completion.choices[0].message.tool_calls[0]
+    assert completion.choices[0].message.content == "calling"
+    assert call.function.name == "read_file"
+    assert json.loads(call.function.arguments) == {"path": "a \"b\"\nc", "n": 3}
+    assert completion.choices[0].finish_reason == "tool_calls"
+    assert completion.usage.completion_tokens == 11
+
+
+def test_streaming_answer_passes_through_intact(store_path, default_suite):
+    with ScriptedServer(_calls_reply("read_file")) as upstream:
+        seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+        with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+            with proxy.client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}],
+                                                      tools=TOOLS, stream_options={"include_usage": True}) as stream:
+                for _ in stream:
+                    pass
+                final = stream.get_final_completion()
+    message = final.choices[0].message
+    assert message.content == "calling"
+    assert [c.function.name for c in message.tool_calls] == ["read_file"]
+    assert json.loads(message.tool_calls[0].function.arguments) == {"path": "a \"b\"\nc", "n": 3}
+    assert final.usage.completion_tokens == 11
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_calls_to_hidden_or_invented_tools_are_removed(store_path, default_suite, stream):
+    with ScriptedServer(_calls_reply("execute_command", "read_file", "made_up_tool")) as upstream:
+        seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+        with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+            if stream:
+                with proxy.client.chat.completions.stream(model="m", tools=TOOLS,
+                                                          messages=[{"role": "user", "content": "hi"}]) as s:
+                    for _ in s:
+                        pass
+                    completion = s.get_final_completion()
+            else:
+                completion = ask(proxy, tools=TOOLS).parse()
+            metrics = httpx.get(proxy.url + "/metrics").text
+    assert [c.function.name for c in completion.choices[0].message.tool_calls] == ["read_file"]
+    assert completion.choices[0].finish_reason == "tool_calls"
+    assert "gatekeeper_tool_calls_blocked_total" in metrics
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_finish_reason_becomes_stop_when_every_call_is_removed(store_path, default_suite, stream):
+    with ScriptedServer(_calls_reply("execute_command")) as upstream:
+        seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+        with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+            if stream:
+                chunks = list(proxy.client.chat.completions.create(
+                    model="m", tools=TOOLS, messages=[{"role": "user", "content": "hi"}], stream=True))
+                assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+                finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+                assert finish == ["stop"]
+            else:
+                completion = ask(proxy, tools=TOOLS).parse()
+                assert completion.choices[0].message.tool_calls is None
+                assert completion.choices[0].finish_reason == "stop"
+
+
+# -- bad input and upstream trouble --------------------------------------------------------
+
+@pytest.mark.parametrize(("body", "fragment"), [
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "must be a JSON object"),
+    (b'{"messages": []}', "'model' is required"),
+    (b'{"model": "m", "messages": [], "tools": {"a": 1}}', "'tools' must be an array"),
+    (b'{"model": "m", "messages": [], "tools": [{"type": "function"}]}', "tools[0].function.name"),
+    (b'{"model": "m", "messages": [], "tools": ["x"]}', "tools[0] must be an object"),
+])
+def test_bad_requests_get_a_clear_400_and_the_proxy_keeps_serving(upstream, store_path, default_suite, body, fragment):
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        response = httpx.post(proxy.url + "/v1/chat/completions", content=body,
+                              headers={"content-type": "application/json"})
+        assert response.status_code == 400
+        assert fragment in response.json()["error"]["message"]
+        assert ask(proxy).parse().choices[0].message.content == "ok"
+
+
+def test_oversized_body_gets_413(upstream, store_path):
+    settings = settings_for(upstream.base_url, store_path, max_body_bytes=2048)
+    with running_proxy(settings) as proxy:
+        with pytest.raises(openai.APIStatusError) as info:
+            proxy.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x" * 5000}])
+        assert info.value.status_code == 413
+        assert upstream.requests == []
+        assert ask(proxy).status_code == 200
+
+
+def test_upstream_errors_pass_through_with_status_and_body(store_path, default_suite):
+    with ScriptedServer(lambda body: {"status": 429, "error": "slow down please"}) as upstream:
+        seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+        with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+            with pytest.raises(openai.RateLimitError) as info:
+                ask(proxy)
+    assert info.value.status_code == 429
+    assert info.value.body == {"message": "slow down please", "type": "scripted_error", "code": None}
+
+
+def test_unreachable_upstream_is_a_502(store_path, default_suite):
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    settings = settings_for(f"http://127.0.0.1:{free_port()}/v1", store_path)
+    with running_proxy(settings) as proxy:
+        with pytest.raises(openai.APIStatusError) as info:
+            ask(proxy)
+        assert info.value.status_code == 502
+        assert httpx.get(proxy.url + "/healthz").json() == {"status": "ok"}
+
+
+def test_slow_upstream_is_a_504(store_path, default_suite):
+    with ScriptedServer(delay_s=1.0) as upstream:
+        seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+        settings = settings_for(upstream.base_url, store_path)
+        settings.upstream.timeout_s = 0.2
+        with running_proxy(settings) as proxy:
+            with pytest.raises(openai.APIStatusError) as info:
+                ask(proxy)
+    assert info.value.status_code == 504
+
+
+def test_truncated_upstream_stream_gives_the_client_an_error(store_path, default_suite):
+    """llama.cpp's server sends 200 headers, then drops the stream without [DONE]."""
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+    from scripted import ThreadedServer
+
+    async def broken(request):
+        async def events():
+            yield b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n'
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    with ThreadedServer(Starlette(routes=[Route("/v1/chat/completions", broken, methods=["POST"])])) as server:
+        with running_proxy(settings_for(f"http://127.0.0.1:{server.port}/v1", store_path)) as proxy:
+            with pytest.raises(openai.APIError) as info:
+                list(proxy.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                                          stream=True))
+            assert "ended before [DONE]" in str(info.value)
+            assert httpx.get(proxy.url + "/healthz").status_code == 200
+
+
+def test_models_are_forwarded(upstream, store_path):
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        assert [m.id for m in proxy.client.models.list()] == ["scripted"]
+
+
+# -- admin ---------------------------------------------------------------------------------
+
+def test_admin_api_refuses_without_the_key(upstream, store_path):
+    with running_proxy(settings_for(upstream.base_url, store_path, admin_key="s3cret")) as proxy:
+        assert httpx.get(proxy.url + "/admin/profiles").status_code == 401
+        assert httpx.get(proxy.url + "/admin/profiles", headers={"authorization": "Bearer nope"}).status_code == 401
+        ok = httpx.get(proxy.url + "/admin/profiles", headers={"authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and ok.json()["profiles"] == {}
+
+
+def test_admin_api_is_absent_without_a_configured_key(upstream, store_path):
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        assert httpx.get(proxy.url + "/admin/profiles", headers={"authorization": "Bearer x"}).status_code == 404
+
+
+def test_admin_benchmark_and_invalidate(store_path, default_suite):
+    auth = {"authorization": "Bearer k"}
+    with _measuring_upstream(default_suite) as upstream:
+        with running_proxy(settings_for(upstream.base_url, store_path, admin_key="k")) as proxy:
+            started = httpx.post(proxy.url + "/admin/profiles/m@low/benchmark", headers=auth)
+            assert started.status_code == 202
+            deadline = time.monotonic() + 20
+            while proxy.gk.lookup("m", "low") is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            listed = httpx.get(proxy.url + "/admin/profiles", headers=auth).json()
+            assert listed["profiles"]["m@low"]["tier"] == "large" and listed["profiles"]["m@low"]["valid"]
+            gone = httpx.delete(proxy.url + "/admin/profiles/m@low", headers=auth).json()
+            assert gone == {"invalidated": "m@low", "existed": True}
+            assert proxy.gk.lookup("m", "low") is None
