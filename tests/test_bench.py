@@ -1,0 +1,224 @@
+"""`gatekeeper bench` and the runner against the scripted server, over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import answers
+from conftest import ROOT
+from scripted import ScriptedServer, SuiteScript
+from gatekeeper.backends import OpenAIBackend, RequestSettings
+from gatekeeper.config import Settings
+from gatekeeper.core import Gatekeeper
+from gatekeeper.errors import BackendError
+from gatekeeper.profiles import JsonFileStore
+from gatekeeper.runner import RunSettings, sweep
+from gatekeeper.suite import load_suite
+
+FIXTURE_SUITE = ROOT / "tests" / "fixtures" / "seed_format_suite"
+
+
+def bench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gatekeeper", "bench", *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd)
+
+
+def run_sweep(server: ScriptedServer, suite, efforts=("default",), **request) -> list:
+    backend = OpenAIBackend(server.base_url, settings=RequestSettings(**({"max_retries": 0} | request)))
+    return asyncio.run(sweep(backend, "m", suite, list(efforts), RunSettings()))
+
+
+def test_perfect_model_scores_one_in_every_category_of_the_default_suite(default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        (profile,) = run_sweep(server, default_suite)
+    assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}
+    assert profile.tier == "large"
+    assert all(r.score == 1.0 for r in profile.test_results)
+
+
+def test_requests_are_repeatable_and_offer_tools_with_tool_choice_auto(default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        run_sweep(server, default_suite)
+    assert all(b["temperature"] == 0 and b["max_tokens"] == 512 for b in server.requests)
+    with_tools = [b for b in server.requests if "tools" in b]
+    assert with_tools and all(b["tool_choice"] == "auto" for b in with_tools)
+    assert not any("reasoning_effort" in b for b in server.requests)
+
+
+def test_fenced_json_is_repaired_and_still_scores(default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.fenced_json)) as server:
+        (profile,) = run_sweep(server, default_suite)
+    assert profile.scores["json"] == 1.0
+
+
+def test_broken_chain_scores_remaining_steps_zero_but_counts_them(default_suite):
+    chain = next(t for t in default_suite.tests if len(t.all_steps) > 1 and t.all_steps[1].tool_result)
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.no_tool_calls)) as server:
+        (profile,) = run_sweep(server, default_suite)
+    result = next(r for r in profile.test_results if r.name == chain.name)
+    first_step_weight = sum(c.weight for c in chain.all_steps[0].checks)
+    total_weight = sum(c.weight for s in chain.all_steps for c in s.checks)
+    assert result.score <= first_step_weight / total_weight
+    assert profile.scores["toolCalling"] < 0.6 and profile.tier == "small"
+    # The chain stopped: no request ever carried a tool result for that test.
+    chain_bodies = [b for b in server.requests if b["messages"][0]["content"] == chain.all_steps[0].prompt]
+    assert len(chain_bodies) == 1
+
+
+def test_wrong_distractor_id_loses_the_chain_points(default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.wrong_distractor)) as server:
+        (profile,) = run_sweep(server, default_suite)
+    assert 0 < profile.scores["toolCalling"] < 1
+    assert profile.tier != "large"
+
+
+def test_integer_sent_as_string_fails_the_integer_check(default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.string_integer)) as server:
+        (profile,) = run_sweep(server, default_suite)
+    assert min(r.score for r in profile.test_results if r.category == "toolCalling") < 1
+
+
+def test_tool_result_answers_the_first_tool_call_of_the_previous_step(default_suite):
+    chain = next(t for t in default_suite.tests if len(t.all_steps) > 1 and t.all_steps[1].tool_result)
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        run_sweep(server, default_suite)
+    second = next(b for b in server.requests
+                  if b["messages"][0]["content"] == chain.all_steps[0].prompt and len(b["messages"]) > 1)
+    assistant, tool_message = second["messages"][1], second["messages"][2]
+    assert tool_message == {"role": "tool", "tool_call_id": assistant["tool_calls"][0]["id"],
+                            "content": chain.all_steps[1].tool_result}
+
+
+def test_seed_format_suite_loads_and_scores_unchanged():
+    suite = load_suite(FIXTURE_SUITE)
+    with ScriptedServer(SuiteScript(suite).responder(answers.perfect)) as server:
+        (profile,) = run_sweep(server, suite)
+    assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}
+
+
+@pytest.mark.skipif(not Path("/work/shared/seed-suite").is_dir(), reason="the seed's own suite is not on this machine")
+def test_the_seed_systems_own_suite_scores_unchanged():
+    suite = load_suite("/work/shared/seed-suite")
+    with ScriptedServer(SuiteScript(suite).responder(answers.perfect)) as server:
+        (profile,) = run_sweep(server, suite)
+    assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}
+
+
+def test_effort_levels_are_measured_separately(default_suite):
+    def by_effort(body: dict) -> dict:
+        behaviour = answers.perfect if body.get("reasoning_effort") == "xhigh" else answers.no_tool_calls
+        return SuiteScript(default_suite).responder(behaviour)(body)
+
+    with ScriptedServer(by_effort) as server:
+        low, xhigh = run_sweep(server, default_suite, efforts=("low", "xhigh"))
+    assert (low.reasoning_effort, low.tier) == ("low", "small")
+    assert (xhigh.reasoning_effort, xhigh.tier) == ("xhigh", "large")
+    assert {b.get("reasoning_effort") for b in server.requests} == {"low", "xhigh"}
+
+
+def test_rejected_effort_field_is_recorded_as_not_applied(default_suite):
+    script = SuiteScript(default_suite).responder(answers.perfect)
+
+    def no_effort(body: dict) -> dict:
+        if "reasoning_effort" in body:
+            return {"status": 400, "error": "Unrecognized request argument supplied: reasoning_effort"}
+        return script(body)
+
+    with ScriptedServer(no_effort) as server:
+        (profile,) = run_sweep(server, default_suite, efforts=("low",))
+    assert profile.effort_applied is False and profile.reasoning_effort == "low"
+    assert profile.tier == "large"
+
+
+def test_retries_a_flaky_backend_then_succeeds(default_suite):
+    script = SuiteScript(default_suite).responder(answers.perfect)
+    calls = {"n": 0}
+
+    def flaky(body: dict) -> dict:
+        calls["n"] += 1
+        return {"status": 503, "error": "busy"} if calls["n"] % 3 == 1 else script(body)
+
+    with ScriptedServer(flaky) as server:
+        (profile,) = run_sweep(server, default_suite, max_retries=3, backoff_s=0.01)
+    assert profile.tier == "large"
+
+
+def test_backend_that_keeps_failing_raises_instead_of_scoring(default_suite):
+    with ScriptedServer(lambda body: {"status": 500, "error": "broken"}) as server:
+        with pytest.raises(BackendError, match="HTTP 500"):
+            run_sweep(server, default_suite, max_retries=1, backoff_s=0.01)
+
+
+# -- the command -----------------------------------------------------------------------------
+
+def test_bench_command_sweeps_four_levels_stores_profiles_and_recommends(tmp_path, default_suite):
+    def cheap_is_weak(body: dict) -> dict:
+        weak = body.get("reasoning_effort") in ("none", "low")
+        behaviour = answers.no_tool_calls if weak else answers.perfect
+        return SuiteScript(default_suite).responder(behaviour)(body)
+
+    store = tmp_path / "profiles.json"
+    with ScriptedServer(cheap_is_weak) as server:
+        done = bench("m", "--base-url", server.base_url, "--store", str(store), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)["results"][0]
+    assert [p["reasoningEffort"] for p in result["profiles"]] == ["none", "low", "medium", "xhigh"]
+    assert result["recommendedEffort"] == "medium"
+    saved = json.loads(store.read_text())
+    assert set(saved["profiles"]) == {"m@none", "m@low", "m@medium", "m@xhigh"}
+    assert saved["recommendations"] == {"m": "medium"}
+    assert saved["profiles"]["m@medium"]["testsHash"] == default_suite.hash
+    assert {"tokensPerSecond", "avgCompletionTokens", "testedAt", "benchmarkVersion", "testResults",
+            "provider", "scores", "tier"} <= set(saved["profiles"]["m@medium"])
+
+
+def test_bench_all_measures_every_listed_model(tmp_path, default_suite):
+    store = tmp_path / "profiles.json"
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect), models=("a", "b")) as server:
+        done = bench("--all", "--effort", "default", "--base-url", server.base_url, "--store", str(store), "--json")
+    assert done.returncode == 0, done.stderr
+    assert [r["model"] for r in json.loads(done.stdout)["results"]] == ["a", "b"]
+    assert set(json.loads(store.read_text())["profiles"]) == {"a@default", "b@default"}
+
+
+def test_failed_backend_exits_nonzero_and_stores_nothing(tmp_path):
+    store = tmp_path / "profiles.json"
+    with ScriptedServer(lambda body: {"status": 500, "error": "kaput"}) as server:
+        config = tmp_path / "gk.yaml"
+        config.write_text(f"upstream:\n  base_url: {server.base_url}\nbench:\n  max_retries: 1\n")
+        done = bench("m", "--config", str(config), "--store", str(store), "--effort", "low")
+    assert done.returncode != 0
+    assert "backend failed, no profile stored" in done.stderr and "HTTP 500" in done.stderr
+    assert not store.exists()
+
+
+def test_unreachable_backend_is_a_clear_error(tmp_path):
+    from scripted import free_port
+
+    done = bench("m", "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--store", str(tmp_path / "p.json"),
+                 "--effort", "low")
+    assert done.returncode != 0 and "connection failed" in done.stderr
+
+
+def test_editing_a_suite_file_invalidates_stored_profiles(tmp_path, default_suite):
+    suite_dir = tmp_path / "suite"
+    shutil.copytree(FIXTURE_SUITE, suite_dir)
+    config = tmp_path / "gk.yaml"
+    store = tmp_path / "profiles.json"
+    with ScriptedServer(SuiteScript(load_suite(suite_dir)).responder(answers.perfect)) as server:
+        config.write_text(f"upstream:\n  base_url: {server.base_url}\nsuite: suite\nstore: profiles.json\n")
+        assert bench("m", "--config", str(config), "--effort", "default").returncode == 0
+    settings = Settings.model_validate({"suite": str(suite_dir), "store": str(store)})
+    assert Gatekeeper(settings).lookup("m").source == "measured"
+    first = sorted(suite_dir.glob("*.json"))[0]
+    first.write_bytes(first.read_bytes() + b"\n")  # same meaning, different bytes
+    gk = Gatekeeper(settings)
+    assert gk.lookup("m") is None
+    assert JsonFileStore(store).get("m@default").tests_hash != gk.suite.hash

@@ -1,0 +1,109 @@
+"""The `gatekeeper` command: suite, profiles, tools, serve (as a real process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+
+from conftest import ROOT, make_profile, seed_store
+from scripted import ScriptedServer, free_port
+from gatekeeper.suite import suite_hash
+from gatekeeper.tiers import Tier
+
+
+def gk(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    kwargs.setdefault("env", os.environ | {"COLUMNS": "200"})
+    return subprocess.run([sys.executable, "-m", "gatekeeper", *args], capture_output=True, text=True, timeout=60,
+                          **kwargs)
+
+
+def test_suite_validate_accepts_the_default_suite():
+    done = gk("suite", "validate", str(ROOT / "benchmarks"))
+    assert done.returncode == 0, done.stderr
+    assert suite_hash(ROOT / "benchmarks") in done.stdout
+
+
+def test_suite_validate_names_the_bad_file_and_why(tmp_path):
+    (tmp_path / "10_ok.json").write_text(json.dumps({"name": "a", "category": "json", "prompt": "p", "checks": []}))
+    (tmp_path / "20_bad.json").write_text(json.dumps({"name": "b", "category": "json", "prompt": "p",
+                                                      "checks": [{"type": "telepathy"}]}))
+    done = gk("suite", "validate", str(tmp_path))
+    assert done.returncode == 1
+    assert "20_bad.json" in done.stderr and "telepathy" in done.stderr
+
+
+def test_suite_hash_prints_eight_hex_chars():
+    done = gk("suite", "hash", str(ROOT / "benchmarks"))
+    assert done.returncode == 0 and done.stdout.strip() == suite_hash(ROOT / "benchmarks")
+    assert len(done.stdout.strip()) == 8
+
+
+def test_profiles_json_prints_the_store(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    seed_store(store, make_profile("m", Tier.MEDIUM, default_suite))
+    done = gk("profiles", "--store", str(store), "--json")
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["profiles"]["m@default"]["tier"] == "medium"
+    table = gk("profiles", "--store", str(store))
+    assert "m@default" in table.stdout and "medium" in table.stdout
+
+
+def test_tools_command_lists_what_a_model_gets(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    seed_store(store, make_profile("m", Tier.MEDIUM, default_suite))
+    config = tmp_path / "gk.yaml"
+    config.write_text(f"store: {store}\ntools:\n  required_tier:\n    execute_command: large\n    write_file: medium\n")
+    done = gk("tools", "m", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    lines = {line.split("│")[1].strip(): line for line in done.stdout.splitlines() if line.count("│") >= 3}
+    assert "hidden" in lines["execute_command"] and "yes" in lines["write_file"]
+
+
+def test_serve_runs_a_real_proxy_process_and_stops_cleanly(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    seed_store(store, make_profile("m", Tier.SMALL, default_suite))
+    with ScriptedServer() as upstream:
+        config = tmp_path / "gk.yaml"
+        config.write_text(f"upstream:\n  base_url: {upstream.base_url}\nstore: {store}\n"
+                          "tools:\n  required_tier:\n    execute_command: large\n")
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "serve", "--config", str(config), "--port",
+                                 str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/healthz")
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+                    time.sleep(0.05)
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k")
+            raw = client.chat.completions.with_raw_response.create(
+                model="m", messages=[{"role": "user", "content": "hi"}],
+                tools=[{"type": "function", "function": {"name": n, "parameters": {}}}
+                       for n in ("read_file", "execute_command")])
+            assert raw.headers["x-gatekeeper-tier"] == "small"
+            assert [t["function"]["name"] for t in upstream.requests[-1]["tools"]] == ["read_file"]
+        finally:
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    request_lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    logged = next(line for line in request_lines if line.get("event") == "request")
+    assert logged["tools_hidden"] == ["execute_command"] and logged["tier"] == "small"
+    assert {"request_id", "model", "effort", "source", "upstream_status", "latency_ms"} <= set(logged)
+
+
+def test_serve_rejects_a_bad_config_at_start(tmp_path):
+    config = tmp_path / "gk.yaml"
+    config.write_text("unknown_models: sometimes\n")
+    done = gk("serve", "--config", str(config), env=os.environ | {"NO_COLOR": "1", "COLUMNS": "200"})
+    assert done.returncode != 0 and "unknown_models" in done.stderr

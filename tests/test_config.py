@@ -1,0 +1,77 @@
+"""The YAML config: the contract's example loads; bad keys and values are named."""
+
+from __future__ import annotations
+
+import pytest
+
+from gatekeeper.config import load_settings
+from gatekeeper.errors import ConfigError
+from gatekeeper.tiers import Tier
+
+CONTRACT_EXAMPLE = """
+upstream:
+  base_url: http://127.0.0.1:8080/v1
+  api_key: ${OPENAI_API_KEY}
+models:
+  - name: claude
+    litellm_model: anthropic/claude-sonnet-4-5
+    api_key: ${ANTHROPIC_API_KEY}
+suite: ./benchmarks
+store: ./models_profile.json
+unknown_models: fail_closed
+unknown_tier: small
+wait_timeout_s: 120
+tools:
+  default_tier: small
+  required_tier:
+    execute_command: large
+    "write_*": medium
+pins:
+  "gpt-4o": large
+  "my-model@low": small
+admin_key: ${GATEKEEPER_ADMIN_KEY}
+"""
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "gatekeeper.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_contract_example_loads(tmp_path, monkeypatch):
+    for var, value in (("OPENAI_API_KEY", "sk-1"), ("ANTHROPIC_API_KEY", "sk-2"), ("GATEKEEPER_ADMIN_KEY", "adm")):
+        monkeypatch.setenv(var, value)
+    settings = load_settings(write(tmp_path, CONTRACT_EXAMPLE))
+    assert settings.upstream.api_key == "sk-1" and settings.admin_key == "adm"
+    assert settings.route("claude").litellm_model == "anthropic/claude-sonnet-4-5"
+    assert settings.pins == {"gpt-4o": Tier.LARGE, "my-model@low": Tier.SMALL}
+    assert settings.suite == tmp_path / "benchmarks" and settings.store == tmp_path / "models_profile.json"
+
+
+def test_unset_environment_variable_is_an_error_naming_key_and_variable(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOPE_KEY", raising=False)
+    with pytest.raises(ConfigError, match=r"upstream\.api_key: environment variable NOPE_KEY is not set"):
+        load_settings(write(tmp_path, "upstream:\n  api_key: ${NOPE_KEY}\n"))
+
+
+def test_empty_default_makes_a_variable_optional(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOPE_KEY", raising=False)
+    assert load_settings(write(tmp_path, "admin_key: ${NOPE_KEY:-}\n")).admin_key is None
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("upstreem: {}\n", "upstreem: unknown key"),
+    ("tools:\n  required_tier:\n    rm: huge\n", "tools.required_tier.rm"),
+    ("unknown_models: maybe\n", "unknown_models"),
+    ("pins:\n  m: medium-ish\n", "pins.m"),
+    ("upstream:\n  base_url: ftp://x\n", "upstream.base_url: expected an http(s) URL"),
+    ("bench:\n  thresholds:\n    large: {speed: 1}\n", "unknown categories"),
+    ("- a\n- b\n", "expected a mapping"),
+    ("a: [\n", "not valid YAML"),
+])
+def test_bad_config_is_rejected_with_the_key_path(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert str(path) in str(info.value) and message in str(info.value)
