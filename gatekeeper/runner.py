@@ -91,7 +91,8 @@ async def run_test(backend: Backend, model: str, test: BenchTest, effort: str | 
                     log.info("chain_broken", model=model, effort=effort, test=test.name, step=i)
                     break
                 call = previous.tool_calls[0]
-                messages.append({"role": "assistant", "content": previous.content or None, "tool_calls": [
+                # content "" rather than null: llama.cpp's server rejects a null assistant content.
+                messages.append({"role": "assistant", "content": previous.content, "tool_calls": [
                     {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
                 ]})
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": step.tool_result})

@@ -1,0 +1,113 @@
+"""Lenient JSON extraction: find the first JSON value in a model's answer and repair it.
+
+Small models wrap JSON in markdown fences, add prose around it, leave trailing
+commas, put raw newlines inside strings or stop before the closing brackets. The
+json checks measure whether the model produced the right *data*, so these slips
+are repaired here instead of failing every check of the test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+# An opening fence with an optional language tag, up to the closing fence or the
+# end of the text (a truncated answer may never close its fence).
+_FENCE = re.compile(r"```[\w+-]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
+_CLOSER = {"{": "}", "[": "]"}
+_CONTROL_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+_SPACES = re.compile(r"\s*")
+# What may follow an opening bracket in JSON (after whitespace). Checking it first skips
+# prose such as "[see above]" without scanning to its end, which keeps long answers cheap.
+_VALUE_START = {"{": '"}', "[": '"{[]-0123456789tfn'}
+
+
+def extract_json(text: str) -> Any:
+    """Return the first JSON object or array in `text`, repaired; raise ValueError if there is none.
+
+    A bare scalar (`42`, `"ok"`, `true`) is accepted only when it is the whole text
+    (or the whole content of a fenced block). Fenced blocks are searched before the
+    surrounding prose; within a region every `{` / `[` is tried in order, so prose
+    such as "see [above]" before the JSON does not hide it.
+    """
+    if not text or not text.strip():
+        raise ValueError("empty answer")
+    regions = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    first_error: str | None = None
+    for region in regions:
+        try:
+            return json.loads(region.strip())
+        except ValueError:
+            pass
+        for start, char in enumerate(region):
+            if char not in _CLOSER or not _plausible_start(region, start):
+                continue
+            try:
+                return json.loads(repair(region, start))
+            except ValueError as exc:
+                first_error = first_error or f"no valid JSON at offset {start}: {exc}"
+    raise ValueError(first_error or "no JSON object or array in the answer")
+
+
+def _plausible_start(text: str, start: int) -> bool:
+    """True when the bracket at `start` is followed by something JSON allows there.
+
+    A bracket that ends the text is not a start: repairing a lone `{` into `{}` would
+    credit an answer that holds no data.
+    """
+    after = _SPACES.match(text, start + 1).end()
+    return after < len(text) and text[after] in _VALUE_START[text[start]]
+
+
+def repair(text: str, start: int) -> str:
+    """The JSON value opening at `text[start]`, cut where it balances and repaired.
+
+    Repairs: raw control characters inside strings are escaped, trailing commas are
+    dropped, and a value cut short is closed (open string, then open brackets).
+    """
+    out: list[str] = []
+    stack: list[str] = []
+    in_string = escaped = False
+    for char in text[start:]:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+            elif char < " ":
+                char = _CONTROL_ESCAPES.get(char, f"\\u{ord(char):04x}")
+            out.append(char)
+        elif char == '"':
+            in_string = True
+            out.append(char)
+        elif char in _CLOSER:
+            stack.append(_CLOSER[char])
+            out.append(char)
+        elif char in "}]":
+            if char != stack[-1]:
+                break  # mismatched closer: cut here, the end repair closes what is open
+            _close(out, stack.pop())
+            if not stack:
+                break
+        else:
+            out.append(char)
+    if in_string:
+        if escaped:
+            out.pop()  # a dangling backslash would escape the quote we add
+        out.append('"')
+    while stack:
+        _close(out, stack.pop())
+    return "".join(out)
+
+
+def _close(out: list[str], closer: str) -> None:
+    """Append `closer`, first dropping a trailing comma (outside strings) before it."""
+    i = len(out) - 1
+    while i >= 0 and out[i].isspace():
+        i -= 1
+    if i >= 0 and out[i] == ",":
+        del out[i]
+    out.append(closer)

@@ -1,0 +1,182 @@
+"""Scripted model behaviours for the scripted OpenAI-compatible test server.
+
+A behaviour is a function `(test, step_index) -> message`, where the message is
+the assistant turn a model would give at that step of that test:
+`{"content": str | None, "tool_calls": [{"name": str, "arguments": dict}]}`.
+
+`perfect` answers every test of `benchmarks/`, of the seed suite and of
+`tests/fixtures/seed_format_suite/` so that every check passes; the degraded
+behaviours are `perfect` with one known, realistic flaw each.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+from gatekeeper.suite import BenchTest
+
+Message = dict[str, Any]
+Behaviour = Callable[[BenchTest, int], Message]
+
+
+def _say(content: str) -> Message:
+    return {"content": content, "tool_calls": []}
+
+
+def _call(tool: str, /, **arguments: Any) -> Message:
+    return {"content": None, "tool_calls": [{"name": tool, "arguments": arguments}]}
+
+
+def _json(value: Any) -> Message:
+    return _say(json.dumps(value, ensure_ascii=False))
+
+
+# Test name -> the perfect message at each step.
+PERFECT: dict[str, list[Message]] = {
+    # --- benchmarks/ (the project's default suite) ---
+    "sentence_seven_words": [_say("The old boat drifted down the river.")],
+    "fruit_list_negative_constraints": [_say("apple\npear\ncherry\nmango")],
+    "lowercase_no_punctuation": [_say("the sky is blue")],
+    "three_line_layout": [_say("START\n42\nEND")],
+    "one_word_answer": [_say("Paris")],
+    "json_inventory_selection": [_json({"low_stock": ["washers", "nuts", "rivets"], "total": 550})],
+    "json_nested_extraction": [
+        _json({
+            "name": "orders-db",
+            "version": 14.2,
+            "replicas": 3,
+            "backups": True,
+            "encryption": False,
+            "users": [
+                {"name": "admin", "roles": ["read", "write"]},
+                {"name": "report", "roles": ["read"]},
+            ],
+        })
+    ],
+    "json_strict_types": [
+        _json({"count": 3, "ratio": 0.5, "enabled": True, "label": "3", "tags": [], "parent": None})
+    ],
+    "json_string_escaping": [_json({"speaker": "Ada", "quote": 'She said "yes" to the plan.'})],
+    "tool_chain_distractor_ids": [
+        _call("find_customer", name="Anna Berg"),
+        _call("get_open_invoices", customer_id="CUS-40371"),
+    ],
+    "abstention_named_tool": [_say("The delete_file tool permanently deletes the file at a given path.")],
+    "write_then_append": [
+        _call("write_file", path="notes.txt", content="first entry\n"),
+        _call("write_file", path="notes.txt", content="second entry\n", append=True),
+    ],
+    "similar_tools_choice": [
+        _call("get_user_by_email", email="j.doe@example.com"),
+        _call("search_files", query="retry_limit"),
+    ],
+    "argument_escaping": [_call("save_note", title="todo", body='say "hello"\ndone')],
+    "integer_argument": [_call("scale_service", service="web", replicas=5)],
+    # --- the seed suite (/work/shared/seed-suite) ---
+    "frase_8_parole": [_say("Il cielo di questa sera sembra molto blu.")],
+    "lista_vincoli_negativi": [_say("verde\ngiallo\nblu")],
+    "json_prodotti": [
+        _json({
+            "economici": [
+                {"nome": "matita", "prezzo": 1},
+                {"nome": "penna", "prezzo": 2},
+                {"nome": "quaderno", "prezzo": 5},
+            ],
+            "spesa_totale": 56,
+        })
+    ],
+    "json_annidato": [
+        _json({
+            "host": "api.example.com",
+            "port": 8080,
+            "ssl": True,
+            "endpoints": [
+                {"path": "/auth", "method": "POST", "requires_auth": False},
+                {"path": "/users", "method": "GET", "requires_auth": True},
+            ],
+        })
+    ],
+    "catena_tool_distrattori": [
+        _call("find_user", name="Maria Rossi"),
+        _call("get_orders", user_id="USR-7431"),
+    ],
+    "trappola_astensione": [_say("Il tool get_weather restituisce le condizioni meteo di una città.")],
+    "tool_write_append": [
+        _call("write_file", path="server.log", content="[BOOT] Server avviato\n"),
+        _call("write_file", path="server.log", content="[READY] In ascolto su porta 8080\n", append=True),
+    ],
+    # --- tests/fixtures/seed_format_suite ---
+    "tre_righe_minuscole": [_say("l'onda arriva piano\nogni onda porta sale\nun'onda torna al largo")],
+    "json_ricetta": [_json({"leggeri": ["lievito", "sale"], "peso_totale": 971, "senza_glutine": False})],
+    "catena_meteo_risposta": [
+        _call("get_weather", city="Torino"),
+        _say("A Torino c'è pioggia, con 11 gradi."),
+    ],
+    "porta_intera": [_call("open_port", port=8443, tcp=False)],
+}
+
+# Test name -> {step index: the argument swapped for a near-identical distractor id}.
+_DISTRACTORS: dict[str, dict[int, tuple[str, str]]] = {
+    "tool_chain_distractor_ids": {1: ("customer_id", "CUS-40317")},
+    "catena_tool_distrattori": {1: ("user_id", "USR-8817")},
+}
+
+
+def perfect(test: BenchTest, step_index: int) -> Message:
+    """The message a perfect model gives at `step_index` of `test` (a fresh copy)."""
+    try:
+        steps = PERFECT[test.name]
+    except KeyError:
+        raise KeyError(f"no scripted answer for test {test.name!r}: add it to tests/answers.py") from None
+    return copy.deepcopy(steps[step_index])
+
+
+def fenced_json(test: BenchTest, step_index: int) -> Message:
+    """Perfect, but JSON answers come in a ```json fence after a sentence of prose."""
+    message = perfect(test, step_index)
+    if test.category == "json" and message["content"]:
+        pretty = json.dumps(json.loads(message["content"]), indent=2, ensure_ascii=False)
+        message["content"] = f"Here is the JSON you asked for:\n```json\n{pretty}\n```"
+    return message
+
+
+def no_tool_calls(test: BenchTest, step_index: int) -> Message:
+    """Perfect text, but every tool call is only described in prose, never made."""
+    message = perfect(test, step_index)
+    if message["tool_calls"]:
+        described = "; ".join(f"{c['name']}({json.dumps(c['arguments'])})" for c in message["tool_calls"])
+        message = _say(f"To do this I would call {described}.")
+    return message
+
+
+def wrong_distractor(test: BenchTest, step_index: int) -> Message:
+    """Perfect, except a chain test carries a near-identical distractor id into its second call."""
+    message = perfect(test, step_index)
+    swap = _DISTRACTORS.get(test.name, {}).get(step_index)
+    if swap is not None:
+        arg, distractor = swap
+        message["tool_calls"][0]["arguments"][arg] = distractor
+    return message
+
+
+def string_integer(test: BenchTest, step_index: int) -> Message:
+    """Perfect, except integer tool arguments arrive as strings (`"5"` instead of `5`)."""
+    message = perfect(test, step_index)
+    for call in message["tool_calls"]:
+        arguments = call["arguments"]
+        for key, value in arguments.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                arguments[key] = str(value)
+    return message
+
+
+BEHAVIOURS: dict[str, Behaviour] = {
+    "perfect": perfect,
+    "fenced_json": fenced_json,
+    "no_tool_calls": no_tool_calls,
+    "wrong_distractor": wrong_distractor,
+    "string_integer": string_integer,
+}
