@@ -402,3 +402,21 @@ def test_admin_benchmark_and_invalidate(store_path, default_suite):
             gone = httpx.delete(proxy.url + "/admin/profiles/m@low", headers=auth).json()
             assert gone == {"invalidated": "m@low", "existed": True}
             assert proxy.gk.lookup("m", "low") is None
+
+
+# -- models routed through litellm ------------------------------------------------------------
+
+def test_configured_litellm_route_is_measured_and_served_through_litellm(store_path, default_suite):
+    with _measuring_upstream(default_suite) as upstream:
+        route = {"name": "routed", "litellm_model": "openai/behind-litellm", "api_base": upstream.base_url,
+                 "api_key": "route-key"}
+        settings = settings_for(f"http://127.0.0.1:{free_port()}/v1", store_path, models=[route],
+                                unknown_models="wait", wait_timeout_s=30)
+        with running_proxy(settings) as proxy:
+            raw = ask(proxy, model="routed", tools=TOOLS)
+            assert raw.parse().choices[0].message.content == "agent answer"
+            assert raw.headers["x-gatekeeper-profile"] == "measured"
+            assert proxy.gk.lookup("routed").profile.provider == "litellm"
+    assert {b["model"] for b in upstream.requests} == {"behind-litellm"}
+    assert forwarded_tools(upstream) == ["read_file", "write_file", "execute_command"]
+    assert upstream.headers[-1]["authorization"] == "Bearer route-key"
