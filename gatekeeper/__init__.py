@@ -10,11 +10,13 @@ from gatekeeper.core import Gatekeeper, NotMeasured, Resolution
 from gatekeeper.errors import (BackendError, ConfigError, GatekeeperError, SuiteError, ToolArgumentsInvalid,
                                ToolNotAllowed)
 from gatekeeper.profiles import JsonFileStore, Profile, ProfileStore
+from gatekeeper.registry import ToolRegistry
 from gatekeeper.suite import Suite, load_suite
 from gatekeeper.tiers import Tier
+from gatekeeper.wrap import gated
 
 __all__ = [
     "BackendError", "ConfigError", "Gatekeeper", "GatekeeperError", "JsonFileStore", "NotMeasured", "Profile",
     "ProfileStore", "Resolution", "Settings", "Suite", "SuiteError", "Tier", "ToolArgumentsInvalid",
-    "ToolNotAllowed", "load_settings", "load_suite",
+    "ToolNotAllowed", "ToolRegistry", "gated", "load_settings", "load_suite",
 ]

@@ -31,6 +31,11 @@ log = structlog.get_logger("gatekeeper.core")
 
 Source = Literal["measured", "pinned", "pending", "unmeasured"]
 
+# How long a found Resolution is reused per (model, effort) before pins and the store are asked
+# again. The proxy asks on every request; `invalidate` and a landed measurement clear it at once.
+RESOLUTION_TTL_S = 1.0
+_RESOLUTION_CACHE_MAX = 4096  # model names come from clients: bound the cache
+
 
 class NotMeasured(GatekeeperError):
     """`unknown_models: reject` and the pair has no valid profile yet."""
@@ -66,6 +71,7 @@ class Gatekeeper:
         self._failures: dict[str, tuple[int, float]] = {}  # key -> (failures in a row, retry not before)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._resolved: dict[tuple[str, str], tuple[float, Resolution]] = {}  # -> (expires, resolution)
 
     @classmethod
     def from_config(cls, path: str | Path) -> Gatekeeper:
@@ -76,6 +82,19 @@ class Gatekeeper:
     def lookup(self, model: str, effort: str | None = None) -> Resolution | None:
         """Pin or valid measured profile for the pair, without side effects; None when neither."""
         effort = effort or DEFAULT_EFFORT
+        now = time.monotonic()
+        cached = self._resolved.get((model, effort))
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        found = self._lookup(model, effort)
+        # Only answers are cached: a miss must see a measurement the moment it lands.
+        if found is not None:
+            if len(self._resolved) >= _RESOLUTION_CACHE_MAX:
+                self._resolved.clear()
+            self._resolved[(model, effort)] = (now + RESOLUTION_TTL_S, found)
+        return found
+
+    def _lookup(self, model: str, effort: str) -> Resolution | None:
         key = profile_key(model, effort)
         pins = self.settings.pins
         pin = pins.get(key) or pins.get(model)
@@ -124,7 +143,7 @@ class Gatekeeper:
         source: Source = "pending" if flight is not None and not flight.done() else "unmeasured"
         if self.settings.unknown_models == "reject":
             raise NotMeasured(f"model {key!r} has not been measured yet ({source}); retry later")
-        log.info("fail_closed", key=key, tier=self.settings.unknown_tier.value, source=source)
+        log.debug("fail_closed", key=key, tier=self.settings.unknown_tier.value, source=source)
         return Resolution(self.settings.unknown_tier, source, key)
 
     def tier_for(self, model: str, effort: str | None = None) -> tuple[Tier, Source]:
@@ -158,6 +177,7 @@ class Gatekeeper:
         with self._lock:
             self._failures.pop(key, None)
         removed = self.store.delete(key)
+        self._resolved.clear()
         log.info("profile_invalidated", key=key, existed=removed)
         return removed
 
@@ -178,15 +198,15 @@ class Gatekeeper:
     def _landed(self, key: str, flight: concurrent.futures.Future) -> None:
         with self._lock:
             self._flights.pop(key, None)
-            if flight.cancelled() or flight.exception() is not None:
-                failures = self._failures.get(key, (0, 0.0))[0] + 1
-                bench = self.settings.bench
-                delay = min(bench.retry_after_s * 2 ** (failures - 1), bench.retry_max_s)
-                self._failures[key] = (failures, time.monotonic() + delay)
-                log.error("measurement_failed", key=key, error=str(flight.exception()), failures=failures,
-                          retry_in_s=delay)
-            else:
+            error = "cancelled" if flight.cancelled() else flight.exception()
+            if error is None:
                 self._failures.pop(key, None)
+                return
+            failures = self._failures.get(key, (0, 0.0))[0] + 1
+            bench = self.settings.bench
+            delay = min(bench.retry_after_s * 2 ** (failures - 1), bench.retry_max_s)
+            self._failures[key] = (failures, time.monotonic() + delay)
+        log.error("measurement_failed", key=key, error=str(error), failures=failures, retry_in_s=delay)
 
     async def _measure(self, model: str, effort: str) -> Profile:
         log.info("measurement_started", model=model, effort=effort)
@@ -200,6 +220,7 @@ class Gatekeeper:
         finally:
             await backend.aclose()
         await asyncio.to_thread(self.store.save, [profile])
+        self._resolved.clear()  # a re-measured pair must not keep its old tier
         metrics.BENCHMARKS.labels(outcome="ok").inc()
         metrics.BENCHMARK_SECONDS.observe(time.perf_counter() - started)
         return profile
@@ -227,11 +248,20 @@ class Gatekeeper:
         return self._loop
 
     def close(self) -> None:
-        """Stop the background loop (cancelling running measurements)."""
+        """Cancel running measurements, let them unwind, then stop the background loop."""
         with self._lock:
             loop, self._loop = self._loop, None
-            flights = list(self._flights.values())
-        for flight in flights:
-            flight.cancel()
-        if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
+        if loop is None:
+            return
+
+        async def unwind() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(unwind(), loop).result(timeout=10)
+        except Exception as exc:  # noqa: BLE001 - closing must not raise; say why it was not clean
+            log.warning("close_unclean", error=repr(exc))
+        loop.call_soon_threadsafe(loop.stop)

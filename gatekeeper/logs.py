@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
+import orjson
 import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -12,7 +13,13 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 
 def configure(level: str = "info", json: bool = True) -> None:
     """Send every structlog line to stderr, as JSON (servers) or as readable text (CLI)."""
-    renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+    if json:
+        # The proxy writes one line per request: orjson straight to bytes costs a fraction of json.dumps.
+        renderer: structlog.typing.Processor = structlog.processors.JSONRenderer(serializer=orjson.dumps)
+        factory: structlog.typing.WrappedLogger = structlog.BytesLoggerFactory(file=sys.stderr.buffer)
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=False)
+        factory = structlog.PrintLoggerFactory(file=sys.stderr)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -21,6 +28,6 @@ def configure(level: str = "info", json: bool = True) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=factory,
         cache_logger_on_first_use=True,
     )

@@ -53,6 +53,7 @@ def create_app(gk: Gatekeeper) -> Starlette:
     settings = gk.settings
     upstream = settings.upstream
     state: dict[str, httpx.AsyncClient] = {}
+    chat_url = httpx.URL(f"{upstream.base_url}/chat/completions")  # parsed once, not per request
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -118,7 +119,7 @@ def create_app(gk: Gatekeeper) -> Starlette:
             return await complete(route, body, allowed_names(body), headers, line)
         allowed = allowed_names(body)
         client = state["client"]
-        upstream_request = client.build_request("POST", "/chat/completions", content=orjson.dumps(body),
+        upstream_request = client.build_request("POST", chat_url, content=orjson.dumps(body),
                                                 headers=upstream_headers(request) | {"content-type": "application/json"})
         try:
             upstream_response = await client.send(upstream_request, stream=True)

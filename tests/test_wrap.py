@@ -1,0 +1,133 @@
+"""`gated`: an agent runtime's own list_for_llm, filtered by a real Gatekeeper."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import pytest
+
+from conftest import make_profile, seed_store, settings_for
+from gatekeeper import Gatekeeper, gated
+from gatekeeper.tiers import Tier
+
+
+def tool(name: str) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
+
+
+TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
+
+
+def names(tools: list) -> list[str]:
+    return [t["function"]["name"] for t in tools]
+
+
+@pytest.fixture
+def gk(upstream, store_path, default_suite) -> Iterator[Gatekeeper]:
+    seed_store(store_path,
+               make_profile("small-model", Tier.SMALL, default_suite),
+               make_profile("large-model", Tier.LARGE, default_suite),
+               make_profile("effortful", Tier.MEDIUM, default_suite, effort="high"))
+    gatekeeper = Gatekeeper(settings_for(upstream.base_url, store_path))
+    yield gatekeeper
+    gatekeeper.close()
+
+
+def test_wrapping_a_sync_listing_by_keyword_model(gk):
+    seen = []
+
+    def list_for_llm(model: str, effort: str | None = None) -> list[dict]:
+        seen.append((model, effort))
+        return list(TOOLS)
+
+    listing = gated(gk, list_for_llm)
+    assert names(listing(model="small-model")) == ["read_file"]
+    assert names(listing(model="large-model")) == ["read_file", "write_file", "execute_command"]
+    assert seen == [("small-model", None), ("large-model", None)]
+    assert listing.__name__ == "list_for_llm"
+
+
+def test_model_and_effort_as_positional_arguments(gk):
+    @gated(gk)
+    def list_for_llm(model: str, effort: str | None = None) -> list[dict]:
+        return TOOLS
+
+    assert names(list_for_llm("effortful", "high")) == ["read_file", "write_file"]
+    assert names(list_for_llm("effortful")) == ["read_file"]  # effortful@default is unmeasured: fail closed
+
+
+def test_first_positional_argument_when_no_parameter_is_named_model(gk):
+    assert names(gated(gk, lambda m, *rest: TOOLS)("large-model")) == names(TOOLS)
+    assert names(gated(gk, lambda m, *rest: TOOLS)("small-model", "ignored")) == ["read_file"]
+
+
+def test_a_bound_method_of_a_runtime(gk):
+    class Runtime:
+        def __init__(self) -> None:
+            self.tools = TOOLS
+
+        def list_for_llm(self, model: str, *, effort: str | None = None) -> list[dict]:
+            return self.tools
+
+    listing = gated(gk, Runtime().list_for_llm)
+    assert names(listing("small-model")) == ["read_file"]
+    assert names(listing("effortful", effort="high")) == ["read_file", "write_file"]
+
+
+def test_decorating_a_method_finds_the_model_by_name(gk):
+    class Runtime:
+        @gated(gk)
+        def list_for_llm(self, model: str) -> list[dict]:
+            return TOOLS
+
+    assert names(Runtime().list_for_llm("small-model")) == ["read_file"]
+
+
+async def test_wrapping_an_async_listing(gk):
+    @gated(gk)
+    async def list_for_llm(model: str, effort: str | None = None) -> list[dict]:
+        return TOOLS
+
+    assert names(await list_for_llm("small-model")) == ["read_file"]
+    assert names(await list_for_llm(model="effortful", effort="high")) == ["read_file", "write_file"]
+
+
+async def test_an_object_with_async_call_is_treated_as_async(gk):
+    class Listing:
+        async def __call__(self, model: str) -> list[dict]:
+            return TOOLS
+
+    assert names(await gated(gk, Listing())("small-model")) == ["read_file"]
+
+
+def test_framework_tool_objects_by_name_attribute(gk):
+    @dataclass
+    class FrameworkTool:
+        name: str
+
+    listing = gated(gk, lambda model: [FrameworkTool("read_file"), FrameworkTool("execute_command")])
+    assert listing("small-model") == [FrameworkTool("read_file")]
+
+
+def test_custom_name_of(gk):
+    listing = gated(gk, lambda model: [("read_file", 1), ("write_file", 2)], name_of=lambda t: t[0])
+    assert listing(model="small-model") == [("read_file", 1)]
+
+
+def test_other_argument_names(gk):
+    listing = gated(gk, lambda llm, level=None: TOOLS, model_arg="llm", effort_arg="level")
+    assert names(listing(llm="effortful", level="high")) == ["read_file", "write_file"]
+
+
+def test_a_call_without_a_model_is_a_clear_error(gk):
+    with pytest.raises(TypeError, match="cannot find the model name"):
+        gated(gk, lambda model=None: TOOLS)()
+
+
+def test_unknown_model_does_not_block_under_fail_closed(gk):
+    listing = gated(gk, lambda model: TOOLS)
+    started = time.perf_counter()
+    assert names(listing("never-measured")) == ["read_file"]
+    assert time.perf_counter() - started < 0.25
