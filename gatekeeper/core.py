@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -107,37 +108,27 @@ class Gatekeeper:
 
     def resolve(self, model: str, effort: str | None = None) -> Resolution:
         """Sync tier resolution. Under `wait` this blocks up to `wait_timeout_s`."""
-        found = self.lookup(model, effort)
-        if found is not None:
-            return found
-        key = profile_key(model, effort)
-        flight = self._start(model, effort or DEFAULT_EFFORT)
-        if self.settings.unknown_models == "wait" and flight is not None:
-            try:
+        found, flight = self._find_or_start(model, effort)
+        if found is None and flight is not None and self.settings.unknown_models == "wait":
+            with contextlib.suppress(Exception):  # timeout or failed measurement: fail closed below
                 flight.result(timeout=self.settings.wait_timeout_s)
-            except Exception:  # noqa: BLE001 - timeout or failed measurement: fail closed below
-                pass
             found = self.lookup(model, effort)
-            if found is not None:
-                return found
-        return self._unknown(key, flight)
+        return found or self._unknown(profile_key(model, effort), flight)
 
     async def aresolve(self, model: str, effort: str | None = None) -> Resolution:
         """Async tier resolution; never blocks the calling event loop."""
+        found, flight = self._find_or_start(model, effort)
+        if found is None and flight is not None and self.settings.unknown_models == "wait":
+            with contextlib.suppress(Exception):  # timeout or failed measurement: fail closed below
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(flight)), self.settings.wait_timeout_s)
+            found = self.lookup(model, effort)
+        return found or self._unknown(profile_key(model, effort), flight)
+
+    def _find_or_start(self, model: str, effort: str | None) -> tuple[Resolution | None, concurrent.futures.Future | None]:
         found = self.lookup(model, effort)
         if found is not None:
-            return found
-        key = profile_key(model, effort)
-        flight = self._start(model, effort or DEFAULT_EFFORT)
-        if self.settings.unknown_models == "wait" and flight is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(flight)), self.settings.wait_timeout_s)
-            except Exception:  # noqa: BLE001 - timeout or failed measurement: fail closed below
-                pass
-            found = self.lookup(model, effort)
-            if found is not None:
-                return found
-        return self._unknown(key, flight)
+            return found, None
+        return None, self._start(model, effort or DEFAULT_EFFORT)
 
     def _unknown(self, key: str, flight: concurrent.futures.Future | None) -> Resolution:
         source: Source = "pending" if flight is not None and not flight.done() else "unmeasured"
