@@ -68,7 +68,8 @@ def create_app(gk: Gatekeeper) -> Starlette:
             gk.close()
 
     def upstream_headers(request: Request) -> dict[str, str]:
-        headers = {k: v for k, v in request.headers.items() if k not in _HOP}
+        # The client's x-request-id stays here: some servers (llama.cpp's) reject ids that are not UUIDs.
+        headers = {k: v for k, v in request.headers.items() if k not in _HOP and k != "x-request-id"}
         if "authorization" not in headers and upstream.api_key:
             headers["authorization"] = f"Bearer {upstream.api_key}"
         return headers
@@ -122,7 +123,7 @@ def create_app(gk: Gatekeeper) -> Starlette:
         upstream_request = client.build_request("POST", chat_url, content=orjson.dumps(body),
                                                 headers=upstream_headers(request) | {"content-type": "application/json"})
         try:
-            upstream_response = await client.send(upstream_request, stream=True)
+            upstream_response = await _send(client, upstream_request)
         except httpx.TimeoutException:
             metrics.UPSTREAM_ERRORS.labels("timeout").inc()
             line.update(upstream_status="timeout")
@@ -150,13 +151,18 @@ def create_app(gk: Gatekeeper) -> Starlette:
         finally:
             await upstream_response.aclose()
         passed.pop("content-length", None)
-        if upstream_response.status_code < 400 and (b'"tool_calls"' in raw or b'"function_call"' in raw):
+        if upstream_response.status_code >= 400:
+            raw = _error_body(upstream_response.status_code, raw, passed)
+        elif b'"tool_calls"' in raw or b'"function_call"' in raw:
             raw = _enforce_body(raw, allowed, line)
         return Response(raw, status_code=upstream_response.status_code, headers=passed)
 
     async def models(request: Request) -> Response:
         try:
-            response = await state["client"].get("/models", headers=upstream_headers(request))
+            client = state["client"]
+            response = await _send(client, client.build_request("GET", "/models", headers=upstream_headers(request)))
+            await response.aread()
+            await response.aclose()
         except httpx.TimeoutException:
             return error_response(504, f"upstream {upstream.base_url} timed out", "upstream_error", "upstream_timeout")
         except httpx.TransportError as exc:
@@ -180,6 +186,28 @@ def create_app(gk: Gatekeeper) -> Starlette:
     if settings.admin_key:
         routes += _admin_routes(gk, settings.admin_key)
     return Starlette(routes=routes, lifespan=lifespan)
+
+
+async def _send(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+    """Send; once more when a pooled connection turns out to be dead before any answer arrived
+    (llama.cpp's server, for one, closes a connection after a failed stream)."""
+    try:
+        return await client.send(request, stream=True)
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+        return await client.send(request, stream=True)
+
+
+def _error_body(status: int, raw: bytes, headers: dict[str, str]) -> bytes:
+    """Upstream error bodies pass through; an empty or non-JSON one is put in the OpenAI error shape."""
+    try:
+        if isinstance(orjson.loads(raw), dict):
+            return raw
+    except orjson.JSONDecodeError:
+        pass
+    headers["content-type"] = "application/json"
+    text = raw.decode("utf-8", "replace").strip()[:500] or "empty body"
+    return orjson.dumps({"error": {"message": f"upstream answered HTTP {status}: {text}", "type": "upstream_error",
+                                   "code": None}})
 
 
 def _enforce_body(raw: bytes, allowed: set[str], line: dict) -> bytes:

@@ -420,3 +420,29 @@ def test_configured_litellm_route_is_measured_and_served_through_litellm(store_p
     assert {b["model"] for b in upstream.requests} == {"behind-litellm"}
     assert forwarded_tools(upstream) == ["read_file", "write_file", "execute_command"]
     assert upstream.headers[-1]["authorization"] == "Bearer route-key"
+
+
+def test_a_non_json_upstream_error_is_put_in_the_openai_error_shape(store_path, default_suite):
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+    from scripted import ThreadedServer
+
+    async def bare_400(request):
+        return Response(b"", status_code=400)
+
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    with ThreadedServer(Starlette(routes=[Route("/v1/chat/completions", bare_400, methods=["POST"])])) as server:
+        with running_proxy(settings_for(f"http://127.0.0.1:{server.port}/v1", store_path)) as proxy:
+            with pytest.raises(openai.BadRequestError) as info:
+                ask(proxy)
+    assert info.value.body["message"] == "upstream answered HTTP 400: empty body"
+
+
+def test_the_clients_request_id_is_echoed_but_not_forwarded(upstream, store_path, default_suite):
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        raw = proxy.client.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], extra_headers={"x-request-id": "agent-run-42"})
+    assert raw.headers["x-request-id"] == "agent-run-42"
+    assert "x-request-id" not in upstream.headers[-1]
