@@ -9,6 +9,7 @@ forwarded as the upstream's own bytes.
 from __future__ import annotations
 
 import hmac
+import itertools
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -36,6 +37,9 @@ _HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfe
                   "proxy-authorization", "proxy-connection", "accept-encoding", "content-encoding", "trailer"})
 
 
+_POOLS = 8  # upstream connection pools (see lifespan)
+
+
 class _BadRequest(Exception):
     def __init__(self, status: int, message: str, code: str | None = None) -> None:
         super().__init__(message)
@@ -52,19 +56,29 @@ def create_app(gk: Gatekeeper) -> Starlette:
     """Build the proxy app around a Gatekeeper; the upstream client lives for the app's lifespan."""
     settings = gk.settings
     upstream = settings.upstream
-    state: dict[str, httpx.AsyncClient] = {}
+    clients: list[httpx.AsyncClient] = []
+    turn = itertools.count()
+
+    def client_for_request() -> httpx.AsyncClient:
+        return clients[next(turn) % len(clients)]
+
     chat_url = httpx.URL(f"{upstream.base_url}/chat/completions")  # parsed once, not per request
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=upstream.max_connections,
-                              max_keepalive_connections=upstream.max_connections)
-        state["client"] = httpx.AsyncClient(base_url=upstream.base_url, limits=limits,
-                                            timeout=httpx.Timeout(upstream.timeout_s, connect=10.0))
+        # Several small pools, taken in turn: httpcore's pool does work quadratic in its size on
+        # every request, so at high concurrency one big pool costs more CPU than the forwarding.
+        pools = min(_POOLS, upstream.max_connections)
+        per_pool = upstream.max_connections // pools
+        limits = httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool)
+        timeout = httpx.Timeout(upstream.timeout_s, connect=10.0)
+        clients[:] = [httpx.AsyncClient(base_url=upstream.base_url, limits=limits, timeout=timeout)
+                      for _ in range(pools)]
         try:
             yield
         finally:
-            await state["client"].aclose()
+            for client in clients:
+                await client.aclose()
             gk.close()
 
     def upstream_headers(request: Request) -> dict[str, str]:
@@ -119,7 +133,7 @@ def create_app(gk: Gatekeeper) -> Starlette:
 
             return await complete(route, body, allowed_names(body), headers, line)
         allowed = allowed_names(body)
-        client = state["client"]
+        client = client_for_request()
         upstream_request = client.build_request("POST", chat_url, content=orjson.dumps(body),
                                                 headers=upstream_headers(request) | {"content-type": "application/json"})
         try:
@@ -159,7 +173,7 @@ def create_app(gk: Gatekeeper) -> Starlette:
 
     async def models(request: Request) -> Response:
         try:
-            client = state["client"]
+            client = client_for_request()
             response = await _send(client, client.build_request("GET", "/models", headers=upstream_headers(request)))
             await response.aread()
             await response.aclose()
