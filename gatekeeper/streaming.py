@@ -79,6 +79,20 @@ class StreamEnforcer:
             return None
         return b"data: " + orjson.dumps(doc) + b"\n\n"
 
+    def _admit(self, key: tuple[int, int], name: str) -> int | None:
+        """Decide a call on its first delta: its index for the client, or None when blocked."""
+        if key not in self._index:
+            choice = key[0]
+            if name in self.allowed:
+                self._index[key] = self._kept.get(choice, 0)
+                self._kept[choice] = self._index[key] + 1
+            else:
+                self._index[key] = None
+                self.blocked.append(name)
+                self.log.warning("tool_call_blocked", request_id=self.line.get("request_id"),
+                                 model=self.line.get("model"), tool=name)
+        return self._index[key]
+
     def _enforce(self, doc: dict) -> bool:
         """Filter one chunk in place; True when it changed."""
         changed = False
@@ -90,18 +104,8 @@ class StreamEnforcer:
             if calls:
                 kept = []
                 for call in calls:
-                    key = (ci, call.get("index", 0))
-                    if key not in self._index:
-                        name = (call.get("function") or {}).get("name") or ""
-                        if name in self.allowed:
-                            self._index[key] = self._kept.get(ci, 0)
-                            self._kept[ci] = self._index[key] + 1
-                        else:
-                            self._index[key] = None
-                            self.blocked.append(name)
-                            self.log.warning("tool_call_blocked", request_id=self.line.get("request_id"),
-                                             model=self.line.get("model"), tool=name)
-                    new_index = self._index[key]
+                    name = (call.get("function") or {}).get("name") or ""
+                    new_index = self._admit((ci, call.get("index", 0)), name)
                     if new_index is not None:
                         kept.append(call | {"index": new_index})
                 changed = changed or kept != calls
@@ -109,11 +113,9 @@ class StreamEnforcer:
                     delta["tool_calls"] = kept
                 else:
                     del delta["tool_calls"]
-            if isinstance(delta.get("function_call"), dict) and delta["function_call"].get("name") not in (
-                None, *self.allowed
-            ):
-                self.blocked.append(delta["function_call"]["name"])
-                del delta["function_call"]
+            legacy = delta.get("function_call")
+            if isinstance(legacy, dict) and self._admit((ci, -1), legacy.get("name") or "") is None:
+                del delta["function_call"]  # the legacy form: a name first, then argument deltas
                 changed = True
             seen = any(k[0] == ci for k in self._index)
             if seen and choice.get("finish_reason") in ("tool_calls", "function_call") and not self._kept.get(ci):
