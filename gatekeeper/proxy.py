@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gatekeeper import metrics
-from gatekeeper.core import Gatekeeper, NotMeasured, Resolution
+from gatekeeper.core import Gatekeeper, NotMeasured
 from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked, allowed_names, enforce_choice, gate_request
 from gatekeeper.profiles import split_key
 from gatekeeper.streaming import StreamEnforcer
@@ -41,9 +41,10 @@ _POOLS = 8  # upstream connection pools (see lifespan)
 
 
 class _BadRequest(Exception):
-    def __init__(self, status: int, message: str, code: str | None = None) -> None:
+    def __init__(self, status: int, message: str, code: str | None = None,
+                 kind: str = "invalid_request_error") -> None:
         super().__init__(message)
-        self.status, self.message, self.code = status, message, code
+        self.status, self.message, self.code, self.kind = status, message, code, kind
 
 
 def error_response(status: int, message: str, kind: str, code: str | None = None,
@@ -88,6 +89,17 @@ def create_app(gk: Gatekeeper) -> Starlette:
             headers["authorization"] = f"Bearer {upstream.api_key}"
         return headers
 
+    def upstream_failure(exc: httpx.TransportError, headers: dict[str, str], line: dict) -> Response:
+        """504 when the upstream timed out, 502 when it could not be reached or broke off."""
+        kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "unreachable"
+        metrics.UPSTREAM_ERRORS.labels(kind).inc()
+        line.update(upstream_status=kind)
+        if kind == "timeout":
+            return error_response(504, f"upstream {upstream.base_url} timed out", "upstream_error",
+                                  "upstream_timeout", headers)
+        return error_response(502, f"upstream {upstream.base_url} unreachable: {type(exc).__name__}",
+                              "upstream_error", "upstream_unreachable", headers)
+
     async def chat(request: Request) -> Response:
         started = time.perf_counter()
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
@@ -99,7 +111,7 @@ def create_app(gk: Gatekeeper) -> Starlette:
             try:
                 resolution = await gk.aresolve(model, effort)
             except NotMeasured as exc:
-                raise _BadRequest(503, str(exc), "model_not_measured") from None
+                raise _BadRequest(503, str(exc), "model_not_measured", "service_unavailable") from None
             line.update(tier=resolution.tier.value, source=resolution.source)
             headers = {"x-gatekeeper-tier": resolution.tier.value, "x-gatekeeper-profile": resolution.source,
                        "x-request-id": request_id}
@@ -114,19 +126,21 @@ def create_app(gk: Gatekeeper) -> Starlette:
             line.update(tools_kept=gated.kept, tools_hidden=gated.hidden)
             if gated.hidden:
                 metrics.TOOLS_HIDDEN.inc(len(gated.hidden))
-            response = await _forward(request, body, model, resolution, headers, line)
+            response = await _forward(request, body, model, headers, line)
         except _BadRequest as exc:
             line.update(status=exc.status, error=exc.message)
             log.info("request", **line, latency_ms=round((time.perf_counter() - started) * 1000, 2))
-            headers = {"x-request-id": request_id}
-            return error_response(exc.status, exc.message, "invalid_request_error", exc.code, headers)
+            return error_response(exc.status, exc.message, exc.kind, exc.code, {"x-request-id": request_id})
+        except Exception:  # a bug of ours must cost one request a clear 500, never the server
+            log.exception("request_failed", **line)
+            return error_response(500, f"gatekeeper internal error (request {request_id})", "internal_error",
+                                  None, {"x-request-id": request_id})
         line.update(status=response.status_code)
         if not isinstance(response, StreamingResponse):
             log.info("request", **line, latency_ms=round((time.perf_counter() - started) * 1000, 2))
         return response
 
-    async def _forward(request: Request, body: dict, model: str, resolution: Resolution,
-                       headers: dict[str, str], line: dict) -> Response:
+    async def _forward(request: Request, body: dict, model: str, headers: dict[str, str], line: dict) -> Response:
         route = settings.route(model)
         if route is not None:
             from gatekeeper.litellm_route import complete  # litellm is heavy: only for its routes
@@ -138,15 +152,8 @@ def create_app(gk: Gatekeeper) -> Starlette:
                                                 headers=upstream_headers(request) | {"content-type": "application/json"})
         try:
             upstream_response = await _send(client, upstream_request)
-        except httpx.TimeoutException:
-            metrics.UPSTREAM_ERRORS.labels("timeout").inc()
-            line.update(upstream_status="timeout")
-            return error_response(504, f"upstream {upstream.base_url} timed out", "upstream_error", "upstream_timeout", headers)
         except httpx.TransportError as exc:
-            metrics.UPSTREAM_ERRORS.labels("unreachable").inc()
-            line.update(upstream_status="unreachable")
-            return error_response(502, f"upstream {upstream.base_url} unreachable: {type(exc).__name__}",
-                                  "upstream_error", "upstream_unreachable", headers)
+            return upstream_failure(exc, headers, line)
         line.update(upstream_status=upstream_response.status_code)
         passed = {k: v for k, v in upstream_response.headers.items() if k not in _HOP} | headers
         if upstream_response.status_code >= 400:
@@ -172,16 +179,15 @@ def create_app(gk: Gatekeeper) -> Starlette:
         return Response(raw, status_code=upstream_response.status_code, headers=passed)
 
     async def models(request: Request) -> Response:
+        client = client_for_request()
         try:
-            client = client_for_request()
             response = await _send(client, client.build_request("GET", "/models", headers=upstream_headers(request)))
-            await response.aread()
-            await response.aclose()
-        except httpx.TimeoutException:
-            return error_response(504, f"upstream {upstream.base_url} timed out", "upstream_error", "upstream_timeout")
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
         except httpx.TransportError as exc:
-            return error_response(502, f"upstream {upstream.base_url} unreachable: {type(exc).__name__}",
-                                  "upstream_error", "upstream_unreachable")
+            return upstream_failure(exc, {}, {})
         passed = {k: v for k, v in response.headers.items() if k not in _HOP}
         return Response(response.content, status_code=response.status_code, headers=passed)
 
