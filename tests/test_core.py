@@ -27,11 +27,10 @@ def wait_measured(gk: Gatekeeper, model: str, effort: str | None = None) -> None
 
 
 def test_sync_fail_closed_returns_at_once_while_measuring(store_path, default_suite):
-    with measuring(default_suite, delay_s=0.3) as upstream:
+    with measuring(default_suite, delay_s=1.0) as upstream:
         gk = Gatekeeper(settings_for(upstream.base_url, store_path))
-        started = time.perf_counter()
         assert gk.tier_for("m") == (Tier.SMALL, "pending")
-        assert time.perf_counter() - started < 0.25  # did not wait for a 0.3 s call
+        assert gk.lookup("m") is None  # returned while the measurement was still running
         wait_measured(gk, "m")
         assert gk.tier_for("m") == (Tier.LARGE, "measured")
         gk.close()

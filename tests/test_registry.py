@@ -117,17 +117,15 @@ def _slow_measuring_upstream(default_suite, delay_s: float) -> ScriptedServer:
 
 
 def test_sync_listing_does_not_block_while_an_unknown_model_is_measured(store_path, default_suite):
-    with _slow_measuring_upstream(default_suite, delay_s=0.3) as upstream:
+    with _slow_measuring_upstream(default_suite, delay_s=1.0) as upstream:
         gk = Gatekeeper(settings_for(upstream.base_url, store_path))  # fail_closed, unknown_tier small
         try:
             registry = ToolRegistry(gk)
             registry.register(schema("read_file"))
             registry.register(schema("execute_command"))
-            started = time.perf_counter()
             tools = registry.list_for_llm("new-model")
-            elapsed = time.perf_counter() - started
             assert names(tools) == ["read_file"]
-            assert elapsed < 0.25, f"list_for_llm blocked for {elapsed:.3f}s"
+            assert gk.lookup("new-model") is None, "list_for_llm waited for the measurement"
             deadline = time.monotonic() + 30
             while gk.lookup("new-model") is None and time.monotonic() < deadline:
                 assert names(registry.list_for_llm("new-model")) == ["read_file"]
