@@ -8,7 +8,7 @@ LiteLLM's `config.yaml`:
 and `GATEKEEPER_CONFIG=/path/to/gatekeeper.yaml` in the proxy's environment. On every chat
 completion that carries tools, the hook resolves the tier of `data["model"]` (the model name
 the client sent) at `data["reasoning_effort"]` and applies `gatekeeper.gating.gate_request` to
-the request: the same semantics as gatekeeper's own proxy.
+the request through the core's `Gatekeeper.agate`: the same semantics as gatekeeper's own proxy.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from litellm.integrations.custom_logger import CustomLogger
 
 from gatekeeper.core import Gatekeeper, NotMeasured
 from gatekeeper.errors import ConfigError, GatekeeperError
-from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked, gate_request
+from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked
 
 log = structlog.get_logger("gatekeeper.litellm_hook")
 
@@ -64,17 +64,14 @@ class GatekeeperHook(CustomLogger):
             return data  # LiteLLM rejects it itself
         effort = data.get("reasoning_effort")
         effort = effort if isinstance(effort, str) else None
-        gk = self.gk
         try:
-            resolution = await gk.aresolve(model, effort)
+            resolution, gated = await self.gk.agate(data, model, effort)
         except NotMeasured as exc:
             raise _http_error(503, str(exc), "model_not_measured") from None
-        try:
-            gated = gate_request(data, resolution.tier, gk.policy)
         except RequestInvalid as exc:
             raise _http_error(400, str(exc), "invalid_tools") from None
         except ToolChoiceBlocked as exc:
-            log.info("litellm_request_blocked", model=model, effort=effort or "default", tier=resolution.tier.value,
+            log.info("litellm_request_blocked", model=model, effort=effort or "default", tier=exc.tier.value,
                      tool=exc.tool)
             raise _http_error(400, str(exc), "tool_not_allowed") from None
         log.info("litellm_request_gated", model=model, effort=effort or "default", tier=resolution.tier.value,

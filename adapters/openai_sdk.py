@@ -17,7 +17,6 @@ from typing import Any, Callable
 import openai
 
 from gatekeeper.core import Gatekeeper
-from gatekeeper.gating import gate_request
 
 _TOOL_FIELDS = ("tools", "tool_choice", "functions", "function_call")
 _GATED_CALLS = ("create", "parse", "stream")
@@ -120,7 +119,7 @@ def _gated_sync(gk: Gatekeeper, kwargs: dict) -> dict:
     body = _tool_body(kwargs)
     if body is None or not isinstance(kwargs.get("model"), str):
         return kwargs
-    gate_request(body, gk.resolve(*_model_and_effort(body)).tier, gk.policy)
+    gk.gate(body, *_model_and_effort(body))
     return body
 
 
@@ -128,5 +127,5 @@ async def _gated_async(gk: Gatekeeper, kwargs: dict) -> dict:
     body = _tool_body(kwargs)
     if body is None or not isinstance(kwargs.get("model"), str):
         return kwargs
-    gate_request(body, (await gk.aresolve(*_model_and_effort(body))).tier, gk.policy)
+    await gk.agate(body, *_model_and_effort(body))
     return body

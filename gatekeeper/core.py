@@ -22,7 +22,7 @@ from gatekeeper import metrics
 from gatekeeper.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestSettings
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import GatekeeperError
-from gatekeeper.gating import ToolPolicy, tool_name
+from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
 from gatekeeper.profiles import DEFAULT_EFFORT, JsonFileStore, Profile, ProfileStore, profile_key
 from gatekeeper.runner import RunSettings, sweep
 from gatekeeper.suite import Suite, load_suite
@@ -154,6 +154,24 @@ class Gatekeeper:
 
     def allowed(self, tier: Tier, tools: list[dict]) -> list[dict]:
         return [t for i, t in enumerate(tools) if self.policy.allows(tier, tool_name(t, f"tools[{i}]"))]
+
+    def gate(self, body: dict, model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
+        """Resolve the pair and gate a Chat Completions request body in place (see `gate_request`).
+
+        Raises NotMeasured (policy `reject`), RequestInvalid and ToolChoiceBlocked.
+        """
+        return self._gate(body, self.resolve(model, effort))
+
+    async def agate(self, body: dict, model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
+        """`gate` for async code."""
+        return self._gate(body, await self.aresolve(model, effort))
+
+    def _gate(self, body: dict, resolution: Resolution) -> tuple[Resolution, Gated]:
+        try:
+            return resolution, gate_request(body, resolution.tier, self.policy)
+        except ToolChoiceBlocked as exc:
+            exc.source = resolution.source
+            raise
 
     # -- measurement -----------------------------------------------------------------------
 

@@ -21,7 +21,8 @@ class ToolChoiceBlocked(ValueError):
             f"tool_choice forces tool {tool!r}, which requires tier {required.value!r}; "
             f"this model's tier is {tier.value!r}"
         )
-        self.tool = tool
+        self.tool, self.required, self.tier = tool, required, tier
+        self.source = ""  # where the tier came from; set by the core, which knows it
 
 
 class ToolPolicy:

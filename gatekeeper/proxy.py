@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from gatekeeper import metrics
 from gatekeeper.core import Gatekeeper, NotMeasured
-from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked, allowed_names, enforce_choice, gate_request
+from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked, allowed_names, enforce_choice
 from gatekeeper.profiles import split_key
 from gatekeeper.streaming import StreamEnforcer
 
@@ -109,20 +109,21 @@ def create_app(gk: Gatekeeper) -> Starlette:
             model, effort = _model_and_effort(body)
             line.update(model=model, effort=effort or "default")
             try:
-                resolution = await gk.aresolve(model, effort)
+                resolution, gated = await gk.agate(body, model, effort)
             except NotMeasured as exc:
                 raise _BadRequest(503, str(exc), "model_not_measured", "service_unavailable") from None
+            except RequestInvalid as exc:
+                raise _BadRequest(400, str(exc), "invalid_tools") from None
+            except ToolChoiceBlocked as exc:
+                tier, source = exc.tier.value, exc.source
+                line.update(tier=tier, source=source, status=400, blocked_choice=exc.tool)
+                log.info("request", **line)
+                headers = {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": source, "x-request-id": request_id}
+                return error_response(400, str(exc), "invalid_request_error", "tool_not_allowed", headers)
             line.update(tier=resolution.tier.value, source=resolution.source)
             headers = {"x-gatekeeper-tier": resolution.tier.value, "x-gatekeeper-profile": resolution.source,
                        "x-request-id": request_id}
             metrics.REQUESTS.labels(resolution.tier.value, resolution.source).inc()
-            try:
-                gated = gate_request(body, resolution.tier, gk.policy)
-            except RequestInvalid as exc:
-                raise _BadRequest(400, str(exc), "invalid_tools") from None
-            except ToolChoiceBlocked as exc:
-                log.info("request", **line, status=400, blocked_choice=exc.tool)
-                return error_response(400, str(exc), "invalid_request_error", "tool_not_allowed", headers)
             line.update(tools_kept=gated.kept, tools_hidden=gated.hidden)
             if gated.hidden:
                 metrics.TOOLS_HIDDEN.inc(len(gated.hidden))

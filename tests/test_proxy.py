@@ -192,6 +192,8 @@ def test_tool_choice_forcing_a_hidden_tool_is_a_400_naming_tool_and_tier(upstrea
             ask(proxy, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "execute_command"}})
     assert "execute_command" in info.value.message and "large" in info.value.message
     assert info.value.code == "tool_not_allowed"
+    assert info.value.response.headers["x-gatekeeper-tier"] == "small"
+    assert info.value.response.headers["x-gatekeeper-profile"] == "measured"
     assert upstream.requests == []
 
 
