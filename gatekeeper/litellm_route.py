@@ -6,11 +6,15 @@ from typing import AsyncIterator
 
 import litellm
 import orjson
+import structlog
 from starlette.responses import Response, StreamingResponse
 
 from gatekeeper import metrics
 from gatekeeper.config import ModelRoute
 from gatekeeper.gating import enforce_choice
+from gatekeeper.streaming import StreamEnforcer
+
+log = structlog.get_logger("gatekeeper.proxy")
 
 
 def _error(status: int, message: str, headers: dict[str, str]) -> Response:
@@ -41,9 +45,6 @@ async def complete(route: ModelRoute, body: dict, allowed: set[str], headers: di
 
 
 async def _relay(stream: AsyncIterator, allowed: set[str], line: dict) -> AsyncIterator[bytes]:
-    from gatekeeper.proxy import log
-    from gatekeeper.streaming import StreamEnforcer
-
     enforcer = StreamEnforcer(allowed, line, log)
     try:
         async for chunk in stream:

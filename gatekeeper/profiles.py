@@ -32,7 +32,7 @@ def profile_key(model: str, effort: str | None) -> str:
 
 def split_key(key: str) -> tuple[str, str]:
     model, sep, effort = key.rpartition("@")
-    return (model, effort) if sep and model else (key, DEFAULT_EFFORT)
+    return (model, effort) if sep else (key, DEFAULT_EFFORT)
 
 
 class _Camel(BaseModel):

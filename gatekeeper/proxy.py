@@ -27,7 +27,7 @@ from starlette.routing import Route
 from gatekeeper import metrics
 from gatekeeper.core import Gatekeeper, NotMeasured
 from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked, allowed_names, enforce_choice
-from gatekeeper.profiles import split_key
+from gatekeeper.profiles import profile_key, split_key
 from gatekeeper.streaming import StreamEnforcer
 
 log = structlog.get_logger("gatekeeper.proxy")
@@ -288,7 +288,10 @@ def _admin_routes(gk: Gatekeeper, admin_key: str) -> list[Route]:
             if not authorized(request):
                 return error_response(401, "admin API needs 'Authorization: Bearer <admin_key>'",
                                       "authentication_error", "invalid_admin_key")
-            return await handler(request)
+            try:
+                return await handler(request)
+            except _BadRequest as exc:
+                return error_response(exc.status, exc.message, exc.kind, exc.code)
         return guarded
 
     async def list_profiles(request: Request) -> Response:
@@ -298,15 +301,21 @@ def _admin_routes(gk: Gatekeeper, admin_key: str) -> list[Route]:
             doc["profiles"][key]["valid"] = profile.is_valid_for(gk.suite)
         return JSONResponse(doc)
 
-    async def benchmark(request: Request) -> Response:
+    def pair(request: Request) -> tuple[str, str]:
         model, effort = split_key(request.path_params["key"])
+        if not model or not effort:
+            raise _BadRequest(400, f"expected MODEL@EFFORT or MODEL, got {request.path_params['key']!r}", "invalid_key")
+        return model, effort
+
+    async def benchmark(request: Request) -> Response:
+        model, effort = pair(request)
         gk.measure(model, effort)
-        return JSONResponse({"status": "started", "key": f"{model}@{effort}"}, status_code=202)
+        return JSONResponse({"status": "started", "key": profile_key(model, effort)}, status_code=202)
 
     async def invalidate(request: Request) -> Response:
-        model, effort = split_key(request.path_params["key"])
+        model, effort = pair(request)
         existed = gk.invalidate(model, effort)
-        return JSONResponse({"invalidated": f"{model}@{effort}", "existed": existed})
+        return JSONResponse({"invalidated": profile_key(model, effort), "existed": existed})
 
     return [
         Route("/admin/profiles", guard(list_profiles), methods=["GET"]),

@@ -14,7 +14,7 @@ from gatekeeper.backends import Backend
 from gatekeeper.checks import Answer, run_check
 from gatekeeper.profiles import DEFAULT_EFFORT, Profile, TestResult
 from gatekeeper.suite import CATEGORIES, BenchTest, Suite
-from gatekeeper.tiers import Thresholds, Tier, compute_tier
+from gatekeeper.tiers import Thresholds, compute_tier
 
 log = structlog.get_logger("gatekeeper.runner")
 
@@ -148,15 +148,17 @@ async def sweep(
     """
     settings = settings or RunSettings()
     gate = asyncio.Semaphore(max(1, settings.concurrency))
+    started = time.perf_counter()
+    finished: dict[str, float] = {}  # effort -> when its last test ended
 
     async def one(test: BenchTest, effort: str) -> TestRun:
         async with gate:
             run = await run_test(backend, model, test, None if effort == DEFAULT_EFFORT else effort, settings)
+        finished[effort] = time.perf_counter()
         if on_progress:
             on_progress(model, effort, test.name)
         return run
 
-    started = time.perf_counter()
     jobs = {effort: [asyncio.ensure_future(one(test, effort)) for test in suite.tests] for effort in efforts}
     try:
         await asyncio.gather(*(job for level in jobs.values() for job in level))
@@ -165,10 +167,10 @@ async def sweep(
             for job in level:
                 job.cancel()
         raise
-    duration = time.perf_counter() - started
+    # Levels share the concurrency bound, so a level's duration is from the start to its last test.
     profiles = [
         build_profile(model, backend.provider, effort, suite, [job.result() for job in jobs[effort]],
-                      settings.thresholds, duration)
+                      settings.thresholds, finished[effort] - started)
         for effort in efforts
     ]
     for profile in profiles:
@@ -176,6 +178,3 @@ async def sweep(
                  scores=profile.scores, tokens_per_second=profile.tokens_per_second)
     return profiles
 
-
-def tier_of(profiles: list[Profile]) -> Tier:
-    return max((p.tier for p in profiles), key=lambda t: t.rank, default=Tier.SMALL)

@@ -170,6 +170,7 @@ def test_bench_command_sweeps_four_levels_stores_profiles_and_recommends(tmp_pat
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)["results"][0]
     assert [p["reasoningEffort"] for p in result["profiles"]] == ["none", "low", "medium", "xhigh"]
+    assert all(p["durationS"] > 0 for p in result["profiles"])
     assert result["recommendedEffort"] == "medium"
     saved = json.loads(store.read_text())
     assert set(saved["profiles"]) == {"m@none", "m@low", "m@medium", "m@xhigh"}

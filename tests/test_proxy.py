@@ -448,3 +448,10 @@ def test_the_clients_request_id_is_echoed_but_not_forwarded(upstream, store_path
             model="m", messages=[{"role": "user", "content": "hi"}], extra_headers={"x-request-id": "agent-run-42"})
     assert raw.headers["x-request-id"] == "agent-run-42"
     assert "x-request-id" not in upstream.headers[-1]
+
+
+@pytest.mark.parametrize("key", ["@low", "m@"])
+def test_admin_rejects_a_malformed_pair(upstream, store_path, key):
+    with running_proxy(settings_for(upstream.base_url, store_path, admin_key="k")) as proxy:
+        response = httpx.delete(f"{proxy.url}/admin/profiles/{key}", headers={"authorization": "Bearer k"})
+    assert response.status_code == 400 and "MODEL@EFFORT" in response.json()["error"]["message"]
