@@ -88,3 +88,19 @@ def settings_for(upstream_url: str, store: Path, **changes) -> Settings:
 
 def seed_store(store: Path, *profiles: Profile) -> None:
     JsonFileStore(store).save(list(profiles))
+
+
+@pytest.fixture
+def gk(upstream: ScriptedServer, store_path: Path, default_suite: Suite) -> Iterator[Gatekeeper]:
+    """A Gatekeeper with measured small-, medium- and large-model, effortful@low/high/xhigh at
+    small/medium/large (effortful@default unmeasured) and pinned-model pinned to medium."""
+    seed_store(store_path,
+               make_profile("small-model", Tier.SMALL, default_suite),
+               make_profile("medium-model", Tier.MEDIUM, default_suite),
+               make_profile("large-model", Tier.LARGE, default_suite),
+               make_profile("effortful", Tier.SMALL, default_suite, effort="low"),
+               make_profile("effortful", Tier.MEDIUM, default_suite, effort="high"),
+               make_profile("effortful", Tier.LARGE, default_suite, effort="xhigh"))
+    gatekeeper = Gatekeeper(settings_for(upstream.base_url, store_path, pins={"pinned-model": "medium"}))
+    yield gatekeeper
+    gatekeeper.close()

@@ -19,8 +19,8 @@ from litellm.proxy._types import UserAPIKeyAuth  # noqa: E402
 
 from adapters.litellm_hook import GatekeeperHook  # noqa: E402
 from adapters.openai_sdk import gate_client  # noqa: E402
-from conftest import make_profile, seed_store, settings_for  # noqa: E402
-from gatekeeper import ConfigError, Gatekeeper  # noqa: E402
+from conftest import make_profile, seed_store  # noqa: E402
+from gatekeeper import ConfigError  # noqa: E402
 from gatekeeper.gating import ToolChoiceBlocked  # noqa: E402
 from gatekeeper.tiers import Tier  # noqa: E402
 
@@ -40,16 +40,6 @@ def sent_tools(upstream) -> list[str] | None:
     return [t["function"]["name"] for t in body["tools"]] if "tools" in body else None
 
 
-@pytest.fixture
-def gk(upstream, store_path, default_suite) -> Iterator[Gatekeeper]:
-    seed_store(store_path,
-               make_profile("small-model", Tier.SMALL, default_suite),
-               make_profile("medium-model", Tier.MEDIUM, default_suite),
-               make_profile("large-model", Tier.LARGE, default_suite),
-               make_profile("effortful", Tier.LARGE, default_suite, effort="high"))
-    gatekeeper = Gatekeeper(settings_for(upstream.base_url, store_path))
-    yield gatekeeper
-    gatekeeper.close()
 
 
 # -- LiteLLM proxy hook ----------------------------------------------------------------------
@@ -99,7 +89,7 @@ async def test_litellm_hook_filters_the_tools_litellm_sends(upstream, hook, mode
 
 async def test_litellm_hook_keys_by_reasoning_effort(upstream, hook):
     data = await proxy_pre_call({"model": "effortful", "messages": HI, "tools": list(TOOLS),
-                                 "reasoning_effort": "high"})
+                                 "reasoning_effort": "xhigh"})
     assert [t["function"]["name"] for t in data["tools"]] == ["read_file", "write_file", "execute_command"]
     data = await proxy_pre_call({"model": "effortful", "messages": HI, "tools": list(TOOLS)})
     assert [t["function"]["name"] for t in data["tools"]] == ["read_file"]  # effortful@default: unmeasured
@@ -175,9 +165,9 @@ def test_sync_client_sends_only_allowed_tools(upstream, client):
 
 
 def test_sync_client_effort_is_part_of_the_key(upstream, client):
-    client.chat.completions.create(model="effortful", messages=HI, tools=TOOLS, reasoning_effort="high")
+    client.chat.completions.create(model="effortful", messages=HI, tools=TOOLS, reasoning_effort="xhigh")
     assert sent_tools(upstream) == ["read_file", "write_file", "execute_command"]
-    assert upstream.requests[-1]["reasoning_effort"] == "high"
+    assert upstream.requests[-1]["reasoning_effort"] == "xhigh"
 
 
 def test_sync_client_raw_response_stream_and_options_are_gated(upstream, client):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Iterator, Literal, Optional
+from typing import Literal, Optional
 
 import pytest
 
 import answers
-from conftest import agent_or_suite, make_profile, seed_store, settings_for
+from conftest import agent_or_suite, settings_for
 from scripted import ScriptedServer, SuiteScript
 from gatekeeper import Gatekeeper, NotMeasured, ToolArgumentsInvalid, ToolNotAllowed, ToolRegistry
 from gatekeeper.registry import function_schema
@@ -26,17 +26,6 @@ def names(tools: list[dict]) -> list[str]:
     return [t["function"]["name"] for t in tools]
 
 
-@pytest.fixture
-def gk(upstream, store_path, default_suite) -> Iterator[Gatekeeper]:
-    seed_store(store_path,
-               make_profile("small-model", Tier.SMALL, default_suite),
-               make_profile("medium-model", Tier.MEDIUM, default_suite),
-               make_profile("large-model", Tier.LARGE, default_suite),
-               make_profile("effortful", Tier.SMALL, default_suite, effort="low"),
-               make_profile("effortful", Tier.LARGE, default_suite, effort="xhigh"))
-    gatekeeper = Gatekeeper(settings_for(upstream.base_url, store_path, pins={"pinned-model": "medium"}))
-    yield gatekeeper
-    gatekeeper.close()
 
 
 @pytest.fixture

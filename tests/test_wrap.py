@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
 
 import pytest
 
-from conftest import make_profile, seed_store, settings_for
-from gatekeeper import Gatekeeper, gated
-from gatekeeper.tiers import Tier
+from gatekeeper import gated
 
 
 def tool(name: str) -> dict:
@@ -23,15 +20,6 @@ def names(tools: list) -> list[str]:
     return [t["function"]["name"] for t in tools]
 
 
-@pytest.fixture
-def gk(upstream, store_path, default_suite) -> Iterator[Gatekeeper]:
-    seed_store(store_path,
-               make_profile("small-model", Tier.SMALL, default_suite),
-               make_profile("large-model", Tier.LARGE, default_suite),
-               make_profile("effortful", Tier.MEDIUM, default_suite, effort="high"))
-    gatekeeper = Gatekeeper(settings_for(upstream.base_url, store_path))
-    yield gatekeeper
-    gatekeeper.close()
 
 
 def test_wrapping_a_sync_listing_by_keyword_model(gk):
