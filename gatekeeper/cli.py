@@ -189,7 +189,10 @@ def profiles(
     """Show stored profiles and recommendations."""
     settings = _settings(config)
     logs.configure("warning", json=False)
-    data = JsonFileStore(store or settings.store).load()
+    profile_store = JsonFileStore(store or settings.store)
+    data = profile_store.load()
+    if profile_store.problem:
+        _fail(f"{profile_store.path}: not a usable profile store ({profile_store.problem})", 1)
     if as_json:
         json.dump(data.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -105,7 +105,10 @@ class JsonFileStore:
     """`models_profile.json` with atomic writes, a cross-process file lock and a short memory cache.
 
     Writers take the lock, re-read the file, merge and replace it (temporary file + rename), so
-    two processes writing at once lose nothing. An unreadable file is renamed aside, never deleted.
+    two processes writing at once lose nothing, and readers, which take no lock, never see half a
+    file. An unreadable or corrupt file reads as empty (every model falls back to its unmeasured
+    tier) and is logged; the next write renames it aside, never deletes it. Reading alone never
+    moves or creates a file.
     """
 
     def __init__(self, path: str | Path, cache_ttl_s: float = 1.0) -> None:
@@ -113,13 +116,13 @@ class JsonFileStore:
         self._lock = FileLock(str(self.path) + ".lock", timeout=30)
         self._thread_lock = threading.Lock()
         self._cache: TTLCache[str, StoreData] = TTLCache(maxsize=1, ttl=cache_ttl_s)
+        self.problem: str | None = None  # why the file could not be used at the last read
 
     def load(self) -> StoreData:
         with self._thread_lock:
             data = self._cache.get("data")
         if data is None:
-            with self._lock:
-                data = self._read()
+            data = self._read()
             with self._thread_lock:
                 self._cache["data"] = data
         return data
@@ -129,7 +132,7 @@ class JsonFileStore:
 
     def save(self, profiles: list[Profile], recommendations: dict[str, str] | None = None) -> None:
         with self._lock:
-            data = self._read()
+            data = self._read_for_write()
             for profile in profiles:
                 data.profiles[profile.key] = profile
             data.recommendations.update(recommendations or {})
@@ -139,7 +142,7 @@ class JsonFileStore:
 
     def delete(self, key: str) -> bool:
         with self._lock:
-            data = self._read()
+            data = self._read_for_write()
             found = data.profiles.pop(key, None) is not None
             if found:
                 self._write(data)
@@ -151,9 +154,10 @@ class JsonFileStore:
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
+            self.problem = None
             return StoreData()
         except OSError as exc:
-            return self._set_aside(f"unreadable: {exc}")
+            return self._unusable(f"unreadable: {exc}")
         try:
             doc = json.loads(raw)
             if not isinstance(doc, dict):
@@ -161,18 +165,25 @@ class JsonFileStore:
             profiles = {key: Profile.model_validate(p) for key, p in (doc.get("profiles") or {}).items()}
             recommendations = {str(k): str(v) for k, v in (doc.get("recommendations") or {}).items()}
         except (ValueError, ValidationError, AttributeError, TypeError) as exc:
-            return self._set_aside(f"corrupt: {str(exc).splitlines()[0]}")
+            return self._unusable(f"corrupt: {str(exc).splitlines()[0]}")
+        self.problem = None
         return StoreData(profiles, recommendations)
 
-    def _set_aside(self, reason: str) -> StoreData:
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
-        try:
-            os.replace(self.path, aside)
-        except OSError as exc:
-            log.error("store_unusable", path=str(self.path), reason=reason, rename_error=str(exc))
-        else:
-            log.error("store_set_aside", path=str(self.path), reason=reason, moved_to=str(aside))
+    def _unusable(self, reason: str) -> StoreData:
+        if reason != self.problem:  # once per problem, not once per cache refresh
+            log.error("store_unusable", path=str(self.path), reason=reason, treated_as="empty")
+        self.problem = reason
         return StoreData()
+
+    def _read_for_write(self) -> StoreData:
+        """Read under the lock; a file that cannot be used is renamed aside before it is replaced."""
+        data = self._read()
+        if self.problem is not None and self.path.exists():
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+            os.replace(self.path, aside)
+            log.error("store_set_aside", path=str(self.path), reason=self.problem, moved_to=str(aside))
+            self.problem = None
+        return data
 
     def _write(self, data: StoreData) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,14 @@ def test_profiles_json_prints_the_store(tmp_path, default_suite):
     assert "m@default" in table.stdout and "medium" in table.stdout
 
 
+def test_profiles_refuses_a_file_that_is_not_a_store_and_leaves_it_alone(tmp_path):
+    other = tmp_path / "notes.txt"
+    other.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    done = gk("profiles", "--store", str(other))
+    assert done.returncode == 1 and "not a usable profile store" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
 def test_tools_command_lists_what_a_model_gets(tmp_path, default_suite):
     store = tmp_path / "p.json"
     seed_store(store, make_profile("m", Tier.MEDIUM, default_suite))

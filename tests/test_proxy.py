@@ -454,3 +454,12 @@ def test_admin_rejects_a_malformed_pair(upstream, store_path, key):
     with running_proxy(settings_for(upstream.base_url, store_path, admin_key="k")) as proxy:
         response = httpx.delete(f"{proxy.url}/admin/profiles/{key}", headers={"authorization": "Bearer k"})
     assert response.status_code == 400 and "MODEL@EFFORT" in response.json()["error"]["message"]
+
+
+def test_a_corrupt_store_fails_closed(upstream, store_path, default_suite):
+    seed_store(store_path, make_profile("m", Tier.LARGE, default_suite))
+    store_path.write_bytes(store_path.read_bytes()[:-40])  # cut short, as by a crash mid-copy
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        raw = ask(proxy, tools=TOOLS)
+    assert raw.headers["x-gatekeeper-tier"] == "small"
+    assert forwarded_tools(upstream) == ["read_file"]

@@ -42,20 +42,27 @@ def test_delete_removes_one_pair(store_path, default_suite):
     assert set(JsonFileStore(store_path).load().profiles) == {"m@xhigh"}
 
 
-def test_corrupt_file_is_set_aside_not_deleted_and_read_as_empty(store_path, default_suite):
+def test_corrupt_file_reads_as_empty_and_reading_moves_nothing(store_path):
     store_path.write_text('{"profiles": {"m@default": {"tier": "huge"')
     store = JsonFileStore(store_path)
     assert store.load().profiles == {}
+    assert store.problem.startswith("corrupt")
+    assert sorted(p.name for p in store_path.parent.iterdir()) == ["models_profile.json"]
+
+
+def test_corrupt_file_is_set_aside_not_deleted_by_the_next_write(store_path, default_suite):
+    store_path.write_text('{"profiles": {"m@default": {"tier": "huge"')
+    store = JsonFileStore(store_path)
+    store.save([make_profile("m", Tier.SMALL, default_suite)])
     aside = list(store_path.parent.glob("models_profile.json.corrupt-*"))
     assert len(aside) == 1 and aside[0].read_text().startswith('{"profiles"')
-    store.save([make_profile("m", Tier.SMALL, default_suite)])
     assert set(JsonFileStore(store_path).load().profiles) == {"m@default"}
 
 
 def test_a_profile_with_bad_fields_counts_as_corrupt(store_path):
     store_path.write_text(json.dumps({"profiles": {"m@default": {"model": "m", "tier": "gigantic"}}}))
-    assert JsonFileStore(store_path).load().profiles == {}
-    assert list(store_path.parent.glob("*.corrupt-*"))
+    store = JsonFileStore(store_path)
+    assert store.load().profiles == {} and store.problem
 
 
 def test_writes_leave_no_temporary_files(store_path, default_suite):
