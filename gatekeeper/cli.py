@@ -125,7 +125,11 @@ async def _bench(models, all_models, efforts, suite, store, run, backend_for, ur
             finally:
                 await backend.aclose()
             best = recommend(profiles)
-            store.save(profiles, {model: best} if best else None)
+            try:
+                store.save(profiles, {model: best} if best else None)
+            except GatekeeperError as exc:
+                err.print(f"[red]error:[/red] {exc}", highlight=False)
+                return results, True
             results.append({"model": model, "profiles": [p.to_json() for p in profiles], "recommendedEffort": best})
     return results, failed
 

@@ -13,6 +13,10 @@ class ConfigError(GatekeeperError):
     """The config file is invalid; the message names the key path."""
 
 
+class StoreError(GatekeeperError):
+    """The profile store cannot be written without destroying a file that is not a store."""
+
+
 class BackendError(GatekeeperError):
     """The model backend failed (after retries): not a verdict on the model."""
 

@@ -17,6 +17,7 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from gatekeeper.errors import StoreError
 from gatekeeper.suite import Suite
 from gatekeeper.tiers import Tier
 
@@ -179,6 +180,10 @@ class JsonFileStore:
         """Read under the lock; a file that cannot be used is renamed aside before it is replaced."""
         data = self._read()
         if self.problem is not None and self.path.exists():
+            head = self.path.read_bytes()[:4096].lstrip()
+            if head and not head.startswith(b"{"):
+                # Not something a store ever wrote (a mistyped --store path?): leave it be.
+                raise StoreError(f"{self.path}: not a profile store ({self.problem}); refusing to replace it")
             aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
             os.replace(self.path, aside)
             log.error("store_set_aside", path=str(self.path), reason=self.problem, moved_to=str(aside))

@@ -223,3 +223,12 @@ def test_editing_a_suite_file_invalidates_stored_profiles(tmp_path, default_suit
     gk = Gatekeeper(settings)
     assert gk.lookup("m") is None
     assert JsonFileStore(store).get("m@default").tests_hash != gk.suite.hash
+
+
+def test_bench_will_not_overwrite_a_file_that_is_not_a_store(tmp_path, default_suite):
+    other = tmp_path / "notes.txt"
+    other.write_text("not json, not ours\n")
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        done = bench("m", "--effort", "default", "--base-url", server.base_url, "--store", str(other))
+    assert done.returncode != 0 and "refusing to replace it" in done.stderr
+    assert other.read_text() == "not json, not ours\n"

@@ -7,7 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from conftest import ROOT, make_profile
+from gatekeeper.errors import StoreError
 from gatekeeper.profiles import JsonFileStore, profile_key, split_key
 from gatekeeper.tiers import Tier
 
@@ -57,6 +60,14 @@ def test_corrupt_file_is_set_aside_not_deleted_by_the_next_write(store_path, def
     aside = list(store_path.parent.glob("models_profile.json.corrupt-*"))
     assert len(aside) == 1 and aside[0].read_text().startswith('{"profiles"')
     assert set(JsonFileStore(store_path).load().profiles) == {"m@default"}
+
+
+def test_a_file_that_is_not_a_store_is_never_replaced(tmp_path, default_suite):
+    other = tmp_path / "passwd"
+    other.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    with pytest.raises(StoreError, match="not a profile store"):
+        JsonFileStore(other).save([make_profile("m", Tier.SMALL, default_suite)])
+    assert other.read_text().startswith("root:") and not list(tmp_path.glob("*.corrupt-*"))
 
 
 def test_a_profile_with_bad_fields_counts_as_corrupt(store_path):
