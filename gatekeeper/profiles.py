@@ -180,7 +180,10 @@ class JsonFileStore:
         """Read under the lock; a file that cannot be used is renamed aside before it is replaced."""
         data = self._read()
         if self.problem is not None and self.path.exists():
-            head = self.path.read_bytes()[:4096].lstrip()
+            try:
+                head = self.path.read_bytes()[:4096].lstrip()
+            except OSError:
+                head = b""  # unreadable: nothing to judge it by; move it aside like a corrupt store
             if head and not head.startswith(b"{"):
                 # Not something a store ever wrote (a mistyped --store path?): leave it be.
                 raise StoreError(f"{self.path}: not a profile store ({self.problem}); refusing to replace it")
