@@ -178,6 +178,8 @@ class JsonFileStore:
 
     def _read_for_write(self) -> StoreData:
         """Read under the lock; a file that cannot be used is renamed aside before it is replaced."""
+        if self.path.is_dir():
+            raise StoreError(f"{self.path}: is a directory, not a profile store file")
         data = self._read()
         if self.problem is not None and self.path.exists():
             try:

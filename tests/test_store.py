@@ -70,6 +70,12 @@ def test_a_file_that_is_not_a_store_is_never_replaced(tmp_path, default_suite):
     assert other.read_text().startswith("root:") and not list(tmp_path.glob("*.corrupt-*"))
 
 
+def test_a_directory_is_not_a_store(tmp_path, default_suite):
+    with pytest.raises(StoreError, match="is a directory"):
+        JsonFileStore(tmp_path).save([make_profile("m", Tier.SMALL, default_suite)])
+    assert tmp_path.is_dir()
+
+
 def test_a_profile_with_bad_fields_counts_as_corrupt(store_path):
     store_path.write_text(json.dumps({"profiles": {"m@default": {"model": "m", "tier": "gigantic"}}}))
     store = JsonFileStore(store_path)
