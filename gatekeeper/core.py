@@ -21,7 +21,7 @@ import structlog
 from gatekeeper import metrics
 from gatekeeper.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestSettings
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.errors import GatekeeperError
+from gatekeeper.errors import NotMeasured
 from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
 from gatekeeper.profiles import DEFAULT_EFFORT, JsonFileStore, Profile, ProfileStore, profile_key
 from gatekeeper.runner import RunSettings, sweep
@@ -36,10 +36,6 @@ Source = Literal["measured", "pinned", "pending", "unmeasured"]
 # again. The proxy asks on every request; `invalidate` and a landed measurement clear it at once.
 RESOLUTION_TTL_S = 1.0
 _RESOLUTION_CACHE_MAX = 4096  # model names come from clients: bound the cache
-
-
-class NotMeasured(GatekeeperError):
-    """`unknown_models: reject` and the pair has no valid profile yet."""
 
 
 @dataclass(frozen=True)
@@ -170,8 +166,7 @@ class Gatekeeper:
         try:
             return resolution, gate_request(body, resolution.tier, self.policy)
         except ToolChoiceBlocked as exc:
-            exc.source = resolution.source
-            raise
+            raise ToolChoiceBlocked(exc.tool, exc.required, exc.tier, resolution.source) from None
 
     # -- measurement -----------------------------------------------------------------------
 

@@ -1,5 +1,12 @@
 """One exception hierarchy for the whole library."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gatekeeper.tiers import Tier
+
 
 class GatekeeperError(Exception):
     """Base class of every error gatekeeper raises on purpose."""
@@ -19,6 +26,29 @@ class StoreError(GatekeeperError):
 
 class BackendError(GatekeeperError):
     """The model backend failed (after retries): not a verdict on the model."""
+
+
+class NotMeasured(GatekeeperError):
+    """`unknown_models: reject` and the pair has no valid profile yet."""
+
+
+class RequestInvalid(GatekeeperError, ValueError):
+    """A request's tool fields are malformed or cannot be gated; the message says what is wrong."""
+
+
+class AnswerInvalid(GatekeeperError, ValueError):
+    """An upstream answer (plain or streamed) cannot be read with certainty: it never passes raw."""
+
+
+class ToolChoiceBlocked(GatekeeperError, ValueError):
+    """`tool_choice` forces a tool the model's tier does not allow."""
+
+    def __init__(self, tool: str, required: "Tier", tier: "Tier", source: str = "") -> None:
+        super().__init__(
+            f"tool_choice forces tool {tool!r}, which requires tier {required.value!r}; "
+            f"this model's tier is {tier.value!r}"
+        )
+        self.tool, self.required, self.tier, self.source = tool, required, tier, source
 
 
 class ToolNotAllowed(GatekeeperError):

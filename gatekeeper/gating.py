@@ -6,23 +6,9 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked  # noqa: F401  (re-exported)
 from gatekeeper.tiers import Tier
 
-
-class RequestInvalid(ValueError):
-    """The request's tool fields are malformed; the message says what is wrong."""
-
-
-class ToolChoiceBlocked(ValueError):
-    """`tool_choice` forces a tool the model's tier does not allow."""
-
-    def __init__(self, tool: str, required: Tier, tier: Tier) -> None:
-        super().__init__(
-            f"tool_choice forces tool {tool!r}, which requires tier {required.value!r}; "
-            f"this model's tier is {tier.value!r}"
-        )
-        self.tool, self.required, self.tier = tool, required, tier
-        self.source = ""  # where the tier came from; set by the core, which knows it
 
 
 class ToolPolicy:

@@ -1,0 +1,1 @@
+"""One codec per client protocol; see base.py for the contract."""
