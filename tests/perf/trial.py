@@ -59,7 +59,8 @@ VARIANTS: dict[str, Callable[[str, Path, int], list[str]]] = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("variants", nargs="+", choices=sorted(VARIANTS))
+    parser.add_argument("variants", nargs="+", metavar="VARIANT[@SOURCE_TREE]",
+                        help=f"one of {sorted(VARIANTS)}; `@DIR` runs it with PYTHONPATH=DIR (another checkout)")
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=float, default=1.0)
@@ -85,11 +86,15 @@ def main() -> None:
     mock = Target("direct", [PY, str(PERF / "mock_upstream.py"), "--port", str(upstream_port), "--gap-ms", "2"],
                   upstream_port)
     targets = []
-    for name in args.variants:
+    for i, name in enumerate(args.variants):
+        variant, _, tree = name.partition("@")
+        if variant not in VARIANTS:
+            raise SystemExit(f"unknown variant {variant!r}; known: {sorted(VARIANTS)}")
         port = free_port()
-        vdir = workdir / name
+        vdir = workdir / str(i)
         vdir.mkdir()
-        targets.append(Target(name, VARIANTS[name](upstream, vdir, port), port, env=env))
+        targets.append(Target(name, VARIANTS[variant](upstream, vdir, port), port,
+                              env=env | ({"PYTHONPATH": tree} if tree else {})))
     results: dict[tuple[str, int], list[dict]] = {}
     ttfb: dict[str, list[float]] = {}
     try:
