@@ -5,28 +5,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from gatekeeper.jsonrepair import extract_json
 from gatekeeper.suite import REGEX_FLAGS, Check, parse_path
+from gatekeeper.types import Answer, ToolCall
 
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One tool call as the model made it; `arguments` is the raw JSON string it sent."""
-
-    id: str
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What the model said at one step: its text and its tool calls, in order."""
-
-    content: str
-    tool_calls: tuple[ToolCall, ...] = ()
+__all__ = ["CHECKS", "Answer", "ToolCall", "lenient_equal", "run_check"]
 
 
 def run_check(check: Check, answer: Answer) -> bool:
