@@ -63,6 +63,8 @@ class BenchSettings(_Section):
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=3, ge=0)
     system_prompt: str | None = None
+    # Runs of each test per level; with more than one the tier is decided on 95% lower bounds.
+    samples: int = Field(default=1, ge=1, le=50)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     # After a failed lazy measurement, wait this long (doubling up to retry_max_s) before the next.
     retry_after_s: float = Field(default=30.0, ge=0)

@@ -28,6 +28,11 @@ class BackendError(GatekeeperError):
     """The model backend failed (after retries): not a verdict on the model."""
 
 
+class InconclusiveMeasurement(BackendError):
+    """A measurement whose answers say nothing about the model (almost all empty, cut at the token
+    limit): nothing is stored and it is retried later like a backend failure."""
+
+
 class NotMeasured(GatekeeperError):
     """`unknown_models: reject` and the pair has no valid profile yet."""
 
