@@ -79,6 +79,7 @@ def effort_of(body: dict[str, Any]) -> str | None:
 class MessagesCodec:
     name = "messages"
     upstream_path = "/messages"
+    markers = (b"tool_use",)  # `tool_use`, `server_tool_use`, `mcp_tool_use`, `..._tool_use`
 
     def parse(self, body: dict[str, Any]) -> RequestInfo:
         model = body.get("model")
@@ -161,6 +162,11 @@ class MessagesCodec:
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         kind = kind if kind in _ERROR_TYPES.values() or kind == "api_error" else _ERROR_TYPES.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
+
+    def stream_error(self, message: str, kind: str, code: str | None) -> Event:
+        # anthropic-python raises its APIStatusError on an `event: error` in a stream.
+        body = self.error_body(500, message, kind, code)
+        return Event(data=orjson.dumps(body).decode(), event="error")
 
 
 # -- request gating ------------------------------------------------------------------------

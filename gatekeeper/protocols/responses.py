@@ -56,6 +56,9 @@ _MCP_ANY = ".*"  # offered-key suffix: every tool of an MCP server offered witho
 class ResponsesCodec:
     name = "responses"
     upstream_path = "/responses"
+    # Every call item type spells one of these (`function_call`, `web_search_call`, `mcp_call`,
+    # `mcp_list_tools`, `program`, ...): an answer with none of them is relayed unparsed.
+    markers = (b"_call", b"mcp", b"program", b"tool")
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -136,6 +139,13 @@ class ResponsesCodec:
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+    def stream_error(self, message: str, kind: str, code: str | None) -> Event:
+        # The Responses `error` event's own fields, plus an `error` object: openai-python raises
+        # APIError on a streamed event whose data carries one.
+        doc = {"type": "error", "code": code, "message": message, "param": None,
+               "error": {"type": kind, "code": code, "message": message}}
+        return Event(data=orjson.dumps(doc).decode(), event="error")
 
 
 # -- request gating ------------------------------------------------------------------------
