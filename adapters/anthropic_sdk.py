@@ -18,9 +18,8 @@ from typing import Any
 import anthropic
 
 from adapters._sdk import GatedClient
-from adapters.openai_sdk import tool_body
+from adapters.openai_sdk import _agate, _gate
 from gatekeeper.core import Gatekeeper
-from gatekeeper.wrap import agate_body, gate_body
 
 _ROUTES = {("messages",): "messages", ("beta", "messages"): "messages"}
 
@@ -28,19 +27,3 @@ _ROUTES = {("messages",): "messages", ("beta", "messages"): "messages"}
 def gate_client(client: anthropic.Anthropic | anthropic.AsyncAnthropic, gk: Gatekeeper) -> Any:
     """Return `client` with its messages gated by `gk`; the original client is unchanged."""
     return GatedClient(client, gk, _ROUTES, _gate, _agate, isinstance(client, anthropic.AsyncAnthropic))
-
-
-def _gate(protocol: str, gk: Gatekeeper, kwargs: dict) -> dict:
-    body = tool_body(protocol, kwargs)
-    if body is None:
-        return kwargs
-    gate_body(gk, protocol, body)
-    return body
-
-
-async def _agate(protocol: str, gk: Gatekeeper, kwargs: dict) -> dict:
-    body = tool_body(protocol, kwargs)
-    if body is None:
-        return kwargs
-    await agate_body(gk, protocol, body)
-    return body

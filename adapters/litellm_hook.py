@@ -78,11 +78,7 @@ class GatekeeperHook(CustomLogger):
         if not isinstance(model, str) or not model:
             return data  # LiteLLM rejects it itself
         try:
-            if protocol == "chat":
-                effort = data.get("reasoning_effort")
-                resolution, gated = await self.gk.agate(data, model, effort if isinstance(effort, str) else None)
-            else:
-                resolution, gated = await agate_body(self.gk, protocol, data)
+            resolution, gated = await agate_body(self.gk, protocol, data)
         except NotMeasured as exc:
             raise _http_error(503, str(exc), "model_not_measured") from None
         except RequestInvalid as exc:

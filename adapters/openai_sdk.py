@@ -59,28 +59,15 @@ def tool_body(protocol: str, kwargs: dict) -> dict | None:
     return body
 
 
-def _chat_effort(body: dict) -> str | None:
-    effort = body.get("reasoning_effort")
-    return effort if isinstance(effort, str) else None
-
-
 def _gate(protocol: str, gk: Gatekeeper, kwargs: dict) -> dict:
     body = tool_body(protocol, kwargs)
-    if body is None:
-        return kwargs
-    if protocol == "chat":
-        gk.gate(body, body["model"], _chat_effort(body))
-    else:
+    if body is not None:
         gate_body(gk, protocol, body)
-    return body
+    return kwargs if body is None else body
 
 
 async def _agate(protocol: str, gk: Gatekeeper, kwargs: dict) -> dict:
     body = tool_body(protocol, kwargs)
-    if body is None:
-        return kwargs
-    if protocol == "chat":
-        await gk.agate(body, body["model"], _chat_effort(body))
-    else:
+    if body is not None:
         await agate_body(gk, protocol, body)
-    return body
+    return kwargs if body is None else body

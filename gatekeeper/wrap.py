@@ -118,13 +118,12 @@ def _is_async(fn: Any) -> bool:
 # -- one request body of a client protocol ---------------------------------------------------
 
 def _codec(protocol: str) -> Any:
-    from gatekeeper.protocols.messages import MessagesCodec
-    from gatekeeper.protocols.responses import ResponsesCodec
+    from gatekeeper import protocols
 
-    codecs = {"responses": ResponsesCodec, "messages": MessagesCodec}
-    if protocol not in codecs:
-        raise ValueError(f"unknown protocol {protocol!r}: expected one of {sorted(codecs)}")
-    return codecs[protocol]()
+    codec = protocols.codec(protocol)
+    if codec is None:
+        raise ValueError(f"unknown protocol {protocol!r}: expected one of {protocols.served()}")
+    return codec
 
 
 def _gate_with(gk: Gatekeeper, codec: Any, body: dict, resolution: Resolution) -> tuple[Resolution, Gated]:
@@ -136,7 +135,8 @@ def _gate_with(gk: Gatekeeper, codec: Any, body: dict, resolution: Resolution) -
 
 
 def gate_body(gk: Gatekeeper, protocol: str, body: dict) -> tuple[Resolution, Gated]:
-    """Gate (in place) a request body of `protocol` ("responses" | "messages") as the proxy does.
+    """Gate (in place) a request body of `protocol` ("chat" | "responses" | "messages") with the
+    proxy's codec for it.
 
     Raises RequestInvalid, ToolChoiceBlocked and NotMeasured like the proxy's request step."""
     codec = _codec(protocol)

@@ -351,3 +351,16 @@ class MessagesStreamFilter:
 
     def finish(self) -> list[Event]:
         return []
+
+
+CODEC = MessagesCodec()
+
+
+def _register() -> None:
+    from gatekeeper.protocols import register
+    from gatekeeper.protocols.translate_messages import MessagesTranslator
+
+    register(CODEC, MessagesTranslator())
+
+
+_register()

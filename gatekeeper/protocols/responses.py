@@ -461,3 +461,16 @@ class ResponsesStreamFilter:
 
     def finish(self) -> list[Event]:
         return []
+
+
+CODEC = ResponsesCodec()
+
+
+def _register() -> None:
+    from gatekeeper.protocols import register
+    from gatekeeper.protocols.translate_responses import ResponsesTranslator
+
+    register(CODEC, ResponsesTranslator())
+
+
+_register()

@@ -235,8 +235,7 @@ class MessagesFromChat:
     def finish(self) -> list[Event]:
         if self._ended:
             return []
-        out = [] if self._started else self.feed(Event(data='{"choices": []}'))
-        return out + self._complete()
+        raise AnswerInvalid("chat stream ended before [DONE]")
 
 
 class MessagesTranslator:

@@ -294,11 +294,10 @@ class ResponsesFromChat:
         return out
 
     def finish(self) -> list[Event]:
-        """The upstream stream ended: complete the response (if [DONE] has not already)."""
+        """The upstream stream ended: [DONE] must have completed the response already."""
         if self._ended:
             return []
-        out = [] if self._started else self.feed(Event(data='{"choices": []}'))
-        return out + self._complete()
+        raise AnswerInvalid("chat stream ended before [DONE]")
 
 
 class ResponsesTranslator:
