@@ -26,6 +26,11 @@ class Upstream(_Section):
     api_key: str | None = None
     timeout_s: float = Field(default=600.0, gt=0)
     max_connections: int = Field(default=512, ge=1)
+    # Client protocols the upstream speaks natively; the others are translated to chat.
+    protocols: list[Literal["chat", "responses", "messages"]] = Field(default_factory=lambda: ["chat"], min_length=1)
+    # An answer (plain body or whole stream) larger than this is a 502: a hostile or broken
+    # upstream must not make the proxy buffer without bound. Generous: long answers are ~1 MB.
+    max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
 
     @field_validator("base_url")
     @classmethod
