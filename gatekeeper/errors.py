@@ -28,6 +28,10 @@ class BackendError(GatekeeperError):
     """The model backend failed (after retries): not a verdict on the model."""
 
 
+class LocalModelError(GatekeeperError):
+    """The bundled local model could not be assembled, or its server did not come up."""
+
+
 class NotMeasured(GatekeeperError):
     """`unknown_models: reject` and the pair has no valid profile yet."""
 
