@@ -20,6 +20,7 @@ from gatekeeper.errors import (
     InconclusiveMeasurement,
     LocalModelError,
     NotMeasured,
+    ProxyError,
     RequestInvalid,
     StoreError,
     SuiteError,
@@ -64,4 +65,5 @@ __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     "ToolChoiceBlocked",
     "ToolNotAllowed",
     "ToolArgumentsInvalid",
+    "ProxyError",
 ]
