@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import structlog
 
@@ -140,28 +140,28 @@ class Gatekeeper:
         resolution = await self.aresolve(model, effort)
         return resolution.tier, resolution.source
 
-    def filter_tools(self, model: str, effort: str | None, tools: list[dict]) -> list[dict]:
+    def filter_tools(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The tools (OpenAI schemas) this model may see at its tier."""
         return self.allowed(self.resolve(model, effort).tier, tools)
 
-    async def afilter_tools(self, model: str, effort: str | None, tools: list[dict]) -> list[dict]:
+    async def afilter_tools(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return self.allowed((await self.aresolve(model, effort)).tier, tools)
 
-    def allowed(self, tier: Tier, tools: list[dict]) -> list[dict]:
+    def allowed(self, tier: Tier, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [t for i, t in enumerate(tools) if self.policy.allows(tier, tool_name(t, f"tools[{i}]"))]
 
-    def gate(self, body: dict, model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
+    def gate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
         """Resolve the pair and gate a Chat Completions request body in place (see `gate_request`).
 
         Raises NotMeasured (policy `reject`), RequestInvalid and ToolChoiceBlocked.
         """
         return self._gate(body, self.resolve(model, effort))
 
-    async def agate(self, body: dict, model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
+    async def agate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
         """`gate` for async code."""
         return self._gate(body, await self.aresolve(model, effort))
 
-    def _gate(self, body: dict, resolution: Resolution) -> tuple[Resolution, Gated]:
+    def _gate(self, body: dict[str, Any], resolution: Resolution) -> tuple[Resolution, Gated]:
         try:
             return resolution, gate_request(body, resolution.tier, self.policy)
         except ToolChoiceBlocked as exc:

@@ -154,7 +154,7 @@ async def _model_call(request: Request, protocol: str, count: bool = False) -> R
                 raise ProxyError(404, "count_tokens needs an upstream that speaks 'messages'", "protocol_not_served")
             return _log(Response(orjson.dumps(counter(body)), media_type=_JSON, headers=call.headers), call)
         path, upstream_body = "/chat/completions", call.translator.to_chat(body)
-    log_fields = {"tools_kept": gated.kept, "tools_hidden": gated.hidden}
+    log_fields: dict[str, Any] = {"tools_kept": gated.kept, "tools_hidden": gated.hidden}
     if route is not None:
         from gatekeeper.litellm_route import complete  # litellm is heavy: only for its routes
 
