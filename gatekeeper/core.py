@@ -21,16 +21,17 @@ import structlog
 from gatekeeper import metrics
 from gatekeeper.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestSettings
 from gatekeeper.config import Settings, load_settings
+from gatekeeper.drift_monitor import DriftMonitor
 from gatekeeper.errors import NotMeasured
 from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
-from gatekeeper.profiles import DEFAULT_EFFORT, JsonFileStore, Profile, ProfileStore, profile_key
+from gatekeeper.profiles import DEFAULT_EFFORT, JsonFileStore, Profile, ProfileStore, profile_key, split_key
 from gatekeeper.runner import RunSettings, sweep
 from gatekeeper.suite import Suite, load_suite
 from gatekeeper.tiers import Tier
 
 log = structlog.get_logger("gatekeeper.core")
 
-Source = Literal["measured", "pinned", "pending", "unmeasured"]
+Source = Literal["measured", "pinned", "pending", "unmeasured", "demoted"]
 
 # How long a found Resolution is reused per (model, effort) before pins and the store are asked
 # again. The proxy asks on every request; `invalidate` and a landed measurement clear it at once.
@@ -69,6 +70,9 @@ class Gatekeeper:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._resolved: dict[tuple[str, str], tuple[float, Resolution]] = {}  # -> (expires, resolution)
+        # Live drift: fed the calls of relayed answers; may demote a measured pair one tier.
+        self.drift = DriftMonitor(self.settings.drift, remeasure=self._remeasure_drifting,
+                                  changed=self._resolved.clear)
 
     @classmethod
     def from_config(cls, path: str | Path) -> Gatekeeper:
@@ -99,6 +103,9 @@ class Gatekeeper:
             return Resolution(pin, "pinned", key)
         profile = self.store.get(key)
         if profile is not None and profile.is_valid_for(self.suite):
+            demotion = self.drift.demotion(key, profile)
+            if demotion is not None:
+                return Resolution(demotion.to_tier, "demoted", key, profile)
             return Resolution(profile.tier, "measured", key, profile)
         return None
 
@@ -224,10 +231,15 @@ class Gatekeeper:
         finally:
             await backend.aclose()
         await asyncio.to_thread(self.store.save, [profile])
+        self.drift.profile_landed(profile.key, profile)  # the new profile decides, not a demotion
         self._resolved.clear()  # a re-measured pair must not keep its old tier
         metrics.BENCHMARKS.labels(outcome="ok").inc()
         metrics.BENCHMARK_SECONDS.observe(time.perf_counter() - started)
         return profile
+
+    def _remeasure_drifting(self, key: str) -> None:
+        model, effort = split_key(key)
+        self.measure(model, effort)
 
     def run_settings(self) -> RunSettings:
         bench = self.settings.bench
@@ -253,6 +265,7 @@ class Gatekeeper:
 
     def close(self) -> None:
         """Cancel running measurements, let them unwind, then stop the background loop."""
+        self.drift.close()
         with self._lock:
             loop, self._loop = self._loop, None
         if loop is None:

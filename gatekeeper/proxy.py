@@ -127,7 +127,7 @@ def create_app(gk: Gatekeeper) -> Starlette:
             line.update(tools_kept=gated.kept, tools_hidden=gated.hidden)
             if gated.hidden:
                 metrics.TOOLS_HIDDEN.inc(len(gated.hidden))
-            response = await _forward(request, body, model, headers, line)
+            response = await _forward(request, body, model, headers, line, resolution)
         except _BadRequest as exc:
             line.update(status=exc.status, error=exc.message)
             log.info("request", **line, latency_ms=round((time.perf_counter() - started) * 1000, 2))
@@ -141,7 +141,8 @@ def create_app(gk: Gatekeeper) -> Starlette:
             log.info("request", **line, latency_ms=round((time.perf_counter() - started) * 1000, 2))
         return response
 
-    async def _forward(request: Request, body: dict, model: str, headers: dict[str, str], line: dict) -> Response:
+    async def _forward(request: Request, body: dict, model: str, headers: dict[str, str], line: dict,
+                       resolution: Any = None) -> Response:
         route = settings.route(model)
         if route is not None:
             from gatekeeper.litellm_route import complete  # litellm is heavy: only for its routes
@@ -176,6 +177,7 @@ def create_app(gk: Gatekeeper) -> Starlette:
         if upstream_response.status_code >= 400:
             raw = _error_body(upstream_response.status_code, raw, passed)
         elif b'"tool_calls"' in raw or b'"function_call"' in raw:
+            _record_calls(gk, resolution, raw, body)
             raw = _enforce_body(raw, allowed, line)
         return Response(raw, status_code=upstream_response.status_code, headers=passed)
 
@@ -229,6 +231,19 @@ def _error_body(status: int, raw: bytes, headers: dict[str, str]) -> bytes:
     text = raw.decode("utf-8", "replace").strip()[:500] or "empty body"
     return orjson.dumps({"error": {"message": f"upstream answered HTTP {status}: {text}", "type": "upstream_error",
                                    "code": None}})
+
+
+def _record_calls(gk: Gatekeeper, resolution: Any, raw: bytes, body: dict) -> None:
+    from gatekeeper.protocols.base import Call
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return
+    offered = {t["function"]["name"]: t["function"].get("parameters") for t in body.get("tools") or []}
+    calls = [Call((c.get("function") or {}).get("name") or "", (c.get("function") or {}).get("arguments"),
+                  (c.get("function") or {}).get("name") in offered)
+             for choice in doc.get("choices") or [] for c in (choice.get("message") or {}).get("tool_calls") or []]
+    gk.drift.submit(resolution, calls, offered)
 
 
 def _enforce_body(raw: bytes, allowed: set[str], line: dict) -> bytes:
@@ -297,9 +312,19 @@ def _admin_routes(gk: Gatekeeper, admin_key: str) -> list[Route]:
     async def list_profiles(request: Request) -> Response:
         data = gk.store.load()
         doc = data.to_json()
+        drift = gk.drift.report()
         for key, profile in data.profiles.items():
             doc["profiles"][key]["valid"] = profile.is_valid_for(gk.suite)
+            doc["profiles"][key]["drift"] = drift.get(key)
         return JSONResponse(doc)
+
+    async def drift_pairs(request: Request) -> Response:
+        return JSONResponse({"enabled": gk.drift.settings.enabled, "pairs": gk.drift.report()})
+
+    async def clear_drift(request: Request) -> Response:
+        model, effort = pair(request)
+        key = profile_key(model, effort)
+        return JSONResponse({"cleared": key, "existed": gk.drift.clear(key)})
 
     def pair(request: Request) -> tuple[str, str]:
         model, effort = split_key(request.path_params["key"])
@@ -321,4 +346,6 @@ def _admin_routes(gk: Gatekeeper, admin_key: str) -> list[Route]:
         Route("/admin/profiles", guard(list_profiles), methods=["GET"]),
         Route("/admin/profiles/{key:path}/benchmark", guard(benchmark), methods=["POST"]),
         Route("/admin/profiles/{key:path}", guard(invalidate), methods=["DELETE"]),
+        Route("/admin/drift", guard(drift_pairs), methods=["GET"]),
+        Route("/admin/drift/{key:path}", guard(clear_drift), methods=["DELETE"]),
     ]
