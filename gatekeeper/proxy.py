@@ -233,19 +233,20 @@ async def _relay(call: _Call, source: AsyncIterator[list[Event]], close: Callabl
     """Enforce a stream event by event. Whatever goes wrong, the client's stream ends with a
     correctly framed error event (after a blank line, so no partial event can absorb it)."""
     error: tuple[str, str] | None = None
+    out: list[bytes] = []  # encoded events not yet written; kept when a later event fails
     try:
         try:
             async for events in source:
-                if converter is not None:
-                    events = [out for event in events for out in converter.feed(event)]
-                out = [encode(kept) for event in events for kept in stream_filter.feed(event)]
+                for event in events:
+                    for converted in converter.feed(event) if converter is not None else (event,):
+                        out.extend(encode(kept) for kept in stream_filter.feed(converted))
                 if out:
-                    yield out[0] if len(out) == 1 else b"".join(out)
-            tail = converter.finish() if converter is not None else []
-            out = [encode(kept) for event in tail for kept in stream_filter.feed(event)]
-            out += [encode(kept) for kept in stream_filter.finish()]
-            if out:
-                yield b"".join(out)
+                    chunk = out[0] if len(out) == 1 else b"".join(out)
+                    out.clear()
+                    yield chunk
+            for converted in converter.finish() if converter is not None else ():
+                out.extend(encode(kept) for kept in stream_filter.feed(converted))
+            out.extend(encode(kept) for kept in stream_filter.finish())
         except AnswerInvalid as exc:
             metrics.UPSTREAM_ERRORS.labels("invalid").inc()
             error = (str(exc), "upstream_invalid")
@@ -259,7 +260,9 @@ async def _relay(call: _Call, source: AsyncIterator[list[Event]], close: Callabl
             error = (f"gatekeeper internal error: {type(exc).__name__}", "internal_error")
         if error is not None:
             log_fields["stream_error"] = error[0]
-            yield b"\n" + encode(call.codec.stream_error(error[0], "upstream_error", error[1]))
+            out.append(b"\n" + encode(call.codec.stream_error(error[0], "upstream_error", error[1])))
+        if out:
+            yield b"".join(out)
     finally:
         await close()
         _answered(call, stream_filter.result, log_fields)
