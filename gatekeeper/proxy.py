@@ -115,6 +115,7 @@ class _Call:
     headers: dict[str, str]
     started: float
     translator: Any | None = None  # protocols.base.Translator when the upstream speaks only chat
+    request: dict[str, Any] | None = None  # the gated client body, for the translator's answers
 
 
 async def _model_call(request: Request, protocol: str, count: bool = False) -> Response:
@@ -155,6 +156,7 @@ async def _model_call(request: Request, protocol: str, count: bool = False) -> R
                 raise ProxyError(404, "count_tokens needs an upstream that speaks 'messages'", "protocol_not_served")
             return _log(Response(orjson.dumps(counter(body)), media_type=_JSON, headers=call.headers), call)
         path, upstream_body = "/chat/completions", call.translator.to_chat(body)
+        call.request = body
     log_fields = {"tools_kept": gated.kept, "tools_hidden": gated.hidden}
     if route is not None:
         from gatekeeper.litellm_route import complete  # litellm is heavy: only for its routes
@@ -188,7 +190,7 @@ def _plain(call: _Call, status: int, raw: bytes, passed: dict[str, str], log_fie
         if call.translator is not None:
             if not isinstance(doc, dict):
                 raise AnswerInvalid("upstream answer must be a JSON object")
-            doc = call.translator.from_chat(doc)
+            doc = call.translator.from_chat(doc, call.request)
         enforced = call.codec.enforce(doc, call.offered)
         raw = orjson.dumps(doc)
         if enforced.removed:
@@ -205,7 +207,7 @@ def blocked_header(names: list[str]) -> str:
 
 def _stream(call: _Call, events: AsyncIterator[list[Event]], close: Callable[[], Awaitable[None]],
             passed: dict[str, str], log_fields: dict[str, Any]) -> StreamingResponse:
-    converter = call.translator.stream_from_chat() if call.translator is not None else None
+    converter = call.translator.stream_from_chat(call.request) if call.translator is not None else None
     stream_filter = call.codec.stream_filter(call.offered)
     body = _relay(call, events, close, converter, stream_filter, log_fields)
     return StreamingResponse(body, headers=passed | call.headers, media_type="text/event-stream")
