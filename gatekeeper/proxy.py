@@ -115,6 +115,7 @@ class _Call:
     headers: dict[str, str]
     started: float
     translator: Any | None = None  # protocols.base.Translator when the upstream speaks only chat
+    request: dict[str, Any] | None = None  # the gated client body, for the translator's answers
     resolution: Resolution | None = None  # with `drift`: where the answer's calls are recorded
     drift: DriftMonitor | None = None
 
@@ -158,6 +159,7 @@ async def _model_call(request: Request, protocol: str, count: bool = False) -> R
                 raise ProxyError(404, "count_tokens needs an upstream that speaks 'messages'", "protocol_not_served")
             return _log(Response(orjson.dumps(counter(body)), media_type=_JSON, headers=call.headers), call)
         path, upstream_body = "/chat/completions", call.translator.to_chat(body)
+        call.request = body
     log_fields = {"tools_kept": gated.kept, "tools_hidden": gated.hidden}
     if route is not None:
         from gatekeeper.litellm_route import complete  # litellm is heavy: only for its routes
@@ -191,7 +193,7 @@ def _plain(call: _Call, status: int, raw: bytes, passed: dict[str, str], log_fie
         if call.translator is not None:
             if not isinstance(doc, dict):
                 raise AnswerInvalid("upstream answer must be a JSON object")
-            doc = call.translator.from_chat(doc)
+            doc = call.translator.from_chat(doc, call.request)
         enforced = call.codec.enforce(doc, call.offered)
         raw = orjson.dumps(doc)
         if enforced.removed:
@@ -208,7 +210,7 @@ def blocked_header(names: list[str]) -> str:
 
 def _stream(call: _Call, events: AsyncIterator[list[Event]], close: Callable[[], Awaitable[None]],
             passed: dict[str, str], log_fields: dict[str, Any]) -> StreamingResponse:
-    converter = call.translator.stream_from_chat() if call.translator is not None else None
+    converter = call.translator.stream_from_chat(call.request) if call.translator is not None else None
     stream_filter = call.codec.stream_filter(call.offered)
     body = _relay(call, events, close, converter, stream_filter, log_fields)
     return StreamingResponse(body, headers=passed | call.headers, media_type="text/event-stream")
@@ -236,19 +238,20 @@ async def _relay(call: _Call, source: AsyncIterator[list[Event]], close: Callabl
     """Enforce a stream event by event. Whatever goes wrong, the client's stream ends with a
     correctly framed error event (after a blank line, so no partial event can absorb it)."""
     error: tuple[str, str] | None = None
+    out: list[bytes] = []  # encoded events not yet written; kept when a later event fails
     try:
         try:
             async for events in source:
-                if converter is not None:
-                    events = [out for event in events for out in converter.feed(event)]
-                out = [encode(kept) for event in events for kept in stream_filter.feed(event)]
+                for event in events:
+                    for converted in converter.feed(event) if converter is not None else (event,):
+                        out.extend(encode(kept) for kept in stream_filter.feed(converted))
                 if out:
-                    yield out[0] if len(out) == 1 else b"".join(out)
-            tail = converter.finish() if converter is not None else []
-            out = [encode(kept) for event in tail for kept in stream_filter.feed(event)]
-            out += [encode(kept) for kept in stream_filter.finish()]
-            if out:
-                yield b"".join(out)
+                    chunk = out[0] if len(out) == 1 else b"".join(out)
+                    out.clear()
+                    yield chunk
+            for converted in converter.finish() if converter is not None else ():
+                out.extend(encode(kept) for kept in stream_filter.feed(converted))
+            out.extend(encode(kept) for kept in stream_filter.finish())
         except AnswerInvalid as exc:
             metrics.UPSTREAM_ERRORS.labels("invalid").inc()
             error = (str(exc), "upstream_invalid")
@@ -262,7 +265,9 @@ async def _relay(call: _Call, source: AsyncIterator[list[Event]], close: Callabl
             error = (f"gatekeeper internal error: {type(exc).__name__}", "internal_error")
         if error is not None:
             log_fields["stream_error"] = error[0]
-            yield b"\n" + encode(call.codec.stream_error(error[0], "upstream_error", error[1]))
+            out.append(b"\n" + encode(call.codec.stream_error(error[0], "upstream_error", error[1])))
+        if out:
+            yield b"".join(out)
     finally:
         await close()
         _answered(call, stream_filter.result, log_fields)
