@@ -10,6 +10,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gatekeeper.drift import DriftSettings
 from gatekeeper.errors import ConfigError
 from gatekeeper.suite import CATEGORIES, DEFAULT_SUITE_DIR
 from gatekeeper.tiers import Thresholds, Tier
@@ -94,6 +95,7 @@ class Settings(_Section):
     pins: dict[str, Tier] = Field(default_factory=dict)
     admin_key: str | None = None
     bench: BenchSettings = Field(default_factory=BenchSettings)
+    drift: DriftSettings = Field(default_factory=DriftSettings)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

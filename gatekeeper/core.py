@@ -20,16 +20,17 @@ import structlog
 
 from gatekeeper.backends import Backend
 from gatekeeper.config import Settings, load_settings
+from gatekeeper.drift_monitor import DriftMonitor
 from gatekeeper.errors import NotMeasured
 from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
-from gatekeeper.profiles import DEFAULT_EFFORT, JsonFileStore, Profile, ProfileStore, profile_key
+from gatekeeper.profiles import DEFAULT_EFFORT, JsonFileStore, Profile, ProfileStore, profile_key, split_key
 from gatekeeper.measure import MeasurementService
 from gatekeeper.suite import Suite, load_suite
 from gatekeeper.tiers import Tier
 
 log = structlog.get_logger("gatekeeper.core")
 
-Source = Literal["measured", "pinned", "pending", "unmeasured"]
+Source = Literal["measured", "pinned", "pending", "unmeasured", "demoted"]
 
 # How long a found Resolution is reused per (model, effort) before pins and the store are asked
 # again. The proxy asks on every request; `invalidate` and a landed measurement clear it at once.
@@ -68,6 +69,9 @@ class Gatekeeper:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._resolved: dict[tuple[str, str], tuple[float, Resolution]] = {}  # -> (expires, resolution)
+        # Live drift: fed the calls of relayed answers; may demote a measured pair one tier.
+        self.drift = DriftMonitor(self.settings.drift, remeasure=self._remeasure_drifting,
+                                  changed=self._resolved.clear)
 
     @classmethod
     def from_config(cls, path: str | Path) -> Gatekeeper:
@@ -98,6 +102,9 @@ class Gatekeeper:
             return Resolution(pin, "pinned", key)
         profile = self.store.get(key)
         if profile is not None and profile.is_valid_for(self.suite):
+            demotion = self.drift.demotion(key, profile)
+            if demotion is not None:
+                return Resolution(demotion.to_tier, "demoted", key, profile)
             return Resolution(profile.tier, "measured", key, profile)
         return None
 
@@ -213,8 +220,13 @@ class Gatekeeper:
 
     async def _measure(self, model: str, effort: str) -> Profile:
         profile = await self.measurements.measure(model, effort)
+        self.drift.profile_landed(profile.key, profile)  # the new profile decides, not a demotion
         self._resolved.clear()  # a re-measured pair must not keep its old tier
         return profile
+
+    def _remeasure_drifting(self, key: str) -> None:
+        model, effort = split_key(key)
+        self.measure(model, effort)
 
     def _background_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -225,6 +237,7 @@ class Gatekeeper:
 
     def close(self) -> None:
         """Cancel running measurements, let them unwind, then stop the background loop."""
+        self.drift.close()
         with self._lock:
             loop, self._loop = self._loop, None
         if loop is None:
