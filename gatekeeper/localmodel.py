@@ -28,7 +28,7 @@ import httpx
 import structlog
 from filelock import FileLock
 
-from gatekeeper.errors import GatekeeperError
+from gatekeeper.errors import LocalModelError
 
 log = structlog.get_logger(__name__)
 
@@ -40,10 +40,6 @@ DEFAULT_STARTUP_TIMEOUT = 120.0
 
 # Called while waiting for the server: (seconds elapsed, last line of the server log).
 ProgressCallback = Callable[[float, str], None]
-
-
-class LocalModelError(GatekeeperError):
-    """The bundled local model could not be assembled, or its server did not come up."""
 
 
 def cache_dir() -> Path:
@@ -71,7 +67,7 @@ def model_path(models_dir: str | Path | None = None) -> Path:
 
     directory = Path(models_dir) if models_dir is not None else cache_dir() / "models"
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / weights.MODEL_NAME
+    target: Path = directory / weights.MODEL_NAME
     expected_size = sum(p.stat().st_size for p in weights.chunk_paths())
     if _complete(target, expected_size):
         return target
