@@ -88,6 +88,9 @@ def request_body(stream: bool = False, model: str = MODEL, protocol: str = "chat
     return orjson.dumps(body)
 
 
+NAN = float("nan")
+
+
 # -- processes ---------------------------------------------------------------------------------
 
 def free_port() -> int:
@@ -266,6 +269,22 @@ def oneline(text: str, limit: int = 160) -> str:
     kept = [line.strip(" │╭╮╰╯─") for line in text.splitlines()]
     kept = [line for line in kept if line and not line.startswith(("Usage:", "Try '"))]
     return " ".join(" ".join(kept).split()).replace("|", "/")[:limit]
+
+
+def import_cost(block: str | None = None) -> tuple[float, float]:
+    """(CPU s, max RSS MiB) of importing what `gatekeeper serve` imports, in a fresh interpreter;
+    `block` makes one module unimportable (what the start-up would be without it)."""
+    code = ("import sys, time, resource\n"
+            f"if {block!r}: sys.modules[{block!r}] = None\n"
+            "t = time.process_time()\n"
+            "import gatekeeper.cli, gatekeeper.proxy, uvicorn\n"
+            "print(time.process_time() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    try:
+        cpu, rss = out.stdout.split()
+        return float(cpu), float(rss)
+    except ValueError:
+        return NAN, NAN
 
 
 def config_error(config: Path) -> str | None:
@@ -455,9 +474,6 @@ def gatekeeper_targets(workdir: Path, upstream: str, redis_url: str | None, redi
 
 # -- report -------------------------------------------------------------------------------------
 
-NAN = float("nan")
-
-
 def fmt(x: float, digits: int = 2) -> str:
     return "n/a" if x != x else f"{x:.{digits}f}"
 
@@ -481,9 +497,10 @@ WHY = {
     "ttfb": "the first byte waits for the whole request path (the work of the added p50 above: parse, resolve, "
             "gate, forward) plus one event's parse and check (an unreadable answer never passes raw): the gap is "
             "about the added p50 at c=1, and that is above 0.3 ms",
-    "rss": "imports (pydantic models, structlog, prometheus, the codecs) and the connection pool buffers",
-    "startup": "imports (pydantic, structlog, typer, aiohttp's TLS context) and loading the suite; the wall time "
-               "grows with the machine's load, the CPU time does not",
+    "rss": "imports: see the import line above the goals (jsonschema's `format-nongpl` extra pulls rfc3987-syntax, "
+           "which builds a lark grammar at import); pydantic models, structlog, prometheus, aiohttp",
+    "startup": "imports, see the import line above the goals (rfc3987-syntax's grammar build is most of it when "
+               "installed); the wall time also grows with the machine's load, the CPU time does not",
 }
 
 
@@ -548,6 +565,10 @@ def report(targets: list[Target], rows: list[Row], results: dict, streams: dict,
             lines.append(f"| {t.name} | — | — | {fmt(t.rss_mib, 0)} |")
         else:
             lines.append(f"| {t.name} | {fmt(t.startup_s)} | {fmt(t.startup_cpu_s)} | {fmt(t.rss_mib, 0)} |")
+
+    if meta.get("imports"):
+        lines += ["", "imports of `gatekeeper serve` alone (fresh interpreter, median of 3): " + "; ".join(
+            f"{label}: {fmt(cpu)} s CPU, {fmt(rss, 0)} MiB max RSS" for label, (cpu, rss) in meta["imports"].items())]
 
     # Goals: (goal, measured, bound, lower_is_better, why-key); NaN = not measured.
     goals: list[tuple[str, float, float, bool, str]] = []
@@ -752,6 +773,14 @@ def main() -> None:
             "load": "wrk" if scripts else "loadgen.py (asyncio, own process)",
             "rounds": args.rounds, "duration": args.duration,
             "pinning": "proxies on CPU 1, upstream and load generator on CPU 0" if pin else "no CPU pinning"}
+    if "gatekeeper" in wanted:  # what start-up and RSS are made of, measured apart from the load
+        def median_cost(block: str | None) -> tuple[float, float]:
+            runs = [import_cost(block) for _ in range(3)]
+            return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+        meta["imports"] = {"as installed": median_cost(None)}
+        import importlib.util
+        if importlib.util.find_spec("rfc3987_syntax") is not None:
+            meta["imports"]["without rfc3987_syntax (jsonschema's format-nongpl extra)"] = median_cost("rfc3987_syntax")
     text, verdicts = report(targets, rows, results, streams, concurrency, meta)
     print(text)
     if args.json:
