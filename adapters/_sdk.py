@@ -9,7 +9,8 @@ client's own attribute, untouched.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from gatekeeper.core import Gatekeeper
 
@@ -18,8 +19,8 @@ _VIEWS = frozenset({"with_raw_response", "with_streaming_response"})
 _COPIES = frozenset({"with_options", "copy"})
 
 # protocol, gatekeeper, the call's kwargs -> the kwargs to send (gated); sync and async forms.
-SyncGate = Callable[[str, Gatekeeper, dict], dict]
-AsyncGate = Callable[[str, Gatekeeper, dict], Awaitable[dict]]
+SyncGate = Callable[[str, Gatekeeper, dict[str, Any]], dict[str, Any]]
+AsyncGate = Callable[[str, Gatekeeper, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class GatedClient:
@@ -42,7 +43,7 @@ class GatedClient:
         protocol = self._routes.get(self._path)
         if protocol is not None and name in GATED_CALLS:
             return self._gated_call(attr, protocol, name)
-        path = self._path + (name,)
+        path = (*self._path, name)
         if any(route[:len(path)] == path for route in self._routes):
             return self._wrap(attr, path)
         return attr
@@ -63,7 +64,7 @@ class GatedClient:
 
 
 class _GatedAsyncContext:
-    def __init__(self, open_: Callable[..., Any], kwargs: dict, gate: Callable[[dict], Awaitable[dict]]) -> None:
+    def __init__(self, open_: Callable[..., Any], kwargs: dict[str, Any], gate: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> None:
         self._open, self._kwargs, self._gate = open_, kwargs, gate
         self._manager: Any = None
 

@@ -42,7 +42,7 @@ def omitted(value: Any) -> bool:
     return value is None or type(value).__name__ in ("NotGiven", "Omit")
 
 
-def tool_body(protocol: str, kwargs: dict) -> dict | None:
+def tool_body(protocol: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
     """The call's keyword arguments with the SDK's omitted markers removed; None when it has no
     tool field (nothing to gate)."""
     fields = TOOL_FIELDS[protocol]
@@ -50,7 +50,7 @@ def tool_body(protocol: str, kwargs: dict) -> dict | None:
     if isinstance(extra, dict) and any(k in extra for k in fields):
         raise RequestInvalid(f"tool fields in extra_body ({', '.join(k for k in fields if k in extra)}) "
                              "cannot be gated: pass them as keyword arguments")
-    body = {k: v for k, v in kwargs.items() if not (k in fields + ("parallel_tool_calls",) and omitted(v))}
+    body = {k: v for k, v in kwargs.items() if not (k in (*fields, "parallel_tool_calls") and omitted(v))}
     if not any(k in body for k in fields) or not isinstance(body.get("model"), str):
         return None
     for field in ("tools", "functions", "mcp_servers", "messages"):
@@ -59,14 +59,14 @@ def tool_body(protocol: str, kwargs: dict) -> dict | None:
     return body
 
 
-def _gate(protocol: str, gk: Gatekeeper, kwargs: dict) -> dict:
+def _gate(protocol: str, gk: Gatekeeper, kwargs: dict[str, Any]) -> dict[str, Any]:
     body = tool_body(protocol, kwargs)
     if body is not None:
         gate_body(gk, protocol, body)
     return kwargs if body is None else body
 
 
-async def _agate(protocol: str, gk: Gatekeeper, kwargs: dict) -> dict:
+async def _agate(protocol: str, gk: Gatekeeper, kwargs: dict[str, Any]) -> dict[str, Any]:
     body = tool_body(protocol, kwargs)
     if body is not None:
         await agate_body(gk, protocol, body)

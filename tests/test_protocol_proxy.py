@@ -6,7 +6,7 @@ upstream, hidden calls never reach the client, allowed calls round-trip."""
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from collections.abc import Iterator
 
 import anthropic
 import openai
