@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from conftest import ROOT, Proxy, make_profile, running_proxy, seed_store, settings_for
@@ -64,5 +64,5 @@ def test_vercel_lines_are_the_readme_lines():
     for line in ('import { createOpenAI } from "@ai-sdk/openai";', 'import { createAnthropic } from "@ai-sdk/anthropic";'):
         assert line in readme and line in script
     for provider in ("createOpenAI", "createAnthropic"):
-        readme_line = next(l for l in readme.splitlines() if l.startswith(f"const {provider[6:].lower()} = {provider}("))
+        readme_line = next(line for line in readme.splitlines() if line.startswith(f"const {provider[6:].lower()} = {provider}("))
         assert readme_line.replace('"http://127.0.0.1:8000/v1"', "`${base}/v1`") in script
