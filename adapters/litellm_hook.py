@@ -40,7 +40,7 @@ _PROTOCOLS = {"completion": "chat", "acompletion": "chat", "responses": "respons
 _TOOL_FIELDS = ("tools", "tool_choice", "functions", "function_call", "mcp_servers", "prompt")
 
 
-class GatekeeperHook(CustomLogger):
+class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type-checked (pyproject)
     """Removes from each chat request the tools its model's tier may not see.
 
     Built with a `Gatekeeper`, or lazily from the YAML file named by `$GATEKEEPER_CONFIG` on the

@@ -25,11 +25,9 @@ And the request step of the proxy, in process, for a body of any client protocol
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 from gatekeeper.core import Gatekeeper, Resolution
 from gatekeeper.errors import ToolChoiceBlocked
@@ -84,15 +82,12 @@ def default_tool_name(tool: Any) -> str:
         name = tool.get("name")
         if isinstance(name, str):
             return name
-    elif isinstance(getattr(tool, "name", None), str):
-        return str(tool.name)
+    elif isinstance(name := getattr(tool, "name", None), str):
+        return name
     raise TypeError(f"cannot tell the name of tool {tool!r}: pass name_of= to gated()")
 
 
-Locator = Callable[[tuple[Any, ...], dict[str, Any]], tuple[str, str | None]]
-
-
-def _argument_finder(fn: Callable[..., Any], model_arg: str, effort_arg: str) -> Locator:
+def _argument_finder(fn: Callable[..., Any], model_arg: str, effort_arg: str) -> Callable[[tuple[Any, ...], dict[str, Any]], tuple[str, str | None]]:
     try:
         signature: inspect.Signature | None = inspect.signature(fn)
     except (TypeError, ValueError):  # some builtins and C callables have none
@@ -101,8 +96,10 @@ def _argument_finder(fn: Callable[..., Any], model_arg: str, effort_arg: str) ->
     def locate(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str | None]:
         named = dict(kwargs)
         if signature is not None:
-            with contextlib.suppress(TypeError):  # let fn itself report the bad call
+            try:
                 named = signature.bind_partial(*args, **kwargs).arguments | named
+            except TypeError:
+                pass  # let fn itself report the bad call
         model = named.get(model_arg)
         if model is None and args and model_arg not in named:
             model = args[0]
@@ -116,8 +113,7 @@ def _argument_finder(fn: Callable[..., Any], model_arg: str, effort_arg: str) ->
 
 
 def _is_async(fn: Any) -> bool:
-    # an object whose __call__ is a coroutine function is async too (callable() cannot tell)
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
 # -- one request body of a client protocol ---------------------------------------------------

@@ -201,8 +201,8 @@ def _gate_servers(body: dict[str, Any], tier: Tier, policy: ToolPolicy, gated: G
         if not policy.allows(tier, label):
             gated.hidden.append(label)
             continue
-        config = server.get("tool_configuration")
-        config = config if isinstance(config, dict) else {}
+        found = server.get("tool_configuration")
+        config: dict[str, Any] = found if isinstance(found, dict) else {}
         allowed = config.get("allowed_tools")
         if allowed is None:
             kept.append(server)

@@ -38,7 +38,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         chat["tools"] = [_function_tool(t, f"tools[{i}]") for i, t in enumerate(body["tools"])]
     choice = body.get("tool_choice")
     if isinstance(choice, dict):
-        kind = str(choice.get("type"))
+        kind: Any = choice.get("type")
         chat["tool_choice"] = ({"type": "function", "function": {"name": choice.get("name")}} if kind == "tool"
                                else {"any": "required"}.get(kind, kind))
         if choice.get("disable_parallel_tool_use") and chat.get("tools"):
@@ -184,7 +184,7 @@ class MessagesFromChat:
                 "usage": {"input_tokens": 0, "output_tokens": 0}}))
         if delta.error is not None:
             self._ended = True
-            return [*out, self._emit("error", error={"type": "api_error", "message": delta.error})]
+            return out + [self._emit("error", error={"type": "api_error", "message": delta.error})]
         if delta.done:
             return out + self._complete()
         if delta.text:
@@ -227,7 +227,10 @@ class MessagesFromChat:
             raise AnswerInvalid("chat stream ended without a finish_reason")
         self._ended = True
         stop = "tool_use" if self._calls else _STOP.get(self._finish, "end_turn")
-        return [*self._close(), self._emit("message_delta", delta={"stop_reason": stop, "stop_sequence": None}, usage={"output_tokens": self._usage.get("completion_tokens", 0)}), self._emit("message_stop")]
+        return self._close() + [
+            self._emit("message_delta", delta={"stop_reason": stop, "stop_sequence": None},
+                       usage={"output_tokens": self._usage.get("completion_tokens", 0)}),
+            self._emit("message_stop")]
 
     def finish(self) -> list[Event]:
         if self._ended:
