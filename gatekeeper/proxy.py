@@ -36,10 +36,11 @@ from starlette.routing import BaseRoute, Route
 
 from gatekeeper import metrics, protocols
 from gatekeeper.admin import admin_routes
-from gatekeeper.core import Gatekeeper
+from gatekeeper.core import Gatekeeper, Resolution
 from gatekeeper.errors import (AnswerInvalid, ConfigError, GatekeeperError, NotMeasured, ProxyError, RequestInvalid,
                                ToolChoiceBlocked)
-from gatekeeper.protocols.base import Codec, Enforced, Event, Offered, StreamConverter, StreamFilter, may_carry_calls
+from gatekeeper.protocols.base import (Codec, Enforced, Event, Offered, RequestInfo, StreamConverter, StreamFilter,
+                                       may_carry_calls)
 from gatekeeper.protocols.chat import loads
 from gatekeeper.sse import SSEParser, encode
 from gatekeeper.upstream import TransferError, UpstreamPool, UpstreamResponse, answer_headers
@@ -81,10 +82,27 @@ def create_app(gk: Gatekeeper) -> Starlette:
 @asynccontextmanager
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     app.state.pool = UpstreamPool(app.state.gk.settings.upstream)
+    app.state.retired_pools = []
     try:
         yield
     finally:
-        await app.state.pool.aclose()
+        for pool in [app.state.pool, *app.state.retired_pools]:
+            await pool.aclose()
+
+
+def _pool(request: Request) -> UpstreamPool:
+    """The pool for the upstream settings in force. A reload that changes `upstream:` gets a new
+    pool; requests already sent finish on the old one, closed at shutdown."""
+    state = request.app.state
+    upstream, pool = state.gk.settings.upstream, state.pool
+    if pool.upstream is upstream:
+        return pool
+    if pool.upstream == upstream:
+        pool.upstream = upstream  # same values, new object: back to the identity fast path
+        return pool
+    state.retired_pools.append(pool)
+    state.pool = UpstreamPool(upstream)
+    return state.pool
 
 
 # -- the model routes ----------------------------------------------------------------------------
@@ -110,6 +128,8 @@ class _Call:
     """What one model call carries from the request side to the answer side."""
 
     codec: Codec
+    info: RequestInfo
+    resolution: Resolution
     offered: Offered
     headers: dict[str, str]
     started: float
@@ -137,8 +157,8 @@ async def _model_call(request: Request, protocol: str, count: bool = False) -> R
     metrics.REQUESTS.labels(tier, resolution.source).inc()
     if gated.hidden:
         metrics.TOOLS_HIDDEN.inc(len(gated.hidden))
-    call = _Call(codec, codec.offered(body), {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": resolution.source,
-                                              "x-request-id": request_id}, started)
+    headers = {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": resolution.source, "x-request-id": request_id}
+    call = _Call(codec, info, resolution, codec.offered(body), headers, started)
     route = settings.route(info.model)
     native = settings.upstream.protocols if route is None else ("chat",)  # litellm routes speak chat
     if protocol in native:
@@ -164,9 +184,9 @@ async def _model_call(request: Request, protocol: str, count: bool = False) -> R
         if answer.events is not None:
             return _stream(call, answer.events, answer.aclose, {}, log_fields)
         return _plain(call, 200, answer.body or b"", {}, log_fields)
-    pool: UpstreamPool = request.app.state.pool
-    headers = pool.request_headers(request.scope["headers"], json_body=True)
-    response = await pool.send("POST", path, headers, orjson.dumps(upstream_body))
+    pool = _pool(request)
+    response = await pool.send("POST", path, pool.request_headers(request.scope["headers"], json_body=True),
+                               orjson.dumps(upstream_body))
     status = response.status_code
     log_fields["upstream_status"] = status
     if status >= 300:
@@ -297,7 +317,8 @@ async def _upstream_error(call: _Call, response: UpstreamResponse, pool: Upstrea
 
 
 def _answered(call: _Call, enforced: Enforced | None, log_fields: dict[str, Any]) -> None:
-    """Every answer, plain or streamed, from any upstream path, ends here once."""
+    """Every answer, plain or streamed, from any upstream path, ends here once (`enforced` is
+    None for a plain answer that could not carry a call: the fast path)."""
     if enforced is not None and enforced.removed:
         metrics.TOOL_CALLS_BLOCKED.inc(len(enforced.removed))
         log_fields["blocked_calls"] = enforced.removed
@@ -354,7 +375,7 @@ async def passthrough(request: Request) -> Response:
 
 async def _forward(request: Request, method: str, path: str, content: bytes | None = None) -> Response:
     """A tool-free endpoint: the upstream's answer relayed as it is (size-capped)."""
-    pool: UpstreamPool = request.app.state.pool
+    pool = _pool(request)
     headers = pool.request_headers(request.scope["headers"], json_body=content is not None)
     response = await pool.send(method, path, headers, content)
     if 300 <= response.status_code < 400:

@@ -71,6 +71,7 @@ class UpstreamPool:
 
     def __init__(self, upstream: Upstream) -> None:
         """Call from a running event loop (the app's lifespan): aiohttp binds to it."""
+        self.upstream = upstream  # the settings it was built from (a reload may bring new ones)
         self.base_url = upstream.base_url
         self.api_key = upstream.api_key
         self.max_response_bytes = upstream.max_response_bytes

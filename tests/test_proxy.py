@@ -469,3 +469,14 @@ def test_a_corrupt_store_fails_closed(upstream, store_path, default_suite):
     assert raw.headers["x-gatekeeper-tier"] == "small"
     agent = next(b for b in upstream.requests if b["messages"][0]["content"] == "hi")
     assert [t["function"]["name"] for t in agent["tools"]] == ["read_file"]
+
+
+def test_new_upstream_settings_take_effect_without_a_restart(store_path, default_suite):
+    """What a config reload does to `gk.settings`: the next request goes to the new upstream."""
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    with ScriptedServer() as first, ScriptedServer(lambda body: {"content": "second"}) as second:
+        with running_proxy(settings_for(first.base_url, store_path)) as proxy:
+            assert ask(proxy).parse().choices[0].message.content == "ok"
+            proxy.gk.settings = settings_for(second.base_url, store_path)
+            assert ask(proxy).parse().choices[0].message.content == "second"
+    assert len(first.requests) == 1 and len(second.requests) == 1
