@@ -37,6 +37,7 @@ from starlette.routing import BaseRoute, Route
 from gatekeeper import metrics, protocols
 from gatekeeper.admin import admin_routes
 from gatekeeper.core import Gatekeeper, Resolution
+from gatekeeper.drift_monitor import DriftMonitor
 from gatekeeper.errors import (AnswerInvalid, ConfigError, GatekeeperError, NotMeasured, ProxyError, RequestInvalid,
                                ToolChoiceBlocked)
 from gatekeeper.protocols.base import (Codec, Enforced, Event, Offered, RequestInfo, StreamConverter, StreamFilter,
@@ -135,6 +136,7 @@ class _Call:
     started: float
     translator: Any | None = None  # protocols.base.Translator when the upstream speaks only chat
     request: dict[str, Any] | None = None  # the gated client body, for the translator's answers
+    drift: DriftMonitor | None = None  # where the answer's calls are recorded (with `resolution`)
 
 
 async def _model_call(request: Request, protocol: str, count: bool = False) -> Response:
@@ -158,7 +160,7 @@ async def _model_call(request: Request, protocol: str, count: bool = False) -> R
     if gated.hidden:
         metrics.TOOLS_HIDDEN.inc(len(gated.hidden))
     headers = {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": resolution.source, "x-request-id": request_id}
-    call = _Call(codec, info, resolution, codec.offered(body), headers, started)
+    call = _Call(codec, info, resolution, codec.offered(body), headers, started, drift=gk.drift)
     route = settings.route(info.model)
     native = settings.upstream.protocols if route is None else ("chat",)  # litellm routes speak chat
     if protocol in native:
@@ -176,7 +178,7 @@ async def _model_call(request: Request, protocol: str, count: bool = False) -> R
             return _log(Response(orjson.dumps(counter(body)), media_type=_JSON, headers=call.headers), call)
         path, upstream_body = "/chat/completions", call.translator.to_chat(body)
         call.request = body
-    log_fields = {"tools_kept": gated.kept, "tools_hidden": gated.hidden}
+    log_fields: dict[str, Any] = {"tools_kept": gated.kept, "tools_hidden": gated.hidden}
     if route is not None:
         from gatekeeper.litellm_route import complete  # litellm is heavy: only for its routes
 
@@ -319,6 +321,8 @@ async def _upstream_error(call: _Call, response: UpstreamResponse, pool: Upstrea
 def _answered(call: _Call, enforced: Enforced | None, log_fields: dict[str, Any]) -> None:
     """Every answer, plain or streamed, from any upstream path, ends here once (`enforced` is
     None for a plain answer that could not carry a call: the fast path)."""
+    if enforced is not None and enforced.calls and call.drift is not None:
+        call.drift.submit(call.resolution, enforced.calls, call.offered)  # O(1): judged off the request path
     if enforced is not None and enforced.removed:
         metrics.TOOL_CALLS_BLOCKED.inc(len(enforced.removed))
         log_fields["blocked_calls"] = enforced.removed

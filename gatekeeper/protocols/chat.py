@@ -44,7 +44,7 @@ def loads(raw: bytes | str, what: str) -> Any:
 class ChatCodec:
     name = "chat"
     upstream_path = "/chat/completions"
-    markers = _MARKERS
+    markers: tuple[bytes, ...] = _MARKERS
 
     def parse(self, body: dict[str, Any]) -> RequestInfo:
         model = body.get("model")
@@ -250,8 +250,9 @@ class ChatStreamFilter:
             offered = bool(name) and name in self.offered
             self.result.calls.append(Call(name or "", arguments if isinstance(arguments, str) else None, offered))
             if offered:
-                self._index[key] = self._kept.get(ci, 0)
-                self._kept[ci] = self._index[key] + 1
+                index = self._kept.get(ci, 0)
+                self._index[key] = index
+                self._kept[ci] = index + 1
                 self._names[key] = name or ""
                 self._arguments[key] = (len(self.result.calls) - 1, [arguments] if isinstance(arguments, str) else [])
                 return True
