@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 from urllib.parse import quote
 
 import orjson
@@ -38,10 +39,25 @@ from gatekeeper import metrics, protocols
 from gatekeeper.admin import admin_routes
 from gatekeeper.core import Gatekeeper, Resolution
 from gatekeeper.drift_monitor import DriftMonitor
-from gatekeeper.errors import (AnswerInvalid, ConfigError, GatekeeperError, NotMeasured, ProxyError, RequestInvalid,
-                               ToolChoiceBlocked)
-from gatekeeper.protocols.base import (Codec, Enforced, Event, Offered, RequestInfo, StreamConverter, StreamFilter,
-                                       may_carry_calls)
+from gatekeeper.errors import (
+    AnswerInvalid,
+    ConfigError,
+    GatekeeperError,
+    NotMeasured,
+    ProxyError,
+    RequestInvalid,
+    ToolChoiceBlocked,
+)
+from gatekeeper.protocols.base import (
+    Codec,
+    Enforced,
+    Event,
+    Offered,
+    RequestInfo,
+    StreamConverter,
+    StreamFilter,
+    may_carry_calls,
+)
 from gatekeeper.protocols.chat import loads
 from gatekeeper.sse import SSEParser, encode
 from gatekeeper.upstream import TransferError, UpstreamPool, UpstreamResponse, answer_headers
@@ -95,15 +111,16 @@ def _pool(request: Request) -> UpstreamPool:
     """The pool for the upstream settings in force. A reload that changes `upstream:` gets a new
     pool; requests already sent finish on the old one, closed at shutdown."""
     state = request.app.state
-    upstream, pool = state.gk.settings.upstream, state.pool
+    upstream = state.gk.settings.upstream
+    pool: UpstreamPool = state.pool
     if pool.upstream is upstream:
         return pool
     if pool.upstream == upstream:
         pool.upstream = upstream  # same values, new object: back to the identity fast path
         return pool
     state.retired_pools.append(pool)
-    state.pool = UpstreamPool(upstream)
-    return state.pool
+    pool = state.pool = UpstreamPool(upstream)
+    return pool
 
 
 # -- the model routes ----------------------------------------------------------------------------
@@ -278,7 +295,7 @@ async def _relay(call: _Call, source: AsyncIterator[list[Event]], close: Callabl
         except TransferError as exc:
             metrics.UPSTREAM_ERRORS.labels("stream_incomplete").inc()
             error = (f"upstream stream broke off: {type(exc).__name__}", "upstream_incomplete")
-        except Exception as exc:  # noqa: BLE001 - a bug of ours costs this stream an error event, never more
+        except Exception as exc:
             log.exception("stream_failed")
             error = (f"gatekeeper internal error: {type(exc).__name__}", "internal_error")
         if error is not None:
@@ -456,9 +473,7 @@ def codec_for_path(path: str) -> Codec:
     """The protocol whose error shape a path's client expects."""
     if path.startswith("/v1/messages"):
         found = protocols.codec("messages")
-        if found is not None:
-            return found
-        return _ANTHROPIC_SHAPE
+        return found if found is not None else _ANTHROPIC_SHAPE
     if path.startswith("/v1/responses"):
         return protocols.codec("responses") or protocols.codec("chat")  # type: ignore[return-value]
     return protocols.codec("chat")  # type: ignore[return-value]

@@ -94,12 +94,10 @@ class SSEParser:
             self._data.append(value)
         elif name == b"event":
             self._event = value
-        elif name == b"id":
-            if b"\x00" not in value:
-                self._id = value
-        elif name == b"retry":
-            if value.isdigit():
-                self._retry = int(value)
+        elif name == b"id" and b"\x00" not in value:
+            self._id = value
+        elif name == b"retry" and value.isdigit():
+            self._retry = int(value)
         # any other field name is ignored, as the specification says
 
     def _dispatch(self, events: list[Event]) -> None:

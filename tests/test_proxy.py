@@ -6,13 +6,13 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import answers
 import httpx
 import openai
 import pytest
-
-import answers
 from conftest import agent_or_suite, make_profile, running_proxy, seed_store, settings_for
 from scripted import ScriptedServer, SuiteScript, free_port
+
 from gatekeeper.tiers import Tier
 
 
@@ -175,7 +175,7 @@ def test_benchmark_uses_upstream_key_not_the_clients(store_path, default_suite):
         settings = settings_for(upstream.base_url, store_path, unknown_models="wait")
         with running_proxy(settings) as proxy:
             ask(proxy)
-    auth = {h["authorization"] for h, b in zip(upstream.headers, upstream.requests) if b["messages"][0]["content"] != "hi"}
+    auth = {h["authorization"] for h, b in zip(upstream.headers, upstream.requests, strict=True) if b["messages"][0]["content"] != "hi"}
     assert auth == {"Bearer upstream-key"}
     assert upstream.headers[-1]["authorization"] == "Bearer client-key"
 
@@ -354,10 +354,10 @@ def test_slow_upstream_is_a_504(store_path, default_suite):
 
 def test_truncated_upstream_stream_gives_the_client_an_error(store_path, default_suite):
     """llama.cpp's server sends 200 headers, then drops the stream without [DONE]."""
+    from scripted import ThreadedServer
     from starlette.applications import Starlette
     from starlette.responses import StreamingResponse
     from starlette.routing import Route
-    from scripted import ThreadedServer
 
     async def broken(request):
         async def events():
@@ -429,10 +429,10 @@ def test_configured_litellm_route_is_measured_and_served_through_litellm(store_p
 
 
 def test_a_non_json_upstream_error_is_put_in_the_openai_error_shape(store_path, default_suite):
+    from scripted import ThreadedServer
     from starlette.applications import Starlette
     from starlette.responses import Response
     from starlette.routing import Route
-    from scripted import ThreadedServer
 
     async def bare_400(request):
         return Response(b"", status_code=400)
