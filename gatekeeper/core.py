@@ -24,7 +24,7 @@ from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import NotMeasured
 from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
 from gatekeeper.profiles import DEFAULT_EFFORT, JsonFileStore, Profile, ProfileStore, profile_key
-from gatekeeper.runner import RunSettings, sweep
+from gatekeeper.runner import Progress, RunSettings, sweep
 from gatekeeper.suite import Suite, load_suite
 from gatekeeper.tiers import Tier
 
@@ -36,6 +36,7 @@ Source = Literal["measured", "pinned", "pending", "unmeasured"]
 # again. The proxy asks on every request; `invalidate` and a landed measurement clear it at once.
 RESOLUTION_TTL_S = 1.0
 _RESOLUTION_CACHE_MAX = 4096  # model names come from clients: bound the cache
+_PROGRESS_KEPT = 64  # finished measurements remembered for the console; also bounds client-named keys
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class Gatekeeper:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._resolved: dict[tuple[str, str], tuple[float, Resolution]] = {}  # -> (expires, resolution)
+        self._progress: dict[str, Progress] = {}  # key -> its latest measurement (the console shows it)
 
     @classmethod
     def from_config(cls, path: str | Path) -> Gatekeeper:
@@ -176,6 +178,11 @@ class Gatekeeper:
         assert flight is not None
         return flight
 
+    def measurements(self) -> list[Progress]:
+        """The running measurements, and the latest finished one of each recently measured pair."""
+        with self._lock:
+            return list(self._progress.values())
+
     def invalidate(self, model: str, effort: str | None = None) -> bool:
         key = profile_key(model, effort)
         with self._lock:
@@ -194,8 +201,13 @@ class Gatekeeper:
             failures, not_before = self._failures.get(key, (0, 0.0))
             if not force and time.monotonic() < not_before:
                 return None
-            flight = asyncio.run_coroutine_threadsafe(self._measure(model, effort), self._background_loop())
+            progress = Progress(key)
+            flight = asyncio.run_coroutine_threadsafe(self._measure(model, effort, progress), self._background_loop())
             self._flights[key] = flight
+            self._progress.pop(key, None)  # re-inserted last: the dict stays in start order
+            self._progress[key] = progress
+            while len(self._progress) > _PROGRESS_KEPT:
+                del self._progress[next(iter(self._progress))]
         flight.add_done_callback(lambda f: self._landed(key, f))
         return flight
 
@@ -203,6 +215,12 @@ class Gatekeeper:
         with self._lock:
             self._flights.pop(key, None)
             error = "cancelled" if flight.cancelled() else flight.exception()
+            progress = self._progress.get(key)
+            if progress is not None:
+                progress.finished = time.time()
+                progress.error = None if error is None else str(error) or type(error).__name__
+                if error is None:
+                    progress.tier = flight.result().tier.value
             if error is None:
                 self._failures.pop(key, None)
                 return
@@ -212,12 +230,12 @@ class Gatekeeper:
             self._failures[key] = (failures, time.monotonic() + delay)
         log.error("measurement_failed", key=key, error=str(error), failures=failures, retry_in_s=delay)
 
-    async def _measure(self, model: str, effort: str) -> Profile:
+    async def _measure(self, model: str, effort: str, progress: Progress | None = None) -> Profile:
         log.info("measurement_started", model=model, effort=effort)
         started = time.perf_counter()
         backend = self._backend_factory(model)
         try:
-            (profile,) = await sweep(backend, model, self.suite, [effort], self.run_settings())
+            (profile,) = await sweep(backend, model, self.suite, [effort], self.run_settings(), progress=progress)
         except BaseException:
             metrics.BENCHMARKS.labels(outcome="failed").inc()
             raise

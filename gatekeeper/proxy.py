@@ -205,7 +205,9 @@ def create_app(gk: Gatekeeper) -> Starlette:
         Route("/metrics", metrics_endpoint, methods=["GET"]),
     ]
     if settings.admin_key:
-        routes += _admin_routes(gk, settings.admin_key)
+        from gatekeeper.console import console_routes
+
+        routes += _admin_routes(gk, settings.admin_key) + console_routes(gk, settings.admin_key)
     return Starlette(routes=routes, lifespan=lifespan)
 
 

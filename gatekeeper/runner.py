@@ -25,6 +25,24 @@ EFFORT_COST = ("none", "minimal", "low", "medium", "high", "xhigh")
 ProgressFn = Callable[[str, str, str], None]  # (model, effort, test name) after each test
 
 
+@dataclass
+class Progress:
+    """Calls answered out of the calls a measurement will make; read live by the admin console.
+
+    `total` starts at every step of every test and shrinks when a tool chain breaks, since the
+    steps after the break are never asked. Written by one event loop; plain ints, so readers in
+    other threads need no lock.
+    """
+
+    key: str
+    answered: int = 0
+    total: int = 0
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    error: str | None = None
+    tier: str | None = None
+
+
 @dataclass(frozen=True)
 class RunSettings:
     concurrency: int = 8
@@ -78,7 +96,8 @@ def recommend(profiles: list[Profile]) -> str | None:
     return candidates[0].reasoning_effort
 
 
-async def run_test(backend: Backend, model: str, test: BenchTest, effort: str | None, settings: RunSettings) -> TestRun:
+async def run_test(backend: Backend, model: str, test: BenchTest, effort: str | None, settings: RunSettings,
+                   progress: Progress | None = None) -> TestRun:
     """Play a test's steps as one conversation. A `toolResult` answers the previous step's first
     tool call; when there is none the chain is broken and the remaining steps are not played."""
     run = TestRun(test)
@@ -89,6 +108,8 @@ async def run_test(backend: Backend, model: str, test: BenchTest, effort: str | 
             if step.tool_result is not None:
                 if not previous.tool_calls:
                     log.info("chain_broken", model=model, effort=effort, test=test.name, step=i)
+                    if progress is not None:
+                        progress.total -= len(test.all_steps) - i
                     break
                 call = previous.tool_calls[0]
                 # content "" rather than null: llama.cpp's server rejects a null assistant content.
@@ -102,6 +123,8 @@ async def run_test(backend: Backend, model: str, test: BenchTest, effort: str | 
             messages.append({"role": "user", "content": step.prompt})
         completion = await backend.complete(model, messages, test.tools, effort)
         run.answers.append(completion.answer)
+        if progress is not None:
+            progress.answered += 1
         run.completion_tokens += completion.completion_tokens
         run.seconds += completion.seconds
         run.effort_applied = run.effort_applied and completion.effort_applied
@@ -140,6 +163,7 @@ async def sweep(
     efforts: list[str],
     settings: RunSettings | None = None,
     on_progress: ProgressFn | None = None,
+    progress: Progress | None = None,
 ) -> list[Profile]:
     """Run the suite once per effort level, all tests of all levels sharing one concurrency bound.
 
@@ -150,10 +174,13 @@ async def sweep(
     gate = asyncio.Semaphore(max(1, settings.concurrency))
     started = time.perf_counter()
     finished: dict[str, float] = {}  # effort -> when its last test ended
+    if progress is not None:
+        progress.total = len(efforts) * sum(len(test.all_steps) for test in suite.tests)
 
     async def one(test: BenchTest, effort: str) -> TestRun:
         async with gate:
-            run = await run_test(backend, model, test, None if effort == DEFAULT_EFFORT else effort, settings)
+            run = await run_test(backend, model, test, None if effort == DEFAULT_EFFORT else effort, settings,
+                                 progress)
         finished[effort] = time.perf_counter()
         if on_progress:
             on_progress(model, effort, test.name)
