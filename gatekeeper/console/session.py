@@ -38,14 +38,15 @@ class Signer:
     def __init__(self, admin_key: str, ttl_s: int = SESSION_TTL_S) -> None:
         # A derived secret: a leaked session token reveals nothing usable to sign in with the key.
         self._secret = hmac.new(admin_key.encode(), b"gatekeeper console session v1", hashlib.sha256).digest()
-        self._key = admin_key.encode()
+        self._key_digest = hashlib.sha256(admin_key.encode()).digest()
         self._ttl_s = ttl_s
         self._revoked: dict[str, int] = {}  # signed-out nonce -> expiry (kept until it would expire anyway)
         self._lock = threading.Lock()
 
     def key_matches(self, candidate: str) -> bool:
-        """Constant-time comparison of a typed key with the admin key."""
-        return hmac.compare_digest(candidate.encode(), self._key)
+        """Constant-time comparison of a typed key with the admin key; digests of equal length,
+        so not even the key's length shows in the timing."""
+        return hmac.compare_digest(hashlib.sha256(candidate.encode()).digest(), self._key_digest)
 
     def issue(self, now: float | None = None) -> str:
         expires = int((now or time.time()) + self._ttl_s)
