@@ -178,7 +178,7 @@ class Gatekeeper:
         assert flight is not None
         return flight
 
-    def measurements(self) -> list[Progress]:
+    def progress(self) -> list[Progress]:
         """The running measurements, and the latest finished one of each recently measured pair."""
         with self._lock:
             return list(self._progress.values())

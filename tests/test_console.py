@@ -79,7 +79,7 @@ def test_nothing_is_served_without_a_session(console: Console) -> None:
         for path in CONSOLE_ACTIONS:
             response = client.post(path, data={"key": "strong@default"}, headers={"origin": console.url})
             assert response.status_code == 401, path
-    assert [p.key for p in console.gk.measurements()] == ["strong@default", "weak@low"]  # nothing new started
+    assert [p.key for p in console.gk.progress()] == ["strong@default", "weak@low"]  # nothing new started
     assert console.gk.store.get("strong@default") is not None
 
 
@@ -256,7 +256,7 @@ def test_several_samples_draw_an_interval(upstream, store_path: Path, default_su
 
 
 def test_progress_counts_every_call_of_a_measurement(console: Console, default_suite: Suite) -> None:
-    finished = {p.key: p for p in console.gk.measurements()}
+    finished = {p.key: p for p in console.gk.progress()}
     steps = sum(len(t.all_steps) for t in default_suite.tests)
     assert (finished["strong@default"].answered, finished["strong@default"].total) == (steps, steps)
     weak = finished["weak@low"]  # never calls a tool: every chain stops after its first step

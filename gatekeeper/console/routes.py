@@ -221,7 +221,7 @@ class Console:
         return RedirectResponse(target, status_code=303, headers=self.headers)
 
     async def progress(self, request: Request, session: Session) -> Response:
-        return JSONResponse({"measurements": [views.progress_json(p) for p in self.gk.measurements()]},
+        return JSONResponse({"measurements": [views.progress_json(p) for p in self.gk.progress()]},
                             headers=self.headers)
 
     async def script_asset(self, request: Request, session: Session) -> Response:

@@ -100,7 +100,7 @@ def samples_of(profile: Profile) -> int:
 def rows(gk: Gatekeeper) -> list[Row]:
     """Every `model@effort` the console knows of: stored profiles, pins and measurements under way."""
     data = gk.store.load()
-    running = {p.key: p for p in gk.measurements()}
+    running = {p.key: p for p in gk.progress()}
     keys = set(data.profiles) | {k for k, p in running.items() if p.finished is None}
     keys |= {k for k in gk.settings.pins if "@" in k}
     found = []
