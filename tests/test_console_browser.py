@@ -165,6 +165,18 @@ def test_a_remeasurement_shows_live_progress_and_its_result(context: BrowserCont
     assert console.gk.store.get("strong@default").tier.value == "medium"
 
 
+def test_a_failed_remeasurement_says_why_and_keeps_the_profile(context: BrowserContext, console: Console) -> None:
+    page = context.new_page()
+    sign_in(page, console)
+    console.upstream.behaviours["strong"] = lambda test, step: {"status": 500, "error": "upstream exploded"}
+    row(page, "strong@default").get_by_role("button", name="Re-measure").click()
+    status = row(page, "strong@default").locator(".status.failed")
+    expect(status).to_contain_text("measurement failed")
+    expect(status).to_contain_text("500")
+    expect(row(page, "strong@default").locator("td.tier")).to_have_text("large")
+    assert console.gk.store.get("strong@default").tier.value == "large"
+
+
 def test_invalidating_a_profile_removes_it(context: BrowserContext, console: Console) -> None:
     page = context.new_page()
     sign_in(page, console)
