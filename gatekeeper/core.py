@@ -18,13 +18,13 @@ from typing import Callable, Literal
 
 import structlog
 
-from gatekeeper import metrics
-from gatekeeper.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestSettings
+from gatekeeper.backends import Backend
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import NotMeasured
 from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
 from gatekeeper.profiles import DEFAULT_EFFORT, JsonFileStore, Profile, ProfileStore, profile_key
-from gatekeeper.runner import Progress, RunSettings, sweep
+from gatekeeper.measure import MeasurementService
+from gatekeeper.runner import Progress
 from gatekeeper.suite import Suite, load_suite
 from gatekeeper.tiers import Tier
 
@@ -64,7 +64,7 @@ class Gatekeeper:
         self.suite = suite or load_suite(self.settings.suite)
         self.store = store or JsonFileStore(self.settings.store)
         self.policy = ToolPolicy(self.settings.tools.required_tier, self.settings.tools.default_tier)
-        self._backend_factory = backend_factory or self._default_backend
+        self.measurements = MeasurementService(self.settings, self.suite, self.store, backend_factory)
         self._flights: dict[str, concurrent.futures.Future[Profile]] = {}
         self._failures: dict[str, tuple[int, float]] = {}  # key -> (failures in a row, retry not before)
         self._lock = threading.Lock()
@@ -231,36 +231,9 @@ class Gatekeeper:
         log.error("measurement_failed", key=key, error=str(error), failures=failures, retry_in_s=delay)
 
     async def _measure(self, model: str, effort: str, progress: Progress | None = None) -> Profile:
-        log.info("measurement_started", model=model, effort=effort)
-        started = time.perf_counter()
-        backend = self._backend_factory(model)
-        try:
-            (profile,) = await sweep(backend, model, self.suite, [effort], self.run_settings(), progress=progress)
-        except BaseException:
-            metrics.BENCHMARKS.labels(outcome="failed").inc()
-            raise
-        finally:
-            await backend.aclose()
-        await asyncio.to_thread(self.store.save, [profile])
+        profile = await self.measurements.measure(model, effort, progress=progress)
         self._resolved.clear()  # a re-measured pair must not keep its old tier
-        metrics.BENCHMARKS.labels(outcome="ok").inc()
-        metrics.BENCHMARK_SECONDS.observe(time.perf_counter() - started)
         return profile
-
-    def run_settings(self) -> RunSettings:
-        bench = self.settings.bench
-        return RunSettings(concurrency=bench.concurrency, system_prompt=bench.system_prompt,
-                           thresholds=bench.thresholds)
-
-    def _default_backend(self, model: str) -> Backend:
-        bench = self.settings.bench
-        request = RequestSettings(temperature=bench.temperature, max_tokens=bench.max_tokens,
-                                  timeout_s=bench.timeout_s, max_retries=bench.max_retries)
-        route = self.settings.route(model)
-        if route is not None:
-            return LiteLLMBackend(route.litellm_model, route.api_key, route.api_base, request)
-        # Benchmarks always use the configured upstream key, never a client's.
-        return OpenAIBackend(self.settings.upstream.base_url, self.settings.upstream.api_key, request)
 
     def _background_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:

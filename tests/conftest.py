@@ -61,8 +61,11 @@ class Proxy:
 @contextmanager
 def running_proxy(settings: Settings, **kwargs) -> Iterator[Proxy]:
     gk = Gatekeeper(settings, **kwargs)
-    with ThreadedServer(create_app(gk)) as server:
-        yield Proxy(gk, server)
+    try:
+        with ThreadedServer(create_app(gk)) as server:
+            yield Proxy(gk, server)
+    finally:
+        gk.close()  # the app never closes a Gatekeeper it did not create
 
 
 @pytest.fixture

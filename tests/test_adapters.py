@@ -186,7 +186,7 @@ def test_sync_client_raw_response_stream_and_options_are_gated(upstream, client)
 
 def test_sync_client_drops_tools_when_none_remain(upstream, client):
     client.chat.completions.create(model="small-model", messages=HI, tools=[tool("execute_command")],
-                                   tool_choice="required")
+                                   tool_choice="auto")  # "required" over hidden tools only is a 400 (issue 9)
     assert "tools" not in upstream.requests[-1] and "tool_choice" not in upstream.requests[-1]
 
 

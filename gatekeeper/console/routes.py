@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import secrets
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from urllib.parse import parse_qs, quote
@@ -39,9 +40,13 @@ def _asset(name: str) -> bytes:
 
 
 class Console:
-    def __init__(self, gk: Gatekeeper, admin_key: str, prefix: str = "/admin") -> None:
-        self.gk, self.prefix = gk, prefix.rstrip("/")
-        self.signer = Signer(admin_key)
+    """The console's endpoints. The core and the admin key are the app's (`app.state.gk`,
+    `app.state.admin_key`, as for the admin API), so a reloaded key takes effect at once."""
+
+    def __init__(self, prefix: str = "/admin") -> None:
+        self.prefix = prefix.rstrip("/")
+        self._signer: Signer | None = None
+        self._no_key = secrets.token_urlsafe(32)
         self.limiter = SignInLimiter()
         self.env = Environment(loader=PackageLoader("gatekeeper.console", "templates"),
                                autoescape=select_autoescape(default=True, default_for_string=True))
@@ -61,6 +66,15 @@ class Console:
             "referrer-policy": "same-origin",
             "cache-control": "no-store",
         }
+
+    def signer(self, request: Request) -> Signer:
+        """The signer of the app's current admin key (a new key signs every session out)."""
+        # No key (a reload removed it): a random one, so that nobody can sign in.
+        key: str = request.app.state.admin_key or self._no_key
+        signer = self._signer
+        if signer is None or not signer.key_matches(key):
+            signer = self._signer = Signer(key)
+        return signer
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -83,7 +97,7 @@ class Console:
         return RedirectResponse(f"{self.prefix}/", status_code=308, headers=self.headers)
 
     def session(self, request: Request) -> Session | None:
-        return self.signer.verify(request.cookies.get(COOKIE))
+        return self.signer(request).verify(request.cookies.get(COOKIE))
 
     def render(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = self.env.get_template(template).render(**context)
@@ -119,7 +133,7 @@ class Console:
             if form is None:
                 return self.refused(413, f"form larger than {_FORM_LIMIT} bytes")
             token = request.headers.get("x-csrf-token") or form.get("csrf")
-            if not self.signer.csrf_ok(session, token):
+            if not self.signer(request).csrf_ok(session, token):
                 return self.refused(403, "missing or wrong CSRF token; reload the page")
             request.state.form = form
             return await handler(request, session)
@@ -133,8 +147,8 @@ class Console:
         return JSONResponse({"error": {"message": message, "type": "console_error", "code": status}},
                             status_code=status, headers=self.headers)
 
-    def context(self, session: Session, **extra: Any) -> dict[str, Any]:
-        return {"csrf": self.signer.csrf_token(session), "signed_in": True, **extra}
+    def context(self, request: Request, session: Session, **extra: Any) -> dict[str, Any]:
+        return {"csrf": self.signer(request).csrf_token(session), "signed_in": True, **extra}
 
     # -- sign-in -----------------------------------------------------------------------------
 
@@ -150,18 +164,18 @@ class Console:
             log.warning("console_sign_in_throttled")
             return self.render("login.html", 429, error="Too many wrong keys; wait a minute and try again.")
         form = await _form(request)
-        if form is None or not self.signer.key_matches(form.get("key", "")):
+        if form is None or not self.signer(request).key_matches(form.get("key", "")):
             self.limiter.failed()
             log.warning("console_sign_in_failed", client=request.client.host if request.client else None)
             return self.render("login.html", 401, error="Wrong admin key.")
         response = RedirectResponse(f"{self.prefix}/", status_code=303, headers=self.headers)
-        response.set_cookie(COOKIE, self.signer.issue(), max_age=SESSION_TTL_S, path=self.prefix, httponly=True,
+        response.set_cookie(COOKIE, self.signer(request).issue(), max_age=SESSION_TTL_S, path=self.prefix, httponly=True,
                             samesite="strict", secure=request.url.scheme == "https")
         log.info("console_signed_in", client=request.client.host if request.client else None)
         return response
 
     async def logout(self, request: Request, session: Session) -> Response:
-        self.signer.revoke(session)
+        self.signer(request).revoke(session)
         response = RedirectResponse(f"{self.prefix}/login", status_code=303, headers=self.headers)
         response.delete_cookie(COOKIE, path=self.prefix, httponly=True, samesite="strict",
                                secure=request.url.scheme == "https")
@@ -170,18 +184,19 @@ class Console:
     # -- pages -------------------------------------------------------------------------------
 
     async def index(self, request: Request, session: Session) -> Response:
-        gk = self.gk
+        gk: Gatekeeper = request.app.state.gk
         return self.render("index.html", **self.context(
-            session, rows=views.rows(gk), suite=gk.suite, thresholds=gk.settings.bench.thresholds,
+            request, session, rows=views.rows(gk), suite=gk.suite, thresholds=gk.settings.bench.thresholds,
             unknown_tier=gk.settings.unknown_tier.value, policy=gk.settings.unknown_models,
             bar_width=views.BAR_WIDTH))
 
     async def model(self, request: Request, session: Session) -> Response:
+        gk: Gatekeeper = request.app.state.gk
         name = request.query_params.get("name", "")
-        page = views.model_page(self.gk, name) if name else None
+        page = views.model_page(gk, name) if name else None
         if page is None:
-            return self.render("missing.html", 404, **self.context(session, model=name))
-        return self.render("model.html", **self.context(session, page=page, suite=self.gk.suite,
+            return self.render("missing.html", 404, **self.context(request, session, model=name))
+        return self.render("model.html", **self.context(request, session, page=page, suite=gk.suite,
                                                         bar_width=views.BAR_WIDTH))
 
     # -- actions -----------------------------------------------------------------------------
@@ -197,7 +212,7 @@ class Console:
         pair = self.pair(request)
         if pair is None:
             return self.refused(400, "expected a MODEL@EFFORT key")
-        self.gk.measure(*pair)
+        request.app.state.gk.measure(*pair)
         key = profile_key(*pair)
         log.info("console_measure", key=key)
         return self.done(request, {"status": "started", "key": key})
@@ -206,7 +221,7 @@ class Console:
         pair = self.pair(request)
         if pair is None:
             return self.refused(400, "expected a MODEL@EFFORT key")
-        existed = self.gk.invalidate(*pair)
+        existed = request.app.state.gk.invalidate(*pair)
         key = profile_key(*pair)
         log.info("console_invalidate", key=key, existed=existed)
         return self.done(request, {"invalidated": key, "existed": existed})
@@ -221,7 +236,8 @@ class Console:
         return RedirectResponse(target, status_code=303, headers=self.headers)
 
     async def progress(self, request: Request, session: Session) -> Response:
-        return JSONResponse({"measurements": [views.progress_json(p) for p in self.gk.progress()]},
+        gk: Gatekeeper = request.app.state.gk
+        return JSONResponse({"measurements": [views.progress_json(p) for p in gk.progress()]},
                             headers=self.headers)
 
     async def script_asset(self, request: Request, session: Session) -> Response:
@@ -239,6 +255,6 @@ async def _form(request: Request) -> dict[str, str] | None:
     return {k: v[0] for k, v in parsed.items()}
 
 
-def console_routes(gk: Gatekeeper, admin_key: str, prefix: str = "/admin") -> list[BaseRoute]:
-    """The console's routes, to mount beside the admin API when `admin_key` is set."""
-    return Console(gk, admin_key, prefix).routes()
+def console_routes(prefix: str = "/admin") -> list[BaseRoute]:
+    """The console's routes, mounted beside the admin API when `admin_key` is set."""
+    return Console(prefix).routes()
