@@ -117,10 +117,18 @@ async def test_litellm_hook_refuses_a_tool_choice_forcing_a_hidden_tool(upstream
 async def test_litellm_hook_leaves_tool_less_and_other_calls_alone(upstream, hook, gk):
     plain = {"model": "never-seen", "messages": HI}
     assert await proxy_pre_call(dict(plain)) == plain
-    embedding = {"model": "never-seen", "input": ["x"], "tools": list(TOOLS)}
+    embedding = {"model": "never-seen", "input": ["x"]}
     assert await proxy_pre_call(dict(embedding), call_type="aembedding") == embedding
     time.sleep(0.2)
     assert upstream.requests == []  # no measurement was started for them
+
+
+async def test_litellm_hook_refuses_tools_on_a_call_type_it_cannot_gate(upstream, hook):
+    with pytest.raises(HTTPException) as info:
+        await proxy_pre_call({"model": "small-model", "contents": [], "tools": list(TOOLS)},
+                             call_type="agenerate_content")
+    assert info.value.status_code == 400 and info.value.detail["error"]["code"] == "call_type_not_gated"
+    assert "agenerate_content" in info.value.detail["error"]["message"]
 
 
 async def test_litellm_hook_reads_its_config_from_the_environment(upstream, store_path, default_suite, tmp_path,
