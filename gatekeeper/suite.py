@@ -190,7 +190,11 @@ PREVIEW_SEED = "preview"
 
 def instantiate(template: Template, where: str, seed: str) -> BenchTest:
     """One concrete test of a template; SuiteError (naming `where`) if the rendering is invalid."""
-    values = template.draw(seed)
+    return render_test(template, where, template.draw(seed))
+
+
+def render_test(template: Template, where: str, values: dict[str, Any]) -> BenchTest:
+    """The template rendered with these variable values, validated like any suite file."""
     try:
         test = BenchTest.model_validate(template.render(values), by_alias=True, by_name=False)
     except TemplateError as exc:
@@ -198,7 +202,7 @@ def instantiate(template: Template, where: str, seed: str) -> BenchTest:
     except ValidationError as exc:
         drawn = ", ".join(f"{k}={v!r}" for k, v in values.items())
         raise SuiteError(f"{where}: with vars {drawn}: {_describe(exc)}") from None
-    test._bindings = values
+    test._bindings = dict(values)
     return test
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-_PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
+_PLACEHOLDER = re.compile(r"\{\{([^{}]*)\}\}")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Keys whose values identify a test and so are never rendered.
 _FIXED_KEYS = frozenset({"name", "category", "weight"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,17 +21,18 @@ from gatekeeper.config import Settings
 from gatekeeper.core import Gatekeeper
 from gatekeeper.errors import BackendError, InconclusiveMeasurement
 from gatekeeper.measure import MeasurementService
-from gatekeeper.profiles import JsonFileStore
+from gatekeeper.profiles import JsonFileStore, Profile
 from gatekeeper.runner import RunSettings, sweep
 from gatekeeper.suite import load_suite
 from gatekeeper.types import Answer, ToolCall, strip_reasoning
 
 FIXTURE_SUITE = ROOT / "tests" / "fixtures" / "seed_format_suite"
+WIDE = os.environ | {"COLUMNS": "200"}  # rich tables wrap at 80 columns when not on a terminal
 
 
 def bench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "gatekeeper", "bench", *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd)
+                          timeout=120, cwd=cwd, env=WIDE)
 
 
 def run_sweep(server: ScriptedServer, suite, efforts=("default",), **request) -> list:
@@ -142,11 +144,15 @@ def test_rejected_effort_field_is_recorded_as_not_applied(default_suite):
 
 def test_retries_a_flaky_backend_then_succeeds(default_suite):
     script = SuiteScript(default_suite).responder(answers.perfect)
-    calls = {"n": 0}
+    seen: set[str] = set()
 
     def flaky(body: dict) -> dict:
-        calls["n"] += 1
-        return {"status": 503, "error": "busy"} if calls["n"] % 3 == 1 else script(body)
+        # Every request fails once, then succeeds when retried (whatever the interleaving).
+        key = json.dumps(body, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            return {"status": 503, "error": "busy"}
+        return script(body)
 
     with ScriptedServer(flaky) as server:
         (profile,) = run_sweep(server, default_suite, max_retries=3, backoff_s=0.01)
@@ -377,3 +383,152 @@ def test_a_few_empty_answers_are_scored_not_treated_as_inconclusive(tmp_path, de
                                  lambda model: MockBackend(mostly_fine))
     profile = asyncio.run(service.measure("m"))
     assert profile.scores["instruction"] < 1.0
+
+
+# -- samples, intervals, sequential stopping (issue 16) ----------------------------------------
+
+def sampled(samples: int) -> Settings:
+    return Settings.model_validate({"bench": {"samples": samples}})
+
+
+def calls_per_pass(suite) -> int:
+    return sum(len(t.all_steps) for t in suite.tests)
+
+
+def test_a_confident_model_stops_sampling_early_and_reports_the_calls_saved(tmp_path, default_suite):
+    backend = mock_answering(SuiteScript(default_suite), answers.perfect)
+    service = MeasurementService(sampled(5), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    result = asyncio.run(service.sweep("m", ["low"]))
+    (profile,) = result.profiles
+    assert profile.samples == 2 and profile.tier == "large"
+    assert profile.score_intervals == {"instruction": [1.0, 1.0], "json": [1.0, 1.0], "toolCalling": [1.0, 1.0]}
+    assert len(backend.requests) == 2 * calls_per_pass(default_suite)
+    assert result.calls_saved == 3 * calls_per_pass(default_suite)
+
+
+def test_a_model_that_passes_by_luck_is_tiered_on_its_lower_bound(tmp_path, default_suite):
+    seen: dict[str, int] = {}
+
+    def once_wrong(test, step):
+        # integer_argument: no call at all in the first of its samples, perfect afterwards.
+        if test.name == "integer_argument":
+            seen[test.name] = seen.get(test.name, 0) + 1
+            if seen[test.name] == 1:
+                return answers.no_tool_calls(test, step)
+        return answers.perfect(test, step)
+
+    backend = mock_answering(SuiteScript(default_suite), once_wrong)
+    service = MeasurementService(sampled(3), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    (profile,) = asyncio.run(service.sweep("m", ["low"])).profiles
+    low, high = profile.score_intervals["toolCalling"]
+    assert profile.samples == 3  # the spread kept the 0.9 threshold inside the interval
+    assert profile.scores["toolCalling"] >= 0.9 > low  # the mean alone would have made it large
+    assert profile.tier == "medium"
+    assert profile.scores["instruction"] == 1.0 and profile.score_intervals["instruction"] == [1.0, 1.0]
+
+
+def test_bench_and_profiles_show_scores_with_their_interval(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        done = bench("m", "--effort", "low", "--samples", "3", "--base-url", server.base_url, "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    assert "1.00 ± 0.00" in done.stdout and "sequential stopping saved" in done.stdout
+    shown = subprocess.run([sys.executable, "-m", "gatekeeper", "profiles", "--store", str(store)],
+                           capture_output=True, text=True, timeout=60, env=WIDE)
+    assert "1.00 ± 0.00" in shown.stdout
+
+
+def test_a_seed_format_profile_reads_as_one_sample(default_suite):
+    doc = {"model": "m", "provider": "p", "tier": "medium", "scores": {"instruction": 0.5, "json": 0.7,
+           "toolCalling": 0.7}, "tokensPerSecond": 1, "testedAt": "2026-01-01T00:00:00+00:00",
+           "benchmarkVersion": 1, "testsHash": "abcd1234", "testResults": [], "reasoningEffort": "low",
+           "avgCompletionTokens": 3}
+    profile = Profile.model_validate(doc)
+    assert (profile.samples, profile.score_intervals, profile.instance_seed) == (None, None, None)
+    assert profile.to_json() == doc | {"effortApplied": True, "durationS": 0.0}  # nothing added on write
+
+
+# -- the default sweep and a backend that ignores the effort (issue 16) ----------------------------
+
+def test_a_backend_that_ignores_the_effort_is_recognised(tmp_path, default_suite):
+    backend = mock_answering(SuiteScript(default_suite), answers.perfect)  # same answers whatever the effort
+    service = MeasurementService(Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    result = asyncio.run(service.sweep("m"))
+    assert [p.reasoning_effort for p in result.profiles] == ["default", "none", "low", "medium", "xhigh"]
+    assert result.effort_ignored and "levels made no difference" in result.note
+    assert [p.effort_applied for p in result.profiles] == [True, False, False, False, False]
+    assert result.recommended == "none"  # still an explicit level, but stated as no difference
+    assert result.to_json()["effortIgnored"] is True
+
+
+def test_levels_that_differ_only_in_completion_tokens_are_not_called_ignored(tmp_path, default_suite):
+    script = SuiteScript(default_suite)
+
+    def more_tokens_when_thinking(request: BackendRequest) -> Completion:
+        test, step = script.locate({"messages": request.messages})
+        message = answers.perfect(test, step)
+        answer = Answer(message["content"] or "", tuple(ToolCall(f"c{i}", c["name"], json.dumps(c["arguments"]))
+                                                        for i, c in enumerate(message["tool_calls"])))
+        return Completion(answer, 7 if request.effort in (None, "none") else 70, 0.01, True)
+
+    service = MeasurementService(Settings(), default_suite, JsonFileStore(tmp_path / "p.json"),
+                                 lambda m: MockBackend(more_tokens_when_thinking))
+    result = asyncio.run(service.sweep("m", ["none", "low"]))
+    assert not result.effort_ignored and all(p.effort_applied for p in result.profiles)
+
+
+def test_bench_says_when_the_levels_made_no_difference(tmp_path, default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        done = bench("m", "--effort", "none,low", "--base-url", server.base_url, "--store", str(tmp_path / "p.json"))
+    assert done.returncode == 0, done.stderr
+    assert "levels made no difference" in done.stdout.replace("\n", " ")
+
+
+# -- randomised tests (issue 16) ------------------------------------------------------------------
+
+def random_prompts(server: ScriptedServer) -> set[str]:
+    return {b["messages"][0]["content"] for b in server.requests if "customer" in b["messages"][0]["content"]
+            and "our customer" in b["messages"][0]["content"]}
+
+
+def test_each_seed_draws_a_new_instance_that_a_perfect_answerer_still_passes(tmp_path, default_suite):
+    prompts = []
+    for seed in (1, 2):
+        with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+            service = MeasurementService(Settings.model_validate({"upstream": {"base_url": server.base_url}}),
+                                         default_suite, JsonFileStore(tmp_path / f"{seed}.json"))
+            profile = asyncio.run(service.measure("m", seed=seed))
+        assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}
+        assert profile.instance_seed == seed
+        prompts.append(random_prompts(server))
+    assert prompts[0] and prompts[0] != prompts[1]
+
+
+def test_a_recorded_seed_replays_the_same_requests(tmp_path, default_suite):
+    bodies = []
+    for _ in range(2):
+        with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+            done = bench("m", "--effort", "default", "--seed", "77", "--json", "--concurrency", "1",
+                         "--base-url", server.base_url, "--store", str(tmp_path / "p.json"))
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["results"][0]["profiles"][0]["instanceSeed"] == 77
+        # What the model was given (the scripted server's call ids are random, the inputs must not be).
+        bodies.append(sorted(json.dumps([[m["role"], m["content"]] for m in b["messages"] if m["role"] != "assistant"])
+                             for b in server.requests))
+    assert bodies[0] == bodies[1]
+
+
+def test_without_a_seed_every_measurement_draws_one_and_keeps_it(tmp_path, default_suite):
+    backend = mock_answering(SuiteScript(default_suite), answers.perfect)
+    service = MeasurementService(Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    seeds = {asyncio.run(service.measure("m")).instance_seed for _ in range(3)}
+    assert None not in seeds and len(seeds) > 1
+    assert JsonFileStore(tmp_path / "p.json").get("m@default").instance_seed in seeds
+
+
+def test_wrong_distractor_id_in_a_random_chain_loses_its_points(tmp_path, default_suite):
+    backend = mock_answering(SuiteScript(default_suite), answers.wrong_distractor)
+    service = MeasurementService(Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    profile = asyncio.run(service.measure("m", seed=5))
+    scores = {r.name: r.score for r in profile.test_results}
+    assert scores["tool_chain_random_ids"] < 1.0 and scores["tool_chain_distractor_ids"] < 1.0
