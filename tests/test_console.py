@@ -102,8 +102,10 @@ def test_a_wrong_key_is_refused(console: Console) -> None:
 
 def test_repeated_wrong_keys_are_throttled(console: Console) -> None:
     with console.client() as client:
-        statuses = [client.post("/admin/login", data={"key": f"guess-{i}"}, headers={"origin": console.url}).status_code
-                    for i in range(12)]
+        statuses = [
+            client.post("/admin/login", data={"key": f"guess-{i}"}, headers={"origin": console.url}).status_code
+            for i in range(12)
+        ]
         assert statuses[:10] == [401] * 10 and statuses[10:] == [429, 429]
         # The right key waits too: a guesser cannot tell a hit from the throttle.
         assert client.post("/admin/login", data={"key": KEY}, headers={"origin": console.url}).status_code == 429
@@ -153,7 +155,9 @@ def test_an_expired_session_is_refused() -> None:
 def test_an_action_needs_the_pages_csrf_token(console: Console) -> None:
     with console.signed_in() as client:
         origin = {"origin": console.url}
-        assert client.post("/admin/actions/invalidate", data={"key": "strong@default"}, headers=origin).status_code == 403
+        assert (
+            client.post("/admin/actions/invalidate", data={"key": "strong@default"}, headers=origin).status_code == 403
+        )
         wrong = {"key": "strong@default", "csrf": "x" * 43}
         assert client.post("/admin/actions/invalidate", data=wrong, headers=origin).status_code == 403
         assert console.gk.store.get("strong@default") is not None
@@ -167,19 +171,22 @@ def test_an_action_needs_the_pages_csrf_token(console: Console) -> None:
 def test_a_csrf_token_belongs_to_its_session(console: Console) -> None:
     with console.signed_in() as first, console.signed_in() as second:
         token = console.csrf(first)
-        response = second.post("/admin/actions/invalidate", data={"key": "strong@default", "csrf": token},
-                               headers={"origin": console.url})
+        response = second.post(
+            "/admin/actions/invalidate", data={"key": "strong@default", "csrf": token}, headers={"origin": console.url}
+        )
     assert response.status_code == 403
     assert console.gk.store.get("strong@default") is not None
 
 
-@pytest.mark.parametrize("headers", [{}, {"origin": "http://evil.example"}, {"origin": "null"},
-                                     {"referer": "http://evil.example/page"}])
+@pytest.mark.parametrize(
+    "headers", [{}, {"origin": "http://evil.example"}, {"origin": "null"}, {"referer": "http://evil.example/page"}]
+)
 def test_an_action_from_another_origin_is_refused(console: Console, headers: dict) -> None:
     with console.signed_in() as client:
         token = console.csrf(client)
-        response = client.post("/admin/actions/invalidate", data={"key": "strong@default", "csrf": token},
-                               headers=headers)
+        response = client.post(
+            "/admin/actions/invalidate", data={"key": "strong@default", "csrf": token}, headers=headers
+        )
     assert response.status_code == 403
     assert console.gk.store.get("strong@default") is not None
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from answers import no_tool_calls, perfect, wrong_distractor
@@ -28,8 +27,16 @@ playwright = pytest.importorskip("playwright.sync_api", reason="run scripts/setu
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 KEY = "browser-test-key-5d1e"
 WAIT_MS = 30_000  # generous: two shared cores; expect() polls and returns as soon as it holds
 
@@ -125,8 +132,9 @@ def test_signs_in_and_sees_the_measured_tiers_and_scores(context: BrowserContext
     assert page.evaluate("document.cookie") == ""  # out of reach of any script
 
 
-def test_the_model_page_shows_tests_sweep_tools_and_pins(context: BrowserContext, console: Console,
-                                                          default_suite: Suite) -> None:
+def test_the_model_page_shows_tests_sweep_tools_and_pins(
+    context: BrowserContext, console: Console, default_suite: Suite
+) -> None:
     page = context.new_page()
     sign_in(page, console)
     row(page, "weak@low").get_by_role("link", name="weak").click()
@@ -145,8 +153,9 @@ def test_the_model_page_shows_tests_sweep_tools_and_pins(context: BrowserContext
     expect(tools.locator('tr[data-rule="write_*"] td').nth(3)).to_have_text("sees")
 
 
-def test_a_remeasurement_shows_live_progress_and_its_result(context: BrowserContext, console: Console,
-                                                            default_suite: Suite) -> None:
+def test_a_remeasurement_shows_live_progress_and_its_result(
+    context: BrowserContext, console: Console, default_suite: Suite
+) -> None:
     page = context.new_page()
     sign_in(page, console)
     expect(row(page, "strong@default").locator("td.tier")).to_have_text("large")
@@ -195,9 +204,11 @@ def test_without_the_key_everything_is_refused(context: BrowserContext, console:
         assert "strong" not in page.content()
     for path in ("/admin/progress.json", "/admin/assets/console.js"):
         assert page.goto(console.url + path).status == 401
-    status = page.evaluate("""async (url) => (await fetch(url, {method: "POST",
+    status = page.evaluate(
+        """async (url) => (await fetch(url, {method: "POST",
         headers: {"content-type": "application/x-www-form-urlencoded"}, body: "key=strong%40default"})).status""",
-                           console.url + "/admin/actions/invalidate")
+        console.url + "/admin/actions/invalidate",
+    )
     assert status == 401
     page.goto(console.url + "/admin/login")
     page.fill("#key", "a-wrong-key")
@@ -217,7 +228,8 @@ def _attacker(target: str) -> Starlette:
 
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])  # another site; same site, another port
 def test_a_signed_in_admin_visiting_another_origin_cannot_be_made_to_act(
-        context: BrowserContext, console: Console, host: str) -> None:
+    context: BrowserContext, console: Console, host: str
+) -> None:
     page = context.new_page()
     sign_in(page, console)
     with ThreadedServer(_attacker(console.url)) as evil:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
+from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote
 
 import structlog
@@ -21,7 +22,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Route
 
 from gatekeeper.console import views
-from gatekeeper.console.session import COOKIE, SESSION_TTL_S, Session, SignInLimiter, Signer, same_origin
+from gatekeeper.console.session import COOKIE, SESSION_TTL_S, Session, Signer, SignInLimiter, same_origin
 from gatekeeper.profiles import profile_key, split_key
 
 if TYPE_CHECKING:
@@ -48,8 +49,10 @@ class Console:
         self._signer: Signer | None = None
         self._no_key = secrets.token_urlsafe(32)
         self.limiter = SignInLimiter()
-        self.env = Environment(loader=PackageLoader("gatekeeper.console", "templates"),
-                               autoescape=select_autoescape(default=True, default_for_string=True))
+        self.env = Environment(
+            loader=PackageLoader("gatekeeper.console", "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+        )
         self.env.filters["pct"] = lambda v: f"{float(v):.2f}"
         self.script = _asset("console.js")
         css = _asset("console.css").decode()
@@ -58,9 +61,11 @@ class Console:
         # allowed by its hash: the policy still forbids every other inline style and script.
         style_hash = base64.b64encode(hashlib.sha256(css.encode()).digest()).decode()
         self.headers = {
-            "content-security-policy": (f"default-src 'none'; script-src 'self'; style-src 'sha256-{style_hash}'; "
-                                        "img-src 'self' data:; connect-src 'self'; form-action 'self'; "
-                                        "frame-ancestors 'none'; base-uri 'none'"),
+            "content-security-policy": (
+                f"default-src 'none'; script-src 'self'; style-src 'sha256-{style_hash}'; "
+                "img-src 'self' data:; connect-src 'self'; form-action 'self'; "
+                "frame-ancestors 'none'; base-uri 'none'"
+            ),
             "x-frame-options": "DENY",
             "x-content-type-options": "nosniff",
             "referrer-policy": "same-origin",
@@ -105,24 +110,29 @@ class Console:
 
     def page(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         """A page: without a session, the sign-in form (a redirect, so nothing of the page is sent)."""
+
         async def endpoint(request: Request) -> Response:
             session = self.session(request)
             if session is None:
                 return RedirectResponse(f"{self.prefix}/login", status_code=303, headers=self.headers)
             return await handler(request, session)
+
         return endpoint
 
     def data(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         """A script or JSON read by the pages: 401 without a session."""
+
         async def endpoint(request: Request) -> Response:
             session = self.session(request)
             if session is None:
                 return self.refused(401, "sign in to the console first")
             return await handler(request, session)
+
         return endpoint
 
     def action(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         """A state change: session, same origin and the page's CSRF token, all three."""
+
         async def endpoint(request: Request) -> Response:
             session = self.session(request)
             if session is None:
@@ -137,15 +147,23 @@ class Console:
                 return self.refused(403, "missing or wrong CSRF token; reload the page")
             request.state.form = form
             return await handler(request, session)
+
         return endpoint
 
     def from_here(self, request: Request) -> bool:
-        return same_origin(request.headers.get("origin"), request.headers.get("referer"), request.url.scheme,
-                           request.headers.get("host"))
+        return same_origin(
+            request.headers.get("origin"),
+            request.headers.get("referer"),
+            request.url.scheme,
+            request.headers.get("host"),
+        )
 
     def refused(self, status: int, message: str) -> Response:
-        return JSONResponse({"error": {"message": message, "type": "console_error", "code": status}},
-                            status_code=status, headers=self.headers)
+        return JSONResponse(
+            {"error": {"message": message, "type": "console_error", "code": status}},
+            status_code=status,
+            headers=self.headers,
+        )
 
     def context(self, request: Request, session: Session, **extra: Any) -> dict[str, Any]:
         return {"csrf": self.signer(request).csrf_token(session), "signed_in": True, **extra}
@@ -169,26 +187,43 @@ class Console:
             log.warning("console_sign_in_failed", client=request.client.host if request.client else None)
             return self.render("login.html", 401, error="Wrong admin key.")
         response = RedirectResponse(f"{self.prefix}/", status_code=303, headers=self.headers)
-        response.set_cookie(COOKIE, self.signer(request).issue(), max_age=SESSION_TTL_S, path=self.prefix, httponly=True,
-                            samesite="strict", secure=request.url.scheme == "https")
+        response.set_cookie(
+            COOKIE,
+            self.signer(request).issue(),
+            max_age=SESSION_TTL_S,
+            path=self.prefix,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
         log.info("console_signed_in", client=request.client.host if request.client else None)
         return response
 
     async def logout(self, request: Request, session: Session) -> Response:
         self.signer(request).revoke(session)
         response = RedirectResponse(f"{self.prefix}/login", status_code=303, headers=self.headers)
-        response.delete_cookie(COOKIE, path=self.prefix, httponly=True, samesite="strict",
-                               secure=request.url.scheme == "https")
+        response.delete_cookie(
+            COOKIE, path=self.prefix, httponly=True, samesite="strict", secure=request.url.scheme == "https"
+        )
         return response
 
     # -- pages -------------------------------------------------------------------------------
 
     async def index(self, request: Request, session: Session) -> Response:
         gk: Gatekeeper = request.app.state.gk
-        return self.render("index.html", **self.context(
-            request, session, rows=views.rows(gk), suite=gk.suite, thresholds=gk.settings.bench.thresholds,
-            unknown_tier=gk.settings.unknown_tier.value, policy=gk.settings.unknown_models,
-            bar_width=views.BAR_WIDTH))
+        return self.render(
+            "index.html",
+            **self.context(
+                request,
+                session,
+                rows=views.rows(gk),
+                suite=gk.suite,
+                thresholds=gk.settings.bench.thresholds,
+                unknown_tier=gk.settings.unknown_tier.value,
+                policy=gk.settings.unknown_models,
+                bar_width=views.BAR_WIDTH,
+            ),
+        )
 
     async def model(self, request: Request, session: Session) -> Response:
         gk: Gatekeeper = request.app.state.gk
@@ -196,8 +231,9 @@ class Console:
         page = views.model_page(gk, name) if name else None
         if page is None:
             return self.render("missing.html", 404, **self.context(request, session, model=name))
-        return self.render("model.html", **self.context(request, session, page=page, suite=gk.suite,
-                                                        bar_width=views.BAR_WIDTH))
+        return self.render(
+            "model.html", **self.context(request, session, page=page, suite=gk.suite, bar_width=views.BAR_WIDTH)
+        )
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -237,8 +273,7 @@ class Console:
 
     async def progress(self, request: Request, session: Session) -> Response:
         gk: Gatekeeper = request.app.state.gk
-        return JSONResponse({"measurements": [views.progress_json(p) for p in gk.progress()]},
-                            headers=self.headers)
+        return JSONResponse({"measurements": [views.progress_json(p) for p in gk.progress()]}, headers=self.headers)
 
     async def script_asset(self, request: Request, session: Session) -> Response:
         return Response(self.script, media_type="text/javascript", headers=self.headers)

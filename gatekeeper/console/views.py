@@ -64,16 +64,28 @@ def score_bars(profile: Profile, thresholds: Thresholds) -> list[Bar]:
     bars = []
     for category in CATEGORIES:
         score = float(profile.scores.get(category, 0.0))
-        ticks = [(tier, needs[category], round(needs[category] * BAR_WIDTH, 1))
-                 for tier, needs in (("medium", thresholds.medium), ("large", thresholds.large)) if category in needs]
+        ticks = [
+            (tier, needs[category], round(needs[category] * BAR_WIDTH, 1))
+            for tier, needs in (("medium", thresholds.medium), ("large", thresholds.large))
+            if category in needs
+        ]
         level = "small"
         if score >= thresholds.medium.get(category, 0.0):
             level = "medium"
             if score >= thresholds.large.get(category, 0.0):
                 level = "large"
         span = intervals.get(category)
-        bars.append(Bar(category, score, round(score * BAR_WIDTH, 1), level, ticks,
-                        (round(span[0] * BAR_WIDTH, 1), round(span[1] * BAR_WIDTH, 1)) if span else None, span))
+        bars.append(
+            Bar(
+                category,
+                score,
+                round(score * BAR_WIDTH, 1),
+                level,
+                ticks,
+                (round(span[0] * BAR_WIDTH, 1), round(span[1] * BAR_WIDTH, 1)) if span else None,
+                span,
+            )
+        )
     return bars
 
 
@@ -125,8 +137,15 @@ def _row(gk: Gatekeeper, model: str, effort: str, profile: Profile | None, progr
         # What the proxy applies to it now: the unmeasured tier, while measuring or until it is.
         tier = gk.settings.unknown_tier.value
         source = "pending" if progress is not None and progress.finished is None else "unmeasured"
-    row = Row(key=profile_key(model, effort), model=model, effort=effort, tier=tier, source=source,
-              profile=profile, progress=progress)
+    row = Row(
+        key=profile_key(model, effort),
+        model=model,
+        effort=effort,
+        tier=tier,
+        source=source,
+        profile=profile,
+        progress=progress,
+    )
     if profile is not None:
         row.valid = profile.is_valid_for(gk.suite)
         row.bars = score_bars(profile, gk.settings.bench.thresholds)
@@ -171,9 +190,13 @@ def model_page(gk: Gatekeeper, model: str) -> ModelPage | None:
     ordered = sorted(tests.items(), key=lambda item: (suite_order.get(item[0], len(suite_order)), item[0]))
     pins = [(k, t.value) for k, t in gk.settings.pins.items() if k == model or ("@" in k and split_key(k)[0] == model)]
     return ModelPage(
-        model=model, rows=model_rows, recommended=recommended,
+        model=model,
+        rows=model_rows,
+        recommended=recommended,
         tests=[(name, category, scores) for name, (category, scores) in ordered],
-        tools=tool_rules(gk, model_rows), pins=pins, chart=sweep_chart(measured, recommended),
+        tools=tool_rules(gk, model_rows),
+        pins=pins,
+        chart=sweep_chart(measured, recommended),
     )
 
 
@@ -181,8 +204,10 @@ def tool_rules(gk: Gatekeeper, model_rows: list[Row]) -> list[ToolRule]:
     """Each rule of the configured tool policy, and which efforts of the model see it."""
     rules = gk.settings.tools.required_tier
     listed = [(name, tier) for name, tier in rules.items()] + [("any other tool", gk.settings.tools.default_tier)]
-    return [ToolRule(rule, required.value, {r.effort: Tier(r.tier).allows(required) for r in model_rows})
-            for rule, required in listed]
+    return [
+        ToolRule(rule, required.value, {r.effort: Tier(r.tier).allows(required) for r in model_rows})
+        for rule, required in listed
+    ]
 
 
 # Chart geometry (px). The viewBox is fixed; the SVG scales with the page.
@@ -212,25 +237,54 @@ def sweep_chart(measured: list[Row], recommended: str | None) -> dict[str, Any] 
         assert row.profile is not None
         tokens = row.profile.avg_completion_tokens
         height = round(plot_h * tokens / max_tokens, 1)
-        columns.append({"effort": row.effort, "x": x(i), "tier": row.profile.tier.value, "tokens": tokens,
-                        "bar_x": round(x(i) - bar_w / 2, 1), "bar_w": round(bar_w, 1),
-                        "bar_y": round(_TOP + plot_h - height, 1), "bar_h": height,
-                        "band_x": round(_LEFT + step * i, 1), "band_w": round(step, 1),
-                        "recommended": row.effort == recommended})
+        columns.append(
+            {
+                "effort": row.effort,
+                "x": x(i),
+                "tier": row.profile.tier.value,
+                "tokens": tokens,
+                "bar_x": round(x(i) - bar_w / 2, 1),
+                "bar_w": round(bar_w, 1),
+                "bar_y": round(_TOP + plot_h - height, 1),
+                "bar_h": height,
+                "band_x": round(_LEFT + step * i, 1),
+                "band_w": round(step, 1),
+                "recommended": row.effort == recommended,
+            }
+        )
     lines = []
     for category in CATEGORIES:
-        points = [(x(i), y(float(r.profile.scores.get(category, 0.0))), float(r.profile.scores.get(category, 0.0)))
-                  for i, r in enumerate(levels) if r.profile is not None]
-        lines.append({"category": category, "points": points,
-                      "path": " ".join(f"{px},{py}" for px, py, _ in points)})
+        points = [
+            (x(i), y(float(r.profile.scores.get(category, 0.0))), float(r.profile.scores.get(category, 0.0)))
+            for i, r in enumerate(levels)
+            if r.profile is not None
+        ]
+        lines.append({"category": category, "points": points, "path": " ".join(f"{px},{py}" for px, py, _ in points)})
     grid = [{"value": v, "y": y(v)} for v in (0.0, 0.25, 0.5, 0.75, 1.0)]
     token_ticks = [{"value": round(max_tokens * f, 1), "y": y(f)} for f in (0.0, 0.5, 1.0)]
-    return {"width": _CHART_W, "height": _CHART_H, "left": _LEFT, "right": _CHART_W - _RIGHT, "top": _TOP,
-            "bottom": _TOP + plot_h, "columns": columns, "lines": lines, "grid": grid, "token_ticks": token_ticks}
+    return {
+        "width": _CHART_W,
+        "height": _CHART_H,
+        "left": _LEFT,
+        "right": _CHART_W - _RIGHT,
+        "top": _TOP,
+        "bottom": _TOP + plot_h,
+        "columns": columns,
+        "lines": lines,
+        "grid": grid,
+        "token_ticks": token_ticks,
+    }
 
 
 def progress_json(progress: Progress) -> dict[str, Any]:
     state = "running" if progress.finished is None else ("failed" if progress.error else "done")
-    return {"key": progress.key, "answered": progress.answered, "total": progress.total, "state": state,
-            "error": progress.error, "tier": progress.tier, "started": progress.started,
-            "finished": progress.finished}
+    return {
+        "key": progress.key,
+        "answered": progress.answered,
+        "total": progress.total,
+        "state": state,
+        "error": progress.error,
+        "tier": progress.tier,
+        "started": progress.started,
+        "finished": progress.finished,
+    }
