@@ -39,6 +39,7 @@ FLAGS = [
 ]
 KEY = "browser-test-key-5d1e"
 WAIT_MS = 30_000  # generous: two shared cores; expect() polls and returns as soon as it holds
+expect.set_options(timeout=WAIT_MS)
 
 
 @pytest.fixture(scope="module")
