@@ -144,7 +144,10 @@ class SuiteScript:
             loaded = suite if isinstance(suite, Suite) else load_suite(suite)
             self.suites.append(loaded)
             for test in loaded.tests:
-                self.tests[test.all_steps[0].prompt or ""] = test
+                # A randomised test is always recovered from its template: an instance whose
+                # first prompt happens to equal the loaded draw's still has its own later values.
+                if test.name not in loaded.templates:
+                    self.tests[test.all_steps[0].prompt or ""] = test
 
     def locate(self, body: dict) -> tuple[BenchTest, int]:
         messages = body["messages"]
