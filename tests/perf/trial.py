@@ -5,7 +5,8 @@
 Variants (see VARIANTS): the two floors with each server and client, and `gatekeeper serve`'s app
 on uvicorn or granian. Same mock upstream, load generator, pinning and pausing as compare.py.
 Prints one markdown table: median p50 / req/s per concurrency and stream time to first byte,
-with every round's req/s at the highest concurrency so the noise is visible.
+with every round's req/s at the highest concurrency so the noise is visible. The granian
+variants need `pip install granian` (a trial only: gatekeeper does not depend on it).
 """
 
 from __future__ import annotations
