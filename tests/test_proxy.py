@@ -150,8 +150,8 @@ def test_fifty_concurrent_requests_for_an_unknown_pair_cause_one_benchmark(store
 
 def test_failed_measurement_is_not_retried_on_every_request(store_path, default_suite):
     with ScriptedServer(lambda body: {"status": 500, "error": "down"}) as upstream:
-        settings = settings_for(upstream.base_url, store_path)
-        settings.bench.retry_after_s = 60
+        settings = settings_for(upstream.base_url, store_path,
+                                bench={"retry_after_s": 60, "max_retries": 0, "timeout_s": 10})
         with running_proxy(settings) as proxy:
             with pytest.raises(openai.InternalServerError):
                 ask(proxy, tools=TOOLS)
@@ -339,8 +339,8 @@ def test_unreachable_upstream_is_a_502(store_path, default_suite):
 def test_slow_upstream_is_a_504(store_path, default_suite):
     with ScriptedServer(delay_s=1.0) as upstream:
         seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
-        settings = settings_for(upstream.base_url, store_path)
-        settings.upstream.timeout_s = 0.2
+        settings = settings_for(upstream.base_url, store_path,
+                                upstream={"base_url": upstream.base_url, "api_key": "upstream-key", "timeout_s": 0.2})
         with running_proxy(settings) as proxy:
             with pytest.raises(openai.APIStatusError) as info:
                 ask(proxy)
