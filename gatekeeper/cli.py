@@ -6,7 +6,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -25,6 +25,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure mode
 suite_app = typer.Typer(no_args_is_help=True, help="Check the benchmark suite.")
 app.add_typer(suite_app, name="suite")
 err = Console(stderr=True)
+
+if TYPE_CHECKING:
+    from gatekeeper.core import Gatekeeper
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -167,7 +170,7 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
 ) -> None:
-    """Run the OpenAI-compatible gating proxy."""
+    """Run the OpenAI-compatible gating proxy. SIGHUP re-reads the config (pins, tool rules ...)."""
     import uvicorn
 
     from gatekeeper.core import Gatekeeper
@@ -176,12 +179,60 @@ def serve(
     settings = _settings(config)
     logs.configure(settings.log_level)
     try:
-        gk = Gatekeeper(settings)
+        gk = Gatekeeper(settings, config_path=config)
     except GatekeeperError as exc:
         _fail(str(exc))
-    err.print(f"gatekeeper serving on http://{host}:{port}/v1 -> {settings.upstream.base_url}", highlight=False)
-    uvicorn.run(create_app(gk), host=host, port=port, log_level="warning", access_log=False,
-                loop="auto", http="auto", timeout_graceful_shutdown=10)
+        raise
+    with gk:  # serve created it, serve closes it
+        _reload_on_sighup(gk)
+        err.print(f"gatekeeper serving on http://{host}:{port}/v1 -> {settings.upstream.base_url}", highlight=False)
+        uvicorn.run(create_app(gk), host=host, port=port, log_level="warning", access_log=False,
+                    loop="auto", http="auto", timeout_graceful_shutdown=10)
+
+
+def _reload_on_sighup(gk: Gatekeeper) -> None:
+    """SIGHUP -> gk.reload(), in a thread: the handler must not block the server's event loop."""
+    import signal
+    import threading
+
+    import structlog
+
+    log = structlog.get_logger("gatekeeper.cli")
+
+    def reload() -> None:
+        try:
+            gk.reload()
+        except GatekeeperError as exc:
+            log.error("config_reload_refused", error=str(exc), keeping="the settings in force")
+
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda signum, frame: threading.Thread(target=reload, daemon=True).start())
+
+
+store_app = typer.Typer(no_args_is_help=True, help="Move profiles between stores.")
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("copy")
+def store_copy(
+    source: str = typer.Argument(..., help="A store file path or redis://[:password@]host:port/db."),
+    target: str = typer.Argument(..., help="A store file path or redis://[:password@]host:port/db."),
+) -> None:
+    """Copy every profile and recommendation from SOURCE to TARGET (migration, backup)."""
+    from gatekeeper.store import copy_profiles, open_store
+
+    logs.configure("warning", json=False)
+    try:
+        src, dst = open_store(source, listen=False), open_store(target, listen=False)
+        try:
+            copied = copy_profiles(src, dst)
+        finally:
+            src.close()
+            dst.close()
+    except GatekeeperError as exc:
+        _fail(str(exc), 1)
+        raise
+    typer.echo(f"copied {copied} profiles from {source} to {target}")
 
 
 @app.command()

@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, TypeVar
 
 import structlog
 
@@ -35,6 +35,7 @@ from gatekeeper.store import Coordinator, Lease, ProfileStore
 from gatekeeper.suite import Suite
 
 log = structlog.get_logger("gatekeeper.scheduler")
+T = TypeVar("T")
 
 # measure(model, effort, lease) -> the profile, saved fenced by `lease` (WriteFenced if refused).
 MeasureFn = Callable[[str, str, Lease], Awaitable[Profile]]
@@ -86,8 +87,12 @@ class MeasurementScheduler:
         self._flights: dict[str, concurrent.futures.Future[Profile]] = {}
         self._not_before: dict[str, float] = {}  # key -> monotonic time before which no flight starts
         self._wakers: dict[str, asyncio.Event] = {}
+        self.queued: set[str] = set()  # pairs leased here and waiting for a slot of the cap
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Store and lease calls get threads of their own: measurement code that fills the loop's
+        # default executor must never starve the lease heartbeat.
+        self._io = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="gatekeeper-lease")
         self._closed = False
         store.on_change(self._landed_elsewhere)
 
@@ -179,7 +184,7 @@ class MeasurementScheduler:
                         return await self._measure_leased(model, effort, key, lease, limits)
                     finally:
                         with contextlib.suppress(Exception):
-                            await asyncio.to_thread(coordinator.release, lease)
+                            await self._io_call(coordinator.release, lease)
                 # Another process measures the pair: follow it.
                 force = False
                 wake.clear()
@@ -195,7 +200,11 @@ class MeasurementScheduler:
         held = [lease]
         heartbeat = asyncio.ensure_future(self._heartbeat(held, limits.lease_ttl_s))
         try:
-            slot = await self._slot(limits)
+            self.queued.add(key)
+            try:
+                slot = await self._slot(limits)
+            finally:
+                self.queued.discard(key)
             held.append(slot)
             log.info("measurement_leased", key=key, token=lease.token, slot=slot.name)
             try:
@@ -206,20 +215,20 @@ class MeasurementScheduler:
                 raise
             except Exception as exc:
                 try:
-                    failures, delay = await asyncio.to_thread(coordinator.record_failure, key,
+                    failures, delay = await self._io_call(coordinator.record_failure, key,
                                                               limits.retry_after_s, limits.retry_max_s)
                 except Exception:  # noqa: BLE001 - Redis down too: back off locally
                     failures, delay = 0, limits.retry_after_s
                 log.error("measurement_failed", key=key, error=str(exc), failures=failures, retry_in_s=delay)
                 raise MeasurementFailed(f"{key}: {exc}", delay) from exc
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(coordinator.clear_failures, key)
+                await self._io_call(coordinator.clear_failures, key)
             return profile
         finally:
             heartbeat.cancel()
             for extra in held[1:]:
                 with contextlib.suppress(Exception):
-                    await asyncio.to_thread(coordinator.release, extra)
+                    await self._io_call(coordinator.release, extra)
 
     async def _slot(self, limits: Limits) -> Lease:
         """A slot of the cap on concurrent measurements; waits (queued) while every slot is taken."""
@@ -239,16 +248,19 @@ class MeasurementScheduler:
             await asyncio.sleep(ttl_s / 3)
             for lease in list(held):
                 try:
-                    if not await asyncio.to_thread(self._coordinator.renew, lease, ttl_s):
+                    if not await self._io_call(self._coordinator.renew, lease, ttl_s):
                         log.error("lease_lost", name=lease.name, token=lease.token,
                                   consequence="a newer holder's result wins; ours is fenced out")
                 except Exception as exc:  # noqa: BLE001 - Redis down: keep measuring, fencing decides
                     log.warning("lease_renew_failed", name=lease.name, error=str(exc))
 
-    async def _call(self, fn: Callable, *args: object):  # type: ignore[no-untyped-def]
+    async def _io_call(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    async def _call(self, fn: Callable[..., T], *args: object) -> T:
         """Run a store or coordinator call off the loop; an outage means "not now", not a crash."""
         try:
-            return await asyncio.to_thread(fn, *args)
+            return await self._io_call(fn, *args)
         except GatekeeperError:
             raise
         except Exception as exc:  # noqa: BLE001 - e.g. redis.ConnectionError
@@ -297,3 +309,4 @@ class MeasurementScheduler:
         except Exception as exc:  # noqa: BLE001 - closing must not raise; say why it was not clean
             log.warning("close_unclean", error=repr(exc))
         loop.call_soon_threadsafe(loop.stop)
+        self._io.shutdown(wait=False, cancel_futures=True)

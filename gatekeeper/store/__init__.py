@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gatekeeper.errors import StoreError
 from gatekeeper.store.base import (ChangeListener, Coordinator, Lease, MemoryCoordinator, ProfileStore, StoreData,
                                    read_entries, read_entry)
 from gatekeeper.store.file import FileCoordinator, JsonFileStore
@@ -36,6 +37,8 @@ def copy_profiles(source: ProfileStore, target: ProfileStore) -> int:
 
     Entries that are not valid profiles stay behind (and were warned about when read).
     """
+    if getattr(source, "problem", None):
+        raise StoreError(f"{source.location}: not a usable profile store ({getattr(source, 'problem')})")
     data = source.load()
     target.save(list(data.profiles.values()), data.recommendations)
     return len(data.profiles)
