@@ -3,12 +3,18 @@
 LiteLLM's `config.yaml`:
 
     litellm_settings:
-      callbacks: adapters.litellm_hook.proxy_handler_instance
+      callbacks: gatekeeper.adapters.litellm_hook.proxy_handler_instance
 
-and `GATEKEEPER_CONFIG=/path/to/gatekeeper.yaml` in the proxy's environment. On every chat
-completion that carries tools, the hook resolves the tier of `data["model"]` (the model name
-the client sent) at `data["reasoning_effort"]` and applies `gatekeeper.gating.gate_request` to
-the request through the core's `Gatekeeper.agate`: the same semantics as gatekeeper's own proxy.
+and `GATEKEEPER_CONFIG=/path/to/gatekeeper.yaml` in the proxy's environment. On every request
+that carries tools, the hook resolves the tier of `data["model"]` (the model name the client
+sent) at the request's effort and gates the tools with the codec of the call's protocol, the same
+semantics as gatekeeper's own proxy:
+  * `completion` / `acompletion` (`/chat/completions`): Chat Completions, effort `reasoning_effort`;
+  * `responses` / `aresponses` (`/v1/responses`): the Responses API, effort `reasoning.effort`;
+  * `anthropic_messages` / `aanthropic_messages` (`/v1/messages`): the Messages API, effort
+    `output_config.effort` or the thinking budget's mapping.
+Any other call type that carries a tool field (`tools`, `tool_choice`, `functions`, `mcp_servers`)
+is refused with a 400: gatekeeper cannot tell how it carries tools, so it never passes ungated.
 """
 
 from __future__ import annotations
@@ -23,12 +29,15 @@ from litellm.integrations.custom_logger import CustomLogger
 from gatekeeper.core import Gatekeeper, NotMeasured
 from gatekeeper.errors import ConfigError, GatekeeperError
 from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked
+from gatekeeper.wrap import agate_body
 
 log = structlog.get_logger("gatekeeper.litellm_hook")
 
 CONFIG_ENV = "GATEKEEPER_CONFIG"
-# Chat Completions only: other call types carry tools in other shapes (or none).
-_CHAT_CALLS = frozenset({"completion", "acompletion"})
+# LiteLLM call type -> the protocol its requests speak.
+_PROTOCOLS = {"completion": "chat", "acompletion": "chat", "responses": "responses", "aresponses": "responses",
+              "anthropic_messages": "messages", "aanthropic_messages": "messages"}
+_TOOL_FIELDS = ("tools", "tool_choice", "functions", "function_call", "mcp_servers", "prompt")
 
 
 class GatekeeperHook(CustomLogger):
@@ -57,25 +66,29 @@ class GatekeeperHook(CustomLogger):
 
     # LiteLLM calls this hook only if the class itself defines it: a subclass must define it again.
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: str) -> dict:
-        if call_type not in _CHAT_CALLS or not (data.get("tools") or data.get("functions")):
+        carried = [k for k in _TOOL_FIELDS if data.get(k) is not None]
+        if not carried:
             return data  # nothing to gate; and no measurement started for tool-less traffic
+        protocol = _PROTOCOLS.get(str(getattr(call_type, "value", call_type)))
+        if protocol is None:
+            raise _http_error(400, f"gatekeeper cannot gate the tools of LiteLLM call type {call_type!r} "
+                                   f"(fields {', '.join(carried)}); it gates chat, responses and anthropic_messages",
+                              "call_type_not_gated")
         model = data.get("model")
         if not isinstance(model, str) or not model:
             return data  # LiteLLM rejects it itself
-        effort = data.get("reasoning_effort")
-        effort = effort if isinstance(effort, str) else None
         try:
-            resolution, gated = await self.gk.agate(data, model, effort)
+            resolution, gated = await agate_body(self.gk, protocol, data)
         except NotMeasured as exc:
             raise _http_error(503, str(exc), "model_not_measured") from None
         except RequestInvalid as exc:
             raise _http_error(400, str(exc), "invalid_tools") from None
         except ToolChoiceBlocked as exc:
-            log.info("litellm_request_blocked", model=model, effort=effort or "default", tier=exc.tier.value,
-                     tool=exc.tool)
+            log.info("litellm_request_blocked", model=model, protocol=protocol, tier=exc.tier.value, tool=exc.tool)
             raise _http_error(400, str(exc), "tool_not_allowed") from None
-        log.info("litellm_request_gated", model=model, effort=effort or "default", tier=resolution.tier.value,
-                 source=resolution.source, tools_kept=gated.kept, tools_hidden=gated.hidden)
+        log.info("litellm_request_gated", model=model, protocol=protocol, key=resolution.key,
+                 tier=resolution.tier.value, source=resolution.source, tools_kept=gated.kept,
+                 tools_hidden=gated.hidden)
         return data
 
 

@@ -2,130 +2,72 @@
 
     client = gate_client(openai.OpenAI(base_url=...), gk)
     client.chat.completions.create(model="m", messages=[...], tools=TOOLS, reasoning_effort="low")
+    client.responses.create(model="m", input="...", tools=TOOLS, reasoning={"effort": "low"})
 
-`chat.completions.create`, `parse` and `stream` (also through `with_raw_response`,
-`with_streaming_response` and `with_options`) get the proxy's semantics: the tools above the
-model's tier are removed, `tools`/`tool_choice` are dropped when none remain, and a `tool_choice`
-forcing a hidden tool raises `gatekeeper.gating.ToolChoiceBlocked`. A call without tools is
-passed on untouched (and starts no measurement). Everything else is the client's own.
+`chat.completions` and `responses` (`create`, `parse`, `stream`; also through `with_raw_response`,
+`with_streaming_response` and `with_options`) get the proxy's request semantics: the tools above
+the model's tier are removed, tool fields are dropped when none remain, and a `tool_choice`
+forcing a hidden tool raises `gatekeeper.errors.ToolChoiceBlocked`. A call without tool fields is
+passed on untouched (and starts no measurement); tool fields smuggled through `extra_body` are
+refused. Everything else is the client's own.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import openai
 
+from gatekeeper.adapters._sdk import GatedClient
 from gatekeeper.core import Gatekeeper
+from gatekeeper.errors import RequestInvalid
+from gatekeeper.wrap import agate_body, gate_body
 
-_TOOL_FIELDS = ("tools", "tool_choice", "functions", "function_call")
-_GATED_CALLS = ("create", "parse", "stream")
+# The request fields that carry tools (or could: a stored prompt), per protocol.
+TOOL_FIELDS = {
+    "chat": ("tools", "tool_choice", "functions", "function_call"),
+    "responses": ("tools", "tool_choice", "prompt"),
+    "messages": ("tools", "tool_choice", "mcp_servers"),
+}
+_ROUTES = {("chat", "completions"): "chat", ("responses",): "responses"}
 
 
 def gate_client(client: openai.OpenAI | openai.AsyncOpenAI, gk: Gatekeeper) -> Any:
-    """Return `client` with its chat completions gated by `gk`; the original client is unchanged."""
-    return _Client(client, gk, isinstance(client, openai.AsyncOpenAI))
+    """Return `client` with its chat completions and responses gated by `gk`; the original is unchanged."""
+    return GatedClient(client, gk, _ROUTES, _gate, _agate, isinstance(client, openai.AsyncOpenAI))
 
 
-class _Delegate:
-    def __init__(self, target: Any, gk: Gatekeeper, is_async: bool, streaming: bool = False) -> None:
-        # streaming: reached through with_streaming_response, whose async calls open a context.
-        self._target, self._gk, self._async, self._streaming = target, gk, is_async, streaming
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._target, name)
-
-    def __repr__(self) -> str:
-        return f"<gated {self._target!r}>"
+def omitted(value: Any) -> bool:
+    """None or an SDK's "not given" marker (openai's and anthropic's share the class names)."""
+    return value is None or type(value).__name__ in ("NotGiven", "Omit")
 
 
-class _Client(_Delegate):
-    @property
-    def chat(self) -> _Chat:
-        return _Chat(self._target.chat, self._gk, self._async, self._streaming)
-
-    @property
-    def with_raw_response(self) -> _Client:
-        return _Client(self._target.with_raw_response, self._gk, self._async)
-
-    @property
-    def with_streaming_response(self) -> _Client:
-        return _Client(self._target.with_streaming_response, self._gk, self._async, streaming=True)
-
-    def with_options(self, **options: Any) -> _Client:
-        return _Client(self._target.with_options(**options), self._gk, self._async)
-
-    copy = with_options
-
-
-class _Chat(_Delegate):
-    @property
-    def completions(self) -> _Completions:
-        return _Completions(self._target.completions, self._gk, self._async, self._streaming)
-
-
-class _Completions(_Delegate):
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._target, name)
-        if name in ("with_raw_response", "with_streaming_response"):
-            return _Completions(attr, self._gk, self._async, name == "with_streaming_response")
-        if name not in _GATED_CALLS:
-            return attr
-        if not self._async:
-            return lambda **kwargs: attr(**_gated_sync(self._gk, kwargs))
-        if name == "stream" or self._streaming:
-            # These return an async context manager, not a coroutine: gate when it is entered.
-            return lambda **kwargs: _GatedAsyncContext(attr, kwargs, self._gk)
-
-        async def call(**kwargs: Any) -> Any:
-            return await attr(**await _gated_async(self._gk, kwargs))
-        return call
-
-
-class _GatedAsyncContext:
-    def __init__(self, open_: Callable[..., Any], kwargs: dict, gk: Gatekeeper) -> None:
-        self._open, self._kwargs, self._gk = open_, kwargs, gk
-        self._manager: Any = None
-
-    async def __aenter__(self) -> Any:
-        self._manager = self._open(**await _gated_async(self._gk, self._kwargs))
-        return await self._manager.__aenter__()
-
-    async def __aexit__(self, *exc: Any) -> Any:
-        return await self._manager.__aexit__(*exc)
-
-
-def _tool_body(kwargs: dict) -> dict | None:
-    """The call's keyword arguments with the SDK's omitted markers removed; None when it has no tools."""
-    body = {k: v for k, v in kwargs.items() if not (k in _TOOL_FIELDS and _omitted(v))}
-    if not body.get("tools") and not body.get("functions"):
+def tool_body(protocol: str, kwargs: dict) -> dict | None:
+    """The call's keyword arguments with the SDK's omitted markers removed; None when it has no
+    tool field (nothing to gate)."""
+    fields = TOOL_FIELDS[protocol]
+    extra = kwargs.get("extra_body")
+    if isinstance(extra, dict) and any(k in extra for k in fields):
+        raise RequestInvalid(f"tool fields in extra_body ({', '.join(k for k in fields if k in extra)}) "
+                             "cannot be gated: pass them as keyword arguments")
+    body = {k: v for k, v in kwargs.items() if not (k in fields + ("parallel_tool_calls",) and omitted(v))}
+    if not any(k in body for k in fields) or not isinstance(body.get("model"), str):
         return None
-    for field in ("tools", "functions"):
-        if field in body and not isinstance(body[field], list):
-            body[field] = list(body[field])  # the SDK accepts any iterable
+    for field in ("tools", "functions", "mcp_servers", "messages"):
+        if field in body and not isinstance(body[field], (list, str)):
+            body[field] = list(body[field])  # the SDKs accept any iterable
     return body
 
 
-def _omitted(value: Any) -> bool:
-    return value is None or isinstance(value, (openai.NotGiven, openai.Omit))
+def _gate(protocol: str, gk: Gatekeeper, kwargs: dict) -> dict:
+    body = tool_body(protocol, kwargs)
+    if body is not None:
+        gate_body(gk, protocol, body)
+    return kwargs if body is None else body
 
 
-def _model_and_effort(body: dict) -> tuple[str, str | None]:
-    effort = body.get("reasoning_effort")
-    return body["model"], effort if isinstance(effort, str) else None
-
-
-def _gated_sync(gk: Gatekeeper, kwargs: dict) -> dict:
-    body = _tool_body(kwargs)
-    if body is None or not isinstance(kwargs.get("model"), str):
-        return kwargs
-    gk.gate(body, *_model_and_effort(body))
-    return body
-
-
-async def _gated_async(gk: Gatekeeper, kwargs: dict) -> dict:
-    body = _tool_body(kwargs)
-    if body is None or not isinstance(kwargs.get("model"), str):
-        return kwargs
-    await gk.agate(body, *_model_and_effort(body))
-    return body
+async def _agate(protocol: str, gk: Gatekeeper, kwargs: dict) -> dict:
+    body = tool_body(protocol, kwargs)
+    if body is not None:
+        await agate_body(gk, protocol, body)
+    return kwargs if body is None else body

@@ -12,8 +12,8 @@ from typing import Any, Awaitable, Callable, Protocol
 import httpx
 import structlog
 
-from gatekeeper.checks import Answer, ToolCall
 from gatekeeper.errors import BackendError
+from gatekeeper.types import Answer, ToolCall, strip_reasoning
 
 log = structlog.get_logger("gatekeeper.backends")
 
@@ -89,8 +89,12 @@ def _body(model: str, messages: list[dict], tools: list[dict], effort: str | Non
     return body
 
 
-def parse_message(message: dict) -> Answer:
-    """An OpenAI assistant message -> Answer (arguments kept as the raw JSON string)."""
+def parse_message(message: dict, finish_reason: str | None = None) -> Answer:
+    """An OpenAI assistant message -> Answer (arguments kept as the raw JSON string).
+
+    Reasoning is not the answer: `reasoning_content` / `reasoning` fields are not read, and
+    `<think>` blocks in the content are removed (see `strip_reasoning`), as the seed system does.
+    """
     calls = []
     for i, call in enumerate(message.get("tool_calls") or []):
         function = call.get("function") or {}
@@ -98,7 +102,9 @@ def parse_message(message: dict) -> Answer:
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments if arguments is not None else {})
         calls.append(ToolCall(id=call.get("id") or f"call_{i}", name=function.get("name") or "", arguments=arguments))
-    return Answer(content=message.get("content") or "", tool_calls=tuple(calls))
+    content = message.get("content")
+    return Answer(content=strip_reasoning(content if isinstance(content, str) else ""), tool_calls=tuple(calls),
+                  finish_reason=finish_reason if isinstance(finish_reason, str) else None)
 
 
 class OpenAIBackend:
@@ -140,7 +146,7 @@ class OpenAIBackend:
         try:
             doc = response.json()
             choice = doc["choices"][0]
-            answer = parse_message(choice["message"])
+            answer = parse_message(choice["message"], choice.get("finish_reason"))
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise _Retry(f"malformed response ({type(exc).__name__}: {exc}): {response.text[:200]}") from None
         tokens = int(((doc.get("usage") or {}).get("completion_tokens")) or 0)
@@ -200,7 +206,8 @@ class LiteLLMBackend:
             raise BackendError(f"litellm {self.litellm_model!r}: {type(exc).__name__}: {exc}") from None
         seconds = time.perf_counter() - started
         doc = response.model_dump()
-        answer = parse_message(doc["choices"][0]["message"])
+        choice = doc["choices"][0]
+        answer = parse_message(choice["message"], choice.get("finish_reason"))
         tokens = int(((doc.get("usage") or {}).get("completion_tokens")) or 0)
         return Completion(answer, tokens, seconds, effort_applied=True)
 
@@ -209,3 +216,46 @@ class LiteLLMBackend:
 
     async def aclose(self) -> None:
         return None
+
+
+@dataclass(frozen=True)
+class BackendRequest:
+    """One benchmark call as a MockBackend's handler sees it."""
+
+    model: str
+    messages: list[dict]
+    tools: list[dict]
+    effort: str | None
+
+
+Handler = Callable[[BackendRequest], "Answer | Completion"]
+
+
+class MockBackend:
+    """A backend answered by a plain function, for tests (the idea of httpx's MockTransport).
+
+    Inject it through the measurement service's backend factory: core and service tests then need
+    neither HTTP nor sleeps. A handler returning an Answer gets 7 completion tokens per call.
+    """
+
+    provider = "mock"
+
+    def __init__(self, handler: Handler, models: list[str] | None = None) -> None:
+        self.handler = handler
+        self.models = models or []
+        self.requests: list[BackendRequest] = []
+        self.closed = False
+
+    async def complete(self, model: str, messages: list[dict], tools: list[dict], effort: str | None) -> Completion:
+        request = BackendRequest(model, [dict(m) for m in messages], tools, effort)
+        self.requests.append(request)
+        result = self.handler(request)
+        if isinstance(result, Completion):
+            return result
+        return Completion(result, completion_tokens=7, seconds=0.01, effort_applied=True)
+
+    async def list_models(self) -> list[str]:
+        return list(self.models)
+
+    async def aclose(self) -> None:
+        self.closed = True

@@ -5,28 +5,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from gatekeeper.jsonrepair import extract_json
+from gatekeeper.jsonrepair import extract_json, loads
 from gatekeeper.suite import REGEX_FLAGS, Check, parse_path
+from gatekeeper.types import Answer, ToolCall
 
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One tool call as the model made it; `arguments` is the raw JSON string it sent."""
-
-    id: str
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What the model said at one step: its text and its tool calls, in order."""
-
-    content: str
-    tool_calls: tuple[ToolCall, ...] = ()
+__all__ = ["CHECKS", "Answer", "ToolCall", "lenient_equal", "run_check"]
 
 
 def run_check(check: Check, answer: Answer) -> bool:
@@ -39,22 +24,24 @@ def run_check(check: Check, answer: Answer) -> bool:
 _MISSING = object()
 
 
-def lenient_equal(actual: Any, expected: Any) -> bool:
+def lenient_equal(actual: Any, expected: Any, *, strip: bool = True) -> bool:
     """Equality as the suite means it.
 
     An expected number needs an actual number (not a bool, not a numeric string) and
     compares numerically, so `1 == 1.0` but `"8080" != 8080`. Anything else compares
-    string forms (see `text_form`), case-sensitive, so `"true"` matches `true`.
+    string forms (see `text_form`), case-sensitive, so `"true"` matches `true`. With
+    `strip=False` (tool arguments) strings compare exactly as sent.
     """
     if _is_number(expected):
         return _is_number(actual) and actual == expected
-    return text_form(actual) == text_form(expected)
+    return text_form(actual, strip=strip) == text_form(expected, strip=strip)
 
 
-def text_form(value: Any) -> str:
-    """A value as text: strings as they are, everything else as compact JSON (`true`, `null`), stripped."""
+def text_form(value: Any, *, strip: bool = True) -> str:
+    """A value as text: strings as they are (stripped unless `strip=False`), everything else as
+    compact JSON (`true`, `null`)."""
     if isinstance(value, str):
-        return value.strip()
+        return value.strip() if strip else value
     # sort_keys: two objects with the same members are the same value whatever their order.
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
@@ -174,8 +161,9 @@ def _json_path_type(check: Check, answer: Answer) -> bool:
 
 
 def _json_path_length(check: Check, answer: Answer) -> bool:
+    # The seed's "array length": an object or a string at the path fails, whatever its size.
     value = _json_value_at(check, answer)
-    return isinstance(value, (list, dict, str)) and len(value) == check.value
+    return isinstance(value, list) and len(value) == check.value
 
 
 # --- tool calls ---------------------------------------------------------------------------
@@ -186,7 +174,7 @@ def _first_call_arg(check: Check, answer: Answer) -> Any:
     if not answer.tool_calls:
         return _MISSING
     try:
-        arguments = json.loads(answer.tool_calls[0].arguments)
+        arguments = loads(answer.tool_calls[0].arguments)  # NaN / Infinity are not JSON here either
     except ValueError:
         return _MISSING
     if not isinstance(arguments, dict):
@@ -202,14 +190,15 @@ def _tool_not_called(check: Check, answer: Answer) -> bool:
 
 def _tool_arg_equals(check: Check, answer: Answer) -> bool:
     value = _first_call_arg(check, answer)
-    return value is not _MISSING and lenient_equal(value, check.value)
+    # As sent: "server.log\n" is another file than "server.log", so no stripping here.
+    return value is not _MISSING and lenient_equal(value, check.value, strip=False)
 
 
 def _tool_arg_regex(check: Check, answer: Answer) -> bool:
     value = _first_call_arg(check, answer)
     # Unlike `regex`, argument matching ignores case unless the check says otherwise.
     flags = _flags("i" if check.flags is None else check.flags)
-    return value is not _MISSING and re.search(str(check.value), text_form(value), flags) is not None
+    return value is not _MISSING and re.search(str(check.value), text_form(value, strip=False), flags) is not None
 
 
 # Every check type of the DSL -> the function that decides it.

@@ -14,11 +14,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gatekeeper import logs
-from gatekeeper.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestSettings
+from gatekeeper.confidence import show
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import BackendError, GatekeeperError
-from gatekeeper.profiles import JsonFileStore, Profile
-from gatekeeper.runner import DEFAULT_EFFORTS, RunSettings, recommend, sweep
+from gatekeeper.measure import MeasurementService, ModelResult
+from gatekeeper.profiles import Profile
+from gatekeeper.store import ProfileStore, open_store
+from gatekeeper.runner import DEFAULT_EFFORTS
 from gatekeeper.suite import DEFAULT_SUITE_DIR, Suite, load_suite, suite_hash
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure models; gate the tools they see.")
@@ -43,6 +45,11 @@ def _settings(config: Optional[Path]) -> Settings:
         raise
 
 
+def _store(location: str | Path) -> ProfileStore:
+    """A file path or a redis:// URL; one-shot commands read Redis directly (no listener)."""
+    return open_store(location, listen=False)
+
+
 def _suite(path: Path) -> Suite:
     try:
         return load_suite(path)
@@ -59,8 +66,11 @@ def bench(
     api_key: Optional[str] = typer.Option(None, envvar="GATEKEEPER_API_KEY", help="Key for the backend."),
     config: Optional[Path] = typer.Option(None, help="gatekeeper YAML config."),
     suite: Optional[Path] = typer.Option(None, help="Suite directory (default: config suite)."),
-    store: Optional[Path] = typer.Option(None, help="Profile store (default: config store)."),
-    effort: Optional[str] = typer.Option(None, help="Effort levels, comma-separated (default: none,low,medium,xhigh)."),
+    store: Optional[str] = typer.Option(None, help="Profile store: a file or redis://... (default: config store)."),
+    effort: Optional[str] = typer.Option(
+        None, help=f"Effort levels, comma-separated (default: {','.join(DEFAULT_EFFORTS)}; 'default' = no field)."),
+    samples: Optional[int] = typer.Option(None, min=1, max=50, help="Runs of each test (default: bench.samples)."),
+    seed: Optional[int] = typer.Option(None, help="Replay the randomised tests drawn with this instanceSeed."),
     concurrency: Optional[int] = typer.Option(None, min=1, help="Tests in flight at once."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
@@ -70,27 +80,15 @@ def bench(
     if bool(models) == all_models:
         _fail("give one or more MODEL names, or --all (not both)")
     efforts = [e.strip() for e in (effort or ",".join(DEFAULT_EFFORTS)).split(",")]
-    if not all(efforts) or len(set(efforts)) != len(efforts):
-        _fail(f"--effort: expected distinct comma-separated levels, got {effort!r}")
-    loaded = _suite(suite or settings.suite)
-    profile_store = JsonFileStore(store or settings.store)
-    bench_settings = settings.bench
-    request = RequestSettings(temperature=bench_settings.temperature, max_tokens=bench_settings.max_tokens,
-                              timeout_s=bench_settings.timeout_s, max_retries=bench_settings.max_retries)
-    run = RunSettings(concurrency=concurrency or bench_settings.concurrency,
-                      system_prompt=bench_settings.system_prompt, thresholds=bench_settings.thresholds)
-    url = base_url or settings.upstream.base_url
-    key = api_key or settings.upstream.api_key
-
-    def backend_for(model: str) -> Backend:
-        route = settings.route(model)
-        if route is not None and not base_url:
-            return LiteLLMBackend(route.litellm_model, route.api_key, route.api_base, request)
-        return OpenAIBackend(url, key, request)
-
-    results, failed = asyncio.run(_bench(models, all_models, efforts, loaded, profile_store, run, backend_for, url))
+    if not all(efforts) or len(set(efforts)) != len(efforts) or any("@" in e for e in efforts):
+        _fail(f"--effort: expected distinct comma-separated levels without '@', got {effort!r}")
+    if samples is not None:
+        settings = settings.model_copy(update={"bench": settings.bench.model_copy(update={"samples": samples})})
+    service = MeasurementService(settings, _suite(suite or settings.suite), _store(store or settings.store),
+                                 base_url=base_url, api_key=api_key, concurrency=concurrency)
+    results, failed = asyncio.run(_bench(service, models, all_models, efforts, seed))
     if as_json:
-        json.dump({"results": results}, sys.stdout, indent=2)
+        json.dump({"results": [r.to_json() for r in results]}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         _print_results(results)
@@ -98,66 +96,76 @@ def bench(
         raise typer.Exit(1)
 
 
-async def _bench(models, all_models, efforts, suite, store, run, backend_for, url) -> tuple[list[dict], bool]:
+async def _bench(service: MeasurementService, models: list[str] | None, all_models: bool, efforts: list[str],
+                 seed: int | None) -> tuple[list[ModelResult], bool]:
     if all_models:
-        lister = backend_for("")  # the upstream: models listed at its /models
         try:
-            models = await lister.list_models()
+            models = await service.list_models()
         except BackendError as exc:
             err.print(f"[red]error:[/red] {exc}", highlight=False)
             return [], True
-        finally:
-            await lister.aclose()
         if not models:
-            err.print(f"[red]error:[/red] {url}/models lists no models", highlight=False)
+            err.print("[red]error:[/red] the backend's /models lists no models", highlight=False)
             return [], True
     results, failed = [], False
+    samples = service.run_settings().samples
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=False) as progress:
-        for model in models:
-            tasks = {e: progress.add_task(f"{model}@{e}", total=len(suite.tests)) for e in efforts}
-            backend = backend_for(model)
+        for model in models or []:
+            total = len(service.suite.tests) * samples
+            tasks = {e: progress.add_task(f"{model}@{e}", total=total) for e in efforts}
             try:
-                profiles = await sweep(backend, model, suite, efforts, run,
-                                       on_progress=lambda m, e, t: progress.advance(tasks[e]))
+                result = await service.sweep(model, efforts, seed=seed,
+                                             on_progress=lambda m, e, t: progress.advance(tasks[e]))
             except BackendError as exc:
                 failed = True
                 err.print(f"[red]error:[/red] {model}: backend failed, no profile stored: {exc}", highlight=False)
-                results.append({"model": model, "profiles": [], "recommendedEffort": None, "error": str(exc)})
+                results.append(ModelResult(model, error=str(exc)))
                 continue
-            finally:
-                await backend.aclose()
-            best = recommend(profiles)
-            try:
-                store.save(profiles, {model: best} if best else None)
-            except GatekeeperError as exc:
+            except GatekeeperError as exc:  # the store refused the write
                 err.print(f"[red]error:[/red] {exc}", highlight=False)
                 return results, True
-            results.append({"model": model, "profiles": [p.to_json() for p in profiles], "recommendedEffort": best})
+            for level, task in tasks.items():  # sequential stopping may finish a level early
+                progress.update(task, total=progress.tasks[task].completed)
+            for level, reason in result.inconclusive.items():
+                failed = True
+                err.print(f"[red]error:[/red] {model}@{level}: inconclusive, no profile stored: {reason}",
+                          highlight=False)
+            results.append(result)
     return results, failed
 
 
-def _print_results(results: list[dict]) -> None:
+def _print_results(results: list[ModelResult]) -> None:
     out = Console()
     for result in results:
-        if result.get("error"):
+        if result.error or not result.profiles:
             continue
-        table = _profile_table([Profile.model_validate(p) for p in result["profiles"]], title=result["model"])
-        out.print(table)
-        out.print(f"recommended effort for {result['model']}: [bold]{result['recommendedEffort']}[/bold]")
+        out.print(_profile_table(result.profiles, title=result.model))
+        line = f"recommended effort for {result.model}: [bold]{result.recommended}[/bold]"
+        if result.note:
+            line += f" ({result.note})"
+        out.print(line, highlight=False)
+        if result.calls_saved:
+            out.print(f"sequential stopping saved {result.calls_saved} of {result.calls + result.calls_saved} calls",
+                      highlight=False)
+        if result.seed is not None:
+            out.print(f"randomised tests drawn with instanceSeed {result.seed} (replay: --seed {result.seed})",
+                      highlight=False)
 
 
 def _profile_table(profiles: list[Profile], title: str | None = None, suite: Suite | None = None) -> Table:
     table = Table(title=title)
-    for column in ("profile", "tier", "instruction", "json", "toolCalling", "tok/s", "avg tokens", "tested at"):
+    for column in ("profile", "tier", "instruction", "json", "toolCalling", "samples", "tok/s", "avg tokens",
+                   "tested at"):
         table.add_column(column)
     if suite is not None:
         table.add_column("valid")
     for p in profiles:
         effort = p.reasoning_effort + ("" if p.effort_applied else " (not applied)")
-        row = [f"{p.model}@{effort}", p.tier.value, *(f"{p.scores.get(c, 0):.2f}" for c in
-                                                      ("instruction", "json", "toolCalling")),
-               f"{p.tokens_per_second:.1f}", f"{p.avg_completion_tokens:.0f}", p.tested_at]
+        intervals = p.score_intervals or {}
+        row = [f"{p.model}@{effort}", p.tier.value,
+               *(show(p.scores.get(c, 0.0), intervals.get(c)) for c in ("instruction", "json", "toolCalling")),
+               str(p.samples or 1), f"{p.tokens_per_second:.1f}", f"{p.avg_completion_tokens:.0f}", p.tested_at]
         if suite is not None:
             row.append("yes" if p.is_valid_for(suite) else "no (stale)")
         table.add_row(*row)
@@ -237,17 +245,22 @@ def store_copy(
 
 @app.command()
 def profiles(
-    store: Optional[Path] = typer.Option(None, help="Profile store (default: config store)."),
+    store: Optional[str] = typer.Option(None, help="Profile store: a file or redis://... (default: config store)."),
     config: Optional[Path] = typer.Option(None, help="gatekeeper YAML config."),
     as_json: bool = typer.Option(False, "--json", help="Print the store as JSON."),
 ) -> None:
     """Show stored profiles and recommendations."""
     settings = _settings(config)
     logs.configure("warning", json=False)
-    profile_store = JsonFileStore(store or settings.store)
-    data = profile_store.load()
-    if profile_store.problem:
-        _fail(f"{profile_store.path}: not a usable profile store ({profile_store.problem})", 1)
+    profile_store = _store(store or settings.store)
+    try:
+        data = profile_store.load()
+    except GatekeeperError as exc:
+        _fail(str(exc), 1)
+        raise
+    problem = getattr(profile_store, "problem", None)
+    if problem:
+        _fail(f"{profile_store.location}: not a usable profile store ({problem})", 1)
     if as_json:
         json.dump(data.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -28,6 +28,11 @@ class Upstream(_Section):
     api_key: str | None = None
     timeout_s: float = Field(default=600.0, gt=0)
     max_connections: int = Field(default=512, ge=1)
+    # Client protocols the upstream speaks natively; the others are translated to chat.
+    protocols: list[Literal["chat", "responses", "messages"]] = Field(default_factory=lambda: ["chat"], min_length=1)
+    # An answer (plain body or whole stream) larger than this is a 502: a hostile or broken
+    # upstream must not make the proxy buffer without bound. Generous: long answers are ~1 MB.
+    max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
 
     @field_validator("base_url")
     @classmethod
@@ -60,6 +65,8 @@ class BenchSettings(_Section):
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=3, ge=0)
     system_prompt: str | None = None
+    # Runs of each test per level; with more than one the tier is decided on 95% lower bounds.
+    samples: int = Field(default=1, ge=1, le=50)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     # After a failed lazy measurement, wait this long (doubling up to retry_max_s) before the next.
     retry_after_s: float = Field(default=30.0, ge=0)

@@ -6,7 +6,7 @@ under the old settings finishes under them. The jobs live in one-concept parts:
 
     gatekeeper.resolver   which tier applies to a pair (pins, valid profiles)
     gatekeeper.scheduler  when a pair is measured (single flight, leases, cap, backoff, limits)
-    gatekeeper.runner     how a suite is run against a backend
+    gatekeeper.measure    how a pair is measured (backends, run settings, saving, recommending)
     gatekeeper.store      where profiles live (JSON file or Redis)
     gatekeeper.gating     what a tier lets through (pure)
 """
@@ -24,15 +24,14 @@ from typing import Any, Callable
 
 import structlog
 
-from gatekeeper import metrics
-from gatekeeper.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestSettings
+from gatekeeper.backends import Backend
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.errors import ConfigError, NotMeasured
+from gatekeeper.errors import ConfigError, NotMeasured, SuiteError
 from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
 from gatekeeper.profiles import DEFAULT_EFFORT, Profile, profile_key
 from gatekeeper.resolver import Resolution, Source, TierResolver
-from gatekeeper.runner import RunSettings, sweep
-from gatekeeper.scheduler import Limits, MeasurementFailed, MeasurementScheduler, WriteFenced
+from gatekeeper.measure import MeasurementService
+from gatekeeper.scheduler import Limits, MeasurementFailed, MeasurementScheduler
 from gatekeeper.store import Lease, ProfileStore, open_store
 from gatekeeper.suite import Suite, load_suite
 from gatekeeper.tiers import Tier
@@ -50,6 +49,7 @@ class _Snapshot:
     suite: Suite
     policy: ToolPolicy
     resolver: TierResolver
+    measurements: MeasurementService
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,8 @@ class Gatekeeper:
     def _build(self, settings: Settings) -> _Snapshot:
         suite = self._fixed_suite or load_suite(settings.suite)
         return _Snapshot(settings, suite, ToolPolicy(settings.tools.required_tier, settings.tools.default_tier),
-                         TierResolver(settings, suite, self.store))
+                         TierResolver(settings, suite, self.store),
+                         MeasurementService(settings, suite, self.store, self._backend_factory))
 
     # -- the current settings ----------------------------------------------------------------
 
@@ -119,6 +120,11 @@ class Gatekeeper:
     @property
     def policy(self) -> ToolPolicy:
         return self._snapshot.policy
+
+    @property
+    def measurements(self) -> MeasurementService:
+        """How pairs are measured under the current settings (backends, run settings, saving)."""
+        return self._snapshot.measurements
 
     def reload(self, path: str | Path | None = None) -> Settings:
         """Re-read the config file and replace the settings atomically; returns the new settings.
@@ -136,7 +142,10 @@ class Gatekeeper:
             if str(settings.store) != str(old.settings.store):
                 raise ConfigError(f"{path}: store: cannot change from {old.settings.store} to {settings.store} "
                                   "without a restart")
-            snapshot = self._build(settings)  # may raise SuiteError: the old settings stay
+            try:
+                snapshot = self._build(settings)
+            except SuiteError as exc:
+                raise ConfigError(f"{path}: suite: {exc}") from None
             self._snapshot = snapshot
             self._scheduler.limits = Limits.of(settings, snapshot.suite)
             self._config_path = path
@@ -276,38 +285,11 @@ class Gatekeeper:
         self._snapshot.resolver.forget()
 
     async def _measure(self, model: str, effort: str, lease: Lease) -> Profile:
-        snap = self._snapshot
-        log.info("measurement_started", model=model, effort=effort)
-        backend = (self._backend_factory or self._default_backend)(model)
-        try:
-            (profile,) = await sweep(backend, model, snap.suite, [effort], self.run_settings())
-        except BaseException:
-            metrics.BENCHMARKS.labels(outcome="failed").inc()
-            raise
-        finally:
-            await backend.aclose()
-        if not await asyncio.to_thread(self.store.save, [profile], None, lease):
-            raise WriteFenced(f"{profile.key}: lease lost while measuring; a newer measurement owns the result")
+        """The scheduler's measure step: the measurement service of the settings in force, saving
+        fenced by the pair's lease."""
+        profile = await self._snapshot.measurements.measure(model, effort, lease=lease)
         self._snapshot.resolver.forget()  # a re-measured pair must not keep its old tier
-        metrics.BENCHMARKS.labels(outcome="ok").inc()
-        metrics.BENCHMARK_SECONDS.observe(profile.duration_s)
         return profile
-
-    def run_settings(self) -> RunSettings:
-        bench = self.settings.bench
-        return RunSettings(concurrency=bench.concurrency, system_prompt=bench.system_prompt,
-                           thresholds=bench.thresholds)
-
-    def _default_backend(self, model: str) -> Backend:
-        settings = self.settings
-        bench = settings.bench
-        request = RequestSettings(temperature=bench.temperature, max_tokens=bench.max_tokens,
-                                  timeout_s=bench.timeout_s, max_retries=bench.max_retries)
-        route = settings.route(model)
-        if route is not None:
-            return LiteLLMBackend(route.litellm_model, route.api_key, route.api_base, request)
-        # Benchmarks always use the configured upstream key, never a client's.
-        return OpenAIBackend(settings.upstream.base_url, settings.upstream.api_key, request)
 
     # -- lifecycle -----------------------------------------------------------------------------
 

@@ -28,6 +28,15 @@ class BackendError(GatekeeperError):
     """The model backend failed (after retries): not a verdict on the model."""
 
 
+class InconclusiveMeasurement(BackendError):
+    """A measurement whose answers say nothing about the model (almost all empty, cut at the token
+    limit): nothing is stored and it is retried later like a backend failure."""
+
+
+class LocalModelError(GatekeeperError):
+    """The bundled local model could not be assembled, or its server did not come up."""
+
+
 class NotMeasured(GatekeeperError):
     """`unknown_models: reject` and the pair has no valid profile yet."""
 
@@ -57,3 +66,13 @@ class ToolNotAllowed(GatekeeperError):
 
 class ToolArgumentsInvalid(GatekeeperError):
     """A tool call's arguments do not match the tool's schema."""
+
+
+class ProxyError(GatekeeperError):
+    """An HTTP answer the proxy gives instead of the upstream's: one type, mapped to the client
+    protocol's error shape by the app's exception handler (endpoints raise, never build bodies)."""
+
+    def __init__(self, status: int, message: str, code: str | None = None, kind: str = "invalid_request_error",
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.kind, self.headers = status, message, code, kind, headers or {}

@@ -23,13 +23,25 @@ _SPACES = re.compile(r"\s*")
 _VALUE_START = {"{": '"}', "[": '"{[]-0123456789tfn'}
 
 
+def loads(text: str) -> Any:
+    """`json.loads` without the extensions Python allows: `NaN`, `Infinity` and `-Infinity` are
+    not JSON (no other parser of the answer would accept them), so they raise ValueError."""
+    return json.loads(text, parse_constant=_not_json)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def extract_json(text: str) -> Any:
     """Return the first JSON object or array in `text`, repaired; raise ValueError if there is none.
 
     A bare scalar (`42`, `"ok"`, `true`) is accepted only when it is the whole text
     (or the whole content of a fenced block). Fenced blocks are searched before the
     surrounding prose; within a region every `{` / `[` is tried in order, so prose
-    such as "see [above]" before the JSON does not hide it.
+    such as "see [above]" before the JSON does not hide it. A bracketed value that is not
+    JSON (single quotes, `True`, comments, unquoted keys) is not rescued by a valid fragment
+    inside it: the search resumes after its end, so `{'tags': []}` holds no JSON at all.
     """
     if not text or not text.strip():
         raise ValueError("empty answer")
@@ -37,17 +49,47 @@ def extract_json(text: str) -> Any:
     first_error: str | None = None
     for region in regions:
         try:
-            return json.loads(region.strip())
+            return loads(region.strip())
         except ValueError:
             pass
+        resume = 0  # brackets before this index lie inside a value that failed
         for start, char in enumerate(region):
-            if char not in _CLOSER or not _plausible_start(region, start):
+            if start < resume or char not in _CLOSER:
                 continue
+            if not _plausible_start(region, start):
+                resume = _balanced_end(region, start)
+                continue
+            candidate, end = _repair(region, start)
             try:
-                return json.loads(repair(region, start))
+                return loads(candidate)
             except ValueError as exc:
                 first_error = first_error or f"no valid JSON at offset {start}: {exc}"
+                resume = end
     raise ValueError(first_error or "no JSON object or array in the answer")
+
+
+def _balanced_end(text: str, start: int) -> int:
+    """Where the bracketed span opening at `start` closes (double-quoted strings are opaque),
+    or `start + 1` when it never closes: an unbalanced bracket in prose hides nothing."""
+    depth, in_string, escaped = 0, False, False
+    for i in range(start, len(text)):
+        char = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return start + 1
 
 
 def _plausible_start(text: str, start: int) -> bool:
@@ -66,10 +108,17 @@ def repair(text: str, start: int) -> str:
     Repairs: raw control characters inside strings are escaped, trailing commas are
     dropped, and a value cut short is closed (open string, then open brackets).
     """
+    return _repair(text, start)[0]
+
+
+def _repair(text: str, start: int) -> tuple[str, int]:
+    """`repair`, and the index in `text` just past the span it used."""
     out: list[str] = []
     stack: list[str] = []
     in_string = escaped = False
-    for char in text[start:]:
+    end = len(text)
+    for index in range(start, len(text)):
+        char = text[index]
         if in_string:
             if escaped:
                 escaped = False
@@ -88,9 +137,11 @@ def repair(text: str, start: int) -> str:
             out.append(char)
         elif char in "}]":
             if char != stack[-1]:
+                end = index
                 break  # mismatched closer: cut here, the end repair closes what is open
             _close(out, stack.pop())
             if not stack:
+                end = index + 1
                 break
         else:
             out.append(char)
@@ -100,7 +151,7 @@ def repair(text: str, start: int) -> str:
         out.append('"')
     while stack:
         _close(out, stack.pop())
-    return "".join(out)
+    return "".join(out), end
 
 
 def _close(out: list[str], closer: str) -> None:

@@ -15,3 +15,7 @@ BENCHMARK_SECONDS = Histogram("gatekeeper_benchmark_seconds", "Duration of succe
                               buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800), registry=REGISTRY)
 UPSTREAM_ERRORS = Counter("gatekeeper_upstream_errors", "Upstream failures seen by the proxy, by kind",
                           ["kind"], registry=REGISTRY)
+DRIFT_CALLS = Counter("gatekeeper_drift_calls", "Tool calls in relayed answers, by fault (ok when sound)",
+                      ["fault"], registry=REGISTRY)
+DRIFT_DEMOTIONS = Counter("gatekeeper_drift_demotions", "Pairs demoted one tier for drifting",
+                          ["from_tier", "to_tier"], registry=REGISTRY)

@@ -61,6 +61,11 @@ class Profile(_Camel):
     # False when the backend refused the reasoning_effort field and the suite ran without it.
     effort_applied: bool = True
     duration_s: float = 0.0
+    # Confidence (absent in the seed's format = one sample): samples run, 95% interval per category,
+    # and the seed the randomised tests were drawn from (replays the measurement exactly).
+    samples: int | None = None
+    score_intervals: dict[str, list[float]] | None = None
+    instance_seed: int | None = None
 
     @property
     def key(self) -> str:
@@ -71,7 +76,10 @@ class Profile(_Camel):
         return self.benchmark_version == suite.version and self.tests_hash == suite.hash
 
     def to_json(self) -> dict:
-        return self.model_dump(mode="json", by_alias=True)
+        # The optional confidence fields are left out when unset, so a one-sample profile of a
+        # fixed suite is written in exactly the seed's format.
+        unset = {k for k in ("samples", "score_intervals", "instance_seed") if getattr(self, k) is None}
+        return self.model_dump(mode="json", by_alias=True, exclude=unset)
 
 
 def __getattr__(name: str) -> object:

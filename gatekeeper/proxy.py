@@ -1,324 +1,463 @@
-"""The gating proxy: an OpenAI-compatible ASGI app, thin over the Gatekeeper core.
+"""The gating proxy: an OpenAI-compatible ASGI app (plain Starlette), thin over the Gatekeeper core.
 
-A request goes: read body (size-capped) -> parse once (orjson) -> resolve the tier (core) ->
-gate the tools (gating) -> forward (pooled httpx, or litellm for configured routes) ->
-remove calls to tools that were not offered -> client. Answers with no tool call in them are
-forwarded as the upstream's own bytes.
+One pipeline for every route that reaches a model, whatever the protocol or the upstream:
+    read the body (size-capped) -> codec.parse -> gk.aresolve -> codec.gate
+    -> forward (pooled aiohttp, or litellm for `models:` routes; translated to chat when the
+       upstream does not speak the client's protocol) -> codec.enforce / codec.stream_filter
+    -> client.
+
+The principle the pipeline keeps: an answer the enforcer cannot read with certainty never
+reaches the client with a tool call in it (502 `upstream_invalid`, or a stream that ends with an
+error event); a request field that could carry tools or redirect the upstream is understood and
+gated, or refused. Answers whose bytes cannot spell a call are relayed unparsed (the fast path).
+
+Endpoints raise (ProxyError and the core's errors); `_on_error` turns every error into the
+client protocol's shape. The request's log context (request_id, model, effort, tier) lives in
+structlog's context variables.
 """
 
 from __future__ import annotations
 
-import hmac
-import itertools
 import time
 import uuid
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable
+from urllib.parse import quote
 
-import httpx
 import orjson
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
 
-from gatekeeper import metrics
-from gatekeeper.core import Gatekeeper, NotMeasured
-from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked, allowed_names, enforce_choice
-from gatekeeper.profiles import profile_key, split_key
-from gatekeeper.streaming import StreamEnforcer
+from gatekeeper import metrics, protocols
+from gatekeeper.admin import admin_routes
+from gatekeeper.core import Gatekeeper
+from gatekeeper.errors import (AnswerInvalid, ConfigError, GatekeeperError, NotMeasured, ProxyError, RequestInvalid,
+                               ToolChoiceBlocked)
+from gatekeeper.protocols.base import Codec, Enforced, Event, Offered, StreamConverter, StreamFilter, may_carry_calls
+from gatekeeper.protocols.chat import loads
+from gatekeeper.sse import SSEParser, encode
+from gatekeeper.upstream import TransferError, UpstreamPool, UpstreamResponse, answer_headers
 
 log = structlog.get_logger("gatekeeper.proxy")
 
-# Headers that describe one hop, or that httpx recomputes; never copied across the proxy.
-_HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
-                  "proxy-authorization", "proxy-connection", "accept-encoding", "content-encoding", "trailer"})
-
-
-_POOLS = 8  # upstream connection pools (see lifespan)
-
-
-class _BadRequest(Exception):
-    def __init__(self, status: int, message: str, code: str | None = None,
-                 kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.code, self.kind = status, message, code, kind
-
-
-def error_response(status: int, message: str, kind: str, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> Response:
-    body = orjson.dumps({"error": {"message": message, "type": kind, "code": code}})
-    return Response(body, status_code=status, media_type="application/json", headers=headers)
+_JSON = "application/json"
+# Tool-free endpoints forwarded untouched (after a check that the body carries no tool field).
+PASSTHROUGH = ("/v1/embeddings", "/v1/completions")
+_TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
 
 
 def create_app(gk: Gatekeeper) -> Starlette:
-    """Build the proxy app around a Gatekeeper; the upstream client lives for the app's lifespan."""
-    settings = gk.settings
-    upstream = settings.upstream
-    clients: list[httpx.AsyncClient] = []
-    turn = itertools.count()
-
-    def client_for_request() -> httpx.AsyncClient:
-        return clients[next(turn) % len(clients)]
-
-    chat_url = httpx.URL(f"{upstream.base_url}/chat/completions")  # parsed once, not per request
-
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # Several small pools, taken in turn: httpcore's pool does work quadratic in its size on
-        # every request, so at high concurrency one big pool costs more CPU than the forwarding.
-        pools = min(_POOLS, upstream.max_connections)
-        per_pool = upstream.max_connections // pools
-        limits = httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool)
-        timeout = httpx.Timeout(upstream.timeout_s, connect=10.0)
-        clients[:] = [httpx.AsyncClient(base_url=upstream.base_url, limits=limits, timeout=timeout)
-                      for _ in range(pools)]
-        try:
-            yield
-        finally:
-            for client in clients:
-                await client.aclose()
-            gk.close()
-
-    def upstream_headers(request: Request) -> dict[str, str]:
-        # The client's x-request-id stays here: some servers (llama.cpp's) reject ids that are not UUIDs.
-        headers = {k: v for k, v in request.headers.items() if k not in _HOP and k != "x-request-id"}
-        if "authorization" not in headers and upstream.api_key:
-            headers["authorization"] = f"Bearer {upstream.api_key}"
-        return headers
-
-    def upstream_failure(exc: httpx.TransportError, headers: dict[str, str], line: dict) -> Response:
-        """504 when the upstream timed out, 502 when it could not be reached or broke off."""
-        kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "unreachable"
-        metrics.UPSTREAM_ERRORS.labels(kind).inc()
-        line.update(upstream_status=kind)
-        if kind == "timeout":
-            return error_response(504, f"upstream {upstream.base_url} timed out", "upstream_error",
-                                  "upstream_timeout", headers)
-        return error_response(502, f"upstream {upstream.base_url} unreachable: {type(exc).__name__}",
-                              "upstream_error", "upstream_unreachable", headers)
-
-    async def chat(request: Request) -> Response:
-        started = time.perf_counter()
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-        line: dict[str, Any] = {"request_id": request_id}
-        try:
-            body = await _read_json(request, settings.max_body_bytes)
-            model, effort = _model_and_effort(body)
-            line.update(model=model, effort=effort or "default")
-            try:
-                resolution, gated = await gk.agate(body, model, effort)
-            except NotMeasured as exc:
-                raise _BadRequest(503, str(exc), "model_not_measured", "service_unavailable") from None
-            except RequestInvalid as exc:
-                raise _BadRequest(400, str(exc), "invalid_tools") from None
-            except ToolChoiceBlocked as exc:
-                tier, source = exc.tier.value, exc.source
-                line.update(tier=tier, source=source, status=400, blocked_choice=exc.tool)
-                log.info("request", **line)
-                headers = {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": source, "x-request-id": request_id}
-                return error_response(400, str(exc), "invalid_request_error", "tool_not_allowed", headers)
-            line.update(tier=resolution.tier.value, source=resolution.source)
-            headers = {"x-gatekeeper-tier": resolution.tier.value, "x-gatekeeper-profile": resolution.source,
-                       "x-request-id": request_id}
-            metrics.REQUESTS.labels(resolution.tier.value, resolution.source).inc()
-            line.update(tools_kept=gated.kept, tools_hidden=gated.hidden)
-            if gated.hidden:
-                metrics.TOOLS_HIDDEN.inc(len(gated.hidden))
-            response = await _forward(request, body, model, headers, line)
-        except _BadRequest as exc:
-            line.update(status=exc.status, error=exc.message)
-            log.info("request", **line, latency_ms=round((time.perf_counter() - started) * 1000, 2))
-            return error_response(exc.status, exc.message, exc.kind, exc.code, {"x-request-id": request_id})
-        except Exception:  # a bug of ours must cost one request a clear 500, never the server
-            log.exception("request_failed", **line)
-            return error_response(500, f"gatekeeper internal error (request {request_id})", "internal_error",
-                                  None, {"x-request-id": request_id})
-        line.update(status=response.status_code)
-        if not isinstance(response, StreamingResponse):
-            log.info("request", **line, latency_ms=round((time.perf_counter() - started) * 1000, 2))
-        return response
-
-    async def _forward(request: Request, body: dict, model: str, headers: dict[str, str], line: dict) -> Response:
-        route = settings.route(model)
-        if route is not None:
-            from gatekeeper.litellm_route import complete  # litellm is heavy: only for its routes
-
-            return await complete(route, body, allowed_names(body), headers, line)
-        allowed = allowed_names(body)
-        client = client_for_request()
-        upstream_request = client.build_request("POST", chat_url, content=orjson.dumps(body),
-                                                headers=upstream_headers(request) | {"content-type": "application/json"})
-        try:
-            upstream_response = await _send(client, upstream_request)
-        except httpx.TransportError as exc:
-            return upstream_failure(exc, headers, line)
-        line.update(upstream_status=upstream_response.status_code)
-        passed = {k: v for k, v in upstream_response.headers.items() if k not in _HOP} | headers
-        if upstream_response.status_code >= 400:
-            metrics.UPSTREAM_ERRORS.labels(str(upstream_response.status_code)).inc()
-        is_stream = "text/event-stream" in upstream_response.headers.get("content-type", "")
-        if is_stream and upstream_response.status_code < 400:
-            enforcer = StreamEnforcer(allowed, line, log)
-            return StreamingResponse(enforcer.relay(upstream_response), status_code=upstream_response.status_code,
-                                     headers=passed)
-        try:
-            raw = await upstream_response.aread()
-        except httpx.HTTPError as exc:
-            metrics.UPSTREAM_ERRORS.labels("read").inc()
-            return error_response(502, f"upstream answer broke off: {type(exc).__name__}", "upstream_error",
-                                  "upstream_incomplete", headers)
-        finally:
-            await upstream_response.aclose()
-        passed.pop("content-length", None)
-        if upstream_response.status_code >= 400:
-            raw = _error_body(upstream_response.status_code, raw, passed)
-        elif b'"tool_calls"' in raw or b'"function_call"' in raw:
-            raw = _enforce_body(raw, allowed, line)
-        return Response(raw, status_code=upstream_response.status_code, headers=passed)
-
-    async def models(request: Request) -> Response:
-        client = client_for_request()
-        try:
-            response = await _send(client, client.build_request("GET", "/models", headers=upstream_headers(request)))
-            try:
-                await response.aread()
-            finally:
-                await response.aclose()
-        except httpx.TransportError as exc:
-            return upstream_failure(exc, {}, {})
-        passed = {k: v for k, v in response.headers.items() if k not in _HOP}
-        return Response(response.content, status_code=response.status_code, headers=passed)
-
-    async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
-
-    async def metrics_endpoint(request: Request) -> Response:
-        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
-
-    routes = [
-        Route("/v1/chat/completions", chat, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
+    """The proxy app around a Gatekeeper. The app never closes `gk`: whoever created it does."""
+    admin_key = gk.settings.admin_key
+    if admin_key is not None and not admin_key.strip():
+        raise ConfigError("admin_key: blank; set a real key or remove the setting to disable the admin API")
+    routes: list[BaseRoute] = [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+        *(Route(path, passthrough, methods=["POST"]) for path in PASSTHROUGH),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
     ]
-    if settings.admin_key:
-        routes += _admin_routes(gk, settings.admin_key)
-    return Starlette(routes=routes, lifespan=lifespan)
+    if admin_key:
+        routes += admin_routes()
+    app = Starlette(routes=routes, lifespan=_lifespan,
+                    exception_handlers={GatekeeperError: _on_error, HTTPException: _on_error, Exception: _on_error})
+    app.router.redirect_slashes = False  # a trailing slash is a 404 naming the endpoints, never a 307
+    app.state.gk = gk
+    app.state.admin_key = admin_key
+    return app
 
 
-async def _send(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
-    """Send; once more when a pooled connection turns out to be dead before any answer arrived
-    (llama.cpp's server, for one, closes a connection after a failed stream)."""
+@asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    app.state.pool = UpstreamPool(app.state.gk.settings.upstream)
     try:
-        return await client.send(request, stream=True)
-    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
-        return await client.send(request, stream=True)
+        yield
+    finally:
+        await app.state.pool.aclose()
 
 
-def _error_body(status: int, raw: bytes, headers: dict[str, str]) -> bytes:
-    """Upstream error bodies pass through; an empty or non-JSON one is put in the OpenAI error shape."""
+# -- the model routes ----------------------------------------------------------------------------
+
+async def chat_completions(request: Request) -> Response:
+    return await _model_call(request, "chat")
+
+
+async def responses(request: Request) -> Response:
+    return await _model_call(request, "responses")
+
+
+async def messages(request: Request) -> Response:
+    return await _model_call(request, "messages")
+
+
+async def count_tokens(request: Request) -> Response:
+    return await _model_call(request, "messages", count=True)
+
+
+@dataclass
+class _Call:
+    """What one model call carries from the request side to the answer side."""
+
+    codec: Codec
+    offered: Offered
+    headers: dict[str, str]
+    started: float
+    translator: Any | None = None  # protocols.base.Translator when the upstream speaks only chat
+
+
+async def _model_call(request: Request, protocol: str, count: bool = False) -> Response:
+    started = time.perf_counter()
+    structlog.contextvars.clear_contextvars()
+    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    structlog.contextvars.bind_contextvars(request_id=request_id)
+    codec = protocols.codec(protocol)
+    if codec is None:
+        raise HTTPException(404)
+    gk: Gatekeeper = request.app.state.gk
+    settings, policy = gk.settings, gk.policy  # read once: a reload mid-request changes nothing here
+    body = await _read_json(request, settings.max_body_bytes)
+    info = codec.parse(body)
+    structlog.contextvars.bind_contextvars(model=info.model, effort=info.effort or "default")
+    resolution = await gk.aresolve(info.model, info.effort)
+    tier = resolution.tier.value
+    structlog.contextvars.bind_contextvars(tier=tier, source=resolution.source)
+    gated = codec.gate(body, resolution.tier, policy)  # errors get tier and source from the context
+    metrics.REQUESTS.labels(tier, resolution.source).inc()
+    if gated.hidden:
+        metrics.TOOLS_HIDDEN.inc(len(gated.hidden))
+    call = _Call(codec, codec.offered(body), {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": resolution.source,
+                                              "x-request-id": request_id}, started)
+    route = settings.route(info.model)
+    native = settings.upstream.protocols if route is None else ("chat",)  # litellm routes speak chat
+    if protocol in native:
+        path = "/messages/count_tokens" if count else codec.upstream_path
+        upstream_body = body
+    else:
+        call.translator = protocols.translator(protocol)
+        if call.translator is None:
+            raise ProxyError(404, f"the upstream does not speak {protocol!r} (upstream.protocols) and no "
+                                  "translation to chat is installed", "protocol_not_served")
+        if count:
+            counter = getattr(call.translator, "count_tokens", None)
+            if counter is None:
+                raise ProxyError(404, "count_tokens needs an upstream that speaks 'messages'", "protocol_not_served")
+            return _log(Response(orjson.dumps(counter(body)), media_type=_JSON, headers=call.headers), call)
+        path, upstream_body = "/chat/completions", call.translator.to_chat(body)
+    log_fields = {"tools_kept": gated.kept, "tools_hidden": gated.hidden}
+    if route is not None:
+        from gatekeeper.litellm_route import complete  # litellm is heavy: only for its routes
+
+        answer = await complete(route, upstream_body, info.stream)
+        if answer.events is not None:
+            return _stream(call, answer.events, answer.aclose, {}, log_fields)
+        return _plain(call, 200, answer.body or b"", {}, log_fields)
+    pool: UpstreamPool = request.app.state.pool
+    headers = pool.request_headers(request.scope["headers"], json_body=True)
+    response = await pool.send("POST", path, headers, orjson.dumps(upstream_body))
+    status = response.status_code
+    log_fields["upstream_status"] = status
+    if status >= 300:
+        return await _upstream_error(call, response, pool, log_fields)
+    passed = answer_headers(response)
+    content_type = passed.pop("content-type", "")
+    if info.stream or content_type.lower().startswith("text/event-stream"):
+        return _stream(call, _sse_events(response, pool.max_response_bytes), response.aclose, passed, log_fields)
+    raw = await pool.read(response)
+    return _plain(call, status, raw, passed, log_fields)
+
+
+def _plain(call: _Call, status: int, raw: bytes, passed: dict[str, str], log_fields: dict[str, Any]) -> Response:
+    """A plain answer: relayed as the upstream's bytes when they cannot spell a call, else
+    parsed strictly, enforced and re-serialised (AnswerInvalid -> 502 upstream_invalid)."""
+    headers = passed | call.headers
+    enforced: Enforced | None = None
+    if call.translator is not None or may_carry_calls(raw, call.codec.markers):
+        doc = loads(raw, "upstream answer")
+        if call.translator is not None:
+            if not isinstance(doc, dict):
+                raise AnswerInvalid("upstream answer must be a JSON object")
+            doc = call.translator.from_chat(doc)
+        enforced = call.codec.enforce(doc, call.offered)
+        raw = orjson.dumps(doc)
+        if enforced.removed:
+            headers["x-gatekeeper-blocked-calls"] = blocked_header(enforced.removed)
+    _answered(call, enforced, log_fields)
+    return _log(Response(raw, status_code=status, headers=headers, media_type=_JSON), call, **log_fields)
+
+
+def blocked_header(names: list[str]) -> str:
+    """Names come from model output: percent-encode anything outside a safe set, so a header
+    can never be split or carry non-ASCII bytes."""
+    return ",".join(quote(name, safe="_-.:/@") or "(unnamed)" for name in names)
+
+
+def _stream(call: _Call, events: AsyncIterator[list[Event]], close: Callable[[], Awaitable[None]],
+            passed: dict[str, str], log_fields: dict[str, Any]) -> StreamingResponse:
+    converter = call.translator.stream_from_chat() if call.translator is not None else None
+    stream_filter = call.codec.stream_filter(call.offered)
+    body = _relay(call, events, close, converter, stream_filter, log_fields)
+    return StreamingResponse(body, headers=passed | call.headers, media_type="text/event-stream")
+
+
+async def _sse_events(response: UpstreamResponse, limit: int) -> AsyncIterator[list[Event]]:
+    """The upstream's events, one list per received chunk (one relay write per chunk)."""
+    parser = SSEParser()
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            metrics.UPSTREAM_ERRORS.labels("too_large").inc()
+            raise ProxyError(502, f"upstream stream exceeds max_response_bytes ({limit})", "upstream_too_large",
+                             "upstream_error")
+        events = parser.feed(chunk)
+        if events:
+            yield events
+    yield parser.finish()
+
+
+async def _relay(call: _Call, source: AsyncIterator[list[Event]], close: Callable[[], Awaitable[None]],
+                 converter: StreamConverter | None, stream_filter: StreamFilter,
+                 log_fields: dict[str, Any]) -> AsyncIterator[bytes]:
+    """Enforce a stream event by event. Whatever goes wrong, the client's stream ends with a
+    correctly framed error event (after a blank line, so no partial event can absorb it)."""
+    error: tuple[str, str] | None = None
     try:
-        if isinstance(orjson.loads(raw), dict):
-            return raw
-    except orjson.JSONDecodeError:
-        pass
-    headers["content-type"] = "application/json"
-    text = raw.decode("utf-8", "replace").strip()[:500] or "empty body"
-    return orjson.dumps({"error": {"message": f"upstream answered HTTP {status}: {text}", "type": "upstream_error",
-                                   "code": None}})
+        try:
+            async for events in source:
+                if converter is not None:
+                    events = [out for event in events for out in converter.feed(event)]
+                out = [encode(kept) for event in events for kept in stream_filter.feed(event)]
+                if out:
+                    yield out[0] if len(out) == 1 else b"".join(out)
+            tail = converter.finish() if converter is not None else []
+            out = [encode(kept) for event in tail for kept in stream_filter.feed(event)]
+            out += [encode(kept) for kept in stream_filter.finish()]
+            if out:
+                yield b"".join(out)
+        except AnswerInvalid as exc:
+            metrics.UPSTREAM_ERRORS.labels("invalid").inc()
+            error = (str(exc), "upstream_invalid")
+        except ProxyError as exc:
+            error = (exc.message, exc.code or "upstream_error")
+        except TransferError as exc:
+            metrics.UPSTREAM_ERRORS.labels("stream_incomplete").inc()
+            error = (f"upstream stream broke off: {type(exc).__name__}", "upstream_incomplete")
+        except Exception as exc:  # noqa: BLE001 - a bug of ours costs this stream an error event, never more
+            log.exception("stream_failed")
+            error = (f"gatekeeper internal error: {type(exc).__name__}", "internal_error")
+        if error is not None:
+            log_fields["stream_error"] = error[0]
+            yield b"\n" + encode(call.codec.stream_error(error[0], "upstream_error", error[1]))
+    finally:
+        await close()
+        _answered(call, stream_filter.result, log_fields)
+        _log(None, call, stream=True, **log_fields)
 
 
-def _enforce_body(raw: bytes, allowed: set[str], line: dict) -> bytes:
+async def _upstream_error(call: _Call, response: UpstreamResponse, pool: UpstreamPool,
+                          log_fields: dict[str, Any]) -> Response:
+    """Upstream errors keep their status. A JSON object body in the client's own protocol passes;
+    anything else (empty, not JSON, or a chat error for a translated protocol) is re-shaped."""
+    status = response.status_code
+    raw = await pool.read(response)
+    metrics.UPSTREAM_ERRORS.labels(str(status)).inc()
+    if status < 400:  # a redirect would send the client's key wherever the upstream says
+        raise ProxyError(502, f"upstream answered HTTP {status}, which the proxy does not follow", "upstream_invalid",
+                         "upstream_error")
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return raw
-    removed = [name for choice in doc.get("choices") or [] for name in enforce_choice(choice, allowed)]
-    if not removed:
-        return raw
-    metrics.TOOL_CALLS_BLOCKED.inc(len(removed))
-    line.update(blocked_calls=removed)
-    log.warning("tool_calls_blocked", request_id=line.get("request_id"), model=line.get("model"), tools=removed)
-    return orjson.dumps(doc)
+        doc = None
+    if isinstance(doc, dict) and call.translator is None:
+        body = raw
+    else:
+        error = doc.get("error") if isinstance(doc, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        if not isinstance(message, str):
+            message = raw.decode("utf-8", "replace").strip()[:500] or "empty body"
+        body = orjson.dumps(call.codec.error_body(status, f"upstream answered HTTP {status}: {message}",
+                                                  "upstream_error", None))
+    return _log(Response(body, status_code=status, headers=call.headers, media_type=_JSON), call, **log_fields)
 
 
-async def _read_json(request: Request, limit: int) -> dict:
+def _answered(call: _Call, enforced: Enforced | None, log_fields: dict[str, Any]) -> None:
+    """Every answer, plain or streamed, from any upstream path, ends here once."""
+    if enforced is not None and enforced.removed:
+        metrics.TOOL_CALLS_BLOCKED.inc(len(enforced.removed))
+        log_fields["blocked_calls"] = enforced.removed
+        log.warning("tool_calls_blocked", tools=enforced.removed)
+
+
+def _log(response: Response | None, call: _Call, **fields: Any) -> Response:
+    status = response.status_code if response is not None else 200
+    log.info("request", status=status, latency_ms=round((time.perf_counter() - call.started) * 1000, 2), **fields)
+    return response  # type: ignore[return-value]
+
+
+async def _read_json(request: Request, limit: int) -> dict[str, Any]:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _BadRequest(413, f"request body is {declared} bytes; the limit is {limit}", "body_too_large")
+        raise ProxyError(413, f"request body is {declared} bytes; the limit is {limit}", "body_too_large")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _BadRequest(413, f"request body exceeds the limit of {limit} bytes", "body_too_large")
+            raise ProxyError(413, f"request body exceeds the limit of {limit} bytes", "body_too_large")
         chunks.append(chunk)
     try:
         body = orjson.loads(b"".join(chunks))
     except orjson.JSONDecodeError as exc:
-        raise _BadRequest(400, f"request body is not valid JSON: {exc}", "invalid_json") from None
+        raise ProxyError(400, f"request body is not valid JSON: {exc}", "invalid_json") from None
     if not isinstance(body, dict):
-        raise _BadRequest(400, f"request body must be a JSON object, got {type(body).__name__}", "invalid_body")
+        raise ProxyError(400, f"request body must be a JSON object, got {type(body).__name__}", "invalid_body")
     return body
 
 
-def _model_and_effort(body: dict) -> tuple[str, str | None]:
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise _BadRequest(400, "'model' is required and must be a non-empty string", "invalid_model")
-    effort = body.get("reasoning_effort")
-    if effort is not None and (not isinstance(effort, str) or not effort):
-        raise _BadRequest(400, "'reasoning_effort' must be a non-empty string", "invalid_reasoning_effort")
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        raise _BadRequest(400, "'messages' is required and must be an array", "invalid_messages")
-    return model, effort
+# -- forwarded as they are -----------------------------------------------------------------------
+
+async def list_models(request: Request) -> Response:
+    return await _forward(request, "GET", "/models")
 
 
-def _admin_routes(gk: Gatekeeper, admin_key: str) -> list[Route]:
-    expected = f"Bearer {admin_key}".encode()
+async def get_model(request: Request) -> Response:
+    model: str = request.path_params["model"]
+    segments = model.split("/")
+    if any(s in ("", ".", "..") for s in segments):
+        raise ProxyError(400, f"not a model id: {model!r}", "invalid_model")
+    return await _forward(request, "GET", "/models/" + quote(model, safe="/:@"))
 
-    def authorized(request: Request) -> bool:
-        return hmac.compare_digest(request.headers.get("authorization", "").encode(), expected)
 
-    def guard(handler):
-        async def guarded(request: Request) -> Response:
-            if not authorized(request):
-                return error_response(401, "admin API needs 'Authorization: Bearer <admin_key>'",
-                                      "authentication_error", "invalid_admin_key")
-            try:
-                return await handler(request)
-            except _BadRequest as exc:
-                return error_response(exc.status, exc.message, exc.kind, exc.code)
-        return guarded
+async def passthrough(request: Request) -> Response:
+    body = await _read_json(request, request.app.state.gk.settings.max_body_bytes)
+    carried = [f for f in _TOOL_FIELDS if f in body] + (["chat_template_kwargs"] if "chat_template_kwargs" in body
+                                                         else [])
+    if carried:
+        raise ProxyError(400, f"{request.url.path} carries no tools; refused fields: {carried}", "invalid_request")
+    return await _forward(request, "POST", request.url.path.removeprefix("/v1"), orjson.dumps(body))
 
-    async def list_profiles(request: Request) -> Response:
-        data = gk.store.load()
-        doc = data.to_json()
-        for key, profile in data.profiles.items():
-            doc["profiles"][key]["valid"] = profile.is_valid_for(gk.suite)
-        return JSONResponse(doc)
 
-    def pair(request: Request) -> tuple[str, str]:
-        model, effort = split_key(request.path_params["key"])
-        if not model or not effort:
-            raise _BadRequest(400, f"expected MODEL@EFFORT or MODEL, got {request.path_params['key']!r}", "invalid_key")
-        return model, effort
+async def _forward(request: Request, method: str, path: str, content: bytes | None = None) -> Response:
+    """A tool-free endpoint: the upstream's answer relayed as it is (size-capped)."""
+    pool: UpstreamPool = request.app.state.pool
+    headers = pool.request_headers(request.scope["headers"], json_body=content is not None)
+    response = await pool.send(method, path, headers, content)
+    if 300 <= response.status_code < 400:
+        await response.aclose()
+        raise ProxyError(502, f"upstream answered HTTP {response.status_code}, which the proxy does not follow",
+                         "upstream_invalid", "upstream_error")
+    passed = answer_headers(response)
+    if passed.get("content-type", "").lower().startswith("text/event-stream"):
+        return StreamingResponse(_raw_stream(response, pool.max_response_bytes), status_code=response.status_code,
+                                 headers=passed)
+    raw = await pool.read(response)
+    return Response(raw, status_code=response.status_code, headers=passed)
 
-    async def benchmark(request: Request) -> Response:
-        model, effort = pair(request)
-        gk.measure(model, effort)
-        return JSONResponse({"status": "started", "key": profile_key(model, effort)}, status_code=202)
 
-    async def invalidate(request: Request) -> Response:
-        model, effort = pair(request)
-        existed = gk.invalidate(model, effort)
-        return JSONResponse({"invalidated": profile_key(model, effort), "existed": existed})
+async def _raw_stream(response: UpstreamResponse, limit: int) -> AsyncIterator[bytes]:
+    size = 0
+    try:
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                return
+            yield chunk
+    except TransferError:
+        return
+    finally:
+        await response.aclose()
 
-    return [
-        Route("/admin/profiles", guard(list_profiles), methods=["GET"]),
-        Route("/admin/profiles/{key:path}/benchmark", guard(benchmark), methods=["POST"]),
-        Route("/admin/profiles/{key:path}", guard(invalidate), methods=["DELETE"]),
-    ]
+
+async def healthz(request: Request) -> Response:
+    return Response(b'{"status":"ok"}', media_type=_JSON)
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+_KINDS: dict[type[GatekeeperError], tuple[int, str, str]] = {
+    ToolChoiceBlocked: (400, "invalid_request_error", "tool_not_allowed"),
+    RequestInvalid: (400, "invalid_request_error", "invalid_request"),
+    NotMeasured: (503, "service_unavailable", "model_not_measured"),
+    AnswerInvalid: (502, "upstream_error", "upstream_invalid"),
+}
+
+
+def _served(request: Request) -> str:
+    names = [f"{','.join(sorted(r.methods or []))} {r.path}" for r in request.app.routes if isinstance(r, Route)
+             and not r.path.startswith("/admin")]
+    return "; ".join(names)
+
+
+def _describe(request: Request, exc: Exception) -> tuple[int, str, str, str | None, dict[str, str]]:
+    if isinstance(exc, ProxyError):
+        return exc.status, exc.message, exc.kind, exc.code, exc.headers
+    if isinstance(exc, HTTPException):
+        method, path = request.method, request.url.path
+        if exc.status_code == 405:
+            return 405, f"{method} is not allowed on {path}; served: {_served(request)}", "invalid_request_error", \
+                "method_not_allowed", dict(exc.headers or {})
+        if exc.status_code == 404:
+            return 404, f"{method} {path} is not served; served: {_served(request)}", "invalid_request_error", \
+                "not_found", {}
+        return exc.status_code, str(exc.detail), "invalid_request_error", None, dict(exc.headers or {})
+    for kind, (status, name, code) in _KINDS.items():
+        if isinstance(exc, kind):
+            return status, str(exc), name, code, {}
+    log.error("request_failed", exc_info=exc)
+    request_id = structlog.contextvars.get_contextvars().get("request_id", "")
+    return 500, f"gatekeeper internal error (request {request_id})", "internal_error", None, {}
+
+
+def codec_for_path(path: str) -> Codec:
+    """The protocol whose error shape a path's client expects."""
+    if path.startswith("/v1/messages"):
+        found = protocols.codec("messages")
+        if found is not None:
+            return found
+        return _ANTHROPIC_SHAPE
+    if path.startswith("/v1/responses"):
+        return protocols.codec("responses") or protocols.codec("chat")  # type: ignore[return-value]
+    return protocols.codec("chat")  # type: ignore[return-value]
+
+
+async def _on_error(request: Request, exc: Exception) -> Response:
+    status, message, kind, code, extra = _describe(request, exc)
+    context = structlog.contextvars.get_contextvars()
+    headers = dict(extra)
+    if "request_id" in context:
+        headers["x-request-id"] = context["request_id"]
+    if "tier" in context:
+        headers["x-gatekeeper-tier"] = context["tier"]
+        headers["x-gatekeeper-profile"] = context["source"]
+    if isinstance(exc, ToolChoiceBlocked):
+        context_fields: dict[str, Any] = {"blocked_choice": exc.tool}
+    else:
+        context_fields = {}
+    if context:
+        log.info("request", status=status, error=message, **context_fields)
+    body = orjson.dumps(codec_for_path(request.url.path).error_body(status, message, kind, code))
+    return Response(body, status_code=status, headers=headers, media_type=_JSON)
+
+
+class _AnthropicShape:
+    """Anthropic's error shape, for /v1/messages paths when the messages codec is not installed."""
+
+    def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+_ANTHROPIC_SHAPE: Any = _AnthropicShape()

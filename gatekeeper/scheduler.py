@@ -31,13 +31,13 @@ import structlog
 from gatekeeper.config import Settings
 from gatekeeper.errors import GatekeeperError
 from gatekeeper.profiles import Profile, profile_key
-from gatekeeper.store import Coordinator, Lease, ProfileStore
+from gatekeeper.store import Coordinator, Lease, ProfileStore, WriteFenced
 from gatekeeper.suite import Suite
 
 log = structlog.get_logger("gatekeeper.scheduler")
 T = TypeVar("T")
 
-# measure(model, effort, lease) -> the profile, saved fenced by `lease` (WriteFenced if refused).
+# measure(model, effort, lease) -> the profile, saved fenced by `lease` (store.WriteFenced if refused).
 MeasureFn = Callable[[str, str, Lease], Awaitable[Profile]]
 
 # Efforts a client may have measured lazily: the levels providers use, not arbitrary text.
@@ -53,10 +53,6 @@ class MeasurementFailed(GatekeeperError):
     def __init__(self, message: str, retry_in_s: float = 0.0) -> None:
         super().__init__(message)
         self.retry_in_s = retry_in_s
-
-
-class WriteFenced(MeasurementFailed):
-    """This process lost the pair's lease while measuring; a newer measurement owns the result."""
 
 
 @dataclass(frozen=True)
@@ -154,8 +150,12 @@ class MeasurementScheduler:
             if flight.cancelled() or error is None:
                 self._not_before.pop(key, None)
                 return
-            retry = error.retry_in_s if isinstance(error, MeasurementFailed) else self.limits.retry_after_s
-            self._not_before[key] = time.monotonic() + retry
+            now = time.monotonic()
+            if isinstance(error, MeasurementFailed):
+                self._not_before[key] = now + error.retry_in_s
+            elif self._not_before.get(key, 0.0) <= now:  # not recorded by the flight itself
+                self._not_before[key] = now + self.limits.retry_after_s
+            retry = self._not_before[key] - now
         log.warning("measurement_not_landed", key=key, error=str(error), retry_in_s=round(retry, 2))
 
     # -- one flight ----------------------------------------------------------------------------
@@ -209,8 +209,8 @@ class MeasurementScheduler:
             log.info("measurement_leased", key=key, token=lease.token, slot=slot.name)
             try:
                 profile = await self._measure(model, effort, lease)
-            except WriteFenced:
-                raise
+            except WriteFenced as exc:
+                raise MeasurementFailed(str(exc), 0.0) from exc  # not the model's failure: no backoff
             except (asyncio.CancelledError, KeyboardInterrupt):
                 raise
             except Exception as exc:
@@ -220,7 +220,9 @@ class MeasurementScheduler:
                 except Exception:  # noqa: BLE001 - Redis down too: back off locally
                     failures, delay = 0, limits.retry_after_s
                 log.error("measurement_failed", key=key, error=str(exc), failures=failures, retry_in_s=delay)
-                raise MeasurementFailed(f"{key}: {exc}", delay) from exc
+                with self._lock:  # the caller gets the measurement's own error; the backoff is kept here
+                    self._not_before[key] = time.monotonic() + delay
+                raise
             with contextlib.suppress(Exception):
                 await self._io_call(coordinator.clear_failures, key)
             return profile

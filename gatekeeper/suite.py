@@ -5,16 +5,20 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from gatekeeper.errors import SuiteError
+from gatekeeper.templates import Template, TemplateError
 
-# The project's own suite (a source checkout or an editable install).
-DEFAULT_SUITE_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+# The project's own suite, shipped as package data (gatekeeper/benchmarks: in the repository a
+# symlink to the top-level benchmarks/). A Path because the loader and the hash read files; the
+# package is always installed as files (wheel, editable or checkout), never imported from a zip.
+DEFAULT_SUITE_DIR = Path(str(resources.files("gatekeeper") / "benchmarks"))
 
 # Bumped when the meaning of a score changes: every stored profile becomes invalid.
 BENCHMARK_VERSION = 1
@@ -117,6 +121,12 @@ class BenchTest(_Strict):
     prompt: str | None = None
     checks: list[Check] | None = None
     steps: list[Step] | None = None
+    # The drawn values of a randomised test's variables (empty for a fixed test).
+    _bindings: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @property
+    def bindings(self) -> dict[str, Any]:
+        return self._bindings
 
     @model_validator(mode="after")
     def _one_form(self) -> BenchTest:
@@ -150,12 +160,53 @@ class BenchTest(_Strict):
 
 @dataclass(frozen=True)
 class Suite:
+    """The loaded suite. `tests` holds fixed tests as written and randomised ones as drawn with
+    `PREVIEW_SEED` (for listing and validation); a measurement draws its own with `instance`."""
+
     tests: tuple[BenchTest, ...]
     hash: str
     version: int = BENCHMARK_VERSION
+    templates: dict[str, Template] = field(default_factory=dict)  # test name -> template
+
+    @property
+    def randomised(self) -> bool:
+        return bool(self.templates)
 
     def by_category(self, category: str) -> list[BenchTest]:
         return [t for t in self.tests if t.category == category]
+
+    def instance(self, seed: int, sample: int = 0) -> tuple[BenchTest, ...]:
+        """The tests of one measurement sample: randomised tests drawn from (seed, sample, test
+        name), so a recorded `instanceSeed` replays every sample exactly; fixed tests as written."""
+        if not self.templates:
+            return self.tests
+        return tuple(
+            instantiate(self.templates[t.name], t.name, f"{seed}/{sample}/{t.name}") if t.name in self.templates
+            else t
+            for t in self.tests
+        )
+
+
+# The draw used for `Suite.tests` and for validating a randomised file at load.
+PREVIEW_SEED = "preview"
+
+
+def instantiate(template: Template, where: str, seed: str) -> BenchTest:
+    """One concrete test of a template; SuiteError (naming `where`) if the rendering is invalid."""
+    return render_test(template, where, template.draw(seed))
+
+
+def render_test(template: Template, where: str, values: dict[str, Any]) -> BenchTest:
+    """The template rendered with these variable values, validated like any suite file."""
+    try:
+        test = BenchTest.model_validate(template.render(values), by_alias=True, by_name=False)
+    except TemplateError as exc:
+        raise SuiteError(f"{where}: {exc}") from None
+    except ValidationError as exc:
+        drawn = ", ".join(f"{k}={v!r}" for k, v in values.items())
+        raise SuiteError(f"{where}: with vars {drawn}: {_describe(exc)}") from None
+    test._bindings = dict(values)
+    return test
 
 
 def suite_files(directory: Path) -> list[Path]:
@@ -171,7 +222,8 @@ def suite_hash(directory: str | Path) -> str:
     return digest.hexdigest()[:8]
 
 
-def load_test(path: Path) -> BenchTest:
+def load_test(path: Path) -> tuple[BenchTest, Template | None]:
+    """A test file -> its test (for a randomised file, the preview draw) and its template if any."""
     try:
         data = json.loads(path.read_bytes())
     except (OSError, UnicodeDecodeError) as exc:
@@ -180,9 +232,17 @@ def load_test(path: Path) -> BenchTest:
         raise SuiteError(f"{path}: malformed JSON: {exc}") from None
     if not isinstance(data, dict):
         raise SuiteError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    if "vars" in data:
+        try:
+            template = Template.parse(data)
+        except TemplateError as exc:
+            raise SuiteError(f"{path}: {exc}") from None
+        # A second draw catches more values that break a check (a choice that is no valid regex ...).
+        instantiate(template, str(path), f"{PREVIEW_SEED}-2")
+        return instantiate(template, str(path), PREVIEW_SEED), template
     try:
         # Files must use the DSL's key names (`toolResult`), not the Python field names (`tool_result`).
-        return BenchTest.model_validate(data, by_alias=True, by_name=False)
+        return BenchTest.model_validate(data, by_alias=True, by_name=False), None
     except ValidationError as exc:
         raise SuiteError(f"{path}: {_describe(exc)}") from None
 
@@ -196,14 +256,17 @@ def load_suite(directory: str | Path) -> Suite:
     if not files:
         raise SuiteError(f"{directory}: no *.json test files")
     tests: list[BenchTest] = []
+    templates: dict[str, Template] = {}
     seen: dict[str, Path] = {}
     for path in files:
-        test = load_test(path)
+        test, template = load_test(path)
         if test.name in seen:
             raise SuiteError(f"{path}: test name {test.name!r} already used by {seen[test.name].name}")
         seen[test.name] = path
         tests.append(test)
-    return Suite(tests=tuple(tests), hash=suite_hash(directory))
+        if template is not None:
+            templates[test.name] = template
+    return Suite(tests=tuple(tests), hash=suite_hash(directory), templates=templates)
 
 
 def _describe(exc: ValidationError) -> str:

@@ -8,6 +8,19 @@
 The wrapped callable returns the same list minus the tools the model's tier may not see. The
 model is the argument named `model` (else the first positional argument), the effort the one
 named `effort`. Tier resolution and the tool rules are the `Gatekeeper` core's.
+
+Forms for agent frameworks whose tool hooks have their own signatures:
+
+    # pydantic-ai: its tool-preparation hook takes (run context, tool definitions)
+    from pydantic_ai.capabilities import PrepareTools
+    agent = Agent(model, tools=[...], capabilities=[PrepareTools(gated_prepare_tools(gk))])
+
+    # OpenAI Agents SDK: every tool of the agent gated by the tier of `agent.model` at each turn
+    agent = gate_agent(gk, Agent(name="a", model="m", tools=[...]))
+
+And the request step of the proxy, in process, for a body of any client protocol:
+
+    resolution, gated = gate_body(gk, "responses", body)   # or await agate_body(...)
 """
 
 from __future__ import annotations
@@ -16,8 +29,9 @@ import functools
 import inspect
 from typing import Any, Callable, Iterable, TypeVar
 
-from gatekeeper.core import Gatekeeper
-from gatekeeper.gating import tool_name
+from gatekeeper.core import Gatekeeper, Resolution
+from gatekeeper.errors import ToolChoiceBlocked
+from gatekeeper.gating import Gated, tool_name
 from gatekeeper.tiers import Tier
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -99,3 +113,97 @@ def _argument_finder(fn: Callable, model_arg: str, effort_arg: str) -> Callable[
 
 def _is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
+# -- one request body of a client protocol ---------------------------------------------------
+
+def _codec(protocol: str) -> Any:
+    from gatekeeper import protocols
+
+    codec = protocols.codec(protocol)
+    if codec is None:
+        raise ValueError(f"unknown protocol {protocol!r}: expected one of {protocols.served()}")
+    return codec
+
+
+def _gate_with(gk: Gatekeeper, codec: Any, body: dict, resolution: Resolution) -> tuple[Resolution, Gated]:
+    try:
+        return resolution, codec.gate(body, resolution.tier, gk.policy)
+    except ToolChoiceBlocked as exc:
+        exc.source = resolution.source
+        raise
+
+
+def gate_body(gk: Gatekeeper, protocol: str, body: dict) -> tuple[Resolution, Gated]:
+    """Gate (in place) a request body of `protocol` ("chat" | "responses" | "messages") with the
+    proxy's codec for it.
+
+    Raises RequestInvalid, ToolChoiceBlocked and NotMeasured like the proxy's request step."""
+    codec = _codec(protocol)
+    info = codec.parse(body)
+    return _gate_with(gk, codec, body, gk.resolve(info.model, info.effort))
+
+
+async def agate_body(gk: Gatekeeper, protocol: str, body: dict) -> tuple[Resolution, Gated]:
+    """`gate_body` for async code."""
+    codec = _codec(protocol)
+    info = codec.parse(body)
+    return _gate_with(gk, codec, body, await gk.aresolve(info.model, info.effort))
+
+
+# -- pydantic-ai ----------------------------------------------------------------------------
+
+def gated_prepare_tools(gk: Gatekeeper, effort: str | None = None) -> Callable[..., Any]:
+    """A pydantic-ai `ToolsPrepareFunc` (`(ctx: RunContext, tool_defs) -> tool_defs`): keeps the
+    tool definitions the tier of `ctx.model.model_name` at `effort` allows. Without `effort`, the
+    run's `model_settings["thinking"]` (pydantic-ai's unified effort level) is used when it is a
+    string, else the `default` level."""
+
+    async def prepare_tools(ctx: Any, tool_defs: list[Any]) -> list[Any]:
+        model = getattr(ctx.model, "model_name", None)
+        if not isinstance(model, str) or not model:
+            raise TypeError(f"gated_prepare_tools: cannot tell the model name of {ctx.model!r}")
+        level = effort
+        settings = getattr(ctx, "model_settings", None) or {}
+        if level is None and isinstance(settings.get("thinking"), str):
+            level = settings["thinking"]
+        tier = (await gk.aresolve(model, level)).tier
+        return [t for t in tool_defs if gk.policy.allows(tier, t.name)]
+
+    return prepare_tools
+
+
+# -- OpenAI Agents SDK ----------------------------------------------------------------------
+
+def gate_agent(gk: Gatekeeper, agent: Any) -> Any:
+    """A clone of an OpenAI Agents SDK `Agent` whose function tools are enabled only when the tier
+    of the agent's model (at `model_settings.reasoning.effort`) allows them, decided at each turn;
+    its hosted tools (web search, code interpreter, ...) are gated once, by their name, here."""
+    import dataclasses
+
+    from agents import FunctionTool  # the Agents SDK: only needed by this form
+
+    model = agent.model if isinstance(agent.model, str) else getattr(agent.model, "model", None)
+    if not isinstance(model, str) or not model:
+        raise TypeError(f"gate_agent: agent {agent.name!r} needs a model name (agent.model)")
+    reasoning = getattr(agent.model_settings, "reasoning", None)
+    effort = getattr(reasoning, "effort", None) if reasoning is not None else None
+
+    def enabled(name: str, original: Any) -> Callable[..., Any]:
+        async def is_enabled(ctx: Any, current: Any) -> bool:
+            if not gk.policy.allows((await gk.aresolve(model, effort)).tier, name):
+                return False
+            if isinstance(original, bool):
+                return original
+            result = original(ctx, current)
+            return bool(await result) if inspect.isawaitable(result) else bool(result)
+        return is_enabled
+
+    tier = gk.resolve(model, effort).tier
+    tools = []
+    for tool in agent.tools:
+        if isinstance(tool, FunctionTool):
+            tools.append(dataclasses.replace(tool, is_enabled=enabled(tool.name, tool.is_enabled)))
+        elif gk.policy.allows(tier, getattr(tool, "name", type(tool).__name__)):
+            tools.append(tool)
+    return agent.clone(tools=tools)

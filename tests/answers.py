@@ -118,6 +118,25 @@ PERFECT: dict[str, list[Message]] = {
     "porta_intera": [_call("open_port", port=8443, tcp=False)],
 }
 
+_FILLER = ["quiet", "little", "boat", "drifted", "slowly", "toward", "the", "old"]
+
+# Randomised tests (benchmarks/ files with `vars`): test name -> the perfect message at each
+# step, computed from the instance's drawn values (`test.bindings`).
+PERFECT_RANDOM: dict[str, list[Callable[[dict[str, Any]], Message]]] = {
+    "sentence_counted_random": [
+        lambda v: _say(" ".join([v["first"], *_FILLER[: v["n"] - 2], v["last"]]) + "."),
+    ],
+    "made_up_word_repeated": [lambda v: _say(" ".join([v["w"]] * v["k"]))],
+    "json_inventory_random": [
+        lambda v: _json({"low_stock": [v["low1"], v["low2"], v["low3"]],
+                         "total": v["s1"] + v["s2"] + v["s3"] + v["h1"] + v["h2"]}),
+    ],
+    "tool_chain_random_ids": [
+        lambda v: _call("find_customer", name=f"{v['first']} {v['last']}"),
+        lambda v: _call("get_open_invoices", customer_id=f"CUS-{v['n']}"),
+    ],
+}
+
 # Test name -> {step index: the argument swapped for a near-identical distractor id}.
 _DISTRACTORS: dict[str, dict[int, tuple[str, str]]] = {
     "tool_chain_distractor_ids": {1: ("customer_id", "CUS-40317")},
@@ -127,6 +146,8 @@ _DISTRACTORS: dict[str, dict[int, tuple[str, str]]] = {
 
 def perfect(test: BenchTest, step_index: int) -> Message:
     """The message a perfect model gives at `step_index` of `test` (a fresh copy)."""
+    if test.name in PERFECT_RANDOM:
+        return PERFECT_RANDOM[test.name][step_index](test.bindings)
     try:
         steps = PERFECT[test.name]
     except KeyError:
@@ -156,6 +177,8 @@ def wrong_distractor(test: BenchTest, step_index: int) -> Message:
     """Perfect, except a chain test carries a near-identical distractor id into its second call."""
     message = perfect(test, step_index)
     swap = _DISTRACTORS.get(test.name, {}).get(step_index)
+    if test.name == "tool_chain_random_ids" and step_index == 1:
+        swap = ("customer_id", f"CUS-{test.bindings['n'] + 9}")
     if swap is not None:
         arg, distractor = swap
         message["tool_calls"][0]["arguments"][arg] = distractor

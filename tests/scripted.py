@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gatekeeper.suite import BenchTest, Suite, load_suite
+from instances import locate_instance
 
 Responder = Callable[[dict], dict]
 
@@ -131,14 +132,16 @@ class ScriptedServer(ThreadedServer):
 class SuiteScript:
     """Answers the prompts of known suites with a chosen behaviour (see tests/answers.py).
 
-    The test is found from the conversation's first user message; the step from the number of
-    assistant messages already in it.
+    The test is found from the conversation's first user message (a randomised test's instance
+    from its template, see tests/instances.py); the step from the number of assistant messages.
     """
 
     def __init__(self, *suites: Suite | str | Path) -> None:
         self.tests: dict[str, BenchTest] = {}
+        self.suites: list[Suite] = []
         for suite in suites:
             loaded = suite if isinstance(suite, Suite) else load_suite(suite)
+            self.suites.append(loaded)
             for test in loaded.tests:
                 self.tests[test.all_steps[0].prompt or ""] = test
 
@@ -146,7 +149,11 @@ class SuiteScript:
         messages = body["messages"]
         first = next(m["content"] for m in messages if m["role"] == "user")
         step = sum(1 for m in messages if m["role"] == "assistant")
-        return self.tests[first], step
+        test = self.tests.get(first) or next(
+            (found for suite in self.suites if (found := locate_instance(suite, messages)) is not None), None)
+        if test is None:
+            raise KeyError(first)
+        return test, step
 
     def responder(self, behaviour: Callable[[BenchTest, int], dict]) -> Responder:
         def respond(body: dict) -> dict:

@@ -17,8 +17,8 @@ from litellm.caching.dual_cache import DualCache  # noqa: E402
 from litellm.integrations.custom_logger import CustomLogger  # noqa: E402
 from litellm.proxy._types import UserAPIKeyAuth  # noqa: E402
 
-from adapters.litellm_hook import GatekeeperHook  # noqa: E402
-from adapters.openai_sdk import gate_client  # noqa: E402
+from gatekeeper.adapters.litellm_hook import GatekeeperHook  # noqa: E402
+from gatekeeper.adapters.openai_sdk import gate_client  # noqa: E402
 from conftest import make_profile, seed_store  # noqa: E402
 from gatekeeper import ConfigError  # noqa: E402
 from gatekeeper.gating import ToolChoiceBlocked  # noqa: E402
@@ -117,10 +117,18 @@ async def test_litellm_hook_refuses_a_tool_choice_forcing_a_hidden_tool(upstream
 async def test_litellm_hook_leaves_tool_less_and_other_calls_alone(upstream, hook, gk):
     plain = {"model": "never-seen", "messages": HI}
     assert await proxy_pre_call(dict(plain)) == plain
-    embedding = {"model": "never-seen", "input": ["x"], "tools": list(TOOLS)}
+    embedding = {"model": "never-seen", "input": ["x"]}
     assert await proxy_pre_call(dict(embedding), call_type="aembedding") == embedding
     time.sleep(0.2)
     assert upstream.requests == []  # no measurement was started for them
+
+
+async def test_litellm_hook_refuses_tools_on_a_call_type_it_cannot_gate(upstream, hook):
+    with pytest.raises(HTTPException) as info:
+        await proxy_pre_call({"model": "small-model", "contents": [], "tools": list(TOOLS)},
+                             call_type="agenerate_content")
+    assert info.value.status_code == 400 and info.value.detail["error"]["code"] == "call_type_not_gated"
+    assert "agenerate_content" in info.value.detail["error"]["message"]
 
 
 async def test_litellm_hook_reads_its_config_from_the_environment(upstream, store_path, default_suite, tmp_path,
@@ -186,7 +194,7 @@ def test_sync_client_raw_response_stream_and_options_are_gated(upstream, client)
 
 def test_sync_client_drops_tools_when_none_remain(upstream, client):
     client.chat.completions.create(model="small-model", messages=HI, tools=[tool("execute_command")],
-                                   tool_choice="required")
+                                   tool_choice="auto")  # "required" over hidden tools only is a 400 (issue 9)
     assert "tools" not in upstream.requests[-1] and "tool_choice" not in upstream.requests[-1]
 
 

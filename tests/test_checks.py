@@ -243,10 +243,12 @@ def test_json_path_length_counts_an_array():
     assert run_check(check("json_path_length", 3, path="xs"), text('{"xs": [1, 2, 3]}'))
 
 
-def test_json_path_length_counts_an_object_and_a_string():
+def test_json_path_length_is_an_array_length_only_an_object_or_a_string_fails():
+    # The seed: "array length". Counting an object's keys or a string's characters credited
+    # a wrong shape (issue 16).
     answer = text('{"o": {"a": 1, "b": 2}, "s": "abc"}')
-    assert run_check(check("json_path_length", 2, path="o"), answer)
-    assert run_check(check("json_path_length", 3, path="s"), answer)
+    assert not run_check(check("json_path_length", 2, path="o"), answer)
+    assert not run_check(check("json_path_length", 3, path="s"), answer)
 
 
 def test_json_path_length_fails_on_a_different_length():
@@ -383,7 +385,9 @@ def test_lenient_equal_matches_a_number_against_its_string_form():
 
 
 def test_lenient_equal_strips_strings_but_keeps_case():
+    # JSON values are compared stripped; tool arguments are not (strip=False, see below).
     assert lenient_equal("  server.log\n", "server.log")
+    assert not lenient_equal("  server.log\n", "server.log", strip=False)
     assert not lenient_equal("Server.log", "server.log")
 
 
@@ -391,3 +395,49 @@ def test_lenient_equal_compares_containers_as_compact_json_ignoring_key_order():
     assert lenient_equal({"b": [1, 2], "a": True}, {"a": True, "b": [1, 2]})
     assert lenient_equal([1, "x"], '[1,"x"]')
     assert not lenient_equal([1, 2], [2, 1])
+
+
+# --- where gatekeeper used to be wrong by the seed's own words (issue 16) ---
+
+
+@pytest.mark.parametrize("content", ['{"total": NaN}', '{"total": Infinity}', '{"total": -Infinity}', "NaN",
+                                     '```json\n{"total": NaN}\n```'])
+def test_nan_and_infinity_are_not_json(content):
+    assert not run_check(check("json_valid"), text(content))
+    assert not run_check(check("json_path_type", "number", path="total"), text(content))
+
+
+@pytest.mark.parametrize("arguments", ['{"replicas": NaN}', '{"replicas": Infinity}', '{"replicas": -Infinity}'])
+def test_tool_arguments_holding_nan_or_infinity_fail_argument_checks(arguments):
+    answer = calls(("scale", arguments))
+    assert not run_check(check("tool_arg_regex", ".*", arg="replicas"), answer)
+    assert not run_check(check("tool_arg_equals", "NaN", arg="replicas"), answer)
+    assert run_check(check("tool_called", "scale"), answer)  # the call itself was made
+
+
+@pytest.mark.parametrize("content", [
+    "{'tags': [], 'count': 3}",                      # single quotes
+    '{"tags": [], "ok": True}',                      # a Python literal
+    '{\n  // the tags\n  "tags": [],\n  "count": 3\n}',  # a comment
+    '{tags: [], count: 3}',                          # unquoted keys
+    "Here you go: {'items': [{\"a\": 1}]}",          # a valid object inside an invalid one
+])
+def test_a_malformed_top_level_value_is_not_rescued_by_a_valid_fragment_inside_it(content):
+    assert not run_check(check("json_valid"), text(content))
+    assert not run_check(check("json_path_length", 0, path="tags"), text(content))
+
+
+def test_a_valid_value_after_a_malformed_one_is_still_found():
+    # Prose that holds a malformed value, then the answer: the search resumes after the first.
+    assert run_check(check("json_valid"), text("Not {'this': 1} but this: {\"count\": 3}"))
+
+
+def test_tool_arguments_compare_as_sent_a_trailing_newline_is_another_file():
+    assert not run_check(check("tool_arg_equals", "server.log", arg="path"), calls(("w", {"path": "server.log\n"})))
+    assert not run_check(check("tool_arg_equals", "server.log", arg="path"), calls(("w", {"path": " server.log"})))
+    assert run_check(check("tool_arg_equals", "server.log", arg="path"), calls(("w", {"path": "server.log"})))
+
+
+def test_tool_arg_regex_sees_the_argument_as_sent():
+    answer = calls(("w", {"path": "server.log\n"}))
+    assert not run_check(check("tool_arg_regex", r"^server\.log\Z", arg="path"), answer)

@@ -242,3 +242,123 @@ def test_string_integer_fails_only_the_integer_argument():
 def test_perfect_has_no_answer_for_an_unknown_test():
     with pytest.raises(KeyError, match="no scripted answer"):
         perfect(BenchTest.model_validate({**VALID, "name": "unknown"}), 0)
+
+
+# --- randomised tests: `vars` (issue 16) ---
+
+RANDOM: dict[str, Any] = {
+    "name": "r",
+    "category": "json",
+    "vars": {"item": {"choice": ["bolts", "nuts", "rivets"]}, "n": {"int": [2, 99]}, "id": {"id": "CUS-####?"},
+             "w": {"word": [5, 7]}},
+    "prompt": "Item {{item}} ({{id}}) has {{n}} units, word {{w}}. Reply with JSON: total = n + 3.",
+    "checks": [
+        {"type": "json_path_equals", "path": "total", "value": "{{n + 3}}"},
+        {"type": "json_path_equals", "path": "label", "value": "{{item}}-{{n * 2}}"},
+        {"type": "contains", "value": "{{w}}"},
+        {"type": "regex", "value": "{{id}}"},
+    ],
+}
+
+
+def random_suite(tmp_path: Path, data: dict[str, Any] = RANDOM):
+    write(tmp_path, "10_r.json", data)
+    return load_suite(tmp_path)
+
+
+def test_the_same_seed_draws_the_same_instance(tmp_path: Path):
+    suite = random_suite(tmp_path)
+    assert suite.randomised
+    assert suite.instance(42) == suite.instance(42)
+    assert suite.instance(42)[0].bindings == suite.instance(42)[0].bindings
+
+
+def test_different_seeds_and_samples_draw_different_instances(tmp_path: Path):
+    suite = random_suite(tmp_path)
+    prompts = {suite.instance(seed, sample)[0].prompt for seed in range(10) for sample in range(3)}
+    assert len(prompts) > 20
+
+
+def test_placeholders_render_in_prompts_and_check_values_with_arithmetic(tmp_path: Path):
+    (test,) = random_suite(tmp_path).instance(7)
+    v = test.bindings
+    assert test.prompt == f"Item {v['item']} ({v['id']}) has {v['n']} units, word {v['w']}. Reply with JSON: total = n + 3."
+    total, label, contains, regex = test.checks
+    assert total.value == v["n"] + 3 and isinstance(total.value, int)  # a whole placeholder keeps its type
+    assert label.value == f"{v['item']}-{v['n'] * 2}"  # inside a longer string it is text
+    assert contains.value == v["w"] and v["w"].isalpha() and 5 <= len(v["w"]) <= 7
+    assert regex.value.startswith("CUS-") and regex.value[4:8].isdigit() and regex.value[8].isupper()
+
+
+def test_string_variables_of_a_file_never_repeat_a_value(tmp_path: Path):
+    data = {**RANDOM, "vars": {"a": {"choice": ["x", "y"]}, "b": {"choice": ["x", "y"]}},
+            "prompt": "{{a}} {{b}}", "checks": [{"type": "contains", "value": "{{a}}"}]}
+    suite = random_suite(tmp_path, data)
+    assert all(t.bindings["a"] != t.bindings["b"] for seed in range(20) for t in suite.instance(seed))
+
+
+def test_the_hash_covers_the_file_as_written_not_the_instance(tmp_path: Path):
+    suite = random_suite(tmp_path)
+    assert suite.hash == suite_hash(tmp_path)
+    assert load_suite(tmp_path).hash == suite.hash  # drawing instances changes nothing
+    write(tmp_path, "10_r.json", {**RANDOM, "prompt": RANDOM["prompt"] + " "})
+    assert load_suite(tmp_path).hash != suite.hash
+
+
+def test_a_file_without_vars_is_the_same_test_at_every_seed():
+    suite = load_suite(SEED_SUITE)
+    assert not suite.randomised and suite.instance(1) == suite.instance(2) == suite.tests
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"prompt": "{{m}} units"}, "prompt: template '{{m}}' uses unknown variable 'm'"),
+    ({"prompt": "{{item + 1}} {{n}} {{id}} {{w}}"}, "does arithmetic on variable 'item', which is not an integer"),
+    ({"vars": {**RANDOM["vars"], "spare": {"int": [1, 2]}}}, "vars.spare: declared but never used"),
+    ({"prompt": "{{n} {{item}} {{id}} {{w}}"}, "prompt: "),
+    ({"prompt": "{{__import__('os')}} {{n}} {{item}} {{id}} {{w}}"}, "may only use variables, integers"),
+    ({"vars": {**RANDOM["vars"], "n": {"int": [9, 2]}}}, "vars.n: 'int' range is empty"),
+    ({"vars": {**RANDOM["vars"], "n": {"int": [1, 2], "word": [3, 4]}}}, "vars.n: give exactly one of"),
+    ({"vars": {**RANDOM["vars"], "id": {"id": "CUS-0000"}}}, "vars.id: 'id' pattern 'CUS-0000' has no '#'"),
+    ({"vars": []}, "vars: expected a non-empty object"),
+])
+def test_a_wrong_template_names_the_file_and_the_variable(tmp_path: Path, change: dict, expected: str):
+    message = load_error(tmp_path, {**RANDOM, **change}, name="10_r.json")
+    assert message.startswith(str(tmp_path / "10_r.json") + ": ")
+    assert expected in message
+
+
+def test_a_rendered_value_that_breaks_a_check_names_the_file_and_the_drawn_values(tmp_path: Path):
+    data = {**RANDOM, "checks": [{"type": "word_count", "value": "{{w}}"}], "prompt": "{{n}} {{item}} {{id}} {{w}}"}
+    message = load_error(tmp_path, data, name="10_r.json")
+    assert "10_r.json: with vars" in message and "w=" in message and "integer 'value'" in message
+
+
+def test_suite_validate_names_the_file_and_the_variable(tmp_path: Path):
+    import subprocess
+    import sys
+
+    write(tmp_path, "10_r.json", {**RANDOM, "prompt": "{{count}} {{n}} {{item}} {{id}} {{w}}"})
+    done = subprocess.run([sys.executable, "-m", "gatekeeper", "suite", "validate", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "10_r.json" in done.stderr and "unknown variable 'count'" in done.stderr
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_perfect_passes_every_instance_of_the_default_randomised_tests(seed: int):
+    suite = load_suite(DEFAULT_SUITE)
+    for test in suite.instance(seed, seed % 3):
+        if test.name in suite.templates:
+            assert failed_checks(test, perfect) == [], (test.name, test.bindings)
+
+
+def test_wrong_distractor_fails_only_the_carried_id_of_the_random_chain():
+    suite = load_suite(DEFAULT_SUITE)
+    test = next(t for t in suite.instance(3) if t.name == "tool_chain_random_ids")
+    assert failed_checks(test, wrong_distractor) == [(1, "tool_arg_equals", "customer_id")]
+
+
+def test_the_default_suite_has_randomised_tests_in_every_category():
+    suite = load_suite(DEFAULT_SUITE)
+    assert {suite.templates and t.category for t in suite.tests if t.name in suite.templates} == \
+        {"instruction", "json", "toolCalling"}

@@ -2,13 +2,27 @@
 messages); the request pipeline (proxy, in-process wrappers, LiteLLM hook) only talks to this.
 
 A codec is pure: no I/O. It knows how its requests carry tools, tool choice and effort, how its
-answers carry tool calls (plain and streamed) and how its errors look. Translation to and from
-Chat Completions (for upstreams that speak only chat) lives in `translate.py` per protocol.
+answers carry tool calls (plain and streamed) and how its errors look.
 
 Contract that every codec keeps (the security principle of the project):
-  * an answer the codec cannot read with certainty raises `AnswerInvalid`; it never passes raw;
+  * an answer the codec cannot read with certainty raises `AnswerInvalid`; it never reaches the
+    client with a tool call in it;
   * a request field that could carry tools or redirect the upstream is understood and gated,
     or refused with `RequestInvalid`.
+
+The pipeline, for one request (gatekeeper/proxy.py):
+    body -> codec.parse -> resolve the tier -> codec.gate -> codec.offered
+         -> [client protocol not native upstream: translator.to_chat(body)]
+         -> upstream -> [translator.from_chat(doc) | translator.stream_from_chat()]
+         -> codec.enforce(doc) | codec.stream_filter(offered).feed(event) -> client
+
+Fast path: a plain answer whose bytes `may_carry_calls` says cannot spell a call (checked with
+the codec's `markers`) is relayed as the upstream's own bytes, unparsed. Anything else is parsed
+strictly (orjson: no NaN, valid UTF-8 only), enforced and re-serialised, so an escaped key such
+as "tool\\u005fcalls" reaches the client spelled plainly, after enforcement.
+
+Translation (for upstreams that speak only Chat Completions; `upstream.protocols`): a codec
+module may register a `Translator` next to its codec (`protocols.register(codec, translator)`).
 """
 
 from __future__ import annotations
@@ -16,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gatekeeper.gating import Gated, ToolPolicy
 from gatekeeper.errors import AnswerInvalid, RequestInvalid  # noqa: F401  (raised by codecs)
+from gatekeeper.gating import Gated, ToolPolicy
 from gatekeeper.tiers import Tier
 
 
@@ -49,7 +63,7 @@ class Enforced:
 
 @dataclass(frozen=True)
 class Event:
-    """One server-sent event, as the SSE specification defines it."""
+    """One server-sent event, as the SSE specification defines it (gatekeeper/sse.py)."""
 
     data: str
     event: str | None = None
@@ -66,12 +80,17 @@ class StreamFilter(Protocol):
         """Events to send for this one (possibly none). Raises AnswerInvalid when unreadable."""
 
     def finish(self) -> list[Event]:
-        """Events to send at the end of the upstream stream (possibly none)."""
+        """Events to send at the end of the upstream stream (possibly none). Raises
+        AnswerInvalid when the stream ended before its protocol's end marker (chat: [DONE])."""
+
+
+Offered = dict[str, "dict[str, Any] | None"]
 
 
 class Codec(Protocol):
     name: str            # "chat" | "responses" | "messages"
     upstream_path: str   # appended to upstream.base_url: "/chat/completions", "/responses", "/messages"
+    markers: tuple[bytes, ...]  # byte strings without which an answer cannot carry a call
 
     def parse(self, body: dict[str, Any]) -> RequestInfo:
         """Model, effort and stream flag; raises RequestInvalid naming the bad field."""
@@ -79,13 +98,58 @@ class Codec(Protocol):
     def gate(self, body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
         """Remove (in place) every tool above `tier`; raises RequestInvalid / ToolChoiceBlocked."""
 
-    def offered(self, body: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+    def offered(self, body: dict[str, Any]) -> Offered:
         """Tools a gated body offers: name -> JSON Schema of its arguments (None when it has none)."""
 
-    def enforce(self, doc: Any, offered: dict[str, dict[str, Any] | None]) -> Enforced:
-        """Remove (in place) calls to tools that were not offered from a plain answer."""
+    def enforce(self, doc: Any, offered: Offered) -> Enforced:
+        """Remove (in place) calls to tools that were not offered from a plain answer.
+        Raises AnswerInvalid when `doc` is not a well-formed answer of this protocol."""
 
-    def stream_filter(self, offered: dict[str, dict[str, Any] | None]) -> StreamFilter: ...
+    def stream_filter(self, offered: Offered) -> StreamFilter: ...
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
-        """The protocol's error shape."""
+        """The protocol's error shape (a plain answer's body)."""
+
+    def stream_error(self, message: str, kind: str, code: str | None) -> Event:
+        """The event that ends a stream in error, in the protocol's shape."""
+
+
+class StreamConverter(Protocol):
+    """Turns a chat stream's events into the client protocol's events (one per stream)."""
+
+    def feed(self, event: Event) -> list[Event]:
+        """Client-protocol events for one chat event. Raises AnswerInvalid when unreadable."""
+
+    def finish(self) -> list[Event]:
+        """Closing events. Raises AnswerInvalid when the chat stream ended before [DONE]."""
+
+
+class Translator(Protocol):
+    """Chat Completions bridge for one client protocol (registered with its codec).
+
+    Names agreed between the pipeline and the protocol modules:
+      * `to_chat(body)`: the GATED client request -> a chat request body (same model name; the
+        pipeline sends it to `/chat/completions`). Raises RequestInvalid for what cannot be
+        expressed in chat (never drops a tool-carrying field silently);
+      * `from_chat(doc)`: a plain chat answer (already a dict) -> the client protocol's answer;
+        the pipeline then runs the client codec's `enforce` on the result;
+      * `stream_from_chat()`: a fresh StreamConverter for one streamed answer; the pipeline
+        runs the client codec's stream filter on what it yields;
+      * optional `count_tokens(body) -> dict`: a local answer to `/v1/messages/count_tokens`
+        when the upstream does not speak messages (absent: that route answers 404).
+    """
+
+    def to_chat(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def from_chat(self, doc: dict[str, Any]) -> dict[str, Any]: ...
+
+    def stream_from_chat(self) -> StreamConverter: ...
+
+
+def may_carry_calls(raw: bytes | str, markers: tuple[bytes, ...]) -> bool:
+    """False only when no JSON reader could find a tool call in `raw`: none of the codec's
+    markers appears, no `\\u` escape could spell one, and no NUL byte hints at UTF-16/32 (which
+    Python's json.loads(bytes) decodes on its own)."""
+    if isinstance(raw, str):
+        return "\\u" in raw or "\x00" in raw or any(m.decode() in raw for m in markers)
+    return b"\\u" in raw or b"\x00" in raw or any(m in raw for m in markers)

@@ -10,12 +10,13 @@ from pathlib import Path
 
 from gatekeeper.errors import StoreError
 from gatekeeper.store.base import (ChangeListener, Coordinator, Lease, MemoryCoordinator, ProfileStore, StoreData,
-                                   read_entries, read_entry)
+                                   WriteFenced, read_entries, read_entry)
 from gatekeeper.store.file import FileCoordinator, JsonFileStore
 
 __all__ = [
     "ChangeListener", "Coordinator", "FileCoordinator", "JsonFileStore", "Lease", "MemoryCoordinator",
-    "ProfileStore", "StoreData", "copy_profiles", "is_redis_url", "open_store", "read_entries", "read_entry",
+    "ProfileStore", "StoreData", "WriteFenced", "copy_profiles", "is_redis_url", "open_store", "read_entries",
+    "read_entry",
 ]
 
 

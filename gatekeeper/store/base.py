@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping, Protocol
 import structlog
 from pydantic import ValidationError
 
+from gatekeeper.errors import StoreError
 from gatekeeper.profiles import Profile
 
 log = structlog.get_logger("gatekeeper.store")
@@ -63,6 +64,10 @@ def read_entries(entries: Mapping[str, Any], where: str) -> tuple[dict[str, Prof
         else:
             profiles[str(key)] = profile
     return profiles, invalid
+
+
+class WriteFenced(StoreError):
+    """A write fenced by a lease that was lost meanwhile: a newer measurement owns the result."""
 
 
 @dataclass(frozen=True)

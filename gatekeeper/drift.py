@@ -1,0 +1,336 @@
+"""Live drift, as plain data: what the tool calls a model sends say about it.
+
+A benchmark is a snapshot; backends change under the same name. The proxy sees every tool call
+a model makes, so each call is classified (`classify`), kept in a rolling window per
+`model@effort` (`Window`, bounded by count and by age), and the window's fault rates are judged
+against the tier's ceilings on the lower confidence bound of each rate (`breaches`): a pair is
+said to drift only when even the optimistic reading of its error rate is above the ceiling.
+
+Pure: no I/O, no clock, no threads. `drift_monitor.py` owns the state, the worker and the
+side effects (log line, metric, demotion, re-measurement).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import lru_cache
+from statistics import NormalDist
+from typing import Any, Mapping
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gatekeeper.protocols.base import Call
+from gatekeeper.tiers import Tier
+
+Schema = dict[str, Any]
+
+
+class Fault(StrEnum):
+    """What can be wrong with one tool call. The values are the names the admin API shows."""
+
+    NOT_OFFERED = "notOffered"    # a tool the request did not offer: invented, or hidden by the tier
+    INVALID_JSON = "invalidJson"  # arguments that are not JSON (NaN and Infinity are not JSON)
+    INVALID_ARGS = "invalidArgs"  # JSON that does not validate against the offered tool's schema
+
+
+# -- classifying one call ---------------------------------------------------------------------
+
+def classify(call: Call, offered: Mapping[str, Schema | None]) -> Fault | None:
+    """The fault of one call, or None when the call is sound."""
+    if not call.offered or call.name not in offered:
+        return Fault.NOT_OFFERED
+    if call.arguments is None:  # the protocol carries arguments as an object: parsed upstream
+        return None
+    text = call.arguments
+    if not text.strip():
+        # Some servers send "" for a call without arguments; that is {} and the schema decides.
+        text = "{}"
+    try:
+        value = json.loads(text, parse_constant=_not_json)
+    except (ValueError, RecursionError):
+        return Fault.INVALID_JSON
+    if not isinstance(value, dict):  # tool arguments are always an object
+        return Fault.INVALID_ARGS
+    schema = offered[call.name]
+    if schema is None:
+        return None
+    validator = _validator_for(schema)
+    if validator is None:
+        return None
+    try:
+        return None if validator.is_valid(value) else Fault.INVALID_ARGS
+    except Exception:  # noqa: BLE001 - an unresolvable $ref or the like is the client's, not the model's
+        return None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _validator_for(schema: Schema) -> Validator | None:
+    try:
+        text = json.dumps(schema, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return _validator(text)
+
+
+@lru_cache(maxsize=512)  # the same few tool schemas come back on every request of an agent
+def _validator(schema_text: str) -> Validator | None:
+    """A validator for a client's schema, or None when the schema itself is not valid.
+
+    A bad schema is the client's fault and must never count against the model. The schema is
+    loosened first (see `loosen`); `format` is not asserted (the default), as in the suite.
+    """
+    schema = loosen(json.loads(schema_text))
+    cls = validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError:
+        return None
+    return cls(schema)
+
+
+# Keywords whose value is one subschema, a list of them, or a mapping name -> subschema.
+_ONE = ("additionalProperties", "unevaluatedProperties", "items", "additionalItems", "unevaluatedItems",
+        "contains", "propertyNames", "not", "if", "then", "else")
+_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+_MAP = ("properties", "$defs", "definitions", "dependentSchemas")
+
+
+def loosen(schema: Any) -> Any:
+    """The schema without regular expressions (`pattern`, `patternProperties`).
+
+    The patterns come from clients and Python's regex engine holds the GIL while it backtracks:
+    a crafted pattern plus a crafted argument could freeze the whole proxy. Drift judges types
+    and structure, which is what drifts. Where `patternProperties` goes, the `additional` and
+    `unevaluated` properties next to it go too, so the schema is only ever loosened, never
+    tightened: a loosened schema cannot make a sound call look faulty.
+    """
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: v for k, v in schema.items() if k != "pattern"}
+    if "patternProperties" in out:
+        for key in ("patternProperties", "additionalProperties", "unevaluatedProperties"):
+            out.pop(key, None)
+    for key in _ONE:
+        if isinstance(out.get(key), dict):
+            out[key] = loosen(out[key])
+    for key in _LIST:
+        if isinstance(out.get(key), list):
+            out[key] = [loosen(s) for s in out[key]]
+    for key in _MAP:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: loosen(s) for name, s in out[key].items()}
+    return out
+
+
+# -- the bound --------------------------------------------------------------------------------
+
+def z_for(confidence: float) -> float:
+    """The one-sided normal quantile for a confidence level (0.99 -> 2.326)."""
+    return NormalDist().inv_cdf(confidence)
+
+
+def wilson_lower(failures: int, calls: int, z: float) -> float:
+    """Lower end of the Wilson score interval of a rate `failures / calls` (0 when no calls).
+
+    Wilson rather than the normal approximation because the rates here are near 0 and the
+    counts small, where the plain interval collapses to nothing or goes negative.
+    """
+    if calls <= 0:
+        return 0.0
+    p = failures / calls
+    z2 = z * z
+    centre = p + z2 / (2 * calls)
+    margin = z * math.sqrt(p * (1 - p) / calls + z2 / (4 * calls * calls))
+    return max(0.0, (centre - margin) / (1 + z2 / calls))
+
+
+# -- the rolling window -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Observation:
+    """One call as the window keeps it: when, what was wrong, and a short sample for evidence."""
+
+    at: float  # seconds since the epoch (wall clock: replicas compare them)
+    fault: Fault | None
+    name: str
+    arguments: str | None  # truncated to EXAMPLE_CHARS
+
+    def example(self) -> dict[str, Any]:
+        return {"fault": self.fault.value if self.fault else None, "name": self.name, "arguments": self.arguments}
+
+
+EXAMPLE_CHARS = 120  # arguments can carry user data: keep only enough to show what went wrong
+
+
+def observe(call: Call, offered: Mapping[str, Schema | None], at: float) -> Observation:
+    args = call.arguments
+    if args is not None and len(args) > EXAMPLE_CHARS:
+        args = args[:EXAMPLE_CHARS] + "…"
+    return Observation(at, classify(call, offered), call.name[:EXAMPLE_CHARS], args)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What a window holds now: calls, faults per kind, and the age of its oldest call."""
+
+    calls: int
+    faults: dict[Fault, int]
+    span_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"calls": self.calls, **{f.value: self.faults.get(f, 0) for f in Fault}, "spanS": round(self.span_s, 1)}
+
+
+@dataclass
+class Window:
+    """The last `max_calls` calls no older than `max_age_s`, with running counts (O(1) per call)."""
+
+    max_calls: int
+    max_age_s: float
+    _calls: deque[Observation] = field(default_factory=deque)
+    _faults: dict[Fault, int] = field(default_factory=lambda: {f: 0 for f in Fault})
+
+    def add(self, obs: Observation) -> None:
+        self._calls.append(obs)
+        if obs.fault:
+            self._faults[obs.fault] += 1
+        while len(self._calls) > self.max_calls:
+            self._drop()
+        self.prune(obs.at)
+
+    def prune(self, now: float) -> None:
+        while self._calls and self._calls[0].at < now - self.max_age_s:
+            self._drop()
+
+    def _drop(self) -> None:
+        old = self._calls.popleft()
+        if old.fault:
+            self._faults[old.fault] -= 1
+
+    def clear(self) -> None:
+        self._calls.clear()
+        self._faults = {f: 0 for f in Fault}
+
+    def figures(self, now: float) -> Figures:
+        self.prune(now)
+        span = now - self._calls[0].at if self._calls else 0.0
+        return Figures(len(self._calls), dict(self._faults), span)
+
+    def examples(self, limit: int) -> list[Observation]:
+        """The most recent faulty calls, newest first."""
+        found: list[Observation] = []
+        for obs in reversed(self._calls):
+            if obs.fault:
+                found.append(obs)
+                if len(found) == limit:
+                    break
+        return found
+
+
+# -- judging a window against a tier ----------------------------------------------------------
+
+class Ceilings(BaseModel):
+    """The highest error rates a tier is expected to show; null = that fault is not judged."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    not_offered: float | None = Field(default=None, ge=0, le=1)
+    invalid_json: float | None = Field(default=None, ge=0, le=1)
+    invalid_args: float | None = Field(default=None, ge=0, le=1)
+
+    def of(self, fault: Fault) -> float | None:
+        return {Fault.NOT_OFFERED: self.not_offered, Fault.INVALID_JSON: self.invalid_json,
+                Fault.INVALID_ARGS: self.invalid_args}[fault]
+
+
+# Why these numbers: a `large` model passed >= 90% of the tool-calling suite, and real large
+# models essentially never emit broken JSON, so 1-2% already means something changed. `medium`
+# passed >= 60% and may slip on harder schemas. `small` has no lower tier: its ceilings only
+# mark the pair as drifting (visible, logged), never demote.
+DEFAULT_CEILINGS: dict[Tier, dict[str, float]] = {
+    Tier.LARGE: {"not_offered": 0.02, "invalid_json": 0.01, "invalid_args": 0.02},
+    Tier.MEDIUM: {"not_offered": 0.05, "invalid_json": 0.05, "invalid_args": 0.10},
+    Tier.SMALL: {"not_offered": 0.20, "invalid_json": 0.20, "invalid_args": 0.30},
+}
+
+
+class DriftSettings(BaseModel):
+    """The `drift:` section of the config file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    window_calls: int = Field(default=200, ge=1)     # the last N calls ...
+    window_s: float = Field(default=3600.0, gt=0)    # ... no older than this
+    min_calls: int = Field(default=20, ge=1)         # no verdict on fewer calls than this
+    confidence: float = Field(default=0.99, gt=0.5, lt=1)  # one-sided, for the lower bound
+    remeasure: bool = True                           # schedule a measurement on demotion
+    ceilings: dict[Tier, Ceilings] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_ceilings(cls, data: Any) -> Any:
+        # A config names only what it changes: `ceilings: {large: {invalid_args: 0.05}}` keeps
+        # every other default of every tier.
+        if not isinstance(data, dict):
+            return data
+        given = data.get("ceilings") or {}
+        if not isinstance(given, dict):
+            return data
+        merged: dict[Any, Any] = {tier.value: dict(values) for tier, values in DEFAULT_CEILINGS.items()}
+        for tier, values in given.items():
+            if tier in merged and isinstance(values, dict):
+                merged[tier].update(values)
+            else:
+                merged[tier] = values  # let validation name the bad tier or value
+        return {**data, "ceilings": merged}
+
+    def ceilings_for(self, tier: Tier) -> Ceilings:
+        return self.ceilings.get(tier) or Ceilings(**DEFAULT_CEILINGS[tier])
+
+
+@dataclass(frozen=True)
+class Breach:
+    """One fault rate whose lower bound passed its ceiling: the evidence of a verdict."""
+
+    fault: Fault
+    count: int
+    calls: int
+    lower: float
+    ceiling: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fault": self.fault.value, "count": self.count, "calls": self.calls,
+                "rate": round(self.count / self.calls, 4), "lower": round(self.lower, 4), "ceiling": self.ceiling}
+
+    def __str__(self) -> str:
+        return (f"{self.fault.value} {self.count}/{self.calls}: lower bound {self.lower:.3f} "
+                f"> ceiling {self.ceiling}")
+
+
+def rates(figures: Figures, ceilings: Ceilings, z: float) -> dict[Fault, tuple[int, float, float | None]]:
+    """Per fault: (count, lower bound of its rate, ceiling)."""
+    return {f: (figures.faults.get(f, 0), wilson_lower(figures.faults.get(f, 0), figures.calls, z), ceilings.of(f))
+            for f in Fault}
+
+
+def breaches(figures: Figures, ceilings: Ceilings, z: float, min_calls: int) -> list[Breach]:
+    """The faults whose lower bound passed the ceiling; none on fewer than `min_calls` calls."""
+    if figures.calls < min_calls:
+        return []
+    found = []
+    for fault, (count, lower, ceiling) in rates(figures, ceilings, z).items():
+        if ceiling is not None and lower > ceiling:
+            found.append(Breach(fault, count, figures.calls, lower, ceiling))
+    return found

@@ -1,0 +1,279 @@
+"""The OpenAI Chat Completions codec (`POST /v1/chat/completions`).
+
+Answers are read strictly: any wrong type where a call could be (choices, message, delta,
+tool_calls, function, name, index) raises AnswerInvalid, never a guess.
+
+Streamed calls (the rule, safe under both client accumulation styles: openai-python concatenates
+a call's name fragments, openai-node keeps the last non-empty one):
+  * a call is decided on its first delta, by the name that delta gives; no name = not offered;
+  * later deltas for the same (choice, index) never carry a name to the client: a repeat of the
+    same name (or an empty one) is removed from the delta; a DIFFERENT name for a kept call makes
+    the stream unreadable (AnswerInvalid: it ends with an error event); for a removed call it
+    changes nothing (the call stays removed);
+  * a delta without `index` is a call of its own (some servers send each call whole in one delta
+    without one); it gets a fresh index and is decided like any first delta;
+  * kept calls are renumbered so the client sees contiguous indexes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gatekeeper.errors import AnswerInvalid, RequestInvalid
+from gatekeeper.gating import Gated, ToolPolicy, call_name, enforce_choice, gate_request, tool_name
+from gatekeeper.protocols.base import Call, Enforced, Event, Offered, RequestInfo
+from gatekeeper.tiers import Tier
+
+_MARKERS = (b"tool_calls", b"function_call")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def loads(raw: bytes | str, what: str) -> Any:
+    """Strict JSON (orjson: no NaN/Infinity, valid UTF-8 only)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise AnswerInvalid(f"{what} is not valid JSON: {exc}") from None
+
+
+class ChatCodec:
+    name = "chat"
+    upstream_path = "/chat/completions"
+    markers = _MARKERS
+
+    def parse(self, body: dict[str, Any]) -> RequestInfo:
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise RequestInvalid("'model' is required and must be a non-empty string")
+        effort = body.get("reasoning_effort")
+        if effort is not None and (not isinstance(effort, str) or not effort):
+            raise RequestInvalid("'reasoning_effort' must be a non-empty string")
+        if effort is not None and "@" in effort:
+            raise RequestInvalid("'reasoning_effort' must not contain '@'")
+        if not isinstance(body.get("messages"), list):
+            raise RequestInvalid("'messages' is required and must be an array")
+        stream = body.get("stream", False)
+        if stream is not None and not isinstance(stream, bool):
+            raise RequestInvalid("'stream' must be a boolean")
+        return RequestInfo(model, effort, bool(stream))
+
+    def gate(self, body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
+        return gate_request(body, tier, policy)
+
+    def offered(self, body: dict[str, Any]) -> Offered:
+        offered: Offered = {}
+        for tool in body.get("tools") or []:
+            function = tool.get("function")
+            schema = function.get("parameters") if isinstance(function, dict) else None
+            offered[tool_name(tool, "tools[]")] = schema if isinstance(schema, dict) else None
+        for function in body.get("functions") or []:
+            schema = function.get("parameters")
+            offered[function["name"]] = schema if isinstance(schema, dict) else None
+        return offered
+
+    def enforce(self, doc: Any, offered: Offered) -> Enforced:
+        result = Enforced()
+        for choice in _choices(doc, "answer"):
+            message = choice.get("message")
+            if message is None:
+                continue
+            if not isinstance(message, dict):
+                raise AnswerInvalid("answer: 'choices[].message' must be an object")
+            _check_calls(message.get("tool_calls"), "choices[].message.tool_calls")
+            legacy = message.get("function_call")
+            if legacy is not None and not (isinstance(legacy, dict) and isinstance(legacy.get("name"), str)):
+                raise AnswerInvalid("answer: 'function_call' must be an object with a string 'name'")
+            for call in message.get("tool_calls") or []:
+                name = call_name(call) or ""
+                inner = call.get("function") or call.get("custom") or {}
+                arguments = inner.get("arguments", inner.get("input"))
+                result.calls.append(Call(name, arguments if isinstance(arguments, str) else None, name in offered))
+            if legacy is not None:
+                args = legacy.get("arguments")
+                result.calls.append(Call(legacy["name"], args if isinstance(args, str) else None,
+                                         legacy["name"] in offered))
+            result.removed += enforce_choice(choice, offered)
+        return result
+
+    def stream_filter(self, offered: Offered) -> ChatStreamFilter:
+        return ChatStreamFilter(offered)
+
+    def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
+        return {"error": {"message": message, "type": kind, "code": code}}
+
+    def stream_error(self, message: str, kind: str, code: str | None) -> Event:
+        # openai-python and -node raise APIError on a chunk with an `error` member.
+        return Event(orjson.dumps(self.error_body(0, message, kind, code)).decode())
+
+
+def _choices(doc: Any, what: str) -> list[dict[str, Any]]:
+    if not isinstance(doc, dict):
+        raise AnswerInvalid(f"{what} must be a JSON object, got {type(doc).__name__}")
+    choices = doc.get("choices")
+    if choices is None:
+        return []
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise AnswerInvalid(f"{what}: 'choices' must be an array of objects")
+    return choices
+
+
+def _check_calls(calls: Any, where: str) -> None:
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise AnswerInvalid(f"answer: '{where}' must be an array, got {type(calls).__name__}")
+    for call in calls:
+        if not isinstance(call, dict):
+            raise AnswerInvalid(f"answer: '{where}[]' must be objects")
+        for key in ("function", "custom"):
+            inner = call.get(key)
+            if inner is None:
+                continue
+            if not isinstance(inner, dict):
+                raise AnswerInvalid(f"answer: '{where}[].{key}' must be an object")
+            for field in ("name", "arguments", "input"):
+                if inner.get(field) is not None and not isinstance(inner[field], str):
+                    raise AnswerInvalid(f"answer: '{where}[].{key}.{field}' must be a string")
+
+
+class ChatStreamFilter:
+    """Per-stream state of the chat answer filter (the rule is in the module docstring)."""
+
+    def __init__(self, offered: Offered) -> None:
+        self.offered = offered
+        self.result = Enforced()
+        self.done = False
+        self._index: dict[tuple[int, int | None], int | None] = {}  # (choice, upstream index) -> client index
+        self._names: dict[tuple[int, int | None], str] = {}
+        self._arguments: dict[tuple[int, int | None], tuple[int, list[str]]] = {}  # -> (calls position, parts)
+        self._kept: dict[int, int] = {}       # choice -> calls kept so far
+        self._decided: set[int] = set()       # choices that had any call
+        self._anonymous = 0
+
+    def feed(self, event: Event) -> list[Event]:
+        if self.done:
+            return []  # clients stop reading at [DONE]; whatever follows is not theirs
+        data = event.data
+        if data.startswith("[DONE]"):
+            self.done = True
+            return [Event("[DONE]")]
+        # Fast path: no marker and no escape that could spell one: it cannot carry a call.
+        if "tool_calls" not in data and "function_call" not in data and "\\u" not in data and "\x00" not in data:
+            return [event]
+        doc = loads(data, "upstream stream event")
+        for choice in _choices(doc, "upstream stream event"):
+            self._choice(choice)
+        if isinstance(doc.get("choices"), list):
+            doc["choices"] = [c for c in doc["choices"] if c.get("delta") or c.get("finish_reason")
+                              or c.get("logprobs") or "delta" not in c]
+            if not doc["choices"] and "usage" not in doc and not (doc.keys() - {"choices", "id", "object",
+                                                                                 "created", "model",
+                                                                                 "system_fingerprint"}):
+                return []
+        return [Event(orjson.dumps(doc).decode(), event.event, event.id, event.retry)]
+
+    def finish(self) -> list[Event]:
+        for position, parts in self._arguments.values():
+            call = self.result.calls[position]
+            self.result.calls[position] = Call(call.name, "".join(parts), call.offered)
+        if not self.done:
+            raise AnswerInvalid("upstream stream ended before [DONE]")
+        return []
+
+    def _choice(self, choice: dict[str, Any]) -> None:
+        ci = choice.get("index", 0)
+        if not _is_int(ci):
+            raise AnswerInvalid("upstream stream event: 'choices[].index' must be an integer")
+        delta = choice.get("delta")
+        if delta is None:
+            return  # clients accumulate deltas only
+        if not isinstance(delta, dict):
+            raise AnswerInvalid("upstream stream event: 'choices[].delta' must be an object")
+        calls = delta.get("tool_calls")
+        if calls is not None:
+            _check_calls(calls, "choices[].delta.tool_calls")
+            kept = []
+            for call in calls:
+                out = self._call(ci, call)
+                if out is not None:
+                    kept.append(out)
+            if kept:
+                delta["tool_calls"] = kept
+            else:
+                del delta["tool_calls"]
+        legacy = delta.get("function_call")
+        if legacy is not None:
+            if not isinstance(legacy, dict) or any(legacy.get(k) is not None and not isinstance(legacy[k], str)
+                                                   for k in ("name", "arguments")):
+                raise AnswerInvalid("upstream stream event: 'delta.function_call' must be an object of strings")
+            verdict = self._decide(ci, -1, legacy.get("name"), legacy.get("arguments"))
+            if verdict is None:
+                del delta["function_call"]
+            elif verdict is False:
+                delta["function_call"] = {k: v for k, v in legacy.items() if k != "name"}
+        if ci in self._decided and choice.get("finish_reason") in ("tool_calls", "function_call") \
+                and not self._kept.get(ci):
+            choice["finish_reason"] = "stop"
+
+    def _call(self, ci: int, call: dict[str, Any]) -> dict[str, Any] | None:
+        ui = call.get("index")
+        if ui is None:
+            self._anonymous += 1
+            ui = -1 - self._anonymous  # its own call; never continued by another delta
+        elif not _is_int(ui) or ui < 0:
+            raise AnswerInvalid("upstream stream event: 'tool_calls[].index' must be a non-negative integer")
+        names = {inner["name"] for key in ("function", "custom") if isinstance(inner := call.get(key), dict)
+                 and isinstance(inner.get("name"), str)}
+        if len(names) > 1:
+            raise AnswerInvalid("upstream stream event: a tool call delta gives two different names")
+        inner = call.get("function") or call.get("custom") or {}
+        verdict = self._decide(ci, ui, next(iter(names), None), inner.get("arguments", inner.get("input")))
+        if verdict is None:
+            return None
+        out = dict(call, index=self._index[(ci, ui)])
+        if verdict is False:  # a later delta: the client must never see a second name
+            for key in ("function", "custom"):
+                if isinstance(out.get(key), dict) and "name" in out[key]:
+                    out[key] = {k: v for k, v in out[key].items() if k != "name"}
+        return out
+
+    def _decide(self, ci: int, ui: int, name: str | None, arguments: Any) -> bool | None:
+        """None: drop this delta. True: the first delta of a kept call. False: a later one."""
+        key = (ci, ui)
+        if key not in self._index:
+            self._decided.add(ci)
+            offered = bool(name) and name in self.offered
+            self.result.calls.append(Call(name or "", arguments if isinstance(arguments, str) else None, offered))
+            if offered:
+                self._index[key] = self._kept.get(ci, 0)
+                self._kept[ci] = self._index[key] + 1
+                self._names[key] = name or ""
+                self._arguments[key] = (len(self.result.calls) - 1, [arguments] if isinstance(arguments, str) else [])
+                return True
+            self._index[key] = None
+            self.result.removed.append(name or "")
+            return None
+        if self._index[key] is None:
+            return None
+        if name and name != self._names[key]:
+            raise AnswerInvalid(f"upstream stream renames tool call {self._names[key]!r} to {name!r}")
+        if isinstance(arguments, str):
+            self._arguments[key][1].append(arguments)  # for the drift tracker (Call.arguments)
+        return False
+
+
+CODEC = ChatCodec()
+
+
+def _register() -> None:
+    from gatekeeper.protocols import register
+
+    register(CODEC)
+
+
+_register()

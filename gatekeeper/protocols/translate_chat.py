@@ -1,0 +1,149 @@
+"""What both translations (Responses <-> chat, Messages <-> chat) read from Chat Completions
+answers: a checked view of one plain answer and of each streamed chunk. Anything that is not
+exactly the shape Chat Completions defines raises AnswerInvalid: a translation never guesses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gatekeeper.errors import AnswerInvalid, RequestInvalid
+from gatekeeper.protocols.base import Event
+
+
+@dataclass
+class ChatCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class ChatAnswer:
+    """The first choice of a chat answer, checked."""
+
+    id: str
+    text: str | None
+    calls: list[ChatCall]
+    finish_reason: str | None
+    usage: dict[str, int]
+    model: str | None = None
+
+
+def _str(value: Any, where: str, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise AnswerInvalid(f"chat answer: {where} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _usage(doc: dict[str, Any]) -> dict[str, int]:
+    usage = doc.get("usage")
+    if not isinstance(usage, dict):
+        return {"prompt_tokens": 0, "completion_tokens": 0}
+    return {k: v if isinstance(v, int) and not isinstance(v, bool) else 0
+            for k, v in ((k, usage.get(k)) for k in ("prompt_tokens", "completion_tokens"))}
+
+
+def read_answer(doc: Any) -> ChatAnswer:
+    """The first choice of a plain chat answer."""
+    if not isinstance(doc, dict):
+        raise AnswerInvalid(f"chat answer must be a JSON object, got {type(doc).__name__}")
+    choices = doc.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise AnswerInvalid("chat answer: 'choices' must be a non-empty array of objects")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise AnswerInvalid("chat answer: choices[0].message must be an object")
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise AnswerInvalid("chat answer: 'tool_calls' must be an array")
+    calls = []
+    for i, call in enumerate(raw_calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise AnswerInvalid(f"chat answer: tool_calls[{i}].function must be an object")
+        calls.append(ChatCall(id=_str(call.get("id") or f"call_{i}", f"tool_calls[{i}].id"),
+                              name=_str(function.get("name"), f"tool_calls[{i}].function.name"),
+                              arguments=_str(function.get("arguments", ""), f"tool_calls[{i}].function.arguments")))
+    if message.get("function_call") is not None:
+        raise AnswerInvalid("chat answer: a legacy 'function_call' cannot be translated")
+    return ChatAnswer(id=_str(doc.get("id", "chatcmpl"), "id"), text=_str(message.get("content"), "content", True),
+                      calls=calls, finish_reason=_str(choices[0].get("finish_reason"), "finish_reason", True),
+                      usage=_usage(doc), model=doc.get("model") if isinstance(doc.get("model"), str) else None)
+
+
+@dataclass
+class ChatDelta:
+    """One streamed chunk of the first choice, checked."""
+
+    text: str | None = None
+    calls: list[tuple[int, str | None, str | None, str]] = field(default_factory=list)  # index, id, name, args
+    finish_reason: str | None = None
+    usage: dict[str, int] | None = None
+    error: str | None = None
+    done: bool = False
+    model: str | None = None
+
+
+def read_chunk(event: Event) -> ChatDelta:
+    if event.data.strip() == "[DONE]":
+        return ChatDelta(done=True)
+    try:
+        doc = orjson.loads(event.data)
+    except orjson.JSONDecodeError as exc:
+        raise AnswerInvalid(f"chat stream: an event is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise AnswerInvalid(f"chat stream: an event must be a JSON object, got {type(doc).__name__}")
+    if doc.get("error") is not None:
+        error = doc["error"]
+        message = error.get("message") if isinstance(error, dict) else error
+        return ChatDelta(error=str(message))
+    out = ChatDelta(usage=_usage(doc) if isinstance(doc.get("usage"), dict) else None,
+                    model=doc.get("model") if isinstance(doc.get("model"), str) else None)
+    choices = doc.get("choices") or []
+    if not isinstance(choices, list):
+        raise AnswerInvalid("chat stream: 'choices' must be an array")
+    for choice in choices:
+        if not isinstance(choice, dict):
+            raise AnswerInvalid("chat stream: a choice must be an object")
+        if choice.get("index", 0) != 0:
+            raise AnswerInvalid("chat stream: only one choice (n=1) can be translated")
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise AnswerInvalid("chat stream: 'delta' must be an object")
+        out.text = _str(delta.get("content"), "delta.content", True)
+        out.finish_reason = _str(choice.get("finish_reason"), "finish_reason", True)
+        if delta.get("function_call") is not None:
+            raise AnswerInvalid("chat stream: a legacy 'function_call' cannot be translated")
+        calls = delta.get("tool_calls") or []
+        if not isinstance(calls, list):
+            raise AnswerInvalid("chat stream: 'tool_calls' must be an array")
+        for call in calls:
+            if not isinstance(call, dict) or not isinstance(call.get("index"), int):
+                raise AnswerInvalid("chat stream: a tool call delta must be an object with an integer 'index'")
+            function = call.get("function") or {}
+            if not isinstance(function, dict):
+                raise AnswerInvalid("chat stream: a tool call's 'function' must be an object")
+            out.calls.append((call["index"], _str(call.get("id"), "tool_calls.id", True),
+                              _str(function.get("name"), "function.name", True),
+                              _str(function.get("arguments") or "", "function.arguments")))
+    return out
+
+
+def text_of(content: Any, where: str) -> str:
+    """Plain text of a content value that may be a string or a list of text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for i, part in enumerate(content):
+            if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+                raise RequestInvalid(f"{where}[{i}] must be a text part to be sent to a chat-only upstream")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise RequestInvalid(f"{where} must be a string or an array of text parts")

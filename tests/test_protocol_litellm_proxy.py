@@ -1,0 +1,105 @@
+"""examples/litellm_hook.md's start command, run as written against a fake upstream: a real LiteLLM
+proxy (subprocess) with gatekeeper's hook, driven by the official openai and anthropic clients
+over chat, Responses and Messages. Hidden tools never reach the upstream."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import anthropic
+import httpx
+import openai
+import pytest
+import yaml
+from conftest import ROOT, make_profile, seed_store
+from scripted import free_port
+from upstreams import NativeServer
+
+from gatekeeper.tiers import Tier
+
+FUNCTIONS = [{"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
+             for n in ("read_file", "write_file", "execute_command")]
+
+
+@pytest.fixture(scope="module")
+def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[str, str, NativeServer]]:
+    tmp = tmp_path_factory.mktemp("litellm")
+    store = tmp / "models_profile.json"
+    seed_store(store, make_profile("local-model", Tier.SMALL, default_suite))
+    with NativeServer() as upstream:
+        config = yaml.safe_load((ROOT / "examples/litellm_config.yaml").read_text())
+        config["model_list"][0]["litellm_params"]["api_base"] = upstream.base_url  # the only change
+        (tmp / "litellm_config.yaml").write_text(yaml.safe_dump(config))
+        key = f"sk-{secrets.token_hex(32)}"
+        port = free_port()
+        env = os.environ | {"LITELLM_MASTER_KEY": key, "GATEKEEPER_CONFIG": "examples/gatekeeper.yaml",
+                            "GATEKEEPER_UPSTREAM": upstream.base_url, "GATEKEEPER_STORE": str(store),
+                            "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        litellm = Path(sys.executable).parent / "litellm"
+        process = subprocess.Popen([str(litellm), "--config", str(tmp / "litellm_config.yaml"), "--port", str(port)],
+                                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / "log", "wb"))
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 120
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"litellm exited {process.returncode}: {(tmp / 'log').read_text()[-2000:]}")
+                try:
+                    if httpx.get(f"{url}/health/liveliness", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError("litellm did not start in 120 s")
+                time.sleep(0.5)
+            yield url, key, upstream
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def sent_since(upstream: NativeServer, counts: tuple[int, int, int]) -> list[str]:
+    """Tool names of the one request the upstream received since `counts` (whichever API litellm chose)."""
+    logs = (upstream.requests, upstream.responses_requests, upstream.messages_requests)
+    new = [body for log, seen in zip(logs, counts) for body in log[seen:]]
+    assert len(new) == 1, new
+    return [t.get("name") or t["function"]["name"] for t in new[0].get("tools", [])]
+
+
+def counts(upstream: NativeServer) -> tuple[int, int, int]:
+    return len(upstream.requests), len(upstream.responses_requests), len(upstream.messages_requests)
+
+
+def test_chat_through_litellm_is_gated(litellm_proxy):
+    url, key, upstream = litellm_proxy
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+    tools = [{"type": "function", "function": {"name": t["name"], "parameters": t["parameters"]}} for t in FUNCTIONS]
+    client.chat.completions.create(model="local-model", messages=[{"role": "user", "content": "hi"}], tools=tools)
+    assert [t["function"]["name"] for t in upstream.requests[-1]["tools"]] == ["read_file"]
+
+
+def test_responses_through_litellm_is_gated(litellm_proxy):
+    url, key, upstream = litellm_proxy
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+    before = counts(upstream)
+    client.responses.create(model="local-model", input="hi", tools=FUNCTIONS)
+    assert sent_since(upstream, before) == ["read_file"]
+
+
+def test_messages_through_litellm_are_gated(litellm_proxy):
+    url, key, upstream = litellm_proxy
+    client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+    before = counts(upstream)
+    client.messages.create(model="local-model", max_tokens=50, messages=[{"role": "user", "content": "hi"}],
+                           tools=[{"name": t["name"], "input_schema": t["parameters"]} for t in FUNCTIONS])
+    assert sent_since(upstream, before) == ["read_file"]
+    with pytest.raises(anthropic.BadRequestError, match="execute_command"):
+        client.messages.create(model="local-model", max_tokens=50, messages=[{"role": "user", "content": "hi"}],
+                               tools=[{"name": "execute_command", "input_schema": {"type": "object"}}],
+                               tool_choice={"type": "tool", "name": "execute_command"})
