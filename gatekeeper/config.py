@@ -18,6 +18,9 @@ from gatekeeper.tiers import Thresholds, Tier
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
 
+ClientProtocol = Literal["chat", "responses", "messages"]
+
+
 class _Section(BaseModel):
     # Frozen: settings never change under a running request; `Gatekeeper.reload` swaps them whole.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -29,7 +32,7 @@ class Upstream(_Section):
     timeout_s: float = Field(default=600.0, gt=0)
     max_connections: int = Field(default=512, ge=1)
     # Client protocols the upstream speaks natively; the others are translated to chat.
-    protocols: list[Literal["chat", "responses", "messages"]] = Field(default_factory=lambda: ["chat"], min_length=1)
+    protocols: list[ClientProtocol] = Field(default_factory=lambda: list[ClientProtocol](["chat"]), min_length=1)
     # An answer (plain body or whole stream) larger than this is a 502: a hostile or broken
     # upstream must not make the proxy buffer without bound. Generous: long answers are ~1 MB.
     max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
@@ -127,7 +130,7 @@ class Settings(_Section):
             return Path(text)
         parsed = urlsplit(text)
         try:
-            parsed.port
+            _ = parsed.port  # raises on a port that is not a number in range
         except ValueError as exc:
             raise ValueError(f"bad port in Redis URL: {exc}") from None
         if not parsed.hostname:
@@ -169,12 +172,12 @@ def _expand(value: Any, where: str) -> Any:
     if not isinstance(value, str):
         return value
 
-    def substitute(match: re.Match) -> str:
+    def substitute(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         if name in os.environ:
             return os.environ[name]
         if default is not None:
-            return default
+            return str(default)
         raise ConfigError(f"{where}: environment variable {name} is not set (use ${{{name}:-}} to allow empty)")
 
     expanded = _VAR.sub(substitute, value)
@@ -201,8 +204,11 @@ def load_settings(path: str | Path) -> Settings:
     except ValidationError as exc:
         raise ConfigError(f"{path}: {describe_errors(exc)}") from None
     base = path.resolve().parent
-    updates = {key: base / value for key in ("suite", "store")
-               if key in raw and isinstance(value := getattr(settings, key), Path) and not value.is_absolute()}
+    updates = {
+        key: base / value
+        for key in ("suite", "store")
+        if key in raw and isinstance(value := getattr(settings, key), Path) and not value.is_absolute()
+    }
     return settings.model_copy(update=updates)
 
 

@@ -17,10 +17,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable
+from typing import Any
 
 import structlog
 
@@ -28,9 +29,9 @@ from gatekeeper.backends import Backend
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import ConfigError, NotMeasured, SuiteError
 from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
+from gatekeeper.measure import MeasurementService
 from gatekeeper.profiles import DEFAULT_EFFORT, Profile, profile_key
 from gatekeeper.resolver import Resolution, Source, TierResolver
-from gatekeeper.measure import MeasurementService
 from gatekeeper.scheduler import Limits, MeasurementFailed, MeasurementScheduler
 from gatekeeper.store import Lease, ProfileStore, open_store
 from gatekeeper.suite import Suite, load_suite
@@ -103,9 +104,13 @@ class Gatekeeper:
 
     def _build(self, settings: Settings) -> _Snapshot:
         suite = self._fixed_suite or load_suite(settings.suite)
-        return _Snapshot(settings, suite, ToolPolicy(settings.tools.required_tier, settings.tools.default_tier),
-                         TierResolver(settings, suite, self.store),
-                         MeasurementService(settings, suite, self.store, self._backend_factory))
+        return _Snapshot(
+            settings,
+            suite,
+            ToolPolicy(settings.tools.required_tier, settings.tools.default_tier),
+            TierResolver(settings, suite, self.store),
+            MeasurementService(settings, suite, self.store, self._backend_factory),
+        )
 
     # -- the current settings ----------------------------------------------------------------
 
@@ -140,8 +145,9 @@ class Gatekeeper:
             settings = load_settings(path)
             old = self._snapshot
             if str(settings.store) != str(old.settings.store):
-                raise ConfigError(f"{path}: store: cannot change from {old.settings.store} to {settings.store} "
-                                  "without a restart")
+                raise ConfigError(
+                    f"{path}: store: cannot change from {old.settings.store} to {settings.store} without a restart"
+                )
             try:
                 snapshot = self._build(settings)
             except SuiteError as exc:
@@ -149,8 +155,13 @@ class Gatekeeper:
             self._snapshot = snapshot
             self._scheduler.limits = Limits.of(settings, snapshot.suite)
             self._config_path = path
-        log.info("config_reloaded", path=str(path), pins=len(settings.pins),
-                 tool_rules=len(settings.tools.required_tier), suite_hash=snapshot.suite.hash)
+        log.info(
+            "config_reloaded",
+            path=str(path),
+            pins=len(settings.pins),
+            tool_rules=len(settings.tools.required_tier),
+            suite_hash=snapshot.suite.hash,
+        )
         return settings
 
     # -- tier resolution ---------------------------------------------------------------------
@@ -183,8 +194,9 @@ class Gatekeeper:
             found = snap.resolver.lookup(model, effort)
         return found or self._unknown(snap, profile_key(model, effort), flight)
 
-    def _find_or_start(self, snap: _Snapshot, model: str, effort: str | None
-                       ) -> tuple[Resolution | None, concurrent.futures.Future[Profile] | None]:
+    def _find_or_start(
+        self, snap: _Snapshot, model: str, effort: str | None
+    ) -> tuple[Resolution | None, concurrent.futures.Future[Profile] | None]:
         found = snap.resolver.lookup(model, effort)
         if found is not None:
             return found, None
@@ -207,23 +219,23 @@ class Gatekeeper:
 
     # -- the tool policy -----------------------------------------------------------------------
 
-    def filter_tools(self, model: str, effort: str | None, tools: list[dict]) -> list[dict]:
+    def filter_tools(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The tools (OpenAI schemas) this model may see at its tier."""
         snap = self._snapshot
         return self._allowed(snap, self._resolve(snap, model, effort).tier, tools)
 
-    async def afilter_tools(self, model: str, effort: str | None, tools: list[dict]) -> list[dict]:
+    async def afilter_tools(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         snap = self._snapshot
         return self._allowed(snap, (await self._aresolve(snap, model, effort)).tier, tools)
 
-    def allowed(self, tier: Tier, tools: list[dict]) -> list[dict]:
+    def allowed(self, tier: Tier, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return self._allowed(self._snapshot, tier, tools)
 
     @staticmethod
-    def _allowed(snap: _Snapshot, tier: Tier, tools: list[dict]) -> list[dict]:
+    def _allowed(snap: _Snapshot, tier: Tier, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [t for i, t in enumerate(tools) if snap.policy.allows(tier, tool_name(t, f"tools[{i}]"))]
 
-    def gate(self, body: dict, model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
+    def gate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
         """Resolve the pair and gate a Chat Completions request body in place (see `gate_request`).
 
         Raises NotMeasured (policy `reject`), RequestInvalid and ToolChoiceBlocked.
@@ -231,13 +243,13 @@ class Gatekeeper:
         snap = self._snapshot
         return self._gate(snap, body, self._resolve(snap, model, effort))
 
-    async def agate(self, body: dict, model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
+    async def agate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
         """`gate` for async code."""
         snap = self._snapshot
         return self._gate(snap, body, await self._aresolve(snap, model, effort))
 
     @staticmethod
-    def _gate(snap: _Snapshot, body: dict, resolution: Resolution) -> tuple[Resolution, Gated]:
+    def _gate(snap: _Snapshot, body: dict[str, Any], resolution: Resolution) -> tuple[Resolution, Gated]:
         try:
             return resolution, gate_request(body, resolution.tier, snap.policy)
         except ToolChoiceBlocked as exc:
@@ -307,13 +319,15 @@ class Gatekeeper:
     def __enter__(self) -> Gatekeeper:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     async def __aenter__(self) -> Gatekeeper:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await asyncio.to_thread(self.close)

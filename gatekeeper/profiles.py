@@ -4,6 +4,8 @@ Where profiles are kept is `gatekeeper.store`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -75,7 +77,7 @@ class Profile(_Camel):
         """A profile counts only if measured by this benchmark version on these exact test files."""
         return self.benchmark_version == suite.version and self.tests_hash == suite.hash
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         # The optional confidence fields are left out when unset, so a one-sample profile of a
         # fixed suite is written in exactly the seed's format.
         unset = {k for k in ("samples", "score_intervals", "instance_seed") if getattr(self, k) is None}

@@ -23,21 +23,22 @@ import fnmatch
 import re
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable, TypeVar
+from typing import TypeVar
 
 import structlog
 
 from gatekeeper.config import Settings
-from gatekeeper.errors import GatekeeperError
+from gatekeeper.errors import GatekeeperError, MeasurementFailed, WriteFenced
 from gatekeeper.profiles import Profile, profile_key
-from gatekeeper.store import Coordinator, Lease, ProfileStore, WriteFenced
+from gatekeeper.store import Coordinator, Lease, ProfileStore
 from gatekeeper.suite import Suite
 
 log = structlog.get_logger("gatekeeper.scheduler")
 T = TypeVar("T")
 
-# measure(model, effort, lease) -> the profile, saved fenced by `lease` (store.WriteFenced if refused).
+# measure(model, effort, lease) -> the profile, saved fenced by `lease` (WriteFenced if refused).
 MeasureFn = Callable[[str, str, Lease], Awaitable[Profile]]
 
 # Efforts a client may have measured lazily: the levels providers use, not arbitrary text.
@@ -45,14 +46,6 @@ _LAZY_EFFORT = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 _MAX_MODEL_NAME = 256
 _REFUSAL_MEMORY_S = 5.0  # a refused or unreachable pair is not re-examined on every request
 _UNAVAILABLE_RETRY_S = 1.0  # coordination (Redis) down: try again this soon
-
-
-class MeasurementFailed(GatekeeperError):
-    """A measurement could not be made or did not land; `retry_in_s` is its backoff."""
-
-    def __init__(self, message: str, retry_in_s: float = 0.0) -> None:
-        super().__init__(message)
-        self.retry_in_s = retry_in_s
 
 
 @dataclass(frozen=True)
@@ -70,8 +63,15 @@ class Limits:
     @classmethod
     def of(cls, settings: Settings, suite: Suite) -> Limits:
         lazy, bench = settings.lazy, settings.bench
-        return cls(suite, lazy.max_concurrent, tuple(lazy.allow) if lazy.allow is not None else None,
-                   lazy.max_models, lazy.lease_ttl_s, bench.retry_after_s, bench.retry_max_s)
+        return cls(
+            suite,
+            lazy.max_concurrent,
+            tuple(lazy.allow) if lazy.allow is not None else None,
+            lazy.max_models,
+            lazy.lease_ttl_s,
+            bench.retry_after_s,
+            bench.retry_max_s,
+        )
 
 
 class MeasurementScheduler:
@@ -215,8 +215,9 @@ class MeasurementScheduler:
                 raise
             except Exception as exc:
                 try:
-                    failures, delay = await self._io_call(coordinator.record_failure, key,
-                                                              limits.retry_after_s, limits.retry_max_s)
+                    failures, delay = await self._io_call(
+                        coordinator.record_failure, key, limits.retry_after_s, limits.retry_max_s
+                    )
                 except Exception:  # noqa: BLE001 - Redis down too: back off locally
                     failures, delay = 0, limits.retry_after_s
                 log.error("measurement_failed", key=key, error=str(exc), failures=failures, retry_in_s=delay)
@@ -251,8 +252,12 @@ class MeasurementScheduler:
             for lease in list(held):
                 try:
                     if not await self._io_call(self._coordinator.renew, lease, ttl_s):
-                        log.error("lease_lost", name=lease.name, token=lease.token,
-                                  consequence="a newer holder's result wins; ours is fenced out")
+                        log.error(
+                            "lease_lost",
+                            name=lease.name,
+                            token=lease.token,
+                            consequence="a newer holder's result wins; ours is fenced out",
+                        )
                 except Exception as exc:  # noqa: BLE001 - Redis down: keep measuring, fencing decides
                     log.warning("lease_renew_failed", name=lease.name, error=str(exc))
 
@@ -265,7 +270,7 @@ class MeasurementScheduler:
             return await self._io_call(fn, *args)
         except GatekeeperError:
             raise
-        except Exception as exc:  # noqa: BLE001 - e.g. redis.ConnectionError
+        except Exception as exc:
             raise MeasurementFailed(f"coordination unavailable: {exc}", _UNAVAILABLE_RETRY_S) from exc
 
     def _landed_elsewhere(self, key: str) -> None:

@@ -23,8 +23,9 @@ from gatekeeper.suite import Suite
 class FakeBackends:
     """`factory` is what `Gatekeeper(backend_factory=...)` takes."""
 
-    def __init__(self, suite: Suite, behaviour: answers.Behaviour = answers.perfect, *, held: bool = False,
-                 fail: bool = False) -> None:
+    def __init__(
+        self, suite: Suite, behaviour: answers.Behaviour = answers.perfect, *, held: bool = False, fail: bool = False
+    ) -> None:
         self.script = SuiteScript(suite)
         self.behaviour = behaviour
         self._held = held
@@ -81,8 +82,10 @@ class _FakeBackend:
         finally:
             with owner._lock:
                 owner.active.discard(model)
-        calls = [{"id": f"call_{i}", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
-                 for i, c in enumerate(reply.get("tool_calls") or [])]
+        calls = [
+            {"id": f"call_{i}", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+            for i, c in enumerate(reply.get("tool_calls") or [])
+        ]
         return Completion(parse_message({"content": reply.get("content"), "tool_calls": calls}), 7, 0.01, True)
 
     async def list_models(self) -> list[str]:

@@ -6,11 +6,11 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
 import answers
+import pytest
 from conftest import agent_or_suite, make_profile, seed_store, settings_for
 from scripted import ScriptedServer, SuiteScript
+
 from gatekeeper import Gatekeeper, NotMeasured, Profile, Tier
 
 
@@ -92,6 +92,7 @@ def test_a_profile_measured_at_low_is_never_served_for_xhigh(store_path, default
 # -- the core with a fake backend: no HTTP, no sleeps ---------------------------------------------
 
 from fake_backend import FakeBackends  # noqa: E402
+
 from gatekeeper import ConfigError  # noqa: E402
 
 
@@ -176,13 +177,19 @@ def test_a_pin_on_model_at_effort_never_pins_a_model_named_like_it(store_path, d
 
 
 def test_profiles_report_validity_and_source(store_path, default_suite):
-    seed_store(store_path, make_profile("a", Tier.LARGE, default_suite),
-               make_profile("old", Tier.LARGE, default_suite, tests_hash="00000000"),
-               make_profile("p", Tier.SMALL, default_suite))
+    seed_store(
+        store_path,
+        make_profile("a", Tier.LARGE, default_suite),
+        make_profile("old", Tier.LARGE, default_suite, tests_hash="00000000"),
+        make_profile("p", Tier.SMALL, default_suite),
+    )
     with Gatekeeper(settings_for("http://127.0.0.1:9/v1", store_path, pins={"p": "large"})) as gk:
         entries = gk.profiles()
     assert {k: (e.valid, e.source) for k, e in entries.items()} == {
-        "a@default": (True, "measured"), "old@default": (False, "stale"), "p@default": (True, "pinned")}
+        "a@default": (True, "measured"),
+        "old@default": (False, "stale"),
+        "p@default": (True, "pinned"),
+    }
     assert entries["a@default"].to_json()["valid"] is True
 
 
@@ -208,8 +215,10 @@ def test_reload_replaces_pins_and_a_bad_config_is_refused_with_the_old_kept(tmp_
 
 
 async def test_a_request_in_flight_finishes_under_the_settings_it_started_with(tmp_path, default_suite):
-    config = write_config(tmp_path / "gk.yaml", "store: s.json\nunknown_models: wait\nwait_timeout_s: 20\n"
-                                                "tools:\n  required_tier:\n    tool_a: medium\n")
+    config = write_config(
+        tmp_path / "gk.yaml",
+        "store: s.json\nunknown_models: wait\nwait_timeout_s: 20\ntools:\n  required_tier:\n    tool_a: medium\n",
+    )
     backends = FakeBackends(default_suite, answers.no_tool_calls, held=True)
     tools = [{"type": "function", "function": {"name": n}} for n in ("tool_a", "tool_b")]
     with Gatekeeper.from_config(config, backend_factory=backends.factory) as gk:

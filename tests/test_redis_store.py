@@ -6,16 +6,17 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
-
 from conftest import make_profile
 from redis_server import RedisServer, require_server
+
 from gatekeeper.store import JsonFileStore, open_store
 from gatekeeper.store.redis import PROFILES, RedisStore
 from gatekeeper.tiers import Tier
+
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RedisServer]:
@@ -156,8 +157,9 @@ def test_store_copy_moves_profiles_between_a_file_and_redis(server, tmp_path, de
     JsonFileStore(source).save([make_profile("m", Tier.LARGE, default_suite, effort="low")], {"m": "low"})
     back = tmp_path / "back.json"
     for src, dst in ((str(source), server.url), (server.url, str(back))):
-        done = subprocess.run([sys.executable, "-m", "gatekeeper", "store", "copy", src, dst],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "gatekeeper", "store", "copy", src, dst], capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 0, done.stderr
         assert "copied 1 profiles" in done.stdout
     assert json.loads(back.read_text()) == json.loads(source.read_text())

@@ -6,7 +6,6 @@ import signal
 import time
 
 import pytest
-
 from scripted import ScriptedServer
 from test_replicas import Replica
 

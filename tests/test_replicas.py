@@ -12,19 +12,19 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterator
 
+import answers
 import httpx
 import openai
 import pytest
-
-import answers
 from conftest import ROOT, agent_or_suite
 from redis_server import RedisServer, require_server
 from scripted import ScriptedServer, SuiteScript, free_port
+
 from gatekeeper.store.redis import _lease_key
 
 ADMIN = {"authorization": "Bearer admin-secret"}
@@ -39,7 +39,10 @@ class Replica:
         self.log = (workdir / f"replica-{self.port}.log").open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gatekeeper", "serve", "--config", str(config), "--port", str(self.port)],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
         self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="k", max_retries=0, timeout=60)
 
     def wait_ready(self) -> None:
@@ -56,8 +59,10 @@ class Replica:
 
     def ask(self, model: str = "m"):
         return self.client.chat.completions.with_raw_response.create(
-            model=model, messages=[{"role": "user", "content": "hi"}],
-            tools=[{"type": "function", "function": {"name": "execute_command", "parameters": {"type": "object"}}}])
+            model=model,
+            messages=[{"role": "user", "content": "hi"}],
+            tools=[{"type": "function", "function": {"name": "execute_command", "parameters": {"type": "object"}}}],
+        )
 
     def profiles(self) -> dict:
         return httpx.get(self.url + "/admin/profiles", headers=ADMIN, timeout=10).json()["profiles"]
@@ -98,11 +103,15 @@ lazy: {{lease_ttl_s: {LEASE_TTL_S}}}
 
 def suite_runs(upstream: ScriptedServer, suite, model: str) -> float:
     """Complete-or-partial suite runs upstream for `model`: first-step calls / tests in the suite."""
-    prompts = {t.all_steps[0].prompt for t in suite.tests}
-    first_steps = sum(1 for body in list(upstream.requests) if body.get("model") == model
-                      and body["messages"][0]["content"] in prompts
-                      and not any(m["role"] == "assistant" for m in body["messages"]))
-    return first_steps / len(suite.tests)
+    script = SuiteScript(suite)  # recognises randomised tests' instances too
+
+    def first_step(body: dict) -> bool:
+        try:
+            return body.get("model") == model and script.locate(body)[1] == 0
+        except (KeyError, StopIteration):
+            return False
+
+    return sum(1 for body in list(upstream.requests) if first_step(body)) / len(suite.tests)
 
 
 def measuring_upstream(suite, delay_s: float = 0.02) -> ScriptedServer:
@@ -143,22 +152,28 @@ def test_a_burst_for_an_unknown_model_costs_one_suite_run(kind, tmp_path, defaul
 
 
 def test_an_invalidation_reaches_every_replica_within_a_second_and_is_remeasured_once(
-        redis_server, tmp_path, default_suite):
+    redis_server, tmp_path, default_suite
+):
     with measuring_upstream(default_suite) as upstream, replicas(redis_server.url, upstream, tmp_path) as fleet:
         burst(fleet, "m", 6)
         assert all("m@default" in r.profiles() for r in fleet)
         deleted = httpx.delete(fleet[0].url + "/admin/profiles/m@default", headers=ADMIN, timeout=10)
         assert deleted.status_code == 200
-        seen_after = eventually(lambda: all("m@default" not in r.profiles() for r in fleet[1:]), 1.0,
-                                "the invalidation did not reach the other replicas within 1 s")
+        seen_after = eventually(
+            lambda: all("m@default" not in r.profiles() for r in fleet[1:]),
+            1.0,
+            "the invalidation did not reach the other replicas within 1 s",
+        )
         print(f"invalidation seen by the other replicas after {seen_after * 1000:.0f} ms")
         assert {r.headers["x-gatekeeper-profile"] for r in burst(fleet, "m", 12)} == {"measured"}
     assert suite_runs(upstream, default_suite, "m") == 2
 
 
 def test_a_replica_killed_while_measuring_is_taken_over(redis_server, tmp_path, default_suite):
-    with measuring_upstream(default_suite, delay_s=0.3) as upstream, \
-            replicas(redis_server.url, upstream, tmp_path) as fleet:
+    with (
+        measuring_upstream(default_suite, delay_s=0.3) as upstream,
+        replicas(redis_server.url, upstream, tmp_path) as fleet,
+    ):
         holder_index = 0
         pool = ThreadPoolExecutor(4)
         pool.submit(fleet[holder_index].ask, "k")  # its answer dies with it

@@ -8,14 +8,33 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gatekeeper.errors import StoreError
-from gatekeeper.store.base import (ChangeListener, Coordinator, Lease, MemoryCoordinator, ProfileStore, StoreData,
-                                   WriteFenced, read_entries, read_entry)
+from gatekeeper.errors import StoreError, WriteFenced
+from gatekeeper.store.base import (
+    ChangeListener,
+    Coordinator,
+    Lease,
+    MemoryCoordinator,
+    ProfileStore,
+    StoreData,
+    read_entries,
+    read_entry,
+)
 from gatekeeper.store.file import FileCoordinator, JsonFileStore
 
 __all__ = [
-    "ChangeListener", "Coordinator", "FileCoordinator", "JsonFileStore", "Lease", "MemoryCoordinator",
-    "ProfileStore", "StoreData", "WriteFenced", "copy_profiles", "is_redis_url", "open_store", "read_entries",
+    "ChangeListener",
+    "Coordinator",
+    "FileCoordinator",
+    "JsonFileStore",
+    "Lease",
+    "MemoryCoordinator",
+    "ProfileStore",
+    "StoreData",
+    "WriteFenced",
+    "copy_profiles",
+    "is_redis_url",
+    "open_store",
+    "read_entries",
     "read_entry",
 ]
 
@@ -38,8 +57,9 @@ def copy_profiles(source: ProfileStore, target: ProfileStore) -> int:
 
     Entries that are not valid profiles stay behind (and were warned about when read).
     """
-    if getattr(source, "problem", None):
-        raise StoreError(f"{source.location}: not a usable profile store ({getattr(source, 'problem')})")
     data = source.load()
+    problem = getattr(source, "problem", None)  # a JSON file that is not a store reads as empty
+    if problem:
+        raise StoreError(f"{source.location}: not a usable profile store ({problem})")
     target.save(list(data.profiles.values()), data.recommendations)
     return len(data.profiles)

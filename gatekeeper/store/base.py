@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 import structlog
 from pydantic import ValidationError
 
-from gatekeeper.errors import StoreError
 from gatekeeper.profiles import Profile
 
 log = structlog.get_logger("gatekeeper.store")
@@ -30,10 +30,13 @@ class StoreData:
     recommendations: dict[str, str] = field(default_factory=dict)
     invalid: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         entries = {key: p.to_json() for key, p in self.profiles.items()}
         entries.update((key, raw) for key, raw in self.invalid.items() if key not in entries)
-        return {"profiles": dict(sorted(entries.items())), "recommendations": dict(sorted(self.recommendations.items()))}
+        return {
+            "profiles": dict(sorted(entries.items())),
+            "recommendations": dict(sorted(self.recommendations.items())),
+        }
 
     def models(self) -> set[str]:
         return {p.model for p in self.profiles.values()}
@@ -64,10 +67,6 @@ def read_entries(entries: Mapping[str, Any], where: str) -> tuple[dict[str, Prof
         else:
             profiles[str(key)] = profile
     return profiles, invalid
-
-
-class WriteFenced(StoreError):
-    """A write fenced by a lease that was lost meanwhile: a newer measurement owns the result."""
 
 
 @dataclass(frozen=True)
@@ -118,8 +117,9 @@ class ProfileStore(Protocol):
 
     def fetch(self, key: str) -> Profile | None: ...
 
-    def save(self, profiles: list[Profile], recommendations: dict[str, str] | None = None,
-             lease: Lease | None = None) -> bool:
+    def save(
+        self, profiles: list[Profile], recommendations: dict[str, str] | None = None, lease: Lease | None = None
+    ) -> bool:
         """Write profiles; False when `lease` was superseded (the result is discarded)."""
         ...
 
@@ -133,7 +133,7 @@ class ProfileStore(Protocol):
 
 
 def backoff_delay(failures: int, base_s: float, max_s: float) -> float:
-    return min(base_s * 2 ** max(failures - 1, 0), max_s)
+    return float(min(base_s * 2 ** max(failures - 1, 0), max_s))
 
 
 class MemoryCoordinator:
@@ -177,7 +177,7 @@ class MemoryCoordinator:
 
     def backoff_s(self, key: str) -> float:
         with self._lock:
-            return max(0.0, self._failures.get(key, (0, 0.0))[1] - time.monotonic())
+            return max(0.0, float(self._failures.get(key, (0, 0.0))[1]) - time.monotonic())
 
     def record_failure(self, key: str, base_s: float, max_s: float) -> tuple[int, float]:
         with self._lock:

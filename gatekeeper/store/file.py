@@ -60,8 +60,9 @@ class JsonFileStore:
         """Read the file now: another process may have written the pair since the cache was filled."""
         return self._refresh().profiles.get(key)
 
-    def save(self, profiles: list[Profile], recommendations: dict[str, str] | None = None,
-             lease: Lease | None = None) -> bool:
+    def save(
+        self, profiles: list[Profile], recommendations: dict[str, str] | None = None, lease: Lease | None = None
+    ) -> bool:
         with self._lock:
             if lease is not None and not self.coordinator().admit(lease):
                 return False

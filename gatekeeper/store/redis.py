@@ -18,10 +18,12 @@ and a listener thread reconnects with backoff.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 import structlog
@@ -88,8 +90,13 @@ class RedisStore:
         self.location = url
         # Few retries and short timeouts: a request must never hang on Redis; the listener
         # thread, not the caller, does the reconnecting.
-        self._redis = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                                           retry=Retry(NoBackoff(), 0), health_check_interval=5)
+        self._redis = redis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=5,
+        )
         self._listen = listen
         self._lock = threading.Lock()
         self._data = StoreData()
@@ -149,13 +156,14 @@ class RedisStore:
             recommendations = self._redis.hgetall(RECOMMENDATIONS)
         except _ERRORS as exc:
             raise StoreError(f"{self.location}: Redis unavailable: {exc}") from None
-        profiles, invalid = read_entries({k.decode(): _json(v) for k, v in entries.items()}, self.location)
-        return StoreData(profiles, {k.decode(): v.decode() for k, v in recommendations.items()}, invalid)
+        profiles, invalid = read_entries({_text(k): _json(v) for k, v in entries.items()}, self.location)
+        return StoreData(profiles, {_text(k): _text(v) for k, v in recommendations.items()}, invalid)
 
     # -- writes ------------------------------------------------------------------------------
 
-    def save(self, profiles: list[Profile], recommendations: dict[str, str] | None = None,
-             lease: Lease | None = None) -> bool:
+    def save(
+        self, profiles: list[Profile], recommendations: dict[str, str] | None = None, lease: Lease | None = None
+    ) -> bool:
         recommendations = recommendations or {}
         try:
             landed = self._write(profiles, recommendations, lease)
@@ -173,22 +181,25 @@ class RedisStore:
 
     def _write(self, profiles: list[Profile], recommendations: dict[str, str], lease: Lease | None) -> bool:
         docs = {p.key: json.dumps(p.to_json()) for p in profiles}
-        event = json.dumps({"op": "saved", "profiles": {k: json.loads(v) for k, v in docs.items()},
-                            "recommendations": recommendations})
+        event = json.dumps(
+            {"op": "saved", "profiles": {k: json.loads(v) for k, v in docs.items()}, "recommendations": recommendations}
+        )
         if lease is not None and len(profiles) == 1 and len(recommendations) <= 1:
-            (key, doc), = docs.items()
+            ((key, doc),) = docs.items()
             model, effort = next(iter(recommendations.items()), ("", ""))
             value = f"{lease.token}|{lease.owner}"
-            ok = self._fenced_save(keys=[_lease_key(lease.name), TOKENS, WRITTEN, PROFILES, RECOMMENDATIONS, EVENTS],
-                                   args=[key, value, lease.token, doc, effort, model, event])
+            ok = self._fenced_save(
+                keys=[_lease_key(lease.name), TOKENS, WRITTEN, PROFILES, RECOMMENDATIONS, EVENTS],
+                args=[key, value, lease.token, doc, effort, model, event],
+            )
             if not ok:
                 log.warning("write_fenced_out", key=key, token=lease.token)
             return bool(ok)
         pipe = self._redis.pipeline(transaction=True)
         if docs:
-            pipe.hset(PROFILES, mapping=docs)
+            pipe.hset(PROFILES, mapping=dict(docs))  # type: ignore[arg-type]
         if recommendations:
-            pipe.hset(RECOMMENDATIONS, mapping=recommendations)
+            pipe.hset(RECOMMENDATIONS, mapping=dict(recommendations))  # type: ignore[arg-type]
         pipe.publish(EVENTS, event)
         pipe.execute()
         return True
@@ -236,7 +247,7 @@ class RedisStore:
     def _run_listener(self) -> None:
         failures = 0
         while not self._stopped.is_set():
-            pubsub = self._redis.pubsub()
+            pubsub = self._redis.pubsub()  # type: ignore[no-untyped-call]
             try:
                 pubsub.subscribe(EVENTS)
                 while not self._stopped.is_set():
@@ -314,8 +325,13 @@ class RedisStore:
 
     def _mark_down(self, exc: BaseException) -> None:
         if self._up or not self._last_stale_log:
-            log.error("redis_unavailable", store=self.location, error=str(exc),
-                      serving="last known profiles", profiles=len(self._data.profiles))
+            log.error(
+                "redis_unavailable",
+                store=self.location,
+                error=str(exc),
+                serving="last known profiles",
+                profiles=len(self._data.profiles),
+            )
             self._last_stale_log = time.monotonic()
         self._up = False
 
@@ -323,8 +339,12 @@ class RedisStore:
         now = time.monotonic()
         if not self._up and now - self._last_stale_log > _STALE_LOG_EVERY_S:
             self._last_stale_log = now
-            log.warning("serving_stale_profiles", store=self.location, stale_s=round(now - self._synced_at, 1)
-                        if self._synced_at else None, pending_writes=len(self._pending))
+            log.warning(
+                "serving_stale_profiles",
+                store=self.location,
+                stale_s=round(now - self._synced_at, 1) if self._synced_at else None,
+                pending_writes=len(self._pending),
+            )
 
     # -- the rest ----------------------------------------------------------------------------
 
@@ -336,8 +356,11 @@ class RedisStore:
         if self._thread is not None:
             self._thread.join(timeout=5)
         if self._pending:
-            log.error("queued_writes_lost", keys=[p.key for ps, _, _ in self._pending for p in ps],
-                      reason="closed while Redis was unavailable")
+            log.error(
+                "queued_writes_lost",
+                keys=[p.key for ps, _, _ in self._pending for p in ps],
+                reason="closed while Redis was unavailable",
+            )
         self._listeners.clear()
         _quietly(self._redis.close)
 
@@ -387,6 +410,10 @@ class RedisCoordinator:
         self._redis.delete(f"{_NS}:failures:{key}", f"{_NS}:backoff:{key}")
 
 
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
 def _json(raw: Any) -> Any:
     try:
         return json.loads(raw)
@@ -395,7 +422,6 @@ def _json(raw: Any) -> Any:
 
 
 def _quietly(close: Callable[[], T]) -> None:
-    try:
+    # Closing a broken connection may fail; there is nothing to do about it.
+    with contextlib.suppress(Exception):
         close()
-    except Exception:  # noqa: BLE001 - closing a broken connection may fail; nothing to do about it
-        pass
