@@ -6,8 +6,10 @@ Endpoints raise ProxyError; the proxy's exception handler shapes the answer.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -44,7 +46,25 @@ async def list_profiles(request: Request) -> Response:
     gk = request.app.state.gk
     doc: dict[str, Any] = {"profiles": {key: entry.to_json() for key, entry in gk.profiles().items()},
                            "recommendations": gk.recommendations()}
+    drift = await asyncio.to_thread(gk.drift.report)  # it waits for the drift worker: not on the loop
+    for key, entry in doc["profiles"].items():
+        entry["drift"] = drift.get(key)  # live figures next to the measured scores
     return JSONResponse(doc)
+
+
+@_authorized
+async def drift_pairs(request: Request) -> Response:
+    """Live drift per pair (measured or pinned): window, rates against ceilings, demotion, history."""
+    drift = request.app.state.gk.drift
+    return JSONResponse({"enabled": drift.settings.enabled, "pairs": await asyncio.to_thread(drift.report)})
+
+
+@_authorized
+async def clear_demotion(request: Request) -> Response:
+    model, effort = _pair(request)
+    key = profile_key(model, effort)
+    existed = await asyncio.to_thread(request.app.state.gk.drift.clear, key)
+    return JSONResponse({"cleared": key, "existed": existed})
 
 
 @_authorized
@@ -84,4 +104,6 @@ def admin_routes() -> list[BaseRoute]:
         Route("/admin/profiles/{key:path}/benchmark", benchmark, methods=["POST"]),
         Route("/admin/profiles/{key:path}", invalidate, methods=["DELETE"]),
         Route("/admin/reload", reload, methods=["POST"]),
+        Route("/admin/drift", drift_pairs, methods=["GET"]),
+        Route("/admin/drift/{key:path}", clear_demotion, methods=["DELETE"]),
     ]

@@ -45,7 +45,7 @@ class Backend(Protocol):
     provider: str
 
     async def complete(
-        self, model: str, messages: list[dict], tools: list[dict], effort: str | None
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
     ) -> Completion: ...
 
     async def list_models(self) -> list[str]: ...
@@ -74,7 +74,7 @@ async def _with_retries(what: str, settings: RequestSettings, attempt: Callable[
     raise AssertionError("unreachable")
 
 
-def _body(model: str, messages: list[dict], tools: list[dict], effort: str | None, settings: RequestSettings) -> dict:
+def _body(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None, settings: RequestSettings) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": messages}
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
@@ -89,7 +89,7 @@ def _body(model: str, messages: list[dict], tools: list[dict], effort: str | Non
     return body
 
 
-def parse_message(message: dict, finish_reason: str | None = None) -> Answer:
+def parse_message(message: dict[str, Any], finish_reason: str | None = None) -> Answer:
     """An OpenAI assistant message -> Answer (arguments kept as the raw JSON string).
 
     Reasoning is not the answer: `reasoning_content` / `reasoning` fields are not read, and
@@ -118,7 +118,7 @@ class OpenAIBackend:
         self.base_url = base_url.rstrip("/")
         self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.settings.timeout_s)
 
-    async def complete(self, model: str, messages: list[dict], tools: list[dict], effort: str | None) -> Completion:
+    async def complete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
         what = f"{self.base_url} model {model!r}"
         try:
             return await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, effort))
@@ -127,7 +127,7 @@ class OpenAIBackend:
             completion = await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, None))
             return Completion(completion.answer, completion.completion_tokens, completion.seconds, effort_applied=False)
 
-    async def _once(self, model: str, messages: list[dict], tools: list[dict], effort: str | None) -> Completion:
+    async def _once(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
         body = _body(model, messages, tools, effort, self.settings)
         started = time.perf_counter()
         try:
@@ -178,7 +178,7 @@ class LiteLLMBackend:
         self.api_base = api_base
         self.settings = settings or RequestSettings()
 
-    async def complete(self, model: str, messages: list[dict], tools: list[dict], effort: str | None) -> Completion:
+    async def complete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
         what = f"litellm {self.litellm_model!r}"
         try:
             return await _with_retries(what, self.settings, lambda: self._once(messages, tools, effort))
@@ -187,7 +187,7 @@ class LiteLLMBackend:
             completion = await _with_retries(what, self.settings, lambda: self._once(messages, tools, None))
             return Completion(completion.answer, completion.completion_tokens, completion.seconds, effort_applied=False)
 
-    async def _once(self, messages: list[dict], tools: list[dict], effort: str | None) -> Completion:
+    async def _once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
         import litellm  # heavy: imported only when a litellm route is used
 
         body = _body(self.litellm_model, messages, tools, effort, self.settings)
@@ -223,8 +223,8 @@ class BackendRequest:
     """One benchmark call as a MockBackend's handler sees it."""
 
     model: str
-    messages: list[dict]
-    tools: list[dict]
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
     effort: str | None
 
 
@@ -246,7 +246,7 @@ class MockBackend:
         self.requests: list[BackendRequest] = []
         self.closed = False
 
-    async def complete(self, model: str, messages: list[dict], tools: list[dict], effort: str | None) -> Completion:
+    async def complete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
         request = BackendRequest(model, [dict(m) for m in messages], tools, effort)
         self.requests.append(request)
         result = self.handler(request)

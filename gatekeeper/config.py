@@ -11,14 +11,12 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gatekeeper.drift import DriftSettings
 from gatekeeper.errors import ConfigError
 from gatekeeper.suite import CATEGORIES, DEFAULT_SUITE_DIR
 from gatekeeper.tiers import Thresholds, Tier
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
-
-
-ClientProtocol = Literal["chat", "responses", "messages"]
 
 
 class _Section(BaseModel):
@@ -32,7 +30,7 @@ class Upstream(_Section):
     timeout_s: float = Field(default=600.0, gt=0)
     max_connections: int = Field(default=512, ge=1)
     # Client protocols the upstream speaks natively; the others are translated to chat.
-    protocols: list[ClientProtocol] = Field(default_factory=lambda: list[ClientProtocol](["chat"]), min_length=1)
+    protocols: list[Literal["chat", "responses", "messages"]] = Field(default=["chat"], min_length=1)
     # An answer (plain body or whole stream) larger than this is a 502: a hostile or broken
     # upstream must not make the proxy buffer without bound. Generous: long answers are ~1 MB.
     max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
@@ -119,6 +117,7 @@ class Settings(_Section):
     admin_key: str | None = None
     bench: BenchSettings = Field(default_factory=BenchSettings)
     lazy: LazyMeasurements = Field(default_factory=LazyMeasurements)
+    drift: DriftSettings = Field(default_factory=DriftSettings)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -173,7 +172,8 @@ def _expand(value: Any, where: str) -> Any:
         return value
 
     def substitute(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
+        name: str = match.group(1)
+        default: str | None = match.group(2)
         if name in os.environ:
             return os.environ[name]
         if default is not None:

@@ -27,13 +27,14 @@ import structlog
 
 from gatekeeper.backends import Backend
 from gatekeeper.config import Settings, load_settings
+from gatekeeper.drift_monitor import DemotionBoard, DriftMonitor
 from gatekeeper.errors import ConfigError, NotMeasured, SuiteError
 from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
 from gatekeeper.measure import MeasurementService
-from gatekeeper.profiles import DEFAULT_EFFORT, Profile, profile_key
+from gatekeeper.profiles import DEFAULT_EFFORT, Profile, profile_key, split_key
 from gatekeeper.resolver import Resolution, Source, TierResolver
 from gatekeeper.scheduler import Limits, MeasurementFailed, MeasurementScheduler
-from gatekeeper.store import Lease, ProfileStore, open_store
+from gatekeeper.store import Lease, ProfileStore, is_redis_url, open_store
 from gatekeeper.suite import Suite, load_suite
 from gatekeeper.tiers import Tier
 
@@ -92,11 +93,24 @@ class Gatekeeper:
         self._owns_store = store is None
         self.store: ProfileStore = store or open_store(settings.store)
         self._backend_factory = backend_factory
+        # Live drift: fed the calls of relayed answers; may demote a measured pair one tier. Its
+        # settings are the ones at start-up (a reload keeps the running monitor).
+        self.drift = DriftMonitor(settings.drift, remeasure=self._remeasure_drifting, changed=self._forget,
+                                  board=self._demotion_board(settings))
         self._snapshot = self._build(settings)
         self._scheduler = MeasurementScheduler(self.store, self._measure, Limits.of(settings, self._snapshot.suite))
         self.store.on_change(self._changed)
         self._closed = False
         self._reload_lock = threading.Lock()
+
+    @staticmethod
+    def _demotion_board(settings: Settings) -> DemotionBoard | None:
+        """Replicas on one Redis share demotions too (drift_board); a file store keeps them local."""
+        if not is_redis_url(settings.store):
+            return None
+        from gatekeeper.drift_board import RedisDemotionBoard
+
+        return RedisDemotionBoard(str(settings.store))
 
     @classmethod
     def from_config(cls, path: str | Path, **kwargs: Any) -> Gatekeeper:
@@ -108,7 +122,7 @@ class Gatekeeper:
             settings,
             suite,
             ToolPolicy(settings.tools.required_tier, settings.tools.default_tier),
-            TierResolver(settings, suite, self.store),
+            TierResolver(settings, suite, self.store, self.drift.demotion),
             MeasurementService(settings, suite, self.store, self._backend_factory),
         )
 
@@ -294,12 +308,20 @@ class Gatekeeper:
 
     def _changed(self, key: str) -> None:
         """Store listener: a profile landed or was removed (here or in another replica)."""
+        self._forget()
+
+    def _forget(self) -> None:
         self._snapshot.resolver.forget()
+
+    def _remeasure_drifting(self, key: str) -> None:
+        model, effort = split_key(key)
+        self.measure(model, effort)
 
     async def _measure(self, model: str, effort: str, lease: Lease) -> Profile:
         """The scheduler's measure step: the measurement service of the settings in force, saving
         fenced by the pair's lease."""
         profile = await self._snapshot.measurements.measure(model, effort, lease=lease)
+        self.drift.profile_landed(profile.key, profile)  # the new profile decides, not a demotion
         self._snapshot.resolver.forget()  # a re-measured pair must not keep its old tier
         return profile
 
@@ -312,6 +334,7 @@ class Gatekeeper:
         if self._closed:
             return
         self._closed = True
+        self.drift.close()
         self._scheduler.close()
         if self._owns_store:
             self.store.close()

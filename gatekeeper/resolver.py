@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from gatekeeper.config import Settings
 from gatekeeper.profiles import DEFAULT_EFFORT, Profile, profile_key
 from gatekeeper.store import ProfileStore
 from gatekeeper.suite import Suite
 from gatekeeper.tiers import Tier
+
+if TYPE_CHECKING:
+    from gatekeeper.drift_monitor import Demotion
 
 Source = Literal["measured", "pinned", "pending", "unmeasured", "demoted"]
 
@@ -40,8 +44,16 @@ class TierResolver:
     started under the old settings finishes under them.
     """
 
-    def __init__(self, settings: Settings, suite: Suite, store: ProfileStore) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        suite: Suite,
+        store: ProfileStore,
+        demotion: Callable[[str, Profile], Demotion | None] | None = None,
+    ) -> None:
+        """`demotion(key, profile)`: live drift's verdict on a measured pair (gatekeeper.drift_monitor)."""
         self.settings, self.suite, self.store = settings, suite, store
+        self._demotion = demotion
         self._cache: dict[tuple[str, str], tuple[float, Resolution]] = {}  # -> (expires, resolution)
         self._lock = threading.Lock()
 
@@ -68,6 +80,9 @@ class TierResolver:
             return Resolution(pin, "pinned", key)
         profile = self.store.get(key)
         if profile is not None and profile.is_valid_for(self.suite):
+            demoted = self._demotion(key, profile) if self._demotion is not None else None
+            if demoted is not None:
+                return Resolution(demoted.to_tier, "demoted", key, profile)
             return Resolution(profile.tier, "measured", key, profile)
         return None
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 import structlog
 
@@ -95,7 +96,7 @@ def score_test(test: BenchTest, answers: list[Answer]) -> float:
 
 def category_scores(results: list[tuple[BenchTest, float]]) -> dict[str, float]:
     """Weighted mean of test scores per category; a category with no tests scores 0 (fail closed)."""
-    scores = {}
+    scores: dict[str, float] = {}
     for category in CATEGORIES:
         weighted = [(t.weight, s) for t, s in results if t.category == category]
         total = sum(w for w, _ in weighted)
@@ -123,7 +124,7 @@ async def run_test(backend: Backend, model: str, test: BenchTest, effort: str | 
     """Play a test's steps as one conversation. A `toolResult` answers the previous step's first
     tool call; when there is none the chain is broken and the remaining steps are not played."""
     run = TestRun(test)
-    messages: list[dict] = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
+    messages: list[dict[str, Any]] = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
     for i, step in enumerate(test.all_steps):
         if i > 0:
             previous = run.answers[-1]
@@ -193,7 +194,7 @@ def build_profile(model: str, provider: str, suite: Suite, level: Level, thresho
     calls = sum(len(run.answers) for run in runs)
     several = len(level.samples) > 1
     # testResults keep the seed's shape: one score per test, its mean over the samples.
-    test_scores = {t.name: [] for t in (run.test for run in last)}
+    test_scores: dict[str, list[float]] = {t.name: [] for t in (run.test for run in last)}
     categories = {run.test.name: run.test.category for run in last}
     for sample in level.samples:
         for run in sample:
@@ -219,7 +220,7 @@ def build_profile(model: str, provider: str, suite: Suite, level: Level, thresho
     )
 
 
-def _signature(level: Level, samples: int) -> list:
+def _signature(level: Level, samples: int) -> list[Any]:
     """What must match for two levels to count as the same behaviour: texts, calls, tokens."""
     return [
         sorted((run.test.name, run.completion_tokens,
