@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from gatekeeper.console import console_routes
 from gatekeeper.errors import ConfigError, ProxyError, StoreError
 from gatekeeper.profiles import profile_key, split_key
 
@@ -106,4 +107,5 @@ def admin_routes() -> list[BaseRoute]:
         Route("/admin/reload", reload, methods=["POST"]),
         Route("/admin/drift", drift_pairs, methods=["GET"]),
         Route("/admin/drift/{key:path}", clear_demotion, methods=["DELETE"]),
+        *console_routes(),  # the console's pages under /admin/ (gatekeeper/console)
     ]

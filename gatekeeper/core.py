@@ -33,6 +33,7 @@ from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request
 from gatekeeper.measure import MeasurementService
 from gatekeeper.profiles import DEFAULT_EFFORT, Profile, profile_key, split_key
 from gatekeeper.resolver import Resolution, Source, TierResolver
+from gatekeeper.runner import Progress
 from gatekeeper.scheduler import Limits, MeasurementFailed, MeasurementScheduler
 from gatekeeper.store import Lease, ProfileStore, is_redis_url, open_store
 from gatekeeper.suite import Suite, load_suite
@@ -95,8 +96,12 @@ class Gatekeeper:
         self._backend_factory = backend_factory
         # Live drift: fed the calls of relayed answers; may demote a measured pair one tier. Its
         # settings are the ones at start-up (a reload keeps the running monitor).
-        self.drift = DriftMonitor(settings.drift, remeasure=self._remeasure_drifting, changed=self._forget,
-                                  board=self._demotion_board(settings))
+        self.drift = DriftMonitor(
+            settings.drift,
+            remeasure=self._remeasure_drifting,
+            changed=self._forget,
+            board=self._demotion_board(settings),
+        )
         self._snapshot = self._build(settings)
         self._scheduler = MeasurementScheduler(self.store, self._measure, Limits.of(settings, self._snapshot.suite))
         self.store.on_change(self._changed)
@@ -297,6 +302,10 @@ class Gatekeeper:
             raise MeasurementFailed(f"{profile_key(model, effort)}: this Gatekeeper is closed")
         return flight
 
+    def progress(self) -> list[Progress]:
+        """The running measurements, and the latest finished one of each recently measured pair."""
+        return self._scheduler.progress()
+
     def invalidate(self, model: str, effort: str | None = None) -> bool:
         """Remove the pair's profile (everywhere the store is shared); the next request re-measures it."""
         key = profile_key(model, effort)
@@ -317,10 +326,10 @@ class Gatekeeper:
         model, effort = split_key(key)
         self.measure(model, effort)
 
-    async def _measure(self, model: str, effort: str, lease: Lease) -> Profile:
+    async def _measure(self, model: str, effort: str, lease: Lease, progress: Progress) -> Profile:
         """The scheduler's measure step: the measurement service of the settings in force, saving
         fenced by the pair's lease."""
-        profile = await self._snapshot.measurements.measure(model, effort, lease=lease)
+        profile = await self._snapshot.measurements.measure(model, effort, lease=lease, progress=progress)
         self.drift.profile_landed(profile.key, profile)  # the new profile decides, not a demotion
         self._snapshot.resolver.forget()  # a re-measured pair must not keep its old tier
         return profile

@@ -32,20 +32,23 @@ import structlog
 from gatekeeper.config import Settings
 from gatekeeper.errors import GatekeeperError, MeasurementFailed, WriteFenced
 from gatekeeper.profiles import Profile, profile_key
+from gatekeeper.runner import Progress
 from gatekeeper.store import Coordinator, Lease, ProfileStore
 from gatekeeper.suite import Suite
 
 log = structlog.get_logger("gatekeeper.scheduler")
 T = TypeVar("T")
 
-# measure(model, effort, lease) -> the profile, saved fenced by `lease` (WriteFenced if refused).
-MeasureFn = Callable[[str, str, Lease], Awaitable[Profile]]
+# measure(model, effort, lease, progress) -> the profile, saved fenced by `lease` (WriteFenced if
+# refused), counting answered calls in `progress`.
+MeasureFn = Callable[[str, str, Lease, Progress], Awaitable[Profile]]
 
 # Efforts a client may have measured lazily: the levels providers use, not arbitrary text.
 _LAZY_EFFORT = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 _MAX_MODEL_NAME = 256
 _REFUSAL_MEMORY_S = 5.0  # a refused or unreachable pair is not re-examined on every request
 _UNAVAILABLE_RETRY_S = 1.0  # coordination (Redis) down: try again this soon
+_PROGRESS_KEPT = 64  # finished measurements remembered for the console; also bounds client-named keys
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class MeasurementScheduler:
         self._not_before: dict[str, float] = {}  # key -> monotonic time before which no flight starts
         self._wakers: dict[str, asyncio.Event] = {}
         self.queued: set[str] = set()  # pairs leased here and waiting for a slot of the cap
+        self._progress: dict[str, Progress] = {}  # key -> its latest flight here (the console shows it)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         # Store and lease calls get threads of their own: measurement code that fills the loop's
@@ -117,8 +121,15 @@ class MeasurementScheduler:
                         self._forget_expired()
                     log.warning("measurement_refused", key=key, reason=refusal)
                     return None
-            flight = asyncio.run_coroutine_threadsafe(self._fly(model, effort, key, force), self._background_loop())
+            progress = Progress(key)
+            flight = asyncio.run_coroutine_threadsafe(
+                self._fly(model, effort, key, force, progress), self._background_loop()
+            )
             self._flights[key] = flight
+            self._progress.pop(key, None)  # re-inserted last: the dict stays in start order
+            self._progress[key] = progress
+            while len(self._progress) > _PROGRESS_KEPT:
+                del self._progress[next(iter(self._progress))]
         flight.add_done_callback(lambda f: self._finished(key, f))
         return flight
 
@@ -143,10 +154,24 @@ class MeasurementScheduler:
         for key in [k for k, t in self._not_before.items() if t <= now]:
             del self._not_before[key]
 
+    def progress(self) -> list[Progress]:
+        """The flights running here, and the latest finished one of each recently measured pair."""
+        with self._lock:
+            return list(self._progress.values())
+
     def _finished(self, key: str, flight: concurrent.futures.Future[Profile]) -> None:
         with self._lock:
             self._flights.pop(key, None)
             error = None if flight.cancelled() else flight.exception()
+            progress = self._progress.get(key)
+            if progress is not None:
+                progress.finished = time.time()
+                if flight.cancelled():
+                    progress.error = "cancelled"
+                elif error is not None:
+                    progress.error = str(error) or type(error).__name__
+                else:
+                    progress.tier = flight.result().tier.value
             if flight.cancelled() or error is None:
                 self._not_before.pop(key, None)
                 return
@@ -160,7 +185,7 @@ class MeasurementScheduler:
 
     # -- one flight ----------------------------------------------------------------------------
 
-    async def _fly(self, model: str, effort: str, key: str, force: bool) -> Profile:
+    async def _fly(self, model: str, effort: str, key: str, force: bool, progress: Progress) -> Profile:
         limits = self.limits  # the settings this flight started under
         coordinator = self._coordinator
         wake = self._wakers.setdefault(key, asyncio.Event())
@@ -181,7 +206,7 @@ class MeasurementScheduler:
                             profile = await self._call(self.store.fetch, key)
                             if profile is not None and profile.is_valid_for(limits.suite):
                                 return profile
-                        return await self._measure_leased(model, effort, key, lease, limits)
+                        return await self._measure_leased(model, effort, key, lease, limits, progress)
                     finally:
                         with contextlib.suppress(Exception):
                             await self._io_call(coordinator.release, lease)
@@ -195,7 +220,9 @@ class MeasurementScheduler:
             # makes its own event.
             self._wakers.pop(key, None)
 
-    async def _measure_leased(self, model: str, effort: str, key: str, lease: Lease, limits: Limits) -> Profile:
+    async def _measure_leased(
+        self, model: str, effort: str, key: str, lease: Lease, limits: Limits, progress: Progress
+    ) -> Profile:
         coordinator = self._coordinator
         held = [lease]
         heartbeat = asyncio.ensure_future(self._heartbeat(held, limits.lease_ttl_s))
@@ -208,7 +235,7 @@ class MeasurementScheduler:
             held.append(slot)
             log.info("measurement_leased", key=key, token=lease.token, slot=slot.name)
             try:
-                profile = await self._measure(model, effort, lease)
+                profile = await self._measure(model, effort, lease, progress)
             except WriteFenced as exc:
                 raise MeasurementFailed(str(exc), 0.0) from exc  # not the model's failure: no backoff
             except (asyncio.CancelledError, KeyboardInterrupt):

@@ -8,16 +8,14 @@ import os
 import secrets
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import anthropic
-import httpx
 import openai
 import pytest
 import yaml
-from conftest import ROOT, make_profile, seed_store
+from conftest import ROOT, make_profile, seed_store, wait_serving
 from scripted import free_port
 from upstreams import NativeServer
 
@@ -42,32 +40,23 @@ def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[str, str, N
                             "GATEKEEPER_UPSTREAM": upstream.base_url, "GATEKEEPER_STORE": str(store),
                             "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
         litellm = Path(sys.executable).parent / "litellm"
+        log = (tmp / "log").open("wb")
         process = subprocess.Popen([str(litellm), "--config", str(tmp / "litellm_config.yaml"), "--port", str(port)],
-                                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / "log", "wb"))
+                                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 120
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"litellm exited {process.returncode}: {(tmp / 'log').read_text()[-2000:]}")
-                try:
-                    if httpx.get(f"{url}/health/liveliness", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("litellm did not start in 120 s")
-                time.sleep(0.5)
+            wait_serving(f"{url}/health/liveliness", process, timeout_s=120, log=(tmp / "log").read_text)
             yield url, key, upstream
         finally:
             process.terminate()
             process.wait(timeout=30)
+            log.close()
 
 
 def sent_since(upstream: NativeServer, counts: tuple[int, int, int]) -> list[str]:
     """Tool names of the one request the upstream received since `counts` (whichever API litellm chose)."""
     logs = (upstream.requests, upstream.responses_requests, upstream.messages_requests)
-    new = [body for log, seen in zip(logs, counts) for body in log[seen:]]
+    new = [body for log, seen in zip(logs, counts, strict=True) for body in log[seen:]]
     assert len(new) == 1, new
     return [t.get("name") or t["function"]["name"] for t in new[0].get("tools", [])]
 

@@ -6,12 +6,13 @@ upstream, hidden calls never reach the client, allowed calls round-trip."""
 from __future__ import annotations
 
 import json
-from typing import Iterator
+import sys
+from collections.abc import Iterator
 
 import anthropic
 import openai
 import pytest
-from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for
+from conftest import ROOT, Proxy, make_profile, running_proxy, seed_store, settings_for
 from upstreams import NativeServer
 
 from gatekeeper.tiers import Tier
@@ -199,3 +200,43 @@ async def test_agents_sdk_default_model_runs_only_allowed_tools(mode, store_path
     assert ran == ["read_file"]
     bodies = upstream.responses_requests if mode == "native" else upstream.requests
     assert len(bodies) == 2 and all(offered(b) == ["read_file"] for b in bodies)
+
+
+def test_the_demo_protocol_requests_are_gated(store_path, default_suite):
+    """examples/protocol_requests.py (the local demo's Responses and Messages requests) against a
+    chat-only upstream, with the demo's own tools: translated, gated, the hidden call removed."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from local_demo import AGENT_MESSAGES, AGENT_TOOLS
+    from protocol_requests import send_protocol_requests
+
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    with NativeServer(lambda body: BOTH) as upstream:
+        settings = settings_for(upstream.base_url, store_path, upstream={"base_url": upstream.base_url})
+        with running_proxy(settings) as proxy:
+            lines = send_protocol_requests(proxy.url, "small-model", AGENT_TOOLS, AGENT_MESSAGES)
+    for line in lines:
+        assert "tier small (measured)" in line and "calls removed: execute_command" in line, line
+        assert "answer: read_file(" in line, line
+    assert all(offered(body) == ["read_file", "search_docs", "delete_file"] for body in upstream.requests)
+
+
+async def test_agents_sdk_without_a_model_is_gated_at_unknown_tier(store_path, default_suite, monkeypatch):
+    """An Agent given no model uses the SDK's default model name: unmeasured, so the proxy serves
+    it at `unknown_tier` (fail_closed) and measures it in the background."""
+    from agents import Agent, Runner, function_tool, set_default_openai_client, set_tracing_disabled
+    from agents.models.default_models import get_default_model
+
+    set_tracing_disabled(True)
+    monkeypatch.delenv("OPENAI_DEFAULT_MODEL", raising=False)
+    seed_store(store_path)
+    with NativeServer(agent_turns) as upstream:
+        settings = settings_for(upstream.base_url, store_path, unknown_models="fail_closed",
+                                upstream={"base_url": upstream.base_url,
+                                          "protocols": ["chat", "responses", "messages"]})
+        with running_proxy(settings) as proxy:
+            set_default_openai_client(openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="k"))
+            agent = Agent(name="reader", tools=[function_tool(lambda path: "hello", name_override=n)
+                                                for n in ("read_file", "execute_command")])
+            await Runner.run(agent, "read a.txt")
+    first = upstream.responses_requests[0]
+    assert first["model"] == get_default_model() and offered(first) == ["read_file"]
