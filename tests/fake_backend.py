@@ -33,6 +33,8 @@ class FakeBackends:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.fail = fail
         self.calls: Counter[str] = Counter()  # model -> completions asked
+        self.first_steps: Counter[str] = Counter()  # model -> tests started (step 0 asked)
+        self.tests = len(suite.tests)
         self.active: set[str] = set()  # models with a completion in progress
         self.peak_models = 0  # most models measured at the same time
         self._lock = threading.Lock()
@@ -58,7 +60,7 @@ class FakeBackends:
         return _FakeBackend(self)
 
     def suite_runs(self, model: str) -> float:
-        return self.calls[model] / max(1, sum(len(t.all_steps) for t in self.script.tests.values()))
+        return self.first_steps[model] / self.tests
 
 
 class _FakeBackend:
@@ -78,6 +80,9 @@ class _FakeBackend:
             if owner.fail:
                 raise BackendError(f"{model}: scripted failure")
             test, step = owner.script.locate({"messages": messages})
+            if step == 0:
+                with owner._lock:
+                    owner.first_steps[model] += 1
             reply = owner.behaviour(test, step)
         finally:
             with owner._lock:
