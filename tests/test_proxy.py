@@ -469,6 +469,8 @@ def test_new_upstream_settings_take_effect_without_a_restart(store_path, default
     with ScriptedServer() as first, ScriptedServer(lambda body: {"content": "second"}) as second:
         with running_proxy(settings_for(first.base_url, store_path)) as proxy:
             assert ask(proxy).parse().choices[0].message.content == "ok"
-            proxy.gk.settings = settings_for(second.base_url, store_path)
+            config = store_path.with_name("gatekeeper.yaml")  # JSON is YAML
+            config.write_text(json.dumps(settings_for(second.base_url, store_path).model_dump(mode="json")))
+            proxy.gk.reload(config)
             assert ask(proxy).parse().choices[0].message.content == "second"
     assert len(first.requests) == 1 and len(second.requests) == 1
