@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gatekeeper.errors import ConfigError, ProxyError
+from gatekeeper.confidence import shown_scores
 from gatekeeper.profiles import profile_key, split_key
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -46,6 +47,7 @@ async def list_profiles(request: Request) -> Response:
     doc: dict[str, Any] = data.to_json()
     for key, profile in data.profiles.items():
         doc["profiles"][key]["valid"] = profile.is_valid_for(gk.suite)
+        doc["profiles"][key]["shown"] = shown_scores(profile.scores, profile.score_intervals)  # "0.82 ± 0.05"
     return JSONResponse(doc)
 
 

@@ -532,3 +532,23 @@ def test_wrong_distractor_id_in_a_random_chain_loses_its_points(tmp_path, defaul
     profile = asyncio.run(service.measure("m", seed=5))
     scores = {r.name: r.score for r in profile.test_results}
     assert scores["tool_chain_random_ids"] < 1.0 and scores["tool_chain_distractor_ids"] < 1.0
+
+
+def test_admin_api_shows_scores_with_their_interval(store_path, default_suite):
+    import httpx
+
+    from conftest import running_proxy, settings_for
+
+    auth = {"authorization": "Bearer k"}
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as upstream:
+        settings = settings_for(upstream.base_url, store_path, admin_key="k",
+                                bench={"samples": 3, "max_retries": 0, "timeout_s": 10})
+        with running_proxy(settings) as proxy:
+            assert httpx.post(proxy.url + "/admin/profiles/m@low/benchmark", headers=auth).status_code == 202
+            deadline = time.monotonic() + 60
+            while proxy.gk.lookup("m", "low") is None:
+                assert time.monotonic() < deadline, "the measurement did not land"
+                time.sleep(0.05)
+            listed = httpx.get(proxy.url + "/admin/profiles", headers=auth).json()["profiles"]["m@low"]
+    assert listed["samples"] == 2 and listed["scoreIntervals"]["json"] == [1.0, 1.0]
+    assert listed["shown"] == {"instruction": "1.00 ± 0.00", "json": "1.00 ± 0.00", "toolCalling": "1.00 ± 0.00"}
