@@ -6,8 +6,9 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Protocol
 
 import httpx
 import structlog
@@ -45,7 +46,7 @@ class Backend(Protocol):
     provider: str
 
     async def complete(
-        self, model: str, messages: list[dict], tools: list[dict], effort: str | None
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
     ) -> Completion: ...
 
     async def list_models(self) -> list[str]: ...
@@ -74,7 +75,7 @@ async def _with_retries(what: str, settings: RequestSettings, attempt: Callable[
     raise AssertionError("unreachable")
 
 
-def _body(model: str, messages: list[dict], tools: list[dict], effort: str | None, settings: RequestSettings) -> dict:
+def _body(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None, settings: RequestSettings) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": messages}
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
@@ -89,7 +90,7 @@ def _body(model: str, messages: list[dict], tools: list[dict], effort: str | Non
     return body
 
 
-def parse_message(message: dict, finish_reason: str | None = None) -> Answer:
+def parse_message(message: dict[str, Any], finish_reason: str | None = None) -> Answer:
     """An OpenAI assistant message -> Answer (arguments kept as the raw JSON string).
 
     Reasoning is not the answer: `reasoning_content` / `reasoning` fields are not read, and
@@ -118,7 +119,7 @@ class OpenAIBackend:
         self.base_url = base_url.rstrip("/")
         self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.settings.timeout_s)
 
-    async def complete(self, model: str, messages: list[dict], tools: list[dict], effort: str | None) -> Completion:
+    async def complete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
         what = f"{self.base_url} model {model!r}"
         try:
             return await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, effort))
@@ -127,7 +128,7 @@ class OpenAIBackend:
             completion = await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, None))
             return Completion(completion.answer, completion.completion_tokens, completion.seconds, effort_applied=False)
 
-    async def _once(self, model: str, messages: list[dict], tools: list[dict], effort: str | None) -> Completion:
+    async def _once(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
         body = _body(model, messages, tools, effort, self.settings)
         started = time.perf_counter()
         try:
@@ -178,7 +179,7 @@ class LiteLLMBackend:
         self.api_base = api_base
         self.settings = settings or RequestSettings()
 
-    async def complete(self, model: str, messages: list[dict], tools: list[dict], effort: str | None) -> Completion:
+    async def complete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
         what = f"litellm {self.litellm_model!r}"
         try:
             return await _with_retries(what, self.settings, lambda: self._once(messages, tools, effort))
@@ -187,22 +188,23 @@ class LiteLLMBackend:
             completion = await _with_retries(what, self.settings, lambda: self._once(messages, tools, None))
             return Completion(completion.answer, completion.completion_tokens, completion.seconds, effort_applied=False)
 
-    async def _once(self, messages: list[dict], tools: list[dict], effort: str | None) -> Completion:
+    async def _once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
         import litellm  # heavy: imported only when a litellm route is used
+        errors = litellm.exceptions  # the names litellm re-exports, where they are defined
 
         body = _body(self.litellm_model, messages, tools, effort, self.settings)
         extra = {k: v for k, v in (("api_key", self.api_key), ("api_base", self.api_base)) if v}
         started = time.perf_counter()
         try:
             response = await litellm.acompletion(**body, **extra, timeout=self.settings.timeout_s, num_retries=0)
-        except (litellm.RateLimitError, litellm.APIConnectionError, litellm.Timeout,
-                litellm.InternalServerError, litellm.ServiceUnavailableError) as exc:
+        except (errors.RateLimitError, errors.APIConnectionError, errors.Timeout,
+                errors.InternalServerError, errors.ServiceUnavailableError) as exc:
             raise _Retry(f"{type(exc).__name__}: {exc}") from None
-        except (litellm.BadRequestError, litellm.UnsupportedParamsError) as exc:
+        except (errors.BadRequestError, errors.UnsupportedParamsError) as exc:
             if effort is not None and "reasoning" in str(exc).lower():
                 raise _EffortRejected() from None
             raise BackendError(f"litellm {self.litellm_model!r}: {type(exc).__name__}: {exc}") from None
-        except litellm.APIError as exc:
+        except errors.APIError as exc:
             raise BackendError(f"litellm {self.litellm_model!r}: {type(exc).__name__}: {exc}") from None
         seconds = time.perf_counter() - started
         doc = response.model_dump()
@@ -223,8 +225,8 @@ class BackendRequest:
     """One benchmark call as a MockBackend's handler sees it."""
 
     model: str
-    messages: list[dict]
-    tools: list[dict]
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
     effort: str | None
 
 
@@ -246,7 +248,7 @@ class MockBackend:
         self.requests: list[BackendRequest] = []
         self.closed = False
 
-    async def complete(self, model: str, messages: list[dict], tools: list[dict], effort: str | None) -> Completion:
+    async def complete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
         request = BackendRequest(model, [dict(m) for m in messages], tools, effort)
         self.requests.append(request)
         result = self.handler(request)

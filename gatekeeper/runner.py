@@ -12,7 +12,8 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any
 
 import structlog
 
@@ -21,7 +22,7 @@ from gatekeeper.checks import run_check
 from gatekeeper.confidence import Estimate, TestScores, estimates, settled
 from gatekeeper.profiles import DEFAULT_EFFORT, Profile, TestResult
 from gatekeeper.suite import CATEGORIES, BenchTest, Suite
-from gatekeeper.tiers import Thresholds, compute_tier
+from gatekeeper.tiers import Thresholds, Tier, compute_tier
 from gatekeeper.types import Answer
 
 log = structlog.get_logger("gatekeeper.runner")
@@ -95,7 +96,7 @@ def score_test(test: BenchTest, answers: list[Answer]) -> float:
 
 def category_scores(results: list[tuple[BenchTest, float]]) -> dict[str, float]:
     """Weighted mean of test scores per category; a category with no tests scores 0 (fail closed)."""
-    scores = {}
+    scores: dict[str, float] = {}
     for category in CATEGORIES:
         weighted = [(t.weight, s) for t, s in results if t.category == category]
         total = sum(w for w, _ in weighted)
@@ -123,7 +124,7 @@ async def run_test(backend: Backend, model: str, test: BenchTest, effort: str | 
     """Play a test's steps as one conversation. A `toolResult` answers the previous step's first
     tool call; when there is none the chain is broken and the remaining steps are not played."""
     run = TestRun(test)
-    messages: list[dict] = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
+    messages: list[dict[str, Any]] = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
     for i, step in enumerate(test.all_steps):
         if i > 0:
             previous = run.answers[-1]
@@ -160,11 +161,11 @@ def per_test_scores(samples: list[list[TestRun]]) -> list[TestScores]:
     return [TestScores(first[n].category, first[n].weight, tuple(s)) for n, s in by_name.items()]
 
 
-def decide_tier(found: dict[str, Estimate], thresholds: Thresholds) -> tuple[dict[str, float], str]:
+def decide_tier(found: dict[str, Estimate], thresholds: Thresholds) -> tuple[dict[str, float], Tier]:
     """The scores the tier is decided on: the means for one sample, the lower bounds for more."""
     several = any(e.samples > 1 for e in found.values())
     basis = {c: (e.low if several else e.mean) for c, e in found.items()}
-    return basis, compute_tier(basis, thresholds).value
+    return basis, compute_tier(basis, thresholds)
 
 
 def inconclusive_reason(runs: list[TestRun]) -> str | None:
@@ -193,7 +194,7 @@ def build_profile(model: str, provider: str, suite: Suite, level: Level, thresho
     calls = sum(len(run.answers) for run in runs)
     several = len(level.samples) > 1
     # testResults keep the seed's shape: one score per test, its mean over the samples.
-    test_scores = {t.name: [] for t in (run.test for run in last)}
+    test_scores: dict[str, list[float]] = {run.test.name: [] for run in last}
     categories = {run.test.name: run.test.category for run in last}
     for sample in level.samples:
         for run in sample:
@@ -204,7 +205,7 @@ def build_profile(model: str, provider: str, suite: Suite, level: Level, thresho
         tier=tier,
         scores={c: round(e.mean, 4) for c, e in found.items()},
         tokens_per_second=round(tokens / seconds, 2) if seconds else 0.0,
-        tested_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        tested_at=datetime.now(UTC).isoformat(timespec="seconds"),
         benchmark_version=suite.version,
         tests_hash=suite.hash,
         test_results=[TestResult(name=n, category=categories[n], score=round(sum(s) / len(s), 4))
@@ -219,7 +220,7 @@ def build_profile(model: str, provider: str, suite: Suite, level: Level, thresho
     )
 
 
-def _signature(level: Level, samples: int) -> list:
+def _signature(level: Level, samples: int) -> list[list[tuple[Any, ...]]]:
     """What must match for two levels to count as the same behaviour: texts, calls, tokens."""
     return [
         sorted((run.test.name, run.completion_tokens,

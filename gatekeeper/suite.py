@@ -77,9 +77,9 @@ class Check(_Strict):
     def _fields_match_type(self) -> Check:
         if self.type in _NEEDS_VALUE and self.value is None:
             raise ValueError(f"check {self.type!r} needs a 'value'")
-        if self.type in _NEEDS_PATH and not self.path:
-            raise ValueError(f"check {self.type!r} needs a 'path'")
         if self.type in _NEEDS_PATH:
+            if not self.path:
+                raise ValueError(f"check {self.type!r} needs a 'path'")
             parse_path(self.path)
         if self.type == "json_path_type" and self.value not in JSON_TYPES:
             raise ValueError(f"json_path_type value must be one of {', '.join(JSON_TYPES)}, got {self.value!r}")

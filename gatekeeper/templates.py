@@ -22,7 +22,7 @@ import ast
 import random
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,7 +137,8 @@ class Template:
 
     def render(self, values: dict[str, Any]) -> dict[str, Any]:
         """The test's content with every placeholder replaced (a plain suite-file dict)."""
-        return _render(self.raw, values, "")
+        rendered: dict[str, Any] = _render(self.raw, values, "")
+        return rendered
 
     def _check_placeholders(self) -> set[str]:
         used: set[str] = set()
@@ -149,7 +150,7 @@ class Template:
         return used
 
 
-def _strings(value: Any, where: str):
+def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
     """Every (path, string) of a JSON value that rendering touches."""
     if isinstance(value, str):
         yield where, value

@@ -11,11 +11,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import answers
+import pytest
 from conftest import ROOT
 from scripted import ScriptedServer, SuiteScript
+
 from gatekeeper.backends import BackendRequest, Completion, MockBackend, OpenAIBackend, RequestSettings, parse_message
 from gatekeeper.config import Settings
 from gatekeeper.core import Gatekeeper
@@ -31,7 +31,7 @@ WIDE = os.environ | {"COLUMNS": "200"}  # rich tables wrap at 80 columns when no
 
 
 def bench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gatekeeper", "bench", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gatekeeper", "bench", *args], check=False, capture_output=True, text=True,
                           timeout=120, cwd=cwd, env=WIDE)
 
 
@@ -420,7 +420,7 @@ def test_a_model_that_passes_by_luck_is_tiered_on_its_lower_bound(tmp_path, defa
     backend = mock_answering(SuiteScript(default_suite), once_wrong)
     service = MeasurementService(sampled(3), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
     (profile,) = asyncio.run(service.sweep("m", ["low"])).profiles
-    low, high = profile.score_intervals["toolCalling"]
+    low, _ = profile.score_intervals["toolCalling"]
     assert profile.samples == 3  # the spread kept the 0.9 threshold inside the interval
     assert profile.scores["toolCalling"] >= 0.9 > low  # the mean alone would have made it large
     assert profile.tier == "medium"
@@ -434,7 +434,7 @@ def test_bench_and_profiles_show_scores_with_their_interval(tmp_path, default_su
     assert done.returncode == 0, done.stderr
     assert "1.00 ± 0.00" in done.stdout and "sequential stopping saved" in done.stdout
     shown = subprocess.run([sys.executable, "-m", "gatekeeper", "profiles", "--store", str(store)],
-                           capture_output=True, text=True, timeout=60, env=WIDE)
+                           check=False, capture_output=True, text=True, timeout=60, env=WIDE)
     assert "1.00 ± 0.00" in shown.stdout
 
 
@@ -536,7 +536,6 @@ def test_wrong_distractor_id_in_a_random_chain_loses_its_points(tmp_path, defaul
 
 def test_admin_api_shows_scores_with_their_interval(store_path, default_suite):
     import httpx
-
     from conftest import running_proxy, settings_for
 
     auth = {"authorization": "Bearer k"}
