@@ -17,8 +17,8 @@ from typing import Any
 
 import anthropic
 
-from adapters._sdk import GatedClient
-from adapters.openai_sdk import _agate, _gate
+from gatekeeper.adapters._sdk import GatedClient
+from gatekeeper.adapters.openai_sdk import _agate, _gate
 from gatekeeper.core import Gatekeeper
 
 _ROUTES = {("messages",): "messages", ("beta", "messages"): "messages"}

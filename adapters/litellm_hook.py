@@ -3,7 +3,7 @@
 LiteLLM's `config.yaml`:
 
     litellm_settings:
-      callbacks: adapters.litellm_hook.proxy_handler_instance
+      callbacks: gatekeeper.adapters.litellm_hook.proxy_handler_instance
 
 and `GATEKEEPER_CONFIG=/path/to/gatekeeper.yaml` in the proxy's environment. On every request
 that carries tools, the hook resolves the tier of `data["model"]` (the model name the client

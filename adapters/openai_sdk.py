@@ -18,7 +18,7 @@ from typing import Any
 
 import openai
 
-from adapters._sdk import GatedClient
+from gatekeeper.adapters._sdk import GatedClient
 from gatekeeper.core import Gatekeeper
 from gatekeeper.errors import RequestInvalid
 from gatekeeper.wrap import agate_body, gate_body

@@ -3,20 +3,67 @@
     from gatekeeper import Gatekeeper, ToolRegistry
     gk = Gatekeeper.from_config("gatekeeper.yaml")
     registry = ToolRegistry(gk)
+
+This module is the public API: what is imported here is what users rely on. Everything else
+(`gatekeeper.proxy`, `gatekeeper.runner`, ...) is internal and may change. Integrations for
+other runtimes live in `gatekeeper.adapters` (each imported on its own: they pull in their
+runtime's SDK).
 """
 
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.core import Gatekeeper, NotMeasured, Resolution
-from gatekeeper.errors import (BackendError, ConfigError, GatekeeperError, SuiteError, ToolArgumentsInvalid,
-                               ToolNotAllowed)
+from gatekeeper.core import Gatekeeper, Resolution
+from gatekeeper.errors import (
+    AnswerInvalid,
+    BackendError,
+    ConfigError,
+    GatekeeperError,
+    InconclusiveMeasurement,
+    LocalModelError,
+    NotMeasured,
+    ProxyError,
+    RequestInvalid,
+    StoreError,
+    SuiteError,
+    ToolArgumentsInvalid,
+    ToolChoiceBlocked,
+    ToolNotAllowed,
+)
 from gatekeeper.profiles import JsonFileStore, Profile, ProfileStore
-from gatekeeper.registry import ToolRegistry
+from gatekeeper.registry import RegisteredTool, ToolRegistry, function_schema
 from gatekeeper.suite import Suite, load_suite
 from gatekeeper.tiers import Tier
 from gatekeeper.wrap import gated
 
-__all__ = [
-    "BackendError", "ConfigError", "Gatekeeper", "GatekeeperError", "JsonFileStore", "NotMeasured", "Profile",
-    "ProfileStore", "Resolution", "Settings", "Suite", "SuiteError", "Tier", "ToolArgumentsInvalid",
-    "ToolNotAllowed", "ToolRegistry", "gated", "load_settings", "load_suite",
+__all__ = [  # noqa: RUF022 - grouped by role, not sorted
+    # the core and its front ends
+    "Gatekeeper",
+    "Resolution",
+    "ToolRegistry",
+    "RegisteredTool",
+    "function_schema",
+    "gated",
+    # settings, suite, profiles
+    "Settings",
+    "load_settings",
+    "Suite",
+    "load_suite",
+    "Tier",
+    "Profile",
+    "ProfileStore",
+    "JsonFileStore",
+    # every error gatekeeper raises on purpose (gatekeeper/errors.py)
+    "GatekeeperError",
+    "ConfigError",
+    "SuiteError",
+    "StoreError",
+    "BackendError",
+    "InconclusiveMeasurement",
+    "LocalModelError",
+    "NotMeasured",
+    "RequestInvalid",
+    "AnswerInvalid",
+    "ToolChoiceBlocked",
+    "ToolNotAllowed",
+    "ToolArgumentsInvalid",
+    "ProxyError",
 ]

@@ -33,6 +33,10 @@ class InconclusiveMeasurement(BackendError):
     limit): nothing is stored and it is retried later like a backend failure."""
 
 
+class LocalModelError(GatekeeperError):
+    """The bundled local model could not be assembled, or its server did not come up."""
+
+
 class NotMeasured(GatekeeperError):
     """`unknown_models: reject` and the pair has no valid profile yet."""
 

@@ -28,7 +28,7 @@ import httpx
 import structlog
 from filelock import FileLock
 
-from gatekeeper.errors import GatekeeperError
+from gatekeeper.errors import LocalModelError
 
 log = structlog.get_logger(__name__)
 
@@ -40,10 +40,6 @@ DEFAULT_STARTUP_TIMEOUT = 120.0
 
 # Called while waiting for the server: (seconds elapsed, last line of the server log).
 ProgressCallback = Callable[[float, str], None]
-
-
-class LocalModelError(GatekeeperError):
-    """The bundled local model could not be assembled, or its server did not come up."""
 
 
 def cache_dir() -> Path:

@@ -2,7 +2,7 @@
 
 One pipeline for every route that reaches a model, whatever the protocol or the upstream:
     read the body (size-capped) -> codec.parse -> gk.aresolve -> codec.gate
-    -> forward (pooled httpx, or litellm for `models:` routes; translated to chat when the
+    -> forward (pooled aiohttp, or litellm for `models:` routes; translated to chat when the
        upstream does not speak the client's protocol) -> codec.enforce / codec.stream_filter
     -> client.
 
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable
 from urllib.parse import quote
 
-import httpx
 import orjson
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -43,7 +42,7 @@ from gatekeeper.errors import (AnswerInvalid, ConfigError, GatekeeperError, NotM
 from gatekeeper.protocols.base import Codec, Enforced, Event, Offered, StreamConverter, StreamFilter, may_carry_calls
 from gatekeeper.protocols.chat import loads
 from gatekeeper.sse import SSEParser, encode
-from gatekeeper.upstream import UpstreamPool, answer_headers
+from gatekeeper.upstream import TransferError, UpstreamPool, UpstreamResponse, answer_headers
 
 log = structlog.get_logger("gatekeeper.proxy")
 
@@ -211,7 +210,7 @@ def _stream(call: _Call, events: AsyncIterator[list[Event]], close: Callable[[],
     return StreamingResponse(body, headers=passed | call.headers, media_type="text/event-stream")
 
 
-async def _sse_events(response: httpx.Response, limit: int) -> AsyncIterator[list[Event]]:
+async def _sse_events(response: UpstreamResponse, limit: int) -> AsyncIterator[list[Event]]:
     """The upstream's events, one list per received chunk (one relay write per chunk)."""
     parser = SSEParser()
     size = 0
@@ -251,7 +250,7 @@ async def _relay(call: _Call, source: AsyncIterator[list[Event]], close: Callabl
             error = (str(exc), "upstream_invalid")
         except ProxyError as exc:
             error = (exc.message, exc.code or "upstream_error")
-        except httpx.HTTPError as exc:
+        except TransferError as exc:
             metrics.UPSTREAM_ERRORS.labels("stream_incomplete").inc()
             error = (f"upstream stream broke off: {type(exc).__name__}", "upstream_incomplete")
         except Exception as exc:  # noqa: BLE001 - a bug of ours costs this stream an error event, never more
@@ -266,7 +265,7 @@ async def _relay(call: _Call, source: AsyncIterator[list[Event]], close: Callabl
         _log(None, call, stream=True, **log_fields)
 
 
-async def _upstream_error(call: _Call, response: httpx.Response, pool: UpstreamPool,
+async def _upstream_error(call: _Call, response: UpstreamResponse, pool: UpstreamPool,
                           log_fields: dict[str, Any]) -> Response:
     """Upstream errors keep their status. A JSON object body in the client's own protocol passes;
     anything else (empty, not JSON, or a chat error for a translated protocol) is re-shaped."""
@@ -365,7 +364,7 @@ async def _forward(request: Request, method: str, path: str, content: bytes | No
     return Response(raw, status_code=response.status_code, headers=passed)
 
 
-async def _raw_stream(response: httpx.Response, limit: int) -> AsyncIterator[bytes]:
+async def _raw_stream(response: UpstreamResponse, limit: int) -> AsyncIterator[bytes]:
     size = 0
     try:
         async for chunk in response.aiter_bytes():
@@ -373,7 +372,7 @@ async def _raw_stream(response: httpx.Response, limit: int) -> AsyncIterator[byt
             if size > limit:
                 return
             yield chunk
-    except httpx.HTTPError:
+    except TransferError:
         return
     finally:
         await response.aclose()

@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,8 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from gatekeeper.errors import SuiteError
 from gatekeeper.templates import Template, TemplateError
 
-# The project's own suite (a source checkout or an editable install).
-DEFAULT_SUITE_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
+# The project's own suite, shipped as package data (gatekeeper/benchmarks: in the repository a
+# symlink to the top-level benchmarks/). A Path because the loader and the hash read files; the
+# package is always installed as files (wheel, editable or checkout), never imported from a zip.
+DEFAULT_SUITE_DIR = Path(str(resources.files("gatekeeper") / "benchmarks"))
 
 # Bumped when the meaning of a score changes: every stored profile becomes invalid.
 BENCHMARK_VERSION = 1

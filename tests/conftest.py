@@ -1,29 +1,96 @@
-"""Shared fixtures: scripted upstreams and a real proxy on a real port."""
+"""Shared fixtures and helpers: tool schemas, scripted upstreams, a real proxy on a real port,
+and one way to wait for something that happens in the background (`wait_until`).
+
+Test modules import the helpers with `from conftest import ...` (tests/ is on sys.path).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, TypeVar
 
 import openai
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from scripted import ScriptedServer, SuiteScript, ThreadedServer  # noqa: E402
+import answers
+from scripted import ScriptedServer, SuiteScript, ThreadedServer
 
-from gatekeeper.config import Settings  # noqa: E402
-from gatekeeper.core import Gatekeeper  # noqa: E402
-from gatekeeper.profiles import JsonFileStore, Profile  # noqa: E402
-from gatekeeper.proxy import create_app  # noqa: E402
-from gatekeeper.suite import DEFAULT_SUITE_DIR, Suite, load_suite  # noqa: E402
-from gatekeeper.tiers import Tier  # noqa: E402
+from gatekeeper.config import Settings
+from gatekeeper.core import Gatekeeper
+from gatekeeper.profiles import JsonFileStore, Profile
+from gatekeeper.proxy import create_app
+from gatekeeper.suite import DEFAULT_SUITE_DIR, Suite, load_suite
+from gatekeeper.tiers import Tier
 
 ROOT = Path(__file__).resolve().parent.parent
+# The seed's own suite lives outside the repository: tests that read it skip where it is absent.
 SEED_SUITE = Path("/work/shared/seed-suite")
+needs_seed_suite = pytest.mark.skipif(not SEED_SUITE.is_dir(), reason=f"the seed suite {SEED_SUITE} is not here")
+
+T = TypeVar("T")
+
+
+# -- tools ---------------------------------------------------------------------------------
+
+def tool(name: str, parameters: dict | None = None, **params: str) -> dict:
+    """An OpenAI function tool: `parameters` as given, else built from `params` (each a required
+    parameter and its JSON type)."""
+    if parameters is None:
+        parameters = {"type": "object", "properties": {p: {"type": t} for p, t in params.items()}}
+        if params:
+            parameters["required"] = list(params)
+    return {"type": "function", "function": {"name": name, "description": f"the {name} tool",
+                                             "parameters": parameters}}
+
+
+# Under settings_for's rules: read_file is small, write_file medium, execute_command large.
+TOOLS = [tool("read_file", path="string"), tool("write_file", path="string", content="string"),
+         tool("execute_command", command="string")]
+
+
+def names(tools: list[dict] | None) -> list[str] | None:
+    """The function names of a list of tools (None stays None: "no tools field")."""
+    return None if tools is None else [t["function"]["name"] for t in tools]
+
+
+# -- waiting for background work -----------------------------------------------------------
+
+def wait_until(condition: Callable[[], T], what: str, timeout_s: float = 20.0) -> T:
+    """Poll `condition` until it returns something truthy, and return that; fail naming `what`.
+
+    The one way tests wait for background work (a measurement landing, a server starting): a
+    deadline, never a fixed sleep followed by an assertion.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.02)
+
+
+async def await_until(condition: Callable[[], T | Awaitable[T]], what: str, timeout_s: float = 20.0) -> T:
+    """`wait_until` for async tests: the event loop keeps running while it polls."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+            value = await value
+        if value:
+            return value  # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.02)
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +102,7 @@ def make_profile(model: str, tier: Tier, suite: Suite, effort: str = "default", 
     scores = {Tier.SMALL: 0.2, Tier.MEDIUM: 0.7, Tier.LARGE: 1.0}[tier]
     fields = dict(model=model, provider="openai-compatible", tier=tier,
                   scores={"instruction": scores, "json": scores, "toolCalling": scores}, tokens_per_second=42.0,
-                  tested_at=datetime.now(timezone.utc).isoformat(), benchmark_version=suite.version,
+                  tested_at=datetime.now(UTC).isoformat(), benchmark_version=suite.version,
                   tests_hash=suite.hash, reasoning_effort=effort)
     return Profile(**(fields | changes))
 
@@ -49,6 +116,27 @@ def agent_or_suite(script: SuiteScript, behaviour: Callable, agent: Callable[[di
             return agent(body)
         return behaviour(test, step)
     return respond
+
+
+def measuring_upstream(suite: Suite, behaviour: Callable[..., dict] = answers.perfect,
+                       agent: Callable[[dict], dict] | None = None, **server: Any) -> ScriptedServer:
+    """A scripted upstream that answers the suite's prompts with `behaviour` (perfect: a large
+    model) and any other request with `agent` (default: a plain "agent answer")."""
+    agent = agent or (lambda body: {"content": "agent answer", "tool_calls": []})
+    return ScriptedServer(agent_or_suite(SuiteScript(suite), behaviour, agent), **server)
+
+
+def suite_requests(upstream: ScriptedServer, suite: Suite) -> list[dict]:
+    """The requests `upstream` received that belong to a measurement with `suite`."""
+    script = SuiteScript(suite)
+    found = []
+    for body in upstream.requests:
+        try:
+            script.locate(body)
+        except (KeyError, StopIteration):
+            continue
+        found.append(body)
+    return found
 
 
 class Proxy:

@@ -17,8 +17,8 @@ from litellm.caching.dual_cache import DualCache  # noqa: E402
 from litellm.integrations.custom_logger import CustomLogger  # noqa: E402
 from litellm.proxy._types import UserAPIKeyAuth  # noqa: E402
 
-from adapters.litellm_hook import GatekeeperHook  # noqa: E402
-from adapters.openai_sdk import gate_client  # noqa: E402
+from gatekeeper.adapters.litellm_hook import GatekeeperHook  # noqa: E402
+from gatekeeper.adapters.openai_sdk import gate_client  # noqa: E402
 from conftest import make_profile, seed_store  # noqa: E402
 from gatekeeper import ConfigError  # noqa: E402
 from gatekeeper.gating import ToolChoiceBlocked  # noqa: E402

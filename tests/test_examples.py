@@ -167,12 +167,12 @@ async def test_litellm_config_example_gates_through_litellm(model_server, exampl
     from litellm.proxy._types import UserAPIKeyAuth
     from litellm.proxy.types_utils.utils import get_instance_fn
 
-    import adapters.litellm_hook
+    import gatekeeper.adapters.litellm_hook
 
     config_path = EXAMPLES / "litellm_config.yaml"
     config = yaml.safe_load(config_path.read_text())
     hook = get_instance_fn(config["litellm_settings"]["callbacks"], config_file_path=str(config_path))
-    assert hook is adapters.litellm_hook.proxy_handler_instance
+    assert hook is gatekeeper.adapters.litellm_hook.proxy_handler_instance
 
     for var in ("GATEKEEPER_UPSTREAM", "GATEKEEPER_STORE"):
         monkeypatch.setenv(var, example_env[var])
@@ -204,5 +204,5 @@ def _example_tools() -> tuple[list[dict], dict]:
 
 def test_litellm_hook_doc_shows_the_config_lines():
     doc = (EXAMPLES / "litellm_hook.md").read_text()
-    assert "callbacks: adapters.litellm_hook.proxy_handler_instance" in doc
+    assert "callbacks: gatekeeper.adapters.litellm_hook.proxy_handler_instance" in doc
     assert "GATEKEEPER_CONFIG" in doc

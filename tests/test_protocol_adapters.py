@@ -18,8 +18,8 @@ from litellm.caching.dual_cache import DualCache  # noqa: E402
 from litellm.proxy._types import UserAPIKeyAuth  # noqa: E402
 from upstreams import NativeServer  # noqa: E402
 
-from adapters import anthropic_sdk, openai_sdk  # noqa: E402
-from adapters.litellm_hook import GatekeeperHook  # noqa: E402
+from gatekeeper.adapters import anthropic_sdk, openai_sdk  # noqa: E402
+from gatekeeper.adapters.litellm_hook import GatekeeperHook  # noqa: E402
 from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked  # noqa: E402
 from gatekeeper.wrap import gate_agent, gated_prepare_tools  # noqa: E402
 

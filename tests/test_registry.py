@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import threading
-import time
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import pytest
+from conftest import measuring_upstream, names, settings_for, tool, wait_until
+from pydantic import BaseModel, Field
 
-import answers
-from conftest import agent_or_suite, settings_for
-from scripted import ScriptedServer, SuiteScript
 from gatekeeper import Gatekeeper, NotMeasured, ToolArgumentsInvalid, ToolNotAllowed, ToolRegistry
 from gatekeeper.registry import function_schema
 from gatekeeper.tiers import Tier
-
-
-def schema(name: str, parameters: dict | None = None) -> dict:
-    return {"type": "function", "function": {"name": name, "description": f"the {name} tool",
-                                             "parameters": parameters or {"type": "object", "properties": {}}}}
-
-
-def names(tools: list[dict]) -> list[str]:
-    return [t["function"]["name"] for t in tools]
-
-
 
 
 @pytest.fixture
@@ -34,9 +22,9 @@ def registry(gk) -> ToolRegistry:
     deploy (registered as large), write_note (registered as small, beating write_*)."""
     registry = ToolRegistry(gk)
     for name in ("read_file", "write_file", "execute_command"):
-        registry.register(schema(name), handler=lambda **kwargs: "done")
-    registry.register(schema("deploy"), required_tier="large")
-    registry.register(schema("write_note"), required_tier=Tier.SMALL)
+        registry.register(tool(name), handler=lambda **kwargs: "done")
+    registry.register(tool("deploy"), required_tier="large")
+    registry.register(tool("write_note"), required_tier=Tier.SMALL)
     return registry
 
 
@@ -61,12 +49,12 @@ def test_pin_decides_the_tier(registry):
 
 
 def test_listed_schemas_are_the_registered_ones(registry):
-    assert registry.list_for_llm("small-model")[0] == schema("read_file")
+    assert registry.list_for_llm("small-model")[0] == tool("read_file")
 
 
 def test_registering_a_tool_updates_the_lists(registry):
     assert "search" not in names(registry.list_for_llm("large-model"))
-    registry.register(schema("search"))
+    registry.register(tool("search"))
     assert names(registry.list_for_llm("large-model"))[-1] == "search"
     assert names(registry.list_for_llm("small-model"))[-1] == "search"
 
@@ -78,11 +66,11 @@ def test_each_call_returns_a_new_list(registry):
 
 def test_registering_a_name_twice_is_an_error(registry):
     with pytest.raises(ValueError, match="'read_file' is already registered"):
-        registry.register(schema("read_file"))
+        registry.register(tool("read_file"))
 
 
 def test_a_malformed_schema_is_refused_at_registration(gk):
-    with pytest.raises(ValueError, match="function.name"):
+    with pytest.raises(ValueError, match=r"function\.name"):
         ToolRegistry(gk).register({"type": "function", "function": {"description": "no name"}})
 
 
@@ -100,25 +88,23 @@ async def test_async_listing_matches_the_sync_one(registry):
         assert await registry.alist_for_llm(model) == registry.list_for_llm(model)
 
 
-def _slow_measuring_upstream(default_suite, delay_s: float) -> ScriptedServer:
-    agent = lambda body: {"content": "agent answer", "tool_calls": []}  # noqa: E731
-    return ScriptedServer(agent_or_suite(SuiteScript(default_suite), answers.perfect, agent), delay_s=delay_s)
-
-
 def test_sync_listing_does_not_block_while_an_unknown_model_is_measured(store_path, default_suite):
-    with _slow_measuring_upstream(default_suite, delay_s=1.0) as upstream:
+    with measuring_upstream(default_suite, delay_s=1.0) as upstream:
         gk = Gatekeeper(settings_for(upstream.base_url, store_path))  # fail_closed, unknown_tier small
         try:
             registry = ToolRegistry(gk)
-            registry.register(schema("read_file"))
-            registry.register(schema("execute_command"))
+            registry.register(tool("read_file"))
+            registry.register(tool("execute_command"))
             tools = registry.list_for_llm("new-model")
             assert names(tools) == ["read_file"]
             assert gk.lookup("new-model") is None, "list_for_llm waited for the measurement"
-            deadline = time.monotonic() + 30
-            while gk.lookup("new-model") is None and time.monotonic() < deadline:
-                assert names(registry.list_for_llm("new-model")) == ["read_file"]
-                time.sleep(0.05)
+
+            def measured() -> bool:
+                listed = names(registry.list_for_llm("new-model"))
+                assert listed in (["read_file"], ["read_file", "execute_command"])
+                return gk.lookup("new-model") is not None
+
+            wait_until(measured, "the background measurement of new-model", timeout_s=30)
             assert names(registry.list_for_llm("new-model")) == ["read_file", "execute_command"]
         finally:
             gk.close()
@@ -133,7 +119,8 @@ def test_decorator_derives_the_schema_from_signature_and_docstring(gk):
     @registry.tool(required_tier="medium")
     def search_notes(query: str, limit: int = 5, score: float = 0.5, exact: bool = False,
                      tags: list[str] | None = None, mode: Literal["fast", "deep"] = "fast",
-                     owner: Optional[str] = None, filters: dict[str, int] | None = None) -> list[str]:
+                     owner: Optional[str] = None,  # noqa: UP045 - the old spelling is supported too
+                     filters: dict[str, int] | None = None) -> list[str]:
         """Search the notes
         by their text.
 
@@ -164,12 +151,13 @@ def test_decorator_derives_the_schema_from_signature_and_docstring(gk):
                     "limit": {"type": "integer", "description": "At most this many results.", "default": 5},
                     "score": {"type": "number", "default": 0.5},
                     "exact": {"type": "boolean", "default": False},
-                    "tags": {"type": ["array", "null"], "items": {"type": "string"}, "default": None},
+                    "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}],
+                             "default": None},
                     "mode": {"type": "string", "enum": ["fast", "deep"], "description": "How hard to look.",
                              "default": "fast"},
-                    "owner": {"type": ["string", "null"], "default": None},
-                    "filters": {"type": ["object", "null"], "additionalProperties": {"type": "integer"},
-                                "default": None},
+                    "owner": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+                    "filters": {"anyOf": [{"type": "object", "additionalProperties": {"type": "integer"}},
+                                          {"type": "null"}], "default": None},
                 },
                 "required": ["query"],
                 "additionalProperties": False,
@@ -192,7 +180,7 @@ def test_bare_decorator_uses_the_config_rule(gk):
 
 def test_unsupported_parameter_types_fail_at_decoration(gk):
     registry = ToolRegistry(gk)
-    with pytest.raises(TypeError, match="parameter 'when'.*unsupported annotation"):
+    with pytest.raises(TypeError, match=r"parameter 'when'.*unsupported annotation"):
         @registry.tool
         def schedule(when: threading.Event) -> None:
             pass
@@ -292,7 +280,7 @@ def test_invalid_arguments_are_refused_naming_the_argument(typed, calls, argumen
 
 def test_hand_written_schemas_are_validated_too(gk):
     registry = ToolRegistry(gk)
-    registry.register(schema("create_user", {
+    registry.register(tool("create_user", {
         "type": "object",
         "properties": {
             "name": {"type": "string"},
@@ -303,11 +291,11 @@ def test_hand_written_schemas_are_validated_too(gk):
     }), handler=lambda **kwargs: kwargs)
     extra_allowed = {"name": "ada", "nickname": "a", "address": {"zip": "123", "city": "x"}}
     assert registry.call("small-model", "create_user", extra_allowed) == extra_allowed
-    with pytest.raises(ToolArgumentsInvalid, match="missing required argument 'address.zip'"):
+    with pytest.raises(ToolArgumentsInvalid, match=r"missing required argument 'address\.zip'"):
         registry.call("small-model", "create_user", {"name": "ada", "address": {}})
     with pytest.raises(ToolArgumentsInvalid, match=r"argument 'role': 1 is not one of"):
         registry.call("small-model", "create_user", {"name": "ada", "role": 1})
-    with pytest.raises(ToolArgumentsInvalid, match="argument 'address.zip': expected string, got integer 123"):
+    with pytest.raises(ToolArgumentsInvalid, match=r"argument 'address\.zip': expected string, got integer 123"):
         registry.call("small-model", "create_user", {"name": "ada", "address": {"zip": 123}})
 
 
@@ -353,3 +341,111 @@ async def test_acall_refuses_hidden_tools_and_bad_arguments(typed, calls):
     with pytest.raises(ToolArgumentsInvalid, match="missing required argument 'command'"):
         await typed.acall("large-model", "execute_command", "{}")
     assert calls == []
+
+
+# -- constraints the schema states are enforced (jsonschema), or the tool is refused ------------
+
+@pytest.fixture
+def constrained(gk) -> ToolRegistry:
+    registry = ToolRegistry(gk)
+    registry.register(tool("book", {
+        "type": "object",
+        "properties": {
+            "seats": {"type": "integer", "minimum": 1, "maximum": 8},
+            "code": {"type": "string", "pattern": "^[A-Z]+$", "maxLength": 3},
+            "cabin": {"type": "string", "enum": ["economy", "business"]},
+            "contact": {"type": "string", "format": "email"},
+            "when": {"type": "string", "format": "date-time"},
+            "passenger": {"$ref": "#/$defs/passenger"},
+        },
+        "$defs": {"passenger": {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}},
+                                "required": ["age"]}},
+    }), handler=lambda **kwargs: kwargs)
+    return registry
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ({"seats": 0}, "argument 'seats': 0 is less than the minimum of 1"),
+    ({"seats": 9}, "argument 'seats': 9 is greater than the maximum of 8"),
+    ({"seats": 3.0}, "argument 'seats': expected integer, got number 3.0"),
+    ({"code": "ab1"}, "argument 'code': 'ab1' does not match '^[A-Z]+$'"),
+    ({"code": "ABCD"}, "argument 'code': 'ABCD' is too long"),
+    ({"cabin": "first"}, "argument 'cabin': \"first\" is not one of [\"economy\", \"business\"]"),
+    ({"contact": "not-an-address"}, "argument 'contact': 'not-an-address' is not a 'email'"),
+    ({"when": "tomorrow"}, "argument 'when': 'tomorrow' is not a 'date-time'"),
+    ({"passenger": {"age": -1}}, "argument 'passenger.age': -1 is less than the minimum of 0"),
+    ({"passenger": {}}, "missing required argument 'passenger.age'"),
+])
+def test_every_stated_constraint_is_enforced(constrained, arguments, message):
+    with pytest.raises(ToolArgumentsInvalid) as info:
+        constrained.call("small-model", "book", arguments)
+    assert str(info.value) == f"tool 'book': {message}"
+
+
+def test_arguments_within_the_constraints_pass(constrained):
+    good = {"seats": 2, "code": "LHR", "cabin": "economy", "contact": "a@example.org",
+            "when": "2026-11-30T12:00:00Z", "passenger": {"age": 40}}
+    assert constrained.call("small-model", "book", good) == good
+
+
+@pytest.mark.parametrize(("parameters", "message"), [
+    ({"type": "object", "properties": {"x": {"type": "string", "format": "credit-card"}}},
+     "format 'credit-card' cannot be checked here"),
+    ({"type": "object", "properties": {"x": {"$ref": "https://example.org/x.json"}}}, "does not resolve"),
+    ({"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}}, "does not resolve"),
+    ({"type": "object", "properties": {"x": {"type": "strin"}}}, "not a valid JSON schema"),
+])
+def test_a_schema_that_cannot_be_enforced_is_refused_at_registration(gk, parameters, message):
+    with pytest.raises(ValueError, match=message):
+        ToolRegistry(gk).register(tool("risky", parameters))
+
+
+def test_an_error_message_never_echoes_a_huge_argument(constrained):
+    with pytest.raises(ToolArgumentsInvalid) as info:
+        constrained.call("small-model", "book", {"code": "A" * 100_000})
+    assert len(str(info.value)) <= 300
+
+
+class Priority(enum.Enum):
+    LOW = "low"
+    HIGH = "high"
+
+
+class Address(BaseModel):
+    street: str
+    zip: Annotated[str, Field(pattern=r"^\d{5}$")]
+
+
+def test_typed_function_constraints_and_types_come_from_its_signature(gk):
+    registry = ToolRegistry(gk)
+    received: list[tuple] = []
+
+    @registry.tool
+    def ship(count: Annotated[int, Field(ge=1, le=10)], address: Address, priority: Priority = Priority.LOW) -> str:
+        """Ship items."""
+        received.append((count, address, priority))
+        return "shipped"
+
+    parameters = registry.get("ship").parameters
+    assert parameters["properties"]["count"] == {"type": "integer", "minimum": 1, "maximum": 10}
+    assert registry.call("small-model", "ship", {"count": 2, "address": {"street": "Main", "zip": "12345"},
+                                                 "priority": "high"}) == "shipped"
+    assert received == [(2, Address(street="Main", zip="12345"), Priority.HIGH)]  # converted to its types
+    with pytest.raises(ToolArgumentsInvalid, match="argument 'count': 11 is greater than the maximum of 10"):
+        registry.call("small-model", "ship", {"count": 11, "address": {"street": "Main", "zip": "12345"}})
+    with pytest.raises(ToolArgumentsInvalid, match=r"argument 'address.zip': '1' does not match"):
+        registry.call("small-model", "ship", {"count": 1, "address": {"street": "Main", "zip": "1"}})
+    with pytest.raises(ToolArgumentsInvalid, match=r"argument 'priority': \"urgent\" is not one of"):
+        registry.call("small-model", "ship", {"count": 1, "address": {"street": "M", "zip": "12345"},
+                                              "priority": "urgent"})
+    assert len(received) == 1
+
+
+def test_a_parameter_named_like_a_model_attribute_works(gk):
+    registry = ToolRegistry(gk)
+
+    @registry.tool
+    def convert(json: str, copy: bool = False) -> str:
+        return f"{json}:{copy}"
+
+    assert registry.call("small-model", "convert", {"json": "x"}) == "x:False"

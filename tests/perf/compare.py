@@ -1,15 +1,24 @@
-"""gatekeeper's cost next to LiteLLM's proxy and a minimal passthrough (issue #6).
+"""gatekeeper's cost on every path, next to two floors and LiteLLM's proxy, in one run (issue #15).
 
-    python tests/perf/compare.py [--duration 5] [--concurrency 1,8,32] [--rounds 3]
+    python tests/perf/compare.py [--duration 4] [--rounds 3] [--concurrency 1,32] [--json out.json]
 
-Starts an instant mock upstream (mock_upstream.py) and four targets, then measures them in turn
-(interleaved, `--rounds` times): `direct` (the upstream itself), `gatekeeper` (the real
-`gatekeeper serve` with a measured profile and a few tool rules), `litellm` (LiteLLM's proxy, one
-worker, no database, installed into tests/perf/.venv-litellm on first use) and `floor`
-(floor.py: Starlette + httpx that parses, filters `tools` and re-serialises). Load comes from
-`wrk` (a Lua script POSTs the body) or, without it, loadgen.py in its own process. While one
-target is measured the other proxies are paused (SIGSTOP), and with two or more cores the
-proxy under test runs on CPU 1 while the upstream and the load generator share CPU 0.
+Starts an instant mock upstream (mock_upstream.py: Chat Completions, Responses and Messages,
+plain and SSE) and the processes below, checks that each row answers 200 (plain and streamed)
+and measures every row in turn, interleaved, `--rounds` times (the order flips every round):
+
+- `direct`: the mock itself, one row per protocol (the baseline that "added" subtracts);
+- `asyncio floor` (floor_asyncio.py): asyncio + uvloop + httptools, no framework;
+- `Starlette floor` (floor.py): Starlette + httpx on uvicorn;
+- `LiteLLM` (its proxy, one worker, no database; installed into tests/perf/.venv-litellm);
+- `gatekeeper serve` with the default config (file store; drift tracking as shipped; upstream
+  protocols as shipped, i.e. chat only, so Responses and Messages are translated), and variants:
+  native Responses/Messages (`upstream.protocols: [chat, responses, messages]`), a Redis store,
+  drift tracking off. A row whose feature this build lacks says `n/a: <why>` and is skipped.
+
+Load comes from `wrk` (a Lua script POSTs the body) or, without it, loadgen.py in its own
+process. While one process is measured the other proxies are paused (SIGSTOP); with two or more
+cores the proxies run on CPU 1 and the upstream and the load generator on CPU 0. The machine is
+shared: compare rows only within one run, and read the per-round spread in the JSON.
 """
 
 from __future__ import annotations
@@ -26,9 +35,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import orjson
 
@@ -45,20 +58,33 @@ BLOCKED = ("execute_command", "delete_file", "send_email")
 RULES = {"execute_command": "large", "delete_file": "large", "send_email": "large", "write_*": "medium"}
 TOOL_NAMES = ("read_file", "list_directory", "search_code", "get_weather", "write_file", "write_config",
               "execute_command", "delete_file", "http_get", "send_email")
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+SYSTEM = "You are a careful coding agent. Use tools when they help."
+USER = "Read README.md and summarise the project in one sentence."
 
 
-def request_body(stream: bool = False, model: str = MODEL) -> bytes:
-    tools = [{"type": "function", "function": {
-        "name": name, "description": f"{name.replace('_', ' ')}: does what its name says, carefully.",
-        "parameters": {"type": "object", "properties": {
-            "path": {"type": "string", "description": "Where to act."},
-            "options": {"type": "object", "properties": {"recursive": {"type": "boolean"},
-                                                         "limit": {"type": "integer", "minimum": 1}}}},
-            "required": ["path"]}}} for name in TOOL_NAMES]
-    body = {"model": model, "messages": [
-        {"role": "system", "content": "You are a careful coding agent. Use tools when they help."},
-        {"role": "user", "content": "Read README.md and summarise the project in one sentence."}],
-        "tools": tools, "tool_choice": "auto", "temperature": 0.2, "stream": stream}
+def request_body(stream: bool = False, model: str = MODEL, protocol: str = "chat") -> bytes:
+    """The same agent request (10 tools, 3 of them above the model's tier) in each protocol."""
+    schemas = {name: {"description": f"{name.replace('_', ' ')}: does what its name says, carefully.",
+                      "parameters": {"type": "object", "properties": {
+                          "path": {"type": "string", "description": "Where to act."},
+                          "options": {"type": "object", "properties": {
+                              "recursive": {"type": "boolean"}, "limit": {"type": "integer", "minimum": 1}}}},
+                          "required": ["path"]}} for name in TOOL_NAMES}
+    if protocol == "responses":
+        body = {"model": model, "instructions": SYSTEM, "input": [{"role": "user", "content": USER}],
+                "tools": [{"type": "function", "name": name, "description": s["description"],
+                           "parameters": s["parameters"]} for name, s in schemas.items()],
+                "tool_choice": "auto", "temperature": 0.2, "stream": stream}
+    elif protocol == "messages":
+        body = {"model": model, "max_tokens": 256, "system": SYSTEM, "messages": [{"role": "user", "content": USER}],
+                "tools": [{"name": name, "description": s["description"], "input_schema": s["parameters"]}
+                          for name, s in schemas.items()],
+                "tool_choice": {"type": "auto"}, "temperature": 0.2, "stream": stream}
+    else:
+        body = {"model": model, "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}],
+                "tools": [{"type": "function", "function": {"name": name, **s}} for name, s in schemas.items()],
+                "tool_choice": "auto", "temperature": 0.2, "stream": stream}
     return orjson.dumps(body)
 
 
@@ -104,6 +130,8 @@ def rss_mib(pid: int) -> float:
 
 @dataclass
 class Target:
+    """One process under test (or the mock upstream), started and paused by this script."""
+
     name: str
     command: list[str]
     port: int
@@ -115,24 +143,29 @@ class Target:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1/chat/completions"
+        return self.url_for("chat")
+
+    def url_for(self, protocol: str) -> str:
+        return f"http://127.0.0.1:{self.port}{PATHS[protocol]}"
 
     def start(self, workdir: Path, cpu: str | None, timeout: float) -> None:
+        """Start, and time until the first chat request is answered 200 (the start-up time)."""
         prefix = ["taskset", "-c", cpu] if cpu else []
-        log = open(workdir / f"{self.name}.log", "wb")
+        log_path = workdir / (self.name.replace("/", "_") + ".log")
+        log = open(log_path, "wb")
         started = time.perf_counter()
         self.process = subprocess.Popen(prefix + self.command, stdout=log, stderr=subprocess.STDOUT,
                                         env=os.environ | self.env, cwd=workdir, start_new_session=True)
         body = request_body()
         while time.perf_counter() - started < timeout:
             if self.process.poll() is not None:
-                self.error = f"exited with {self.process.returncode} (see {workdir / (self.name + '.log')})"
+                self.error = f"exited with {self.process.returncode}: {tail(log_path)}"
                 return
             if asyncio.run(loadgen.post_once(self.url, body, timeout=2.0)) == 200:
                 self.startup_s = time.perf_counter() - started
                 return
             time.sleep(0.01)
-        self.error = f"no answer within {timeout:.0f} s"
+        self.error = f"no answer within {timeout:.0f} s: {tail(log_path)}"
         self.stop()
 
     def signal(self, sig: int) -> None:
@@ -151,6 +184,14 @@ class Target:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def tail(path: Path, chars: int = 300) -> str:
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        return "(no log)"
+    return " ".join(text[-chars:].split()) or "(empty log)"
 
 
 def ensure_litellm(reinstall: bool) -> Path | None:
@@ -175,23 +216,45 @@ def litellm_version() -> str:
     return out.stdout.strip() or "?"
 
 
-def seed_gatekeeper(workdir: Path, upstream: str) -> Path:
-    """A config with tool rules, and a store holding a valid measured profile for MODEL."""
+def seed_gatekeeper(workdir: Path, upstream: str, name: str = "gatekeeper", store: str | None = None,
+                    extra: dict | None = None) -> Path:
+    """A config with tool rules, and a store holding a valid measured profile for MODEL.
+
+    `store` (a redis URL) replaces the file store: the profile is copied there with
+    `gatekeeper store copy`. `extra` adds top-level config sections (drift, upstream keys)."""
     from gatekeeper.profiles import JsonFileStore, Profile
     from gatekeeper.suite import DEFAULT_SUITE_DIR, load_suite
 
     suite = load_suite(DEFAULT_SUITE_DIR)
-    store = workdir / "models_profile.json"
-    JsonFileStore(store).save([Profile(
+    file_store = workdir / f"{name}-profiles.json"
+    JsonFileStore(file_store).save([Profile(
         model=MODEL, provider="openai-compatible", tier="medium",
         scores={"instruction": 0.8, "json": 0.8, "toolCalling": 0.7}, tokens_per_second=50.0,
         tested_at=datetime.now(timezone.utc).isoformat(), benchmark_version=suite.version, tests_hash=suite.hash)])
-    config = workdir / "gatekeeper.yaml"
-    config.write_text(json.dumps({  # JSON is YAML
-        "upstream": {"base_url": upstream, "api_key": "sk-mock"}, "suite": str(DEFAULT_SUITE_DIR),
-        "store": str(store), "unknown_models": "wait", "wait_timeout_s": 120,
-        "tools": {"default_tier": "small", "required_tier": RULES}}, indent=2))
+    if store is not None:
+        exe = str(Path(sys.executable).parent / "gatekeeper")
+        out = subprocess.run([exe, "store", "copy", str(file_store), store], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"`gatekeeper store copy` failed: {(out.stderr or out.stdout).strip()[:200]}")
+    config = workdir / f"{name}.yaml"
+    doc: dict = {"upstream": {"base_url": upstream, "api_key": "sk-mock"}, "suite": str(DEFAULT_SUITE_DIR),
+                 "store": store or str(file_store), "unknown_models": "wait", "wait_timeout_s": 120,
+                 "tools": {"default_tier": "small", "required_tier": RULES}}
+    for key, value in (extra or {}).items():
+        doc[key] = doc[key] | value if isinstance(doc.get(key), dict) else value
+    config.write_text(json.dumps(doc, indent=2))  # JSON is YAML
     return config
+
+
+def config_error(config: Path) -> str | None:
+    """Why this build rejects the config (its own message), or None when it loads."""
+    from gatekeeper.config import load_settings
+
+    try:
+        load_settings(config)
+    except Exception as exc:  # noqa: BLE001 - any rejection makes the row n/a, with its reason
+        return " ".join(str(exc).split())[:200]
+    return None
 
 
 def litellm_config(workdir: Path, upstream: str) -> Path:
@@ -201,6 +264,26 @@ def litellm_config(workdir: Path, upstream: str) -> Path:
             "model": f"openai/{MODEL}", "api_base": upstream, "api_key": "sk-mock"}}],
         "litellm_settings": {"telemetry": False}}, indent=2))
     return config
+
+
+def redis_binary() -> str | None:
+    """The redis-server the tests use (tests/redis_server.py, when this build has it), else PATH's."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from redis_server import server_binary  # type: ignore[import-not-found]
+        return server_binary()
+    except ImportError:
+        return shutil.which("redis-server")
+
+
+def redis_ready(port: int) -> bool:
+    import socket
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
 
 
 # -- load ---------------------------------------------------------------------------------------
@@ -237,9 +320,9 @@ def run_load(url: str, body_file: Path, concurrency: int, seconds: float, cpu: s
     return json.loads(out.stdout)
 
 
-async def measure_stream(url: str, n: int) -> tuple[float, float, int]:
+async def measure_stream(url: str, n: int, body: bytes | None = None) -> tuple[float, float, int]:
     """Median time to first event and to the end, over n streamed requests on one connection."""
-    host, port, raw = loadgen.request_bytes(url, request_body(stream=True))
+    host, port, raw = loadgen.request_bytes(url, body if body is not None else request_body(stream=True))
     reader, writer = await asyncio.open_connection(host, port)
     ttfb, total, errors = [], [], 0
     try:
@@ -260,7 +343,91 @@ async def measure_stream(url: str, n: int) -> tuple[float, float, int]:
     return med(ttfb), med(total), errors
 
 
+def probe(url: str, body: bytes, stream: bool) -> str | None:
+    """None when the row answers 200 (an event stream when streamed); else why not."""
+    request = urllib.request.Request(url, data=body, method="POST", headers={
+        "content-type": "application/json", "authorization": "Bearer sk-perf"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            text = answer.read()
+            kind = answer.headers.get("content-type", "")
+    except urllib.error.HTTPError as exc:
+        detail = exc.read()[:160].decode(errors="replace")
+        return f"HTTP {exc.code} on {urllib.parse.urlsplit(url).path}: {' '.join(detail.split())}"
+    except OSError as exc:
+        return f"no answer on {urllib.parse.urlsplit(url).path}: {exc}"
+    if stream and ("text/event-stream" not in kind or b"data:" not in text):
+        return f"no event stream on {urllib.parse.urlsplit(url).path} (content-type {kind!r})"
+    return None
+
+
+# -- rows ---------------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    """One line of the table: a process answering one protocol path."""
+
+    label: str
+    target: str           # Target.name
+    protocol: str         # chat | responses | messages: the client's side
+    baseline: str         # the direct row whose p50 "added" subtracts (what the upstream itself costs)
+    kind: str             # direct | floor-asyncio | floor-starlette | litellm | gatekeeper
+    na: str | None = None
+
+
+def build_rows(wanted: set[str]) -> list[Row]:
+    rows = [Row("direct chat", "direct", "chat", "direct chat", "direct"),
+            Row("direct responses", "direct", "responses", "direct responses", "direct"),
+            Row("direct messages", "direct", "messages", "direct messages", "direct")]
+    if "floors" in wanted:
+        rows += [Row("asyncio floor (chat)", "floor-asyncio", "chat", "direct chat", "floor-asyncio"),
+                 Row("Starlette floor (chat)", "floor-starlette", "chat", "direct chat", "floor-starlette")]
+    if "litellm" in wanted:
+        rows.append(Row("LiteLLM proxy (chat)", "litellm", "chat", "direct chat", "litellm"))
+    if "gatekeeper" in wanted:
+        rows += [Row("gatekeeper chat", "gk", "chat", "direct chat", "gatekeeper"),
+                 Row("gatekeeper responses, native", "gk-native", "responses", "direct responses", "gatekeeper"),
+                 Row("gatekeeper responses, translated to chat", "gk", "responses", "direct chat", "gatekeeper"),
+                 Row("gatekeeper messages, native", "gk-native", "messages", "direct messages", "gatekeeper"),
+                 Row("gatekeeper messages, translated to chat", "gk", "messages", "direct chat", "gatekeeper"),
+                 Row("gatekeeper chat, Redis store", "gk-redis", "chat", "direct chat", "gatekeeper"),
+                 Row("gatekeeper chat, drift tracking off", "gk-nodrift", "chat", "direct chat", "gatekeeper")]
+    return rows
+
+
+def gatekeeper_targets(workdir: Path, upstream: str, redis_url: str | None, redis_why: str | None) -> list[Target]:
+    """The gatekeeper processes; a variant this build cannot configure gets its reason in `error`."""
+    exe = str(Path(sys.executable).parent / "gatekeeper")
+    variants: list[tuple[str, Callable[[], Path]]] = [
+        ("gk", lambda: seed_gatekeeper(workdir, upstream, "gk")),
+        ("gk-native", lambda: seed_gatekeeper(workdir, upstream, "gk-native", extra={
+            "upstream": {"protocols": ["chat", "responses", "messages"]}})),
+        ("gk-redis", lambda: seed_gatekeeper(workdir, upstream, "gk-redis", store=redis_url)),
+        ("gk-nodrift", lambda: seed_gatekeeper(workdir, upstream, "gk-nodrift", extra={"drift": {"enabled": False}})),
+    ]
+    targets = []
+    for name, make in variants:
+        port = free_port()
+        target = Target(name, [], port)
+        if name == "gk-redis" and redis_url is None:
+            target.error = redis_why
+        else:
+            try:
+                config = make()
+                target.error = config_error(config)
+                if target.error:
+                    target.error = f"this build rejects the config: {target.error}"
+                target.command = [exe, "serve", "--config", str(config), "--port", str(port)]
+            except RuntimeError as exc:
+                target.error = str(exc)
+        targets.append(target)
+    return targets
+
+
 # -- report -------------------------------------------------------------------------------------
+
+NAN = float("nan")
+
 
 def fmt(x: float, digits: int = 2) -> str:
     return "n/a" if x != x else f"{x:.{digits}f}"
@@ -270,127 +437,186 @@ def ratio(a: float, b: float) -> str:
     return "n/a" if a != a or b != b or b == 0 else f"{a / b:.2f}x"
 
 
-def report(targets: list[Target], results: dict, streams: dict, lazy: dict, concurrency: list[int],
-           meta: dict) -> str:
-    names = [t.name for t in targets if t.error is None]
+# Why a goal can be missed, from the profiles in RESULTS.md; printed next to a missed goal.
+WHY = {
+    "asyncio": "the asyncio floor runs no coroutine per request (parser callbacks write straight to the "
+               "sockets); gatekeeper runs uvicorn's ASGI cycle, Starlette's routing and Request, the "
+               "pipeline (resolve, gate, enforce every answer), a log line and metrics: each costs tens of µs",
+    "starlette": "gatekeeper does strictly more per request than the Starlette floor (tier lookup, gating, "
+                 "answer parsing and enforcement, log line, metrics, header copy); only the faster upstream "
+                 "client pays for it",
+    "litellm": "see the LiteLLM row: its req/s depends on its own logging and router, which vary by release",
+    "protocol": "the protocol path parses and re-serialises more (translation builds a second body and "
+                "rewrites every answer or event)",
+    "ttfb": "each SSE event is parsed and checked before it is sent on (an unreadable answer never passes "
+            "raw): one parse per event plus the ASGI send",
+    "rss": "imports (pydantic models, structlog, prometheus, the codecs) and the connection pool buffers",
+    "startup": "imports (pydantic, structlog, typer, aiohttp) and loading the suite",
+}
+
+
+def report(targets: list[Target], rows: list[Row], results: dict, streams: dict, concurrency: list[int],
+           meta: dict) -> tuple[str, list[dict]]:
     by = {t.name: t for t in targets}
-    med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
-    agg: dict[tuple[str, int], dict] = {}
-    for (name, c), runs in results.items():
-        agg[name, c] = {"p50": med([r["p50_ms"] for r in runs]), "p99": med([r["p99_ms"] for r in runs]),
-                        "rps": med([r["rps"] for r in runs]), "errors": sum(r["errors"] for r in runs),
-                        "requests": sum(r["requests"] for r in runs)}
-    lines = [f"# gatekeeper vs LiteLLM proxy vs floor — {meta['date']}", "",
+    med = lambda xs: statistics.median(xs) if xs else NAN  # noqa: E731
+    lo, hi = min(concurrency), max(concurrency)
+
+    def p50(label: str, c: int = lo) -> float:
+        return med([r["p50_ms"] for r in results.get((label, c), [])])
+
+    def rps(label: str, c: int = hi) -> float:
+        return med([r["rps"] for r in results.get((label, c), [])])
+
+    def added(row: Row) -> float:
+        return p50(row.label) - p50(row.baseline)
+
+    def ttfb(label: str) -> float:
+        return med([s[0] for s in streams.get(label, [])])
+
+    ok = {r.label: r for r in rows if r.na is None}
+    first_of = {kind: next((r for r in rows if r.kind == kind and r.na is None), None)
+                for kind in ("floor-asyncio", "floor-starlette", "litellm")}
+    chat = ok.get("gatekeeper chat")
+
+    def cmp_added(row: Row, kind: str) -> str:
+        ref = first_of.get(kind)
+        return ratio(added(row), added(ref)) if ref and row.kind != "direct" else "—"
+
+    def cmp_rps(row: Row, kind: str) -> str:
+        ref = first_of.get(kind)
+        return ratio(rps(row.label), rps(ref.label)) if ref and row.kind != "direct" else "—"
+
+    lines = [f"# gatekeeper vs floors vs LiteLLM — {meta['date']}", "",
              f"machine: {meta['machine']}; python {meta['python']}; litellm {meta['litellm']}; load: {meta['load']}; "
-             f"{meta['rounds']} rounds x {meta['duration']} s per target and concurrency (median of rounds); "
-             f"{meta['pinning']}", ""]
-    lines += ["| target | c | p50 ms | p99 ms | added p50 ms | req/s | errors |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
-    for c in concurrency:
-        direct = agg.get(("direct", c), {}).get("p50", float("nan"))
-        for name in names:
-            a = agg.get((name, c))
-            if a:
-                added = "—" if name == "direct" else fmt(a["p50"] - direct)
-                lines.append(f"| {name} | {c} | {fmt(a['p50'])} | {fmt(a['p99'])} | {added} | {fmt(a['rps'], 0)} "
-                             f"| {a['errors']}/{a['requests']} |")
-    lines += ["", "| target | start-up s | RSS after load MiB | stream TTFB ms (c=1) | stream total ms (c=1) |",
-              "|---|---:|---:|---:|---:|"]
+             f"{meta['rounds']} rounds x {meta['duration']} s per row and concurrency, interleaved (median of "
+             f"rounds); {meta['pinning']}; gatekeeper {meta['gatekeeper']}", "",
+             f"| row | p50 ms c={lo} | added p50 ms c={lo} | req/s c={hi} | stream TTFB ms | TTFB − direct ms "
+             f"| added ÷ asyncio floor | added ÷ Starlette floor | req/s ÷ Starlette floor | req/s ÷ LiteLLM "
+             f"| ÷ chat path (added / req/s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        if row.na is not None:
+            lines.append(f"| {row.label} | n/a: {row.na} | | | | | | | | | |")
+            continue
+        direct = row.kind == "direct"
+        gap = ttfb(row.label) - ttfb(row.baseline)
+        vs_chat = "—"
+        if chat is not None and row.kind == "gatekeeper" and row is not chat:
+            vs_chat = f"{ratio(added(row), added(chat))} / {ratio(rps(row.label), rps(chat.label))}"
+        lines.append(
+            f"| {row.label} | {fmt(p50(row.label))} | {'—' if direct else fmt(added(row))} | {fmt(rps(row.label), 0)} "
+            f"| {fmt(ttfb(row.label))} | {'—' if direct else fmt(gap)} | {cmp_added(row, 'floor-asyncio')} "
+            f"| {cmp_added(row, 'floor-starlette')} | {cmp_rps(row, 'floor-starlette')} | {cmp_rps(row, 'litellm')} "
+            f"| {vs_chat} |")
+    lines += ["", "| process | start-up s | RSS after load MiB |", "|---|---:|---:|"]
     for t in targets:
         if t.error is not None:
-            lines.append(f"| {t.name} | unavailable: {t.error} | | | |")
-            continue
-        s = streams.get(t.name, (float("nan"),) * 3)
-        startup = "—" if t.name == "direct" else fmt(t.startup_s)
-        lines.append(f"| {t.name} | {startup} | {fmt(t.rss_mib, 0)} | {fmt(s[0])} | {fmt(s[1])} |")
-    if lazy:
-        lines += ["", f"lazy measurement (`unknown_models: wait`, unknown model, instant upstream): first request "
-                      f"{fmt(lazy['first_ms'], 0)} ms (suite of {lazy['tests']} tests), the next {fmt(lazy['next_ms'])} ms"]
+            lines.append(f"| {t.name} | n/a: {t.error} | |")
+        else:
+            lines.append(f"| {t.name} | {'—' if t.name == 'direct' else fmt(t.startup_s)} | {fmt(t.rss_mib, 0)} |")
 
-    def added(name: str, c: int) -> float:
-        if (name, c) not in agg or ("direct", c) not in agg:
-            return float("nan")
-        return agg[name, c]["p50"] - agg["direct", c]["p50"]
-
-    def rps(name: str, c: int) -> float:
-        return agg.get((name, c), {}).get("rps", float("nan"))
-
-    lo, hi = min(concurrency), max(concurrency)
-    gk = by.get("gatekeeper")
-    rows = [("added p50 latency, c=%d" % lo, lambda n: added(n, lo)),
-            ("req/s, c=%d" % hi, lambda n: rps(n, hi)),
-            ("RSS after load", lambda n: by[n].rss_mib if n in by and by[n].error is None else float("nan")),
-            ("start-up", lambda n: by[n].startup_s if n in by and by[n].error is None else float("nan"))]
-    if gk is not None and gk.error is None:
-        lines += ["", "| gatekeeper ÷ | LiteLLM | floor |", "|---|---:|---:|"]
-        for label, value in rows:
-            lines.append(f"| {label} | {ratio(value('gatekeeper'), value('litellm'))} "
-                         f"| {ratio(value('gatekeeper'), value('floor'))} |")
-        ttfb_gap = streams.get("gatekeeper", (float("nan"),))[0] - streams.get("direct", (float("nan"),))[0]
-        # (label, measured, bound): the goal is met when measured <= bound; NaN means not measured.
-        checks = [
-            ("added p50 at c=%d <= 1.5x floor's" % lo, added("gatekeeper", lo), 1.5 * added("floor", lo)),
-            ("added p50 at c=%d >= 8x lower than LiteLLM's" % lo, added("gatekeeper", lo) * 8, added("litellm", lo)),
-            ("req/s at c=%d >= 0.8x floor's" % hi, 0.8 * rps("floor", hi), rps("gatekeeper", hi)),
-            ("req/s at c=%d >= 5x LiteLLM's" % hi, 5 * rps("litellm", hi), rps("gatekeeper", hi)),
-            ("RSS after load < 100 MiB", gk.rss_mib, 100),
-            ("start-up < 2 s", gk.startup_s, 2),
-            ("stream TTFB within 1 ms of direct (c=1)", ttfb_gap, 1.0),
+    # Goals: (goal, measured, bound, lower_is_better, why-key); NaN = not measured.
+    goals: list[tuple[str, float, float, bool, str]] = []
+    if chat is not None:
+        fa, fs, ll = first_of["floor-asyncio"], first_of["floor-starlette"], first_of["litellm"]
+        goals += [
+            (f"added p50 c={lo} ≤ 1.5x asyncio floor's", added(chat) / added(fa) if fa else NAN, 1.5, True, "asyncio"),
+            (f"added p50 c={lo} ≤ 0.7x Starlette floor's", added(chat) / added(fs) if fs else NAN, 0.7, True,
+             "starlette"),
+            (f"req/s c={hi} ≥ 3x Starlette floor's", rps(chat.label) / rps(fs.label) if fs else NAN, 3.0, False,
+             "starlette"),
+            (f"req/s c={hi} ≥ 10x LiteLLM's", rps(chat.label) / rps(ll.label) if ll else NAN, 10.0, False, "litellm"),
         ]
-
-        def verdict(measured: float, bound: float) -> str:
-            if math.isnan(measured) or math.isnan(bound):
-                return "not measured"
-            return "met" if measured <= bound else "NOT met"
-
-        lines += ["", "goals: " + "; ".join(f"{label}: {verdict(m, b)}" for label, m, b in checks)]
-    return "\n".join(lines)
+        for row in rows:
+            if row.kind == "gatekeeper" and row is not chat and row.protocol != "chat":
+                if row.na is not None:
+                    goals.append((f"{row.label}: added p50 ≤ 1.3x chat's", NAN, 1.3, True, "protocol"))
+                    continue
+                goals.append((f"{row.label}: added p50 ≤ 1.3x chat's", added(row) / added(chat), 1.3, True, "protocol"))
+                goals.append((f"{row.label}: req/s ≥ chat's ÷ 1.3", rps(row.label) / rps(chat.label), 1 / 1.3, False,
+                              "protocol"))
+        for row in rows:
+            if row.kind == "gatekeeper" and row.na is None:
+                goals.append((f"{row.label}: stream TTFB ≤ direct + 0.3 ms",
+                              ttfb(row.label) - ttfb(row.baseline), 0.3, True, "ttfb"))
+        for t in targets:
+            if t.name.startswith("gk") and t.error is None:
+                goals.append((f"{t.name}: RSS after load < 80 MiB", t.rss_mib, 80, True, "rss"))
+                goals.append((f"{t.name}: start-up < 1 s", t.startup_s, 1.0, True, "startup"))
+    verdicts = []
+    lines += ["", "| goal | measured | bound | verdict | missed by | why (when missed) |", "|---|---:|---:|---|---:|---|"]
+    for goal, measured, bound, lower, why in goals:
+        if math.isnan(measured) or math.isnan(bound):
+            verdict, by_how_much = "not measured", ""
+        elif (measured <= bound) if lower else (measured >= bound):
+            verdict, by_how_much = "met", ""
+        else:
+            verdict = "NOT met"
+            by_how_much = (f"{measured / bound:.2f}x the bound" if lower and bound > 0 and "TTFB" not in goal
+                           else f"+{measured - bound:.2f} ms" if "TTFB" in goal
+                           else f"{bound / measured:.2f}x short" if measured > 0 else "—")
+        verdicts.append({"goal": goal, "measured": measured, "bound": bound, "verdict": verdict})
+        lines.append(f"| {goal} | {fmt(measured)} | {fmt(bound)} | {verdict} | {by_how_much} "
+                     f"| {WHY[why] if verdict == 'NOT met' else ''} |")
+    return "\n".join(lines), verdicts
 
 
 # -- main ---------------------------------------------------------------------------------------
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds of load per target, c and round")
-    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds of load per row, c and round")
+    parser.add_argument("--concurrency", default="1,32")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of unrecorded load before each run")
-    parser.add_argument("--targets", default="direct,gatekeeper,litellm,floor")
-    parser.add_argument("--stream-requests", type=int, default=100)
+    parser.add_argument("--targets", default="floors,litellm,gatekeeper", help="which groups of rows to run")
+    parser.add_argument("--stream-requests", type=int, default=60)
     parser.add_argument("--stream-gap-ms", type=float, default=2.0, help="upstream delay between SSE events")
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     parser.add_argument("--no-wrk", action="store_true", help="use loadgen.py even when wrk is installed")
-    parser.add_argument("--no-lazy", action="store_true", help="skip the lazy-measurement timing")
     parser.add_argument("--reinstall-litellm", action="store_true")
     parser.add_argument("--keep", action="store_true", help="leave targets running until Enter (for py-spy)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the targets (finally below)
     concurrency = [int(c) for c in args.concurrency.split(",")]
-    wanted = args.targets.split(",")
+    wanted = set(args.targets.split(","))
     pin = not args.no_pin and (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
     client_cpu, server_cpu = ("0", "1") if pin else (None, None)
 
     workdir = Path(tempfile.mkdtemp(prefix="gk-perf-"))
-    body_file = workdir / "body.json"
-    body_file.write_bytes(request_body())
-    wrk_script = None
-    if shutil.which("wrk") and not args.no_wrk:
-        wrk_script = workdir / "post.lua"
-        wrk_script.write_text(WRK_SCRIPT % body_file)
+    bodies, scripts = {}, {}
+    for protocol in PATHS:
+        bodies[protocol] = workdir / f"{protocol}.json"
+        bodies[protocol].write_bytes(request_body(protocol=protocol))
+        if shutil.which("wrk") and not args.no_wrk:
+            scripts[protocol] = workdir / f"{protocol}.lua"
+            scripts[protocol].write_text(WRK_SCRIPT % bodies[protocol])
 
     upstream_port = free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
     mock = Target("direct", [sys.executable, str(PERF / "mock_upstream.py"), "--port", str(upstream_port),
                              "--gap-ms", str(args.stream_gap_ms)], upstream_port)
     targets = [mock]
+    redis: Target | None = None
+    redis_url, redis_why = None, None
     if "gatekeeper" in wanted:
-        config = seed_gatekeeper(workdir, upstream)
-        exe = str(Path(sys.executable).parent / "gatekeeper")
-        targets.append(Target("gatekeeper", [exe, "serve", "--config", str(config), "--port", str(free_port())],
-                              0))
-        targets[-1].port = int(targets[-1].command[-1])
+        binary = redis_binary()
+        if binary is None:
+            redis_why = "no redis-server on this machine (scripts/setup.sh installs it)"
+        else:
+            port = free_port()
+            redis = Target("redis", [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                     "--appendonly", "no"], port)
+            redis_url = f"redis://127.0.0.1:{port}/0"
     litellm_ver = "not run"
+    if "floors" in wanted:
+        port = free_port()
+        targets.append(Target("floor-asyncio", [sys.executable, str(PERF / "floor_asyncio.py"), "--port", str(port),
+                                                "--upstream", upstream, "--block", ",".join(BLOCKED)], port))
+        port = free_port()
+        targets.append(Target("floor-starlette", [sys.executable, str(PERF / "floor.py"), "--port", str(port),
+                                                  "--upstream", upstream, "--block", ",".join(BLOCKED)], port))
     if "litellm" in wanted:
         exe_path = ensure_litellm(args.reinstall_litellm)
         port = free_port()
@@ -405,18 +631,25 @@ def main() -> None:
         else:
             litellm_ver = litellm_version()
         targets.append(target)
-    if "floor" in wanted:
-        port = free_port()
-        targets.append(Target("floor", [sys.executable, str(PERF / "floor.py"), "--port", str(port), "--upstream",
-                                        upstream, "--block", ",".join(BLOCKED)], port))
 
+    rows = build_rows(wanted)
     results: dict[tuple[str, int], list[dict]] = {}
-    streams_raw: dict[str, list[tuple[float, float, int]]] = {}
-    lazy: dict = {}
+    streams: dict[str, list[tuple[float, float, int]]] = {}
     try:
         mock.start(workdir, client_cpu, 10)
         if mock.error:
             raise SystemExit(f"mock upstream failed: {mock.error}")
+        if redis is not None:
+            redis.process = subprocess.Popen(redis.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                             cwd=workdir, start_new_session=True)
+            deadline = time.monotonic() + 10
+            while not redis_ready(redis.port):
+                if time.monotonic() > deadline or redis.process.poll() is not None:
+                    redis_url, redis_why = None, "redis-server did not start"
+                    break
+                time.sleep(0.05)
+        if "gatekeeper" in wanted:
+            targets += gatekeeper_targets(workdir, upstream, redis_url, redis_why)
         for t in targets[1:]:
             if t.error is None:
                 print(f"starting {t.name} ...", file=sys.stderr)
@@ -424,61 +657,71 @@ def main() -> None:
                 if t.error:
                     print(f"{t.name} unavailable: {t.error}", file=sys.stderr)
                 t.signal(signal.SIGSTOP)
-        live = [t for t in targets if t.error is None]
+        by = {t.name: t for t in targets}
+        for row in rows:  # every row must answer 200, plain and streamed, before it is measured
+            t = by[row.target]
+            if t.error is not None:
+                row.na = t.error
+                continue
+            t.signal(signal.SIGCONT)
+            row.na = (probe(t.url_for(row.protocol), request_body(protocol=row.protocol), False)
+                      or probe(t.url_for(row.protocol), request_body(stream=True, protocol=row.protocol), True))
+            if t is not mock:
+                t.signal(signal.SIGSTOP)
+            if row.na:
+                print(f"{row.label}: n/a: {row.na}", file=sys.stderr)
+        live = [r for r in rows if r.na is None]
         for rnd in range(args.rounds):
+            order = live if rnd % 2 == 0 else live[::-1]
             for c in concurrency:
-                for t in live:
+                for row in order:
+                    t = by[row.target]
                     t.signal(signal.SIGCONT)
+                    url = t.url_for(row.protocol)
                     if args.warmup:
-                        run_load(t.url, body_file, c, args.warmup, client_cpu, wrk_script)
-                    r = run_load(t.url, body_file, c, args.duration, client_cpu, wrk_script)
-                    results.setdefault((t.name, c), []).append(r)
-                    print(f"round {rnd + 1} c={c} {t.name}: p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms "
+                        run_load(url, bodies[row.protocol], c, args.warmup, client_cpu, scripts.get(row.protocol))
+                    r = run_load(url, bodies[row.protocol], c, args.duration, client_cpu, scripts.get(row.protocol))
+                    results.setdefault((row.label, c), []).append(r)
+                    print(f"round {rnd + 1} c={c} {row.label}: p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms "
                           f"{r['rps']:.0f} req/s errors {r['errors']}", file=sys.stderr)
                     if t is not mock:
                         t.signal(signal.SIGSTOP)
-            for t in live:
+            for row in order:
+                t = by[row.target]
                 t.signal(signal.SIGCONT)
-                streams_raw.setdefault(t.name, []).append(asyncio.run(measure_stream(t.url, args.stream_requests)))
+                body = request_body(stream=True, protocol=row.protocol)
+                streams.setdefault(row.label, []).append(
+                    asyncio.run(measure_stream(t.url_for(row.protocol), args.stream_requests, body)))
                 if t is not mock:
                     t.signal(signal.SIGSTOP)
-        for t in live:
-            t.signal(signal.SIGCONT)
-            t.rss_mib = rss_mib(t.process.pid)
-        gk = next((t for t in live if t.name == "gatekeeper"), None)
-        if gk is not None and not args.no_lazy:
-            from gatekeeper.suite import DEFAULT_SUITE_DIR, load_suite
-
-            async def timed(model: str) -> tuple[float, int | None]:
-                started = time.perf_counter()
-                status = await loadgen.post_once(gk.url, request_body(model=model), timeout=300)
-                return (time.perf_counter() - started) * 1000, status
-
-            first, status = asyncio.run(timed("lazy-model"))
-            following, _ = asyncio.run(timed("lazy-model"))
-            lazy = {"first_ms": first, "next_ms": following, "status": status,
-                    "tests": len(load_suite(DEFAULT_SUITE_DIR).tests)}
+        for t in targets:
+            if t.error is None and t.process is not None:
+                t.signal(signal.SIGCONT)
+                t.rss_mib = rss_mib(t.process.pid)
         if args.keep:
-            print({t.name: t.process.pid for t in live}, "— press Enter to stop", file=sys.stderr)
+            print({t.name: t.process.pid for t in targets if t.process}, "— press Enter to stop", file=sys.stderr)
             input()
     finally:
-        for t in reversed(targets):
+        for t in reversed(targets + ([redis] if redis else [])):
             t.stop()
 
-    streams = {name: (statistics.median(x[0] for x in runs), statistics.median(x[1] for x in runs),
-                      sum(x[2] for x in runs)) for name, runs in streams_raw.items()}
+    from gatekeeper import __file__ as gk_file
+    head = subprocess.run(["git", "-C", str(Path(gk_file).parent), "log", "-1", "--format=%h %cd",
+                           "--date=format:%H:%M"], capture_output=True, text=True).stdout.strip()
     meta = {"date": time.strftime("%Y-%m-%d %H:%M %Z"),
             "machine": f"{os.cpu_count()} CPU {os.uname().machine} ({os.uname().release})",
-            "python": sys.version.split()[0], "litellm": litellm_ver,
-            "load": "wrk" if wrk_script else "loadgen.py (asyncio, own process)",
+            "python": sys.version.split()[0], "litellm": litellm_ver, "gatekeeper": head or "?",
+            "load": "wrk" if scripts else "loadgen.py (asyncio, own process)",
             "rounds": args.rounds, "duration": args.duration,
             "pinning": "proxies on CPU 1, upstream and load generator on CPU 0" if pin else "no CPU pinning"}
-    print(report(targets, results, streams, lazy, concurrency, meta))
+    text, verdicts = report(targets, rows, results, streams, concurrency, meta)
+    print(text)
     if args.json:
-        args.json.write_text(json.dumps({"meta": meta, "results": {f"{k[0]}@{k[1]}": v for k, v in results.items()},
-                                         "streams": streams, "lazy": lazy,
-                                         "targets": {t.name: {"startup_s": t.startup_s, "rss_mib": t.rss_mib,
-                                                              "error": t.error} for t in targets}}, indent=2))
+        args.json.write_text(json.dumps({
+            "meta": meta, "results": {f"{k[0]}@{k[1]}": v for k, v in results.items()}, "streams": streams,
+            "rows": [{"label": r.label, "na": r.na} for r in rows], "goals": verdicts,
+            "targets": {t.name: {"startup_s": t.startup_s, "rss_mib": t.rss_mib, "error": t.error} for t in targets}},
+            indent=2))
     shutil.rmtree(workdir, ignore_errors=True)
 
 
