@@ -21,7 +21,9 @@ from gatekeeper.templates import Template, TemplateError
 DEFAULT_SUITE_DIR = Path(str(resources.files("gatekeeper") / "benchmarks"))
 
 # Bumped when the meaning of a score changes: every stored profile becomes invalid.
-BENCHMARK_VERSION = 1
+# 2: NaN/Infinity are not JSON, no rescue of a malformed value by an inner fragment,
+#    json_path_length counts arrays only, tool arguments compare as sent, reasoning removed.
+BENCHMARK_VERSION = 2
 
 Category = Literal["instruction", "json", "toolCalling"]
 CATEGORIES: tuple[Category, ...] = ("instruction", "json", "toolCalling")
