@@ -18,8 +18,8 @@ _VIEWS = frozenset({"with_raw_response", "with_streaming_response"})
 _COPIES = frozenset({"with_options", "copy"})
 
 # protocol, gatekeeper, the call's kwargs -> the kwargs to send (gated); sync and async forms.
-SyncGate = Callable[[str, Gatekeeper, dict], dict]
-AsyncGate = Callable[[str, Gatekeeper, dict], Awaitable[dict]]
+SyncGate = Callable[[str, Gatekeeper, dict[str, Any]], dict[str, Any]]
+AsyncGate = Callable[[str, Gatekeeper, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class GatedClient:
@@ -63,7 +63,7 @@ class GatedClient:
 
 
 class _GatedAsyncContext:
-    def __init__(self, open_: Callable[..., Any], kwargs: dict, gate: Callable[[dict], Awaitable[dict]]) -> None:
+    def __init__(self, open_: Callable[..., Any], kwargs: dict[str, Any], gate: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> None:
         self._open, self._kwargs, self._gate = open_, kwargs, gate
         self._manager: Any = None
 

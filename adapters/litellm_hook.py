@@ -26,8 +26,8 @@ from typing import Any
 import structlog
 from litellm.integrations.custom_logger import CustomLogger
 
-from gatekeeper.core import Gatekeeper, NotMeasured
-from gatekeeper.errors import ConfigError, GatekeeperError
+from gatekeeper.core import Gatekeeper
+from gatekeeper.errors import ConfigError, GatekeeperError, NotMeasured
 from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked
 from gatekeeper.wrap import agate_body
 
@@ -40,7 +40,7 @@ _PROTOCOLS = {"completion": "chat", "acompletion": "chat", "responses": "respons
 _TOOL_FIELDS = ("tools", "tool_choice", "functions", "function_call", "mcp_servers", "prompt")
 
 
-class GatekeeperHook(CustomLogger):
+class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type-checked (pyproject)
     """Removes from each chat request the tools its model's tier may not see.
 
     Built with a `Gatekeeper`, or lazily from the YAML file named by `$GATEKEEPER_CONFIG` on the
@@ -65,7 +65,7 @@ class GatekeeperHook(CustomLogger):
         return self._gk
 
     # LiteLLM calls this hook only if the class itself defines it: a subclass must define it again.
-    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: str) -> dict:
+    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: str) -> dict[str, Any]:
         carried = [k for k in _TOOL_FIELDS if data.get(k) is not None]
         if not carried:
             return data  # nothing to gate; and no measurement started for tool-less traffic

@@ -42,7 +42,7 @@ def omitted(value: Any) -> bool:
     return value is None or type(value).__name__ in ("NotGiven", "Omit")
 
 
-def tool_body(protocol: str, kwargs: dict) -> dict | None:
+def tool_body(protocol: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
     """The call's keyword arguments with the SDK's omitted markers removed; None when it has no
     tool field (nothing to gate)."""
     fields = TOOL_FIELDS[protocol]
@@ -59,14 +59,14 @@ def tool_body(protocol: str, kwargs: dict) -> dict | None:
     return body
 
 
-def _gate(protocol: str, gk: Gatekeeper, kwargs: dict) -> dict:
+def _gate(protocol: str, gk: Gatekeeper, kwargs: dict[str, Any]) -> dict[str, Any]:
     body = tool_body(protocol, kwargs)
     if body is not None:
         gate_body(gk, protocol, body)
     return kwargs if body is None else body
 
 
-async def _agate(protocol: str, gk: Gatekeeper, kwargs: dict) -> dict:
+async def _agate(protocol: str, gk: Gatekeeper, kwargs: dict[str, Any]) -> dict[str, Any]:
     body = tool_body(protocol, kwargs)
     if body is not None:
         await agate_body(gk, protocol, body)

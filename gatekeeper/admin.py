@@ -6,6 +6,7 @@ Endpoints raise ProxyError; the proxy's exception handler shapes the answer.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from typing import Any, Awaitable, Callable
 
@@ -13,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gatekeeper.errors import ConfigError, ProxyError
 from gatekeeper.confidence import shown_scores
+from gatekeeper.errors import ConfigError, ProxyError
 from gatekeeper.profiles import profile_key, split_key
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -45,10 +46,27 @@ async def list_profiles(request: Request) -> Response:
     gk = request.app.state.gk
     data = gk.store.load()
     doc: dict[str, Any] = data.to_json()
+    drift = await asyncio.to_thread(gk.drift.report)  # it waits for the drift worker: not on the loop
     for key, profile in data.profiles.items():
         doc["profiles"][key]["valid"] = profile.is_valid_for(gk.suite)
         doc["profiles"][key]["shown"] = shown_scores(profile.scores, profile.score_intervals)  # "0.82 ± 0.05"
+        doc["profiles"][key]["drift"] = drift.get(key)  # live figures next to the measured scores
     return JSONResponse(doc)
+
+
+@_authorized
+async def drift_pairs(request: Request) -> Response:
+    """Live drift per pair (measured or pinned): window, rates against ceilings, demotion, history."""
+    drift = request.app.state.gk.drift
+    return JSONResponse({"enabled": drift.settings.enabled, "pairs": await asyncio.to_thread(drift.report)})
+
+
+@_authorized
+async def clear_demotion(request: Request) -> Response:
+    model, effort = _pair(request)
+    key = profile_key(model, effort)
+    existed = await asyncio.to_thread(request.app.state.gk.drift.clear, key)
+    return JSONResponse({"cleared": key, "existed": existed})
 
 
 @_authorized
@@ -85,4 +103,6 @@ def admin_routes() -> list[BaseRoute]:
         Route("/admin/profiles/{key:path}/benchmark", benchmark, methods=["POST"]),
         Route("/admin/profiles/{key:path}", invalidate, methods=["DELETE"]),
         Route("/admin/reload", reload, methods=["POST"]),
+        Route("/admin/drift", drift_pairs, methods=["GET"]),
+        Route("/admin/drift/{key:path}", clear_demotion, methods=["DELETE"]),
     ]

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gatekeeper.drift import DriftSettings
 from gatekeeper.errors import ConfigError
 from gatekeeper.suite import CATEGORIES, DEFAULT_SUITE_DIR
 from gatekeeper.tiers import Thresholds, Tier
@@ -27,7 +28,7 @@ class Upstream(_Section):
     timeout_s: float = Field(default=600.0, gt=0)
     max_connections: int = Field(default=512, ge=1)
     # Client protocols the upstream speaks natively; the others are translated to chat.
-    protocols: list[Literal["chat", "responses", "messages"]] = Field(default_factory=lambda: ["chat"], min_length=1)
+    protocols: list[Literal["chat", "responses", "messages"]] = Field(default=["chat"], min_length=1)
     # An answer (plain body or whole stream) larger than this is a 502: a hostile or broken
     # upstream must not make the proxy buffer without bound. Generous: long answers are ~1 MB.
     max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
@@ -94,6 +95,7 @@ class Settings(_Section):
     pins: dict[str, Tier] = Field(default_factory=dict)
     admin_key: str | None = None
     bench: BenchSettings = Field(default_factory=BenchSettings)
+    drift: DriftSettings = Field(default_factory=DriftSettings)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -110,8 +112,9 @@ def _expand(value: Any, where: str) -> Any:
     if not isinstance(value, str):
         return value
 
-    def substitute(match: re.Match) -> str:
-        name, default = match.group(1), match.group(2)
+    def substitute(match: re.Match[str]) -> str:
+        name: str = match.group(1)
+        default: str | None = match.group(2)
         if name in os.environ:
             return os.environ[name]
         if default is not None:

@@ -14,22 +14,23 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import structlog
 
 from gatekeeper.backends import Backend
 from gatekeeper.config import Settings, load_settings
+from gatekeeper.drift_monitor import DriftMonitor
 from gatekeeper.errors import NotMeasured
 from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
-from gatekeeper.profiles import DEFAULT_EFFORT, JsonFileStore, Profile, ProfileStore, profile_key
+from gatekeeper.profiles import DEFAULT_EFFORT, JsonFileStore, Profile, ProfileStore, profile_key, split_key
 from gatekeeper.measure import MeasurementService
 from gatekeeper.suite import Suite, load_suite
 from gatekeeper.tiers import Tier
 
 log = structlog.get_logger("gatekeeper.core")
 
-Source = Literal["measured", "pinned", "pending", "unmeasured"]
+Source = Literal["measured", "pinned", "pending", "unmeasured", "demoted"]
 
 # How long a found Resolution is reused per (model, effort) before pins and the store are asked
 # again. The proxy asks on every request; `invalidate` and a landed measurement clear it at once.
@@ -68,6 +69,9 @@ class Gatekeeper:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._resolved: dict[tuple[str, str], tuple[float, Resolution]] = {}  # -> (expires, resolution)
+        # Live drift: fed the calls of relayed answers; may demote a measured pair one tier.
+        self.drift = DriftMonitor(self.settings.drift, remeasure=self._remeasure_drifting,
+                                  changed=self._resolved.clear)
 
     @classmethod
     def from_config(cls, path: str | Path) -> Gatekeeper:
@@ -98,6 +102,9 @@ class Gatekeeper:
             return Resolution(pin, "pinned", key)
         profile = self.store.get(key)
         if profile is not None and profile.is_valid_for(self.suite):
+            demotion = self.drift.demotion(key, profile)
+            if demotion is not None:
+                return Resolution(demotion.to_tier, "demoted", key, profile)
             return Resolution(profile.tier, "measured", key, profile)
         return None
 
@@ -140,28 +147,28 @@ class Gatekeeper:
         resolution = await self.aresolve(model, effort)
         return resolution.tier, resolution.source
 
-    def filter_tools(self, model: str, effort: str | None, tools: list[dict]) -> list[dict]:
+    def filter_tools(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The tools (OpenAI schemas) this model may see at its tier."""
         return self.allowed(self.resolve(model, effort).tier, tools)
 
-    async def afilter_tools(self, model: str, effort: str | None, tools: list[dict]) -> list[dict]:
+    async def afilter_tools(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return self.allowed((await self.aresolve(model, effort)).tier, tools)
 
-    def allowed(self, tier: Tier, tools: list[dict]) -> list[dict]:
+    def allowed(self, tier: Tier, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [t for i, t in enumerate(tools) if self.policy.allows(tier, tool_name(t, f"tools[{i}]"))]
 
-    def gate(self, body: dict, model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
+    def gate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
         """Resolve the pair and gate a Chat Completions request body in place (see `gate_request`).
 
         Raises NotMeasured (policy `reject`), RequestInvalid and ToolChoiceBlocked.
         """
         return self._gate(body, self.resolve(model, effort))
 
-    async def agate(self, body: dict, model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
+    async def agate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
         """`gate` for async code."""
         return self._gate(body, await self.aresolve(model, effort))
 
-    def _gate(self, body: dict, resolution: Resolution) -> tuple[Resolution, Gated]:
+    def _gate(self, body: dict[str, Any], resolution: Resolution) -> tuple[Resolution, Gated]:
         try:
             return resolution, gate_request(body, resolution.tier, self.policy)
         except ToolChoiceBlocked as exc:
@@ -213,8 +220,13 @@ class Gatekeeper:
 
     async def _measure(self, model: str, effort: str) -> Profile:
         profile = await self.measurements.measure(model, effort)
+        self.drift.profile_landed(profile.key, profile)  # the new profile decides, not a demotion
         self._resolved.clear()  # a re-measured pair must not keep its old tier
         return profile
+
+    def _remeasure_drifting(self, key: str) -> None:
+        model, effort = split_key(key)
+        self.measure(model, effort)
 
     def _background_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -225,6 +237,7 @@ class Gatekeeper:
 
     def close(self) -> None:
         """Cancel running measurements, let them unwind, then stop the background loop."""
+        self.drift.close()
         with self._lock:
             loop, self._loop = self._loop, None
         if loop is None:

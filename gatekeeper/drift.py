@@ -273,7 +273,9 @@ class DriftSettings(BaseModel):
     enabled: bool = True
     window_calls: int = Field(default=200, ge=1)     # the last N calls ...
     window_s: float = Field(default=3600.0, gt=0)    # ... no older than this
-    min_calls: int = Field(default=20, ge=1)         # no verdict on fewer calls than this
+    # No verdict on fewer calls: at 50, a `large` pair needs 4 bad calls (bound 0.027 > 0.02);
+    # a model whose true rate is 1% shows 4 in 50 about once in 600 windows.
+    min_calls: int = Field(default=50, ge=1)
     confidence: float = Field(default=0.99, gt=0.5, lt=1)  # one-sided, for the lower bound
     remeasure: bool = True                           # schedule a measurement on demotion
     ceilings: dict[Tier, Ceilings] = Field(default_factory=dict)

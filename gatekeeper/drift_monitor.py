@@ -49,6 +49,19 @@ class Served(Protocol):
     def profile(self) -> Profile | None: ...
 
 
+class DemotionBoard(Protocol):
+    """Where replicas share demotions (drift_board.RedisDemotionBoard)."""
+
+    def start(self, on_demoted: Callable[[dict[str, Any]], None], on_ended: Callable[[str, str], None],
+              on_sync: Callable[[dict[str, dict[str, Any]]], None]) -> None: ...
+
+    def publish(self, record: dict[str, Any]) -> None: ...
+
+    def retract(self, key: str, why: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
 def _stamp(profile: Profile | None) -> str | None:
     """Which measurement a profile is: a newer one ends a demotion of the older."""
     return profile.tested_at if profile is not None else None
@@ -72,6 +85,19 @@ class Demotion:
     @property
     def reason(self) -> str:
         return "; ".join(str(b) for b in self.breaches)
+
+    def to_record(self) -> dict[str, Any]:
+        """As shared with other replicas (drift_board.py)."""
+        return {"key": self.key, "fromTier": self.from_tier.value, "toTier": self.to_tier.value, "at": self.at,
+                "stamp": self.stamp, "breaches": [b.to_json() for b in self.breaches],
+                "examples": list(self.examples), "window": self.window}
+
+    @classmethod
+    def from_record(cls, raw: dict[str, Any]) -> Demotion:
+        breaches = tuple(Breach(Fault(b["fault"]), int(b["count"]), int(b["calls"]), float(b["lower"]),
+                                float(b["ceiling"])) for b in raw["breaches"])
+        return cls(str(raw["key"]), Tier(raw["fromTier"]), Tier(raw["toTier"]), float(raw["at"]), raw.get("stamp"),
+                   breaches, tuple(raw.get("examples") or ()), dict(raw.get("window") or {}))
 
     def to_json(self) -> dict[str, Any]:
         return {"fromTier": self.from_tier.value, "toTier": self.to_tier.value, "at": _iso(self.at),
@@ -99,6 +125,7 @@ class DriftMonitor:
         remeasure: Callable[[str], None] | None = None,
         changed: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.time,
+        board: DemotionBoard | None = None,
     ) -> None:
         self.settings = settings or DriftSettings()
         self._remeasure = remeasure  # key -> start a measurement of that pair
@@ -111,10 +138,18 @@ class DriftMonitor:
         self._ended: deque[tuple[str, Demotion, str]] = deque()
         self._pairs: OrderedDict[str, _Pair] = OrderedDict()
         self._demotions: dict[str, Demotion] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()      # the pairs and demotions
+        self._draining = threading.Lock()   # one drain at a time, so a drain sees all before it
         self._wake = threading.Event()
         self._stop = False
         self._worker: threading.Thread | None = None
+        # Shared with other replicas (Redis) when there is a board; what to tell it is queued
+        # under the lock and sent outside it.
+        self._board = board
+        self._outbox: deque[tuple[str, Any]] = deque()
+        self._adopted: set[str] = set()  # keys whose demotion in force came from another replica
+        if board is not None:
+            board.start(self._adopt, self._remote_end, self._sync)
 
     # -- the request path: cheap ------------------------------------------------------------
 
@@ -159,6 +194,7 @@ class DriftMonitor:
                 pair.window.clear()
                 pair.drifting = []
                 pair.stamp = _stamp(profile)
+        self._flush()
 
     def clear(self, key: str, by: str = "admin") -> bool:
         """End a pair's demotion and start its window afresh; False when it was not demoted."""
@@ -172,7 +208,8 @@ class DriftMonitor:
             if found is None:
                 return False
             self._end(key, found, f"cleared by {by}")
-            return True
+        self._flush()
+        return True
 
     def report(self) -> dict[str, dict[str, Any]]:
         """Live figures per pair, for the admin API and `gatekeeper profiles`."""
@@ -183,20 +220,26 @@ class DriftMonitor:
             return {key: self._describe(key, now) for key in sorted(keys)}
 
     def drain(self) -> None:
-        """Judge everything queued so far (the worker calls this; so may tests and readers)."""
-        while self._ended:
-            key, demotion, why = self._ended.popleft()
-            self._log_end(key, demotion, why)
-        while True:
-            try:
-                item = self._inbox.popleft()
-            except IndexError:
-                return
-            with self._lock:  # per answer: a reader never waits for a whole batch
+        """Judge everything queued so far (the worker calls this; so may tests and readers).
+
+        Returns once every answer queued before the call is judged, also those the worker had
+        already taken. Only readers wait here, never a request."""
+        with self._draining:
+            while self._ended:
+                key, demotion, why = self._ended.popleft()
+                with self._lock:
+                    self._log_end(key, demotion, why)
+            while True:
                 try:
-                    self._record(*item)
-                except Exception:  # noqa: BLE001 - one odd answer must not stop drift tracking
-                    log.exception("drift_record_failed", key=item[1])
+                    item = self._inbox.popleft()
+                except IndexError:
+                    break
+                with self._lock:
+                    try:
+                        self._record(*item)
+                    except Exception:  # noqa: BLE001 - one odd answer must not stop drift tracking
+                        log.exception("drift_record_failed", key=item[1])
+            self._flush()
 
     def close(self) -> None:
         worker, self._worker = self._worker, None
@@ -204,6 +247,9 @@ class DriftMonitor:
             self._stop = True
             self._wake.set()
             worker.join(timeout=5)
+        self._stop = True
+        if self._board is not None:
+            self._board.close()
 
     # -- the worker -------------------------------------------------------------------------
 
@@ -269,6 +315,8 @@ class DriftMonitor:
         demotion = Demotion(key, pair.tier, lower, now, pair.stamp, tuple(found),
                             tuple(o.example() for o in pair.window.examples(_EXAMPLES)), window)
         self._demotions[key] = demotion
+        self._adopted.discard(key)
+        self._outbox.append(("demoted", demotion.to_record()))
         self._event(pair, now, "demoted", f"{pair.tier.value} -> {lower.value}: {demotion.reason}")
         metrics.DRIFT_DEMOTIONS.labels(from_tier=pair.tier.value, to_tier=lower.value).inc()
         log.warning("drift_demoted", key=key, from_tier=pair.tier.value, to_tier=lower.value,
@@ -284,19 +332,73 @@ class DriftMonitor:
                 log.error("drift_remeasure_failed", key=key, error=repr(exc))
                 self._event(pair, now, "remeasure", f"could not be scheduled: {exc}")
 
-    def _end(self, key: str, demotion: Demotion, why: str) -> None:
-        with self._lock:
-            if self._demotions.get(key) is not demotion:
-                return  # someone else ended it first
-            del self._demotions[key]
-        self._log_end(key, demotion, why)
+    def _end(self, key: str, demotion: Demotion, why: str, share: bool = True) -> None:
+        """(Under the lock.) End a demotion in force here; tell the other replicas unless it came from them."""
+        if self._demotions.get(key) is not demotion:
+            return  # someone else ended it first
+        del self._demotions[key]
+        self._adopted.discard(key)
+        self._log_end(key, demotion, why, share)
 
-    def _log_end(self, key: str, demotion: Demotion, why: str) -> None:
-        with self._lock:
-            self._event(self._pair(key), self._clock(), "ended", why)
+    def _log_end(self, key: str, demotion: Demotion, why: str, share: bool = True) -> None:
+        if share:
+            self._outbox.append(("ended", (key, why)))
+        pair = self._pair(key)
+        pair.window.clear()  # whatever ended it (new profile, admin, another replica): fresh evidence
+        pair.drifting = []
+        self._event(pair, self._clock(), "ended", why)
         log.info("drift_demotion_ended", key=key, from_tier=demotion.from_tier.value, why=why)
         if self._changed is not None:
             self._changed()
+
+    # -- other replicas (when there is a board) ----------------------------------------------
+
+    def _flush(self) -> None:
+        """Tell the board what happened here; outside the lock (it does network I/O)."""
+        while self._outbox:
+            op, what = self._outbox.popleft()
+            if self._board is None:
+                continue
+            if op == "demoted":
+                self._board.publish(what)
+            else:
+                self._board.retract(*what)
+
+    def _adopt(self, record: dict[str, Any]) -> None:
+        demotion = Demotion.from_record(record)
+        with self._lock:
+            current = self._demotions.get(demotion.key)
+            if current is not None and current.at == demotion.at:
+                return
+            self._demotions[demotion.key] = demotion
+            self._adopted.add(demotion.key)
+            self._event(self._pair(demotion.key), self._clock(), "demoted",
+                        f"{demotion.from_tier.value} -> {demotion.to_tier.value} on another replica: "
+                        f"{demotion.reason}")
+        log.warning("drift_demoted", key=demotion.key, from_tier=demotion.from_tier.value,
+                    to_tier=demotion.to_tier.value, origin="another replica", breaches=[str(b) for b in demotion.breaches])
+        if self._changed is not None:
+            self._changed()
+
+    def _remote_end(self, key: str, why: str) -> None:
+        with self._lock:
+            found = self._demotions.get(key)
+            if found is not None:
+                self._end(key, found, f"{why} (on another replica)", share=False)
+
+    def _sync(self, records: dict[str, dict[str, Any]]) -> None:
+        """After a (re)connect: adopt the board's demotions; drop those adopted earlier that are
+        gone from it (ended elsewhere while this replica was away). This replica's own
+        demotions end by its own rules: they may not have reached the board yet."""
+        for key, record in records.items():
+            try:
+                self._adopt(record)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("drift_record_skipped", key=key, reason=repr(exc))
+        with self._lock:
+            for key in (self._adopted & set(self._demotions)) - set(records):
+                self._end(key, self._demotions[key], "ended on another replica while this one was away",
+                          share=False)
 
     def _event(self, pair: _Pair, at: float, event: str, detail: str) -> None:
         pair.history.append({"at": _iso(at), "event": event, "detail": detail})

@@ -76,14 +76,14 @@ def tool_name(tool: Any, where: str) -> str:
 def _legacy_name(function: Any, where: str) -> str:
     if not isinstance(function, dict) or _nonempty(function.get("name")) is None:
         raise RequestInvalid(f"{where}.name must be a non-empty string")
-    return function["name"]
+    return str(function["name"])
 
 
 _CHOICE_WORDS = frozenset({"none", "auto", "required", "any"})
 _DEMANDS_A_CALL = frozenset({"required", "any"})
 
 
-def gate_request(body: dict, tier: Tier, policy: ToolPolicy) -> Gated:
+def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
     """Remove from `body` (in place) the tools above `tier`; drop tool fields left empty.
 
     Raises RequestInvalid for malformed tool fields and ToolChoiceBlocked when the tool choice
@@ -123,7 +123,7 @@ def gate_request(body: dict, tier: Tier, policy: ToolPolicy) -> Gated:
     return gated
 
 
-def _gate_choice(body: dict, where: str, tier: Tier, policy: ToolPolicy, none_left: bool, hidden: list[str]) -> None:
+def _gate_choice(body: dict[str, Any], where: str, tier: Tier, policy: ToolPolicy, none_left: bool, hidden: list[str]) -> None:
     choice = body.get(where)
     if choice is None:
         return
@@ -143,7 +143,7 @@ def _gate_choice(body: dict, where: str, tier: Tier, policy: ToolPolicy, none_le
         raise ToolChoiceBlocked(name, policy.required_tier(name), tier)
 
 
-def _forced_name(choice: dict, where: str) -> str:
+def _forced_name(choice: dict[str, Any], where: str) -> str:
     """The tool a `tool_choice` object forces: {"type": "function", "function": {"name"}},
     {"type": "custom", "custom": {"name"}}, legacy {"name"}, or a typed tool by name or type."""
     kind = choice.get("type")
@@ -159,14 +159,15 @@ def _forced_name(choice: dict, where: str) -> str:
     return name
 
 
-def _gate_allowed_tools(body: dict, where: str, choice: dict, tier: Tier, policy: ToolPolicy) -> None:
+def _gate_allowed_tools(body: dict[str, Any], where: str, choice: dict[str, Any], tier: Tier, policy: ToolPolicy) -> None:
     spec = choice.get("allowed_tools")
     if not isinstance(spec, dict) or not isinstance(spec.get("tools"), list):
         raise RequestInvalid(f"'{where}.allowed_tools.tools' must be an array")
     mode = spec.get("mode", "auto")
     if mode not in ("auto", "required"):
         raise RequestInvalid(f"'{where}.allowed_tools.mode' must be 'auto' or 'required', got {mode!r}")
-    kept, hidden = [], []
+    kept: list[tuple[Any, str]] = []
+    hidden: list[tuple[Any, str]] = []
     for i, item in enumerate(spec["tools"]):
         name = tool_name(item, f"{where}.allowed_tools.tools[{i}]")
         (kept if policy.allows(tier, name) else hidden).append((item, name))
@@ -187,7 +188,7 @@ def _blocked(hidden: list[str], tier: Tier, policy: ToolPolicy) -> None:
     raise ToolChoiceBlocked(", ".join(names), required, tier)
 
 
-def _refuse_nested_tools(body: dict) -> None:
+def _refuse_nested_tools(body: dict[str, Any]) -> None:
     kwargs = body.get("chat_template_kwargs")
     if kwargs is None:
         return
@@ -200,14 +201,14 @@ def _refuse_nested_tools(body: dict) -> None:
                                  "tools is not gated; send tools in 'tools'")
 
 
-def allowed_names(body: dict) -> set[str]:
+def allowed_names(body: dict[str, Any]) -> set[str]:
     """Names of the tools a (gated) request actually offers the model."""
     names = {tool_name(t, "tools[]") for t in body.get("tools") or []}
     names.update(f["name"] for f in body.get("functions") or [])
     return names
 
 
-def enforce_message(message: dict, allowed: set[str] | dict) -> list[str]:
+def enforce_message(message: dict[str, Any], allowed: set[str] | dict[str, Any]) -> list[str]:
     """Remove (in place) tool calls to tools that were not offered; return the removed names.
     The message must already be validated (see protocols/chat.py)."""
     removed: list[str] = []
@@ -243,7 +244,7 @@ def call_name(call: Any) -> str | None:
     return names.pop() if len(names) == 1 else None
 
 
-def enforce_choice(choice: dict, allowed: set[str] | dict) -> list[str]:
+def enforce_choice(choice: dict[str, Any], allowed: set[str] | dict[str, Any]) -> list[str]:
     """Enforce one response choice; when no call remains, `finish_reason` becomes `stop`."""
     message = choice.get("message")
     if not isinstance(message, dict):

@@ -98,7 +98,7 @@ def _plausible_start(text: str, start: int) -> bool:
     A bracket that ends the text is not a start: repairing a lone `{` into `{}` would
     credit an answer that holds no data.
     """
-    spaces = _SPACES.match(text, start + 1)
+    spaces = _SPACES.match(text, start + 1)  # zero or more: always a match
     after = spaces.end() if spaces else start + 1
     return after < len(text) and text[after] in _VALUE_START[text[start]]
 

@@ -67,7 +67,7 @@ def model_path(models_dir: str | Path | None = None) -> Path:
 
     directory = Path(models_dir) if models_dir is not None else cache_dir() / "models"
     directory.mkdir(parents=True, exist_ok=True)
-    target = directory / weights.MODEL_NAME
+    target: Path = directory / weights.MODEL_NAME
     expected_size = sum(p.stat().st_size for p in weights.chunk_paths())
     if _complete(target, expected_size):
         return target

@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 from cachetools import TTLCache
@@ -79,7 +79,7 @@ class Profile(_Camel):
         """A profile counts only if measured by this benchmark version on these exact test files."""
         return self.benchmark_version == suite.version and self.tests_hash == suite.hash
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         # The optional confidence fields are left out when unset, so a one-sample profile of a
         # fixed suite is written in exactly the seed's format.
         unset = {k for k in ("samples", "score_intervals", "instance_seed") if getattr(self, k) is None}
@@ -91,7 +91,7 @@ class StoreData:
     profiles: dict[str, Profile] = field(default_factory=dict)
     recommendations: dict[str, str] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "profiles": {key: p.to_json() for key, p in sorted(self.profiles.items())},
             "recommendations": dict(sorted(self.recommendations.items())),

@@ -36,7 +36,8 @@ from starlette.routing import BaseRoute, Route
 
 from gatekeeper import metrics, protocols
 from gatekeeper.admin import admin_routes
-from gatekeeper.core import Gatekeeper
+from gatekeeper.core import Gatekeeper, Resolution
+from gatekeeper.drift_monitor import DriftMonitor
 from gatekeeper.errors import (AnswerInvalid, ConfigError, GatekeeperError, NotMeasured, ProxyError, RequestInvalid,
                                ToolChoiceBlocked)
 from gatekeeper.protocols.base import Codec, Enforced, Event, Offered, StreamConverter, StreamFilter, may_carry_calls
@@ -114,6 +115,9 @@ class _Call:
     headers: dict[str, str]
     started: float
     translator: Any | None = None  # protocols.base.Translator when the upstream speaks only chat
+    request: dict[str, Any] | None = None  # the gated client body, for the translator's answers
+    resolution: Resolution | None = None  # with `drift`: where the answer's calls are recorded
+    drift: DriftMonitor | None = None
 
 
 async def _model_call(request: Request, protocol: str, count: bool = False) -> Response:
@@ -137,7 +141,8 @@ async def _model_call(request: Request, protocol: str, count: bool = False) -> R
     if gated.hidden:
         metrics.TOOLS_HIDDEN.inc(len(gated.hidden))
     call = _Call(codec, codec.offered(body), {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": resolution.source,
-                                              "x-request-id": request_id}, started)
+                                              "x-request-id": request_id}, started,
+                 resolution=resolution, drift=gk.drift)
     route = settings.route(info.model)
     native = settings.upstream.protocols if route is None else ("chat",)  # litellm routes speak chat
     if protocol in native:
@@ -154,7 +159,8 @@ async def _model_call(request: Request, protocol: str, count: bool = False) -> R
                 raise ProxyError(404, "count_tokens needs an upstream that speaks 'messages'", "protocol_not_served")
             return _log(Response(orjson.dumps(counter(body)), media_type=_JSON, headers=call.headers), call)
         path, upstream_body = "/chat/completions", call.translator.to_chat(body)
-    log_fields = {"tools_kept": gated.kept, "tools_hidden": gated.hidden}
+        call.request = body
+    log_fields: dict[str, Any] = {"tools_kept": gated.kept, "tools_hidden": gated.hidden}
     if route is not None:
         from gatekeeper.litellm_route import complete  # litellm is heavy: only for its routes
 
@@ -187,7 +193,7 @@ def _plain(call: _Call, status: int, raw: bytes, passed: dict[str, str], log_fie
         if call.translator is not None:
             if not isinstance(doc, dict):
                 raise AnswerInvalid("upstream answer must be a JSON object")
-            doc = call.translator.from_chat(doc)
+            doc = call.translator.from_chat(doc, call.request)
         enforced = call.codec.enforce(doc, call.offered)
         raw = orjson.dumps(doc)
         if enforced.removed:
@@ -204,7 +210,7 @@ def blocked_header(names: list[str]) -> str:
 
 def _stream(call: _Call, events: AsyncIterator[list[Event]], close: Callable[[], Awaitable[None]],
             passed: dict[str, str], log_fields: dict[str, Any]) -> StreamingResponse:
-    converter = call.translator.stream_from_chat() if call.translator is not None else None
+    converter = call.translator.stream_from_chat(call.request) if call.translator is not None else None
     stream_filter = call.codec.stream_filter(call.offered)
     body = _relay(call, events, close, converter, stream_filter, log_fields)
     return StreamingResponse(body, headers=passed | call.headers, media_type="text/event-stream")
@@ -232,19 +238,20 @@ async def _relay(call: _Call, source: AsyncIterator[list[Event]], close: Callabl
     """Enforce a stream event by event. Whatever goes wrong, the client's stream ends with a
     correctly framed error event (after a blank line, so no partial event can absorb it)."""
     error: tuple[str, str] | None = None
+    out: list[bytes] = []  # encoded events not yet written; kept when a later event fails
     try:
         try:
             async for events in source:
-                if converter is not None:
-                    events = [out for event in events for out in converter.feed(event)]
-                out = [encode(kept) for event in events for kept in stream_filter.feed(event)]
+                for event in events:
+                    for converted in converter.feed(event) if converter is not None else (event,):
+                        out.extend(encode(kept) for kept in stream_filter.feed(converted))
                 if out:
-                    yield out[0] if len(out) == 1 else b"".join(out)
-            tail = converter.finish() if converter is not None else []
-            out = [encode(kept) for event in tail for kept in stream_filter.feed(event)]
-            out += [encode(kept) for kept in stream_filter.finish()]
-            if out:
-                yield b"".join(out)
+                    chunk = out[0] if len(out) == 1 else b"".join(out)
+                    out.clear()
+                    yield chunk
+            for converted in converter.finish() if converter is not None else ():
+                out.extend(encode(kept) for kept in stream_filter.feed(converted))
+            out.extend(encode(kept) for kept in stream_filter.finish())
         except AnswerInvalid as exc:
             metrics.UPSTREAM_ERRORS.labels("invalid").inc()
             error = (str(exc), "upstream_invalid")
@@ -258,7 +265,9 @@ async def _relay(call: _Call, source: AsyncIterator[list[Event]], close: Callabl
             error = (f"gatekeeper internal error: {type(exc).__name__}", "internal_error")
         if error is not None:
             log_fields["stream_error"] = error[0]
-            yield b"\n" + encode(call.codec.stream_error(error[0], "upstream_error", error[1]))
+            out.append(b"\n" + encode(call.codec.stream_error(error[0], "upstream_error", error[1])))
+        if out:
+            yield b"".join(out)
     finally:
         await close()
         _answered(call, stream_filter.result, log_fields)
@@ -293,6 +302,8 @@ async def _upstream_error(call: _Call, response: UpstreamResponse, pool: Upstrea
 
 def _answered(call: _Call, enforced: Enforced | None, log_fields: dict[str, Any]) -> None:
     """Every answer, plain or streamed, from any upstream path, ends here once."""
+    if enforced is not None and enforced.calls and call.drift is not None and call.resolution is not None:
+        call.drift.submit(call.resolution, enforced.calls, call.offered)  # O(1): judged off the request path
     if enforced is not None and enforced.removed:
         metrics.TOOL_CALLS_BLOCKED.inc(len(enforced.removed))
         log_fields["blocked_calls"] = enforced.removed

@@ -16,7 +16,7 @@ What the pool keeps, whatever the client library:
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator
+from typing import AsyncIterator, Awaitable
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
@@ -133,7 +133,8 @@ class UpstreamPool:
                              "upstream_unreachable", "upstream_error") from None
         return UpstreamResponse(response)
 
-    def _request(self, method: str, url: URL, headers: list[tuple[str, str]], content: bytes | None):
+    def _request(self, method: str, url: URL, headers: list[tuple[str, str]],
+                 content: bytes | None) -> Awaitable[aiohttp.ClientResponse]:
         return self._session.request(method, url, headers=headers, data=content, allow_redirects=False,
                                      proxy=self._proxy)
 

@@ -79,20 +79,21 @@ def default_tool_name(tool: Any) -> str:
     if isinstance(tool, dict):
         if "function" in tool:
             return tool_name(tool, "tool")
-        if isinstance(tool.get("name"), str):
-            return tool["name"]
-    elif isinstance(getattr(tool, "name", None), str):
-        return tool.name
+        name = tool.get("name")
+        if isinstance(name, str):
+            return name
+    elif isinstance(name := getattr(tool, "name", None), str):
+        return name
     raise TypeError(f"cannot tell the name of tool {tool!r}: pass name_of= to gated()")
 
 
-def _argument_finder(fn: Callable, model_arg: str, effort_arg: str) -> Callable[[tuple, dict], tuple[str, str | None]]:
+def _argument_finder(fn: Callable[..., Any], model_arg: str, effort_arg: str) -> Callable[[tuple[Any, ...], dict[str, Any]], tuple[str, str | None]]:
     try:
         signature: inspect.Signature | None = inspect.signature(fn)
     except (TypeError, ValueError):  # some builtins and C callables have none
         signature = None
 
-    def locate(args: tuple, kwargs: dict) -> tuple[str, str | None]:
+    def locate(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str | None]:
         named = dict(kwargs)
         if signature is not None:
             try:
@@ -126,7 +127,7 @@ def _codec(protocol: str) -> Any:
     return codec
 
 
-def _gate_with(gk: Gatekeeper, codec: Any, body: dict, resolution: Resolution) -> tuple[Resolution, Gated]:
+def _gate_with(gk: Gatekeeper, codec: Any, body: dict[str, Any], resolution: Resolution) -> tuple[Resolution, Gated]:
     try:
         return resolution, codec.gate(body, resolution.tier, gk.policy)
     except ToolChoiceBlocked as exc:
@@ -134,7 +135,7 @@ def _gate_with(gk: Gatekeeper, codec: Any, body: dict, resolution: Resolution) -
         raise
 
 
-def gate_body(gk: Gatekeeper, protocol: str, body: dict) -> tuple[Resolution, Gated]:
+def gate_body(gk: Gatekeeper, protocol: str, body: dict[str, Any]) -> tuple[Resolution, Gated]:
     """Gate (in place) a request body of `protocol` ("chat" | "responses" | "messages") with the
     proxy's codec for it.
 
@@ -144,7 +145,7 @@ def gate_body(gk: Gatekeeper, protocol: str, body: dict) -> tuple[Resolution, Ga
     return _gate_with(gk, codec, body, gk.resolve(info.model, info.effort))
 
 
-async def agate_body(gk: Gatekeeper, protocol: str, body: dict) -> tuple[Resolution, Gated]:
+async def agate_body(gk: Gatekeeper, protocol: str, body: dict[str, Any]) -> tuple[Resolution, Gated]:
     """`gate_body` for async code."""
     codec = _codec(protocol)
     info = codec.parse(body)

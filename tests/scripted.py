@@ -160,3 +160,70 @@ class SuiteScript:
             test, step = self.locate(body)
             return behaviour(test, step)
         return respond
+
+
+class RawAnswer:
+    """Exactly what a misbehaving upstream sends: status, content type (sent as written, any
+    case, or none), and the body as separate chunks (one write each)."""
+
+    def __init__(self, chunks: list[bytes] | bytes = b"", status: int = 200,
+                 content_type: str | None = "application/json", headers: dict[str, str] | None = None) -> None:
+        self.chunks = [chunks] if isinstance(chunks, bytes) else chunks
+        self.status, self.content_type, self.headers = status, content_type, headers or {}
+
+
+class RawUpstream(ThreadedServer):
+    """A real HTTP upstream answering every request under /v1 with `answer` (a RawAnswer, or a
+    callable body -> RawAnswer). Bodies and headers received are recorded."""
+
+    def __init__(self, answer: RawAnswer | Callable[[dict], RawAnswer] | None = None) -> None:
+        self.answer = answer or RawAnswer(b"{}")
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        self.paths: list[str] = []
+        super().__init__(Starlette(routes=[Route("/v1/{path:path}", self._any, methods=["GET", "POST"])]))
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _any(self, request: Request) -> Response:
+        raw = await request.body()
+        body = json.loads(raw) if raw else {}
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        self.paths.append(request.url.path)
+        answer = self.answer(body) if callable(self.answer) else self.answer
+        headers = dict(answer.headers)
+        if answer.content_type is not None:
+            headers["content-type"] = answer.content_type
+
+        async def body_chunks():
+            for chunk in answer.chunks:
+                yield chunk
+
+        return StreamingResponse(body_chunks(), status_code=answer.status, headers=headers)
+
+
+def chat_completion(message: dict[str, Any], finish: str = "stop") -> dict[str, Any]:
+    """A chat.completion document around one assistant message."""
+    return {"id": "chatcmpl-raw", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": None} | message,
+                         "finish_reason": finish}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+def chat_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"id": "chatcmpl-raw", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def sse(*docs: dict[str, Any] | str, newline: bytes = b"\n", done: bool = True) -> bytes:
+    """Events framed with `newline` (LF, CRLF or CR); a str is sent as the data as it is."""
+    out = b""
+    for doc in docs:
+        data = doc if isinstance(doc, str) else json.dumps(doc)
+        out += b"data: " + data.encode() + newline + newline
+    if done:
+        out += b"data: [DONE]" + newline + newline
+    return out

@@ -151,3 +151,19 @@ def test_count_tokens_estimate_counts_gated_tools():
     large = MT.count_tokens({"model": "m", "messages": [{"role": "user", "content": "hi"}],
                              "tools": [{"name": "read_file", "input_schema": {"type": "object"}}]})
     assert large["input_tokens"] > small["input_tokens"] >= 1
+
+
+def test_legacy_function_call_next_to_tool_calls_is_ignored():
+    """llama.cpp sends a stale legacy `function_call` next to the real `tool_calls`."""
+    doc = chat_answer(None, [("read_file", "{}")], "tool_calls")
+    doc["choices"][0]["message"]["function_call"] = {"name": "get_time:", "arguments": "{}"}
+    assert [i["name"] for i in RT.from_chat(doc)["output"]] == ["read_file"]
+    assert [b["name"] for b in MT.from_chat(doc)["content"]] == ["read_file"]
+
+
+def test_legacy_only_function_call_is_translated_and_then_gated():
+    doc = chat_answer(None, [], "function_call")
+    doc["choices"][0]["message"]["function_call"] = {"name": "execute_command", "arguments": "{}"}
+    answer = RT.from_chat(doc)
+    assert ResponsesCodec().enforce(answer, {"read_file": None}).removed == ["execute_command"]
+    assert answer["output"] == []

@@ -3,7 +3,8 @@ as chat, through ScriptedServer): real HTTP servers whose answers tests choose.
 
 `responder(body)` returns `{"content": str | None, "tool_calls": [{"name", "arguments"}]}` (as for
 ScriptedServer) and may add `"items"`: raw Responses output items / Messages content blocks
-appended as they are (an `mcp_call`, a `server_tool_use` ...). Every body received is recorded in
+appended as they are (an `mcp_call`, a `server_tool_use` ...), or `"raw": bytes` (with an optional
+`"media_type"`) to answer exactly those bytes (a hostile upstream). Every body received is recorded in
 `requests` (chat), `responses_requests` and `messages_requests`.
 """
 
@@ -69,6 +70,8 @@ class NativeServer(ScriptedServer):
         self.responses_requests.append(body)
         self.headers.append(dict(request.headers))
         reply = self.responder(body)
+        if "raw" in reply:
+            return Response(reply["raw"], media_type=reply.get("media_type", "application/json"))
         if "status" in reply:
             return JSONResponse({"error": {"message": reply["error"], "type": "scripted_error", "code": None}},
                                 status_code=reply["status"])
@@ -132,6 +135,8 @@ class NativeServer(ScriptedServer):
         self.messages_requests.append(body)
         self.headers.append(dict(request.headers))
         reply = self.responder(body)
+        if "raw" in reply:
+            return Response(reply["raw"], media_type=reply.get("media_type", "application/json"))
         if "status" in reply:
             return JSONResponse({"type": "error", "error": {"type": "invalid_request_error", "message": reply["error"]}},
                                 status_code=reply["status"])

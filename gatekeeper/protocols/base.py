@@ -131,19 +131,20 @@ class Translator(Protocol):
       * `to_chat(body)`: the GATED client request -> a chat request body (same model name; the
         pipeline sends it to `/chat/completions`). Raises RequestInvalid for what cannot be
         expressed in chat (never drops a tool-carrying field silently);
-      * `from_chat(doc)`: a plain chat answer (already a dict) -> the client protocol's answer;
-        the pipeline then runs the client codec's `enforce` on the result;
-      * `stream_from_chat()`: a fresh StreamConverter for one streamed answer; the pipeline
-        runs the client codec's stream filter on what it yields;
+      * `from_chat(doc, request)`: a plain chat answer (already a dict) -> the client protocol's
+        answer (`request` is the gated client body, for fields the answer echoes); the pipeline
+        then runs the client codec's `enforce` on the result;
+      * `stream_from_chat(request)`: a fresh StreamConverter for one streamed answer; the
+        pipeline runs the client codec's stream filter on what it yields;
       * optional `count_tokens(body) -> dict`: a local answer to `/v1/messages/count_tokens`
         when the upstream does not speak messages (absent: that route answers 404).
     """
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
-    def from_chat(self, doc: dict[str, Any]) -> dict[str, Any]: ...
+    def from_chat(self, doc: dict[str, Any], request: dict[str, Any] | None = None) -> dict[str, Any]: ...
 
-    def stream_from_chat(self) -> StreamConverter: ...
+    def stream_from_chat(self, request: dict[str, Any] | None = None) -> StreamConverter: ...
 
 
 def may_carry_calls(raw: bytes | str, markers: tuple[bytes, ...]) -> bool:

@@ -44,7 +44,7 @@ def loads(raw: bytes | str, what: str) -> Any:
 class ChatCodec:
     name = "chat"
     upstream_path = "/chat/completions"
-    markers = _MARKERS
+    markers: tuple[bytes, ...] = _MARKERS
 
     def parse(self, body: dict[str, Any]) -> RequestInfo:
         model = body.get("model")
@@ -78,16 +78,16 @@ class ChatCodec:
 
     def enforce(self, doc: Any, offered: Offered) -> Enforced:
         result = Enforced()
-        for choice in _choices(doc, "answer"):
+        for choice in _choices(doc, "upstream answer"):
             message = choice.get("message")
             if message is None:
                 continue
             if not isinstance(message, dict):
-                raise AnswerInvalid("answer: 'choices[].message' must be an object")
+                raise AnswerInvalid("upstream answer: 'choices[].message' must be an object")
             _check_calls(message.get("tool_calls"), "choices[].message.tool_calls")
             legacy = message.get("function_call")
             if legacy is not None and not (isinstance(legacy, dict) and isinstance(legacy.get("name"), str)):
-                raise AnswerInvalid("answer: 'function_call' must be an object with a string 'name'")
+                raise AnswerInvalid("upstream answer: 'function_call' must be an object with a string 'name'")
             for call in message.get("tool_calls") or []:
                 name = call_name(call) or ""
                 inner = call.get("function") or call.get("custom") or {}
@@ -122,23 +122,23 @@ def _choices(doc: Any, what: str) -> list[dict[str, Any]]:
     return choices
 
 
-def _check_calls(calls: Any, where: str) -> None:
+def _check_calls(calls: Any, where: str, what: str = "upstream answer") -> None:
     if calls is None:
         return
     if not isinstance(calls, list):
-        raise AnswerInvalid(f"answer: '{where}' must be an array, got {type(calls).__name__}")
+        raise AnswerInvalid(f"{what}: '{where}' must be an array, got {type(calls).__name__}")
     for call in calls:
         if not isinstance(call, dict):
-            raise AnswerInvalid(f"answer: '{where}[]' must be objects")
+            raise AnswerInvalid(f"{what}: '{where}[]' must be objects")
         for key in ("function", "custom"):
             inner = call.get(key)
             if inner is None:
                 continue
             if not isinstance(inner, dict):
-                raise AnswerInvalid(f"answer: '{where}[].{key}' must be an object")
+                raise AnswerInvalid(f"{what}: '{where}[].{key}' must be an object")
             for field in ("name", "arguments", "input"):
                 if inner.get(field) is not None and not isinstance(inner[field], str):
-                    raise AnswerInvalid(f"answer: '{where}[].{key}.{field}' must be a string")
+                    raise AnswerInvalid(f"{what}: '{where}[].{key}.{field}' must be a string")
 
 
 class ChatStreamFilter:
@@ -196,7 +196,7 @@ class ChatStreamFilter:
             raise AnswerInvalid("upstream stream event: 'choices[].delta' must be an object")
         calls = delta.get("tool_calls")
         if calls is not None:
-            _check_calls(calls, "choices[].delta.tool_calls")
+            _check_calls(calls, "choices[].delta.tool_calls", "upstream stream event")
             kept = []
             for call in calls:
                 out = self._call(ci, call)
@@ -250,8 +250,9 @@ class ChatStreamFilter:
             offered = bool(name) and name in self.offered
             self.result.calls.append(Call(name or "", arguments if isinstance(arguments, str) else None, offered))
             if offered:
-                self._index[key] = self._kept.get(ci, 0)
-                self._kept[ci] = self._index[key] + 1
+                index = self._kept.get(ci, 0)
+                self._index[key] = index
+                self._kept[ci] = index + 1
                 self._names[key] = name or ""
                 self._arguments[key] = (len(self.result.calls) - 1, [arguments] if isinstance(arguments, str) else [])
                 return True

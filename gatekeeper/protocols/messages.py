@@ -79,7 +79,7 @@ def effort_of(body: dict[str, Any]) -> str | None:
 class MessagesCodec:
     name = "messages"
     upstream_path = "/messages"
-    markers = (b"tool_use",)  # `tool_use`, `server_tool_use`, `mcp_tool_use`, `..._tool_use`
+    markers: tuple[bytes, ...] = (b"tool_use",)  # `tool_use`, `server_tool_use`, `mcp_tool_use`, `..._tool_use`
 
     def parse(self, body: dict[str, Any]) -> RequestInfo:
         model = body.get("model")
@@ -114,11 +114,11 @@ class MessagesCodec:
                 raise RequestInvalid(f"'tool_choice' must be an object, got {type(choice).__name__}")
             kind = choice.get("type")
             if kind == "tool":
-                name = choice.get("name")
-                if not isinstance(name, str) or not name:
+                forced = choice.get("name")
+                if not isinstance(forced, str) or not forced:
                     raise RequestInvalid("'tool_choice.name' must be a non-empty string")
-                if not policy.allows(tier, name):
-                    raise ToolChoiceBlocked(name, policy.required_tier(name), tier)
+                if not policy.allows(tier, forced):
+                    raise ToolChoiceBlocked(forced, policy.required_tier(forced), tier)
             elif kind == "any":
                 if not any_kept and gated.hidden:
                     names = ",".join(gated.hidden)
@@ -201,8 +201,9 @@ def _gate_servers(body: dict[str, Any], tier: Tier, policy: ToolPolicy, gated: G
         if not policy.allows(tier, label):
             gated.hidden.append(label)
             continue
-        config = server.get("tool_configuration")
-        allowed = config.get("allowed_tools") if isinstance(config, dict) else None
+        found = server.get("tool_configuration")
+        config: dict[str, Any] = found if isinstance(found, dict) else {}
+        allowed = config.get("allowed_tools")
         if allowed is None:
             kept.append(server)
             gated.kept.append(label)

@@ -58,7 +58,7 @@ class ResponsesCodec:
     upstream_path = "/responses"
     # Every call item type spells one of these (`function_call`, `web_search_call`, `mcp_call`,
     # `mcp_list_tools`, `program`, ...): an answer with none of them is relayed unparsed.
-    markers = (b"_call", b"mcp", b"program", b"tool")
+    markers: tuple[bytes, ...] = (b"_call", b"mcp", b"program", b"tool")
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -341,8 +341,9 @@ def _call_key(item: dict[str, Any], offered: dict[str, dict[str, Any] | None]) -
 
 def _arguments(item: dict[str, Any]) -> str | None:
     for field in ("arguments", "input"):
-        if isinstance(item.get(field), str):
-            return item[field]
+        value = item.get(field)
+        if isinstance(value, str):
+            return value
     return None
 
 

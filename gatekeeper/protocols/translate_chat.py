@@ -70,8 +70,15 @@ def read_answer(doc: Any) -> ChatAnswer:
         calls.append(ChatCall(id=_str(call.get("id") or f"call_{i}", f"tool_calls[{i}].id"),
                               name=_str(function.get("name"), f"tool_calls[{i}].function.name"),
                               arguments=_str(function.get("arguments", ""), f"tool_calls[{i}].function.arguments")))
-    if message.get("function_call") is not None:
-        raise AnswerInvalid("chat answer: a legacy 'function_call' cannot be translated")
+    legacy = message.get("function_call")
+    if legacy is not None and not calls:
+        # A legacy-only upstream: its one call. Next to `tool_calls` the legacy field is ignored:
+        # it duplicates them (llama.cpp's even carries a stale name there), and the translated
+        # answer is built from what is read, so an ignored field never reaches the client.
+        if not isinstance(legacy, dict):
+            raise AnswerInvalid("chat answer: 'function_call' must be an object")
+        calls.append(ChatCall(id="call_legacy", name=_str(legacy.get("name"), "function_call.name"),
+                              arguments=_str(legacy.get("arguments", ""), "function_call.arguments")))
     return ChatAnswer(id=_str(doc.get("id", "chatcmpl"), "id"), text=_str(message.get("content"), "content", True),
                       calls=calls, finish_reason=_str(choices[0].get("finish_reason"), "finish_reason", True),
                       usage=_usage(doc), model=doc.get("model") if isinstance(doc.get("model"), str) else None)
@@ -118,11 +125,14 @@ def read_chunk(event: Event) -> ChatDelta:
             raise AnswerInvalid("chat stream: 'delta' must be an object")
         out.text = _str(delta.get("content"), "delta.content", True)
         out.finish_reason = _str(choice.get("finish_reason"), "finish_reason", True)
-        if delta.get("function_call") is not None:
-            raise AnswerInvalid("chat stream: a legacy 'function_call' cannot be translated")
         calls = delta.get("tool_calls") or []
         if not isinstance(calls, list):
             raise AnswerInvalid("chat stream: 'tool_calls' must be an array")
+        legacy = delta.get("function_call")
+        if legacy is not None and not calls:  # as in read_answer: only a legacy-only delta counts
+            if not isinstance(legacy, dict):
+                raise AnswerInvalid("chat stream: 'function_call' must be an object")
+            calls = [{"index": -1, "function": legacy}]
         for call in calls:
             if not isinstance(call, dict) or not isinstance(call.get("index"), int):
                 raise AnswerInvalid("chat stream: a tool call delta must be an object with an integer 'index'")

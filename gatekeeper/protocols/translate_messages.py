@@ -38,7 +38,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         chat["tools"] = [_function_tool(t, f"tools[{i}]") for i, t in enumerate(body["tools"])]
     choice = body.get("tool_choice")
     if isinstance(choice, dict):
-        kind = choice.get("type")
+        kind: Any = choice.get("type")
         chat["tool_choice"] = ({"type": "function", "function": {"name": choice.get("name")}} if kind == "tool"
                                else {"any": "required"}.get(kind, kind))
         if choice.get("disable_parallel_tool_use") and chat.get("tools"):

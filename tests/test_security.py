@@ -1,0 +1,443 @@
+"""Issue 9 ("the gate holds on every path"), one regression test per item: a real proxy on a real
+port, a real HTTP upstream misbehaving in exactly that way, the official openai client reading."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from typing import Iterator
+
+import httpx
+import openai
+import pytest
+import structlog
+from prometheus_client import REGISTRY as _UNUSED  # noqa: F401  (the proxy has its own registry)
+
+from accumulate import node_names, plain_names, python_names, chunks_of, client_events, stream_names
+from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for
+from scripted import RawAnswer, RawUpstream, ScriptedServer, chat_chunk, chat_completion, free_port, sse
+from gatekeeper import metrics
+from gatekeeper.config import Settings
+from gatekeeper.core import Gatekeeper
+from gatekeeper.errors import ConfigError
+from gatekeeper.proxy import create_app
+from gatekeeper.tiers import Tier
+
+
+def tool(name: str) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
+
+
+TOOLS = [tool("read_file"), tool("execute_command")]  # at tier small only read_file is offered
+HI = [{"role": "user", "content": "hi"}]
+
+
+def call(name: str, index: int = 0, arguments: str = "{}") -> dict:
+    return {"index": index, "id": f"call_{index}", "type": "function",
+            "function": {"name": name, "arguments": arguments}}
+
+
+def message_call(name: str) -> dict:
+    return {"id": "call_0", "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+@contextmanager
+def gate(server, store_path, default_suite, **changes) -> Iterator[Proxy]:
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    with running_proxy(settings_for(server.base_url, store_path, **changes)) as proxy:
+        yield proxy
+
+
+def raw_stream(proxy: Proxy, **body) -> httpx.Response:
+    """What the proxy sends, read as bytes (the client-side parsers are in accumulate.py)."""
+    payload = {"model": "m", "messages": HI, "tools": TOOLS, "stream": True} | body
+    return httpx.post(proxy.url + "/v1/chat/completions", json=payload, timeout=30)
+
+
+def final_names(proxy: Proxy) -> list[str]:
+    """Tool names after openai-python's own stream accumulation."""
+    with proxy.client.chat.completions.stream(model="m", messages=HI, tools=TOOLS) as stream:
+        for _ in stream:
+            pass
+        message = stream.get_final_completion().choices[0].message
+    return [c.function.name for c in message.tool_calls or []]
+
+
+HIDDEN_AND_ALLOWED = [chat_chunk({"role": "assistant", "content": ""}),
+                      chat_chunk({"tool_calls": [call("execute_command", 0)]}),
+                      chat_chunk({"tool_calls": [call("read_file", 1)]}),
+                      chat_chunk({}, "tool_calls")]
+
+
+# -- High: SSE as the specification says ------------------------------------------------------------
+
+@pytest.mark.parametrize("newline", [b"\r\n", b"\r"], ids=["crlf", "cr"])
+def test_crlf_and_cr_framed_streams_are_filtered(store_path, default_suite, newline):
+    with RawUpstream(RawAnswer(sse(*HIDDEN_AND_ALLOWED, newline=newline), content_type="text/event-stream")) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            assert final_names(proxy) == ["read_file"]
+
+
+@pytest.mark.parametrize("prefix,suffix", [
+    (b"id: 1\n", b""), (b": keep-alive\n", b""), (b"event: message\nretry: 10\n", b""),
+    (b"", b"id: 2\n"), (b"", b": trailing comment\n"),
+], ids=["id-before", "comment-before", "event-retry-before", "id-after", "comment-after"])
+def test_field_and_comment_lines_around_data_do_not_let_a_call_through(store_path, default_suite, prefix, suffix):
+    hidden = b"data: " + json.dumps(chat_chunk({"tool_calls": [call("execute_command")]})).encode() + b"\n"
+    body = prefix + hidden + suffix + b"\n" + sse(chat_chunk({}, "tool_calls"))
+    with RawUpstream(RawAnswer(body, content_type="text/event-stream")) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            assert final_names(proxy) == []
+            assert stream_names(raw_stream(proxy).content) == set()
+
+
+def test_an_event_whose_data_spans_several_lines_is_read_whole(store_path, default_suite):
+    multi = json.dumps(chat_chunk({"tool_calls": [call("execute_command")]}), indent=1).encode()
+    body = b"".join(b"data: " + line + b"\n" for line in multi.split(b"\n")) + b"\n" + sse()
+    with RawUpstream(RawAnswer(body, content_type="text/event-stream")) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            assert stream_names(raw_stream(proxy).content) == set()
+
+
+def test_an_event_split_at_every_byte_is_filtered(store_path, default_suite):
+    body = sse(*HIDDEN_AND_ALLOWED, newline=b"\r\n")
+    with RawUpstream(RawAnswer([body[i:i + 1] for i in range(len(body))], content_type="text/event-stream")) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            assert final_names(proxy) == ["read_file"]
+
+
+@pytest.mark.parametrize("content_type", ["Text/Event-Stream; charset=utf-8", "application/json", None])
+def test_a_requested_stream_is_filtered_whatever_its_content_type(store_path, default_suite, content_type):
+    with RawUpstream(RawAnswer(sse(*HIDDEN_AND_ALLOWED), content_type=content_type)) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            assert final_names(proxy) == ["read_file"]
+            assert stream_names(raw_stream(proxy).content) == {"read_file"}
+
+
+def test_an_unasked_stream_is_still_filtered(store_path, default_suite):
+    with RawUpstream(RawAnswer(sse(*HIDDEN_AND_ALLOWED), content_type="TEXT/EVENT-STREAM")) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            answer = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": HI, "tools": TOOLS})
+    assert stream_names(answer.content) == {"read_file"}
+
+
+# -- High: what the JSON parser refuses never passes raw ------------------------------------------
+
+HIDDEN_BODY = json.dumps(chat_completion({"tool_calls": [message_call("execute_command")]}, "tool_calls"))
+
+
+@pytest.mark.parametrize("body", [
+    HIDDEN_BODY.replace('"created": 0', '"created": NaN').encode(),
+    HIDDEN_BODY.replace('"created": 0', '"created": Infinity').encode(),
+    HIDDEN_BODY.replace('"content": null', '"content": "\xff"').encode("latin-1"),
+    HIDDEN_BODY.encode("utf-16"),
+    json.dumps(chat_completion({"tool_calls": {"0": message_call("execute_command")}})).encode(),
+    json.dumps([chat_completion({"tool_calls": [message_call("execute_command")]})]).encode(),
+    json.dumps(chat_completion({"tool_calls": [{"function": {"name": 7}}]})).encode(),
+    json.dumps(chat_completion({"tool_calls": ["execute_command"]})).encode(),
+], ids=["nan", "infinity", "invalid-utf8", "utf16", "calls-object", "top-level-list", "name-int", "call-string"])
+def test_an_unreadable_plain_answer_is_a_502_upstream_invalid(store_path, default_suite, body):
+    with RawUpstream(RawAnswer(body)) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            with pytest.raises(openai.APIStatusError) as info:
+                proxy.client.chat.completions.create(model="m", messages=HI, tools=TOOLS)
+    assert info.value.status_code == 502
+    assert info.value.body["code"] == "upstream_invalid"  # OpenAI shape: {"error": {message, type, code}}
+    assert info.value.body["type"] == "upstream_error"
+
+
+def test_an_escaped_key_is_read_enforced_and_never_relayed_raw(store_path, default_suite):
+    body = HIDDEN_BODY.replace('"tool_calls": [', '"tool\\u005fcalls": [').encode()
+    assert b"tool_calls" not in body.split(b'"finish_reason"')[0]
+    with RawUpstream(RawAnswer(body)) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            raw = proxy.client.chat.completions.with_raw_response.create(model="m", messages=HI, tools=TOOLS)
+    assert plain_names(raw.content) == set()
+    assert raw.parse().choices[0].finish_reason == "stop"
+    assert raw.headers["x-gatekeeper-blocked-calls"] == "execute_command"
+
+
+@pytest.mark.parametrize("bad", [
+    '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"execute_command"}}]}}],"x":NaN}',
+    '{"choices":[{"index":0,"delta":{"tool_calls":{"index":0,"function":{"name":"execute_command"}}}}]}',
+    '[{"choices":[{"delta":{"tool_calls":[]}}]}]',
+], ids=["nan", "calls-object", "top-level-list"])
+def test_an_unreadable_event_ends_the_stream_with_a_framed_error_event(store_path, default_suite, bad):
+    body = sse(chat_chunk({"content": "a"}), bad)
+    with RawUpstream(RawAnswer(body, content_type="text/event-stream")) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            with pytest.raises(openai.APIError) as info:
+                final_names(proxy)
+            raw = raw_stream(proxy).content
+    assert "upstream stream event" in info.value.message
+    assert not isinstance(info.value, openai.APIResponseValidationError)
+    assert raw.startswith(b'data: {"id"') and raw.endswith(b"\n\n")
+    assert b"\n\n\ndata: {\"error\"" in raw  # a blank line first: nothing partial can absorb it
+    assert stream_names(raw) == set()
+
+
+def test_an_escaped_key_in_an_event_is_enforced(store_path, default_suite):
+    escaped = json.dumps(chat_chunk({"tool_calls": [call("execute_command")]})).replace("tool_calls", "tool\\u005fcalls")
+    with RawUpstream(RawAnswer(sse(escaped, chat_chunk({}, "tool_calls")), content_type="text/event-stream")) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            assert final_names(proxy) == []
+
+
+def test_a_stream_cut_inside_an_event_ends_with_a_readable_error(store_path, default_suite):
+    cut = b'data: {"choices": [{"index": 0, "delta": {"content": "par'
+    with RawUpstream(RawAnswer([sse(chat_chunk({"content": "a"}), done=False), cut],
+                               content_type="text/event-stream")) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            with pytest.raises(openai.APIError) as info:
+                list(proxy.client.chat.completions.create(model="m", messages=HI, stream=True))
+    assert "ended before [DONE]" in info.value.message
+
+
+# -- High: a streamed call keeps its first name -----------------------------------------------------
+
+def test_a_renamed_call_never_reaches_either_client_style(store_path, default_suite):
+    rename = [chat_chunk({"tool_calls": [call("read_file", 0, "")]}),
+              chat_chunk({"tool_calls": [{"index": 0, "function": {"name": "execute_command", "arguments": "{}"}}]}),
+              chat_chunk({}, "tool_calls")]
+    with RawUpstream(RawAnswer(sse(*rename), content_type="text/event-stream")) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            with pytest.raises(openai.APIError, match="renames"):
+                final_names(proxy)
+            raw = raw_stream(proxy).content
+    chunks = chunks_of(client_events(raw))
+    assert python_names(chunks) <= {"read_file"} and node_names(chunks) <= {"read_file"}
+
+
+def test_a_repeated_name_is_not_concatenated_by_openai_python(store_path, default_suite):
+    repeat = [chat_chunk({"tool_calls": [call("read_file", 0, "")]}),
+              chat_chunk({"tool_calls": [{"index": 0, "function": {"name": "read_file", "arguments": "{}"}}]}),
+              chat_chunk({}, "tool_calls")]
+    with RawUpstream(RawAnswer(sse(*repeat), content_type="text/event-stream")) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            assert final_names(proxy) == ["read_file"]
+
+
+def test_deltas_without_index_are_calls_of_their_own(store_path, default_suite):
+    no_index = [chat_chunk({"tool_calls": [{"function": {"name": "execute_command", "arguments": "{}"}}]}),
+                chat_chunk({"tool_calls": [{"function": {"name": "read_file", "arguments": "{}"}}]}),
+                chat_chunk({"tool_calls": [{"function": {"name": "execute_command", "arguments": "x"}}]}),
+                chat_chunk({}, "tool_calls")]
+    with RawUpstream(RawAnswer(sse(*no_index), content_type="text/event-stream")) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            assert final_names(proxy) == ["read_file"]
+            assert stream_names(raw_stream(proxy).content) == {"read_file"}
+
+
+# -- Upstream abuse: the answer-size cap ---------------------------------------------------------
+
+def test_a_plain_answer_past_max_response_bytes_is_a_502(store_path, default_suite):
+    big = json.dumps(chat_completion({"content": "x" * 4000})).encode()
+    with RawUpstream(RawAnswer([big[:2000], big[2000:]])) as up:
+        with gate(up, store_path, default_suite, upstream={"base_url": up.base_url, "max_response_bytes": 2048}) as proxy:
+            with pytest.raises(openai.APIStatusError) as info:
+                proxy.client.chat.completions.create(model="m", messages=HI)
+    assert info.value.status_code == 502 and info.value.body["code"] == "upstream_too_large"
+
+
+def test_a_stream_past_max_response_bytes_ends_in_error(store_path, default_suite):
+    body = sse(*[chat_chunk({"content": "x" * 100}) for _ in range(40)])
+    with RawUpstream(RawAnswer([body[i:i + 500] for i in range(0, len(body), 500)],
+                               content_type="text/event-stream")) as up:
+        with gate(up, store_path, default_suite, upstream={"base_url": up.base_url, "max_response_bytes": 2048}) as proxy:
+            with pytest.raises(openai.APIError, match="max_response_bytes"):
+                list(proxy.client.chat.completions.create(model="m", messages=HI, stream=True))
+
+
+# -- Request side --------------------------------------------------------------------------------
+
+def test_parallel_tool_calls_is_dropped_with_the_last_tool(upstream, store_path, default_suite):
+    with gate(upstream, store_path, default_suite) as proxy:
+        proxy.client.chat.completions.create(model="m", messages=HI, tools=[tool("execute_command")],
+                                             parallel_tool_calls=False)
+    assert not {"tools", "tool_choice", "parallel_tool_calls"} & upstream.requests[-1].keys()
+
+
+@pytest.mark.parametrize("choice", ["required", "any"])
+def test_demanding_a_call_when_every_tool_is_hidden_is_a_400_naming_them(upstream, store_path, default_suite, choice):
+    with gate(upstream, store_path, default_suite) as proxy:
+        with pytest.raises(openai.BadRequestError) as info:
+            proxy.client.chat.completions.create(model="m", messages=HI, tools=[tool("execute_command")],
+                                                 tool_choice=choice)
+    assert info.value.code == "tool_not_allowed" and "execute_command" in info.value.message
+    assert upstream.requests == []
+
+
+def test_allowed_tools_choice_is_filtered(upstream, store_path, default_suite):
+    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
+        {"type": "function", "function": {"name": "read_file"}},
+        {"type": "function", "function": {"name": "execute_command"}}]}}
+    with gate(upstream, store_path, default_suite) as proxy:
+        proxy.client.chat.completions.create(model="m", messages=HI, tools=TOOLS, tool_choice=choice)
+    sent = upstream.requests[-1]["tool_choice"]["allowed_tools"]["tools"]
+    assert [t["function"]["name"] for t in sent] == ["read_file"]
+
+
+def test_allowed_tools_forcing_only_hidden_tools_is_a_400(upstream, store_path, default_suite):
+    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+        {"type": "function", "function": {"name": "execute_command"}}]}}
+    with gate(upstream, store_path, default_suite) as proxy:
+        with pytest.raises(openai.BadRequestError) as info:
+            proxy.client.chat.completions.create(model="m", messages=HI, tools=TOOLS, tool_choice=choice)
+    assert info.value.code == "tool_not_allowed" and "execute_command" in info.value.message
+
+
+def test_custom_and_typed_tools_are_gated_by_name_or_type(upstream, store_path, default_suite):
+    rules = {"default_tier": "small", "required_tier": {"execute_command": "large", "web_search": "large"}}
+    tools = [{"type": "custom", "custom": {"name": "execute_command", "description": "freeform"}},
+             {"type": "custom", "custom": {"name": "notes"}},
+             {"type": "web_search"}]
+    with gate(upstream, store_path, default_suite, tools=rules) as proxy:
+        raw = proxy.client.chat.completions.with_raw_response.create(model="m", messages=HI, tools=tools)
+        with pytest.raises(openai.BadRequestError) as info:
+            proxy.client.chat.completions.create(model="m", messages=HI, tools=tools,
+                                                 tool_choice={"type": "custom", "custom": {"name": "execute_command"}})
+    assert raw.status_code == 200
+    assert upstream.requests[-1]["tools"] == [tools[1]]
+    assert info.value.code == "tool_not_allowed"
+
+
+def test_tools_nested_in_chat_template_kwargs_are_refused(upstream, store_path, default_suite):
+    with gate(upstream, store_path, default_suite) as proxy:
+        with pytest.raises(openai.BadRequestError) as info:
+            proxy.client.chat.completions.create(model="m", messages=HI, extra_body={
+                "chat_template_kwargs": {"tools": [tool("execute_command")]}})
+        proxy.client.chat.completions.create(model="m", messages=HI,
+                                             extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert "chat_template_kwargs.tools" in info.value.message
+    assert [r["chat_template_kwargs"] for r in upstream.requests] == [{"enable_thinking": False}]
+
+
+def test_forcing_a_hidden_tool_without_tools_is_a_400(upstream, store_path, default_suite):
+    with gate(upstream, store_path, default_suite) as proxy:
+        with pytest.raises(openai.BadRequestError) as info:
+            proxy.client.chat.completions.create(
+                model="m", messages=HI, tool_choice={"type": "function", "function": {"name": "execute_command"}})
+    assert info.value.code == "tool_not_allowed" and upstream.requests == []
+
+
+def test_a_non_ascii_header_value_is_a_400_naming_it(upstream, store_path, default_suite):
+    with gate(upstream, store_path, default_suite) as proxy:
+        answer = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": HI},
+                            headers={"x-agent": "caf\xe9".encode("latin-1")})
+        assert answer.status_code == 400 and "x-agent" in answer.json()["error"]["message"]
+        assert proxy.client.chat.completions.create(model="m", messages=HI).choices[0].message.content == "ok"
+
+
+# -- Admin and errors ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key", ["", "   ", "\t"])
+def test_a_blank_admin_key_is_refused_at_start_up(store_path, key):
+    gk = Gatekeeper(Settings.model_validate({"store": str(store_path), "admin_key": key}))
+    try:
+        with pytest.raises(ConfigError, match="admin_key"):
+            create_app(gk)
+    finally:
+        gk.close()
+
+
+@pytest.mark.parametrize("header", ["bearer k3y", "Bearer  k3y", "k3y", "Bearer k3y2", "Basic k3y", "Bearer"])
+def test_only_exactly_bearer_and_the_key_passes(upstream, store_path, header):
+    with running_proxy(settings_for(upstream.base_url, store_path, admin_key="k3y")) as proxy:
+        refused = httpx.get(proxy.url + "/admin/profiles", headers={"authorization": header})
+        allowed = httpx.get(proxy.url + "/admin/profiles", headers={"authorization": "Bearer k3y"})
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_admin_key"
+    assert allowed.status_code == 200
+
+
+def test_unknown_paths_and_methods_answer_in_the_openai_shape_naming_what_is_served(upstream, store_path):
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        unknown = httpx.get(proxy.url + "/v1/files")
+        method = httpx.get(proxy.url + "/v1/chat/completions")
+        slash = httpx.post(proxy.url + "/v1/chat/completions/", json={}, follow_redirects=False)
+        with pytest.raises(openai.NotFoundError) as info:
+            proxy.client.files.list()
+    assert unknown.status_code == 404 and "POST /v1/chat/completions" in unknown.json()["error"]["message"]
+    assert method.status_code == 405 and "served" in method.json()["error"]["message"]
+    assert method.headers["allow"] == "POST"
+    assert slash.status_code == 404 and "location" not in slash.headers
+    assert info.value.code == "not_found"
+
+
+def test_unknown_messages_paths_answer_in_anthropic_shape(upstream, store_path):
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        answer = httpx.post(proxy.url + "/v1/messages/batches", json={})
+    assert answer.status_code == 404
+    assert answer.json()["type"] == "error" and "served" in answer.json()["error"]["message"]
+
+
+# -- the litellm route: an allowlist, and the same enforcement -----------------------------------
+
+def _route_settings(upstream_url: str, store_path) -> Settings:
+    route = {"name": "routed", "litellm_model": "openai/behind-litellm", "api_base": upstream_url,
+             "api_key": "operator-key"}
+    return settings_for(f"http://127.0.0.1:{free_port()}/v1", store_path, models=[route])
+
+
+def test_a_client_cannot_redirect_a_litellm_route_or_add_headers(store_path, default_suite):
+    with ScriptedServer() as upstream, ScriptedServer(lambda b: {"content": "stolen"}) as attacker:
+        seed_store(store_path, make_profile("routed", Tier.SMALL, default_suite))
+        with running_proxy(_route_settings(upstream.base_url, store_path)) as proxy:
+            answer = proxy.client.chat.completions.create(model="routed", messages=HI, extra_body={
+                "base_url": attacker.base_url, "api_base": attacker.base_url, "api_key": "client-chosen",
+                "extra_headers": {"x-injected": "1"}, "mock_response": "pwned",
+                "mock_tool_calls": [{"function": {"name": "execute_command", "arguments": "{}"}}]})
+    assert answer.choices[0].message.content == "ok"
+    assert attacker.requests == []
+    assert upstream.headers[-1]["authorization"] == "Bearer operator-key"
+    assert "x-injected" not in upstream.headers[-1]
+    assert not {"base_url", "api_base", "api_key", "mock_response"} & upstream.requests[-1].keys()
+
+
+def test_a_litellm_stream_is_enforced_logged_and_counted(store_path, default_suite):
+    reply = lambda body: {"content": "x", "tool_calls": [{"name": "execute_command", "arguments": {}},  # noqa: E731
+                                                         {"name": "read_file", "arguments": {}}]}
+    with ScriptedServer(reply) as upstream:
+        seed_store(store_path, make_profile("routed", Tier.SMALL, default_suite))
+        with running_proxy(_route_settings(upstream.base_url, store_path)) as proxy:
+            before = metrics.REGISTRY.get_sample_value("gatekeeper_tool_calls_blocked_total") or 0
+            with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+                with proxy.client.chat.completions.stream(model="routed", messages=HI, tools=TOOLS) as stream:
+                    for _ in stream:
+                        pass
+                    names = [c.function.name for c in stream.get_final_completion().choices[0].message.tool_calls]
+            after = metrics.REGISTRY.get_sample_value("gatekeeper_tool_calls_blocked_total")
+    assert names == ["read_file"]
+    assert after == before + 1
+    line = next(entry for entry in logs if entry["event"] == "request")
+    assert line["stream"] is True and line["blocked_calls"] == ["execute_command"] and line["model"] == "routed"
+
+
+# -- issue 11, everything else: forwarded endpoints and the blocked-calls header -----------------
+
+def test_a_model_is_forwarded_by_id(store_path):
+    with RawUpstream(RawAnswer(b'{"id": "org/m-1", "object": "model", "owned_by": "x"}')) as up:
+        with running_proxy(settings_for(up.base_url, store_path)) as proxy:
+            assert proxy.client.models.retrieve("org/m-1").id == "org/m-1"
+            assert httpx.get(proxy.url + "/v1/models/../admin").status_code in (400, 404)
+    assert up.paths == ["/v1/models/org/m-1"]
+
+
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/v1/completions"])
+def test_tool_free_endpoints_are_forwarded_untouched(store_path, path):
+    with RawUpstream(RawAnswer(b'{"object": "list", "data": [], "odd": NaN}')) as up:
+        with running_proxy(settings_for(up.base_url, store_path)) as proxy:
+            answer = httpx.post(proxy.url + path, json={"model": "m", "input": "x", "prompt": "y"})
+            refused = httpx.post(proxy.url + path, json={"model": "m", "tools": [tool("execute_command")]})
+    assert answer.status_code == 200 and answer.content == b'{"object": "list", "data": [], "odd": NaN}'
+    assert up.requests == [{"model": "m", "input": "x", "prompt": "y"}] and up.paths == [path]
+    assert refused.status_code == 400
+
+
+def test_blocked_calls_are_named_in_a_header_on_plain_answers(store_path, default_suite):
+    body = chat_completion({"tool_calls": [message_call("execute_command"), message_call("ghost\r\nx: y"),
+                                           message_call("read_file")]}, "tool_calls")
+    with RawUpstream(RawAnswer(json.dumps(body).encode())) as up:
+        with gate(up, store_path, default_suite) as proxy:
+            raw = proxy.client.chat.completions.with_raw_response.create(model="m", messages=HI, tools=TOOLS)
+    assert raw.headers["x-gatekeeper-blocked-calls"] == "execute_command,ghost%0D%0Ax:%20y"
+    assert [c.function.name for c in raw.parse().choices[0].message.tool_calls] == ["read_file"]
