@@ -143,7 +143,8 @@ class SuiteScript:
             loaded = suite if isinstance(suite, Suite) else load_suite(suite)
             self.suites.append(loaded)
             for test in loaded.tests:
-                self.tests[test.all_steps[0].prompt or ""] = test
+                if test.name not in loaded.templates:  # randomised: recognised per instance in locate
+                    self.tests[test.all_steps[0].prompt or ""] = test
 
     def locate(self, body: dict) -> tuple[BenchTest, int]:
         messages = body["messages"]

@@ -551,3 +551,11 @@ def test_admin_api_shows_scores_with_their_interval(store_path, default_suite):
             listed = httpx.get(proxy.url + "/admin/profiles", headers=auth).json()["profiles"]["m@low"]
     assert listed["samples"] == 2 and listed["scoreIntervals"]["json"] == [1.0, 1.0]
     assert listed["shown"] == {"instruction": "1.00 ± 0.00", "json": "1.00 ± 0.00", "toolCalling": "1.00 ± 0.00"}
+
+
+@pytest.mark.parametrize("seed", [*range(12), 513248310])  # 513248310 draws the preview's chain names
+def test_a_scripted_perfect_answerer_passes_every_drawn_instance(tmp_path, default_suite, seed):
+    backend = mock_answering(SuiteScript(default_suite), answers.perfect)
+    service = MeasurementService(Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    profile = asyncio.run(service.measure("m", seed=seed))
+    assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}
