@@ -9,7 +9,8 @@ client's own attribute, untouched.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from gatekeeper.core import Gatekeeper
 
@@ -42,7 +43,7 @@ class GatedClient:
         protocol = self._routes.get(self._path)
         if protocol is not None and name in GATED_CALLS:
             return self._gated_call(attr, protocol, name)
-        path = self._path + (name,)
+        path = (*self._path, name)
         if any(route[:len(path)] == path for route in self._routes):
             return self._wrap(attr, path)
         return attr

@@ -25,9 +25,11 @@ And the request step of the proxy, in process, for a body of any client protocol
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from typing import Any, Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from gatekeeper.core import Gatekeeper, Resolution
 from gatekeeper.errors import ToolChoiceBlocked
@@ -96,10 +98,8 @@ def _argument_finder(fn: Callable[..., Any], model_arg: str, effort_arg: str) ->
     def locate(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str | None]:
         named = dict(kwargs)
         if signature is not None:
-            try:
+            with contextlib.suppress(TypeError):  # let fn itself report the bad call
                 named = signature.bind_partial(*args, **kwargs).arguments | named
-            except TypeError:
-                pass  # let fn itself report the bad call
         model = named.get(model_arg)
         if model is None and args and model_arg not in named:
             model = args[0]
@@ -113,7 +113,8 @@ def _argument_finder(fn: Callable[..., Any], model_arg: str, effort_arg: str) ->
 
 
 def _is_async(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    # an object whose __call__ is a coroutine function is async too (callable() cannot tell)
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
 
 
 # -- one request body of a client protocol ---------------------------------------------------

@@ -6,22 +6,22 @@ HTTP server speaking each protocol natively (tests/upstreams.py)."""
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import anthropic  # noqa: E402
-import openai  # noqa: E402
-import pytest  # noqa: E402
-from fastapi import HTTPException  # noqa: E402
-from litellm.caching.dual_cache import DualCache  # noqa: E402
-from litellm.proxy._types import UserAPIKeyAuth  # noqa: E402
-from upstreams import NativeServer  # noqa: E402
+import anthropic
+import openai
+import pytest
+from fastapi import HTTPException
+from litellm.caching.dual_cache import DualCache
+from litellm.proxy._types import UserAPIKeyAuth
+from upstreams import NativeServer
 
-from gatekeeper.adapters import anthropic_sdk, openai_sdk  # noqa: E402
-from gatekeeper.adapters.litellm_hook import GatekeeperHook  # noqa: E402
-from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked  # noqa: E402
-from gatekeeper.wrap import gate_agent, gated_prepare_tools  # noqa: E402
+from gatekeeper.adapters import anthropic_sdk, openai_sdk
+from gatekeeper.adapters.litellm_hook import GatekeeperHook
+from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
+from gatekeeper.wrap import gate_agent, gated_prepare_tools
 
 FUNCTIONS = [{"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
              for n in ("read_file", "write_file", "execute_command")]

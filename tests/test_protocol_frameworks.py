@@ -5,7 +5,7 @@ to send one request with tools through the real proxy. Hidden tools never reach 
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from conftest import ROOT, Proxy, make_profile, running_proxy, seed_store, settings_for
@@ -39,7 +39,7 @@ export ANTHROPIC_BASE_URL=http://127.0.0.1:8000''',
 def run(snippet: str, proxy: Proxy, namespace: dict | None = None) -> dict:
     code = snippet.replace("http://127.0.0.1:8000", proxy.url).replace("my-model", "small-model")
     scope = dict(namespace or {})
-    exec(compile(code, "<README snippet>", "exec"), scope)  # noqa: S102 - our own README's lines
+    exec(compile(code, "<README snippet>", "exec"), scope)
     return scope
 
 

@@ -4,7 +4,7 @@ read is either gated or an error, never a hidden call (issue "The gate holds on 
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from collections.abc import Iterator
 
 import anthropic
 import openai

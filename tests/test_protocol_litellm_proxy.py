@@ -9,8 +9,8 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import anthropic
 import httpx
@@ -42,8 +42,9 @@ def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[str, str, N
                             "GATEKEEPER_UPSTREAM": upstream.base_url, "GATEKEEPER_STORE": str(store),
                             "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
         litellm = Path(sys.executable).parent / "litellm"
+        log = (tmp / "log").open("wb")
         process = subprocess.Popen([str(litellm), "--config", str(tmp / "litellm_config.yaml"), "--port", str(port)],
-                                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / "log", "wb"))
+                                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
         try:
             url = f"http://127.0.0.1:{port}"
             deadline = time.monotonic() + 120
@@ -62,12 +63,13 @@ def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[str, str, N
         finally:
             process.terminate()
             process.wait(timeout=30)
+            log.close()
 
 
 def sent_since(upstream: NativeServer, counts: tuple[int, int, int]) -> list[str]:
     """Tool names of the one request the upstream received since `counts` (whichever API litellm chose)."""
     logs = (upstream.requests, upstream.responses_requests, upstream.messages_requests)
-    new = [body for log, seen in zip(logs, counts) for body in log[seen:]]
+    new = [body for log, seen in zip(logs, counts, strict=True) for body in log[seen:]]
     assert len(new) == 1, new
     return [t.get("name") or t["function"]["name"] for t in new[0].get("tools", [])]
 

@@ -6,12 +6,13 @@ upstream, hidden calls never reach the client, allowed calls round-trip."""
 from __future__ import annotations
 
 import json
-from typing import Iterator
+import sys
+from collections.abc import Iterator
 
 import anthropic
 import openai
 import pytest
-from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for
+from conftest import ROOT, Proxy, make_profile, running_proxy, seed_store, settings_for
 from upstreams import NativeServer
 
 from gatekeeper.tiers import Tier
@@ -199,3 +200,21 @@ async def test_agents_sdk_default_model_runs_only_allowed_tools(mode, store_path
     assert ran == ["read_file"]
     bodies = upstream.responses_requests if mode == "native" else upstream.requests
     assert len(bodies) == 2 and all(offered(b) == ["read_file"] for b in bodies)
+
+
+def test_the_demo_protocol_requests_are_gated(store_path, default_suite):
+    """examples/protocol_requests.py (the local demo's Responses and Messages requests) against a
+    chat-only upstream, with the demo's own tools: translated, gated, the hidden call removed."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from local_demo import AGENT_MESSAGES, AGENT_TOOLS
+    from protocol_requests import send_protocol_requests
+
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    with NativeServer(lambda body: BOTH) as upstream:
+        settings = settings_for(upstream.base_url, store_path, upstream={"base_url": upstream.base_url})
+        with running_proxy(settings) as proxy:
+            lines = send_protocol_requests(proxy.url, "small-model", AGENT_TOOLS, AGENT_MESSAGES)
+    for line in lines:
+        assert "tier small (measured)" in line and "calls removed: execute_command" in line, line
+        assert "answer: read_file(" in line, line
+    assert all(offered(body) == ["read_file", "search_docs", "delete_file"] for body in upstream.requests)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from scripted import Responder, ScriptedServer
 from starlette.requests import Request

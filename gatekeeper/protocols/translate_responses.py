@@ -225,7 +225,7 @@ class ResponsesFromChat:
                     self._emit("response.in_progress", response=self._snapshot("in_progress"))]
         if delta.error is not None:
             self._ended = True
-            return out + [self._emit("error", code="upstream_error", message=delta.error, param=None)]
+            return [*out, self._emit("error", code="upstream_error", message=delta.error, param=None)]
         if delta.done:
             return out + self._complete()
         if delta.text:

@@ -21,13 +21,13 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from litellm.llms.anthropic.messages.adapters.transformation import LiteLLMAnthropicMessagesAdapter  # noqa: E402
-from litellm.responses.litellm_completion_transformation.transformation import (  # noqa: E402
+from litellm.llms.anthropic.messages.adapters.transformation import LiteLLMAnthropicMessagesAdapter
+from litellm.responses.litellm_completion_transformation.transformation import (
     LiteLLMCompletionResponsesConfig as LiteResponses,
 )
-from litellm.types.utils import ModelResponse  # noqa: E402
+from litellm.types.utils import ModelResponse
 
-from gatekeeper.protocols import translate_messages, translate_responses  # noqa: E402
+from gatekeeper.protocols import translate_messages, translate_responses
 
 TOOLS = [{"type": "function", "name": n, "description": f"the {n} tool",
           "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}
