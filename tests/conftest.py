@@ -7,6 +7,7 @@ Test modules import the helpers with `from conftest import ...` (tests/ is on sy
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -15,8 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -61,6 +64,18 @@ def names(tools: list[dict] | None) -> list[str] | None:
     return None if tools is None else [t["function"]["name"] for t in tools]
 
 
+def sent_tools(upstream: ScriptedServer) -> list[str] | None:
+    """The tool names of the last request `upstream` received (None: it had no `tools` field)."""
+    return names(upstream.requests[-1].get("tools"))
+
+
+def metric(proxy_url: str, name: str) -> float:
+    """The value of an unlabelled sample on the proxy's `/metrics` (a counter's `_total`), 0 if absent."""
+    text = httpx.get(proxy_url + "/metrics", timeout=10).text
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == name and not sample.labels)
+
+
 # -- waiting for background work -----------------------------------------------------------
 
 def wait_until(condition: Callable[[], T], what: str, timeout_s: float = 20.0) -> T:
@@ -77,6 +92,23 @@ def wait_until(condition: Callable[[], T], what: str, timeout_s: float = 20.0) -
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(0.02)
+
+
+def wait_serving(url: str, process: subprocess.Popen[Any], timeout_s: float = 60.0,
+                 log: Callable[[], str] | None = None) -> None:
+    """Wait until GET `url` answers 200 from a server `process` started; fail at once, with the
+    end of its log (`log()`, else its stderr), if the process exits first."""
+    def up() -> bool:
+        if process.poll() is not None:
+            output = log() if log else (process.communicate()[1] or "")
+            output = output.decode(errors="replace") if isinstance(output, bytes) else output
+            pytest.fail(f"the server exited with status {process.returncode} before serving {url}:\n{output[-2000:]}")
+        try:
+            return httpx.get(url, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(up, f"{url} to answer", timeout_s)
 
 
 async def await_until(condition: Callable[[], T | Awaitable[T]], what: str, timeout_s: float = 20.0) -> T:

@@ -19,15 +19,10 @@ from litellm.proxy._types import UserAPIKeyAuth  # noqa: E402
 
 from gatekeeper.adapters.litellm_hook import GatekeeperHook  # noqa: E402
 from gatekeeper.adapters.openai_sdk import gate_client  # noqa: E402
-from conftest import make_profile, seed_store  # noqa: E402
+from conftest import make_profile, seed_store, sent_tools, tool  # noqa: E402
 from gatekeeper import ConfigError  # noqa: E402
 from gatekeeper.gating import ToolChoiceBlocked  # noqa: E402
 from gatekeeper.tiers import Tier  # noqa: E402
-
-
-def tool(name: str) -> dict:
-    return {"type": "function", "function": {"name": name, "description": f"the {name} tool",
-                                             "parameters": {"type": "object", "properties": {}}}}
 
 
 TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
@@ -35,9 +30,6 @@ HI = [{"role": "user", "content": "hi"}]
 FORCE_EXECUTE = {"type": "function", "function": {"name": "execute_command"}}
 
 
-def sent_tools(upstream) -> list[str] | None:
-    body = upstream.requests[-1]
-    return [t["function"]["name"] for t in body["tools"]] if "tools" in body else None
 
 
 

@@ -8,12 +8,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import answers
 import pytest
-from conftest import ROOT
+from conftest import ROOT, wait_until
 from scripted import ScriptedServer, SuiteScript
 
 from gatekeeper.backends import BackendRequest, Completion, MockBackend, OpenAIBackend, RequestSettings, parse_message
@@ -357,10 +356,8 @@ def test_an_inconclusive_lazy_measurement_backs_off_like_a_failure(tmp_path, def
         flight = gk.measure("thinker")
         with pytest.raises(InconclusiveMeasurement):
             flight.result(timeout=30)
-        deadline = time.monotonic() + 10
-        while gk.tier_for("thinker")[1] != "unmeasured":  # the failure is recorded as it lands
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        # the failure is recorded as it lands
+        wait_until(lambda: gk.tier_for("thinker")[1] == "unmeasured", "the failure to be recorded")
         assert gk.lookup("thinker") is None
         assert len(backends) == 1  # backing off: the request above did not start another one
     finally:
@@ -544,10 +541,8 @@ def test_admin_api_shows_scores_with_their_interval(store_path, default_suite):
                                 bench={"samples": 3, "max_retries": 0, "timeout_s": 10})
         with running_proxy(settings) as proxy:
             assert httpx.post(proxy.url + "/admin/profiles/m@low/benchmark", headers=auth).status_code == 202
-            deadline = time.monotonic() + 180  # generous: 2 cores shared by many test runs
-            while proxy.gk.lookup("m", "low") is None:
-                assert time.monotonic() < deadline, "the measurement did not land"
-                time.sleep(0.05)
+            # generous: 2 cores shared by many test runs
+            wait_until(lambda: proxy.gk.lookup("m", "low"), "the measurement to land", timeout_s=180)
             listed = httpx.get(proxy.url + "/admin/profiles", headers=auth).json()["profiles"]["m@low"]
     assert listed["samples"] == 2 and listed["scoreIntervals"]["json"] == [1.0, 1.0]
     assert listed["shown"] == {"instruction": "1.00 ± 0.00", "json": "1.00 ± 0.00", "toolCalling": "1.00 ± 0.00"}

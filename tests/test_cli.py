@@ -7,12 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
-import httpx
 import openai
 
-from conftest import ROOT, make_profile, seed_store
+from conftest import ROOT, make_profile, seed_store, wait_serving
 from scripted import ScriptedServer, free_port
 from gatekeeper.suite import suite_hash
 from gatekeeper.tiers import Tier
@@ -85,14 +83,7 @@ def test_serve_runs_a_real_proxy_process_and_stops_cleanly(tmp_path, default_sui
         proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "serve", "--config", str(config), "--port",
                                  str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/healthz")
-                    break
-                except httpx.TransportError:
-                    assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
-                    time.sleep(0.05)
+            wait_serving(f"http://127.0.0.1:{port}/healthz", proc, timeout_s=20)
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k")
             raw = client.chat.completions.with_raw_response.create(
                 model="m", messages=[{"role": "user", "content": "hi"}],

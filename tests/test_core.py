@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import answers
-from conftest import agent_or_suite, make_profile, seed_store, settings_for
+from conftest import agent_or_suite, make_profile, seed_store, settings_for, wait_until
 from scripted import ScriptedServer, SuiteScript
 from gatekeeper import Gatekeeper, NotMeasured, Tier
 
@@ -19,19 +18,12 @@ def measuring(default_suite, delay_s=0.0) -> ScriptedServer:
     return ScriptedServer(agent_or_suite(script, answers.perfect, lambda body: {"content": "x"}), delay_s=delay_s)
 
 
-def wait_measured(gk: Gatekeeper, model: str, effort: str | None = None) -> None:
-    deadline = time.monotonic() + 20
-    while gk.lookup(model, effort) is None:
-        assert time.monotonic() < deadline, "measurement did not land"
-        time.sleep(0.02)
-
-
 def test_sync_fail_closed_returns_at_once_while_measuring(store_path, default_suite):
     with measuring(default_suite, delay_s=1.0) as upstream:
         gk = Gatekeeper(settings_for(upstream.base_url, store_path))
         assert gk.tier_for("m") == (Tier.SMALL, "pending")
         assert gk.lookup("m") is None  # returned while the measurement was still running
-        wait_measured(gk, "m")
+        wait_until(lambda: gk.lookup("m"), "the measurement of m")
         assert gk.tier_for("m") == (Tier.LARGE, "measured")
         gk.close()
 
@@ -70,7 +62,7 @@ def test_reject_policy_raises_until_measured(store_path, default_suite):
         gk = Gatekeeper(settings_for(upstream.base_url, store_path, unknown_models="reject"))
         with pytest.raises(NotMeasured, match="has not been measured"):
             gk.tier_for("m", "low")
-        wait_measured(gk, "m", "low")
+        wait_until(lambda: gk.lookup("m", "low"), "the measurement of m@low")
         assert gk.tier_for("m", "low") == (Tier.LARGE, "measured")
         gk.close()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from typing import Any, Callable
 
 import httpx
@@ -13,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import answers
-from conftest import agent_or_suite, running_proxy, settings_for
+from conftest import agent_or_suite, running_proxy, settings_for, wait_until
 from scripted import ScriptedServer, SuiteScript
 from gatekeeper.suite import DEFAULT_SUITE_DIR
 
@@ -101,16 +100,6 @@ def drift_report(proxy) -> dict:
     return answer.json()["pairs"].get(PAIR, {})
 
 
-def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = predicate()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def test_a_drifting_model_is_demoted_loses_its_large_tools_and_is_remeasured(store_path):
     agent = Agent()
     with DriftingModel(agent) as upstream:
@@ -149,8 +138,8 @@ def test_a_drifting_model_is_demoted_loses_its_large_tools_and_is_remeasured(sto
             upstream.measuring.set()
 
             # It was re-measured, once; the new profile decides (the suite still passes: large).
-            wait_for(lambda: any(e["event"] == "ended" for e in drift_report(proxy)["history"]),
-                     "the re-measurement to land")
+            wait_until(lambda: any(e["event"] == "ended" for e in drift_report(proxy)["history"]),
+                       "the re-measurement to land", timeout_s=60)
             headers = ask(proxy)
             assert (headers["x-gatekeeper-profile"], headers["x-gatekeeper-tier"]) == ("measured", "large")
             assert suite_runs(upstream) == 2 * measured_once
@@ -179,8 +168,8 @@ def test_a_healthy_model_with_an_occasional_bad_call_is_never_demoted(store_path
         settings = settings_for(upstream.base_url, store_path, unknown_models="wait", admin_key="admin-secret")
         with running_proxy(settings) as proxy:
             profiles = {ask(proxy)["x-gatekeeper-profile"] for _ in range(100)}
-            report = wait_for(lambda: (r := drift_report(proxy)) and r["window"]["calls"] == 200 and r,
-                              "the worker to count every call")
+            report = wait_until(lambda: (r := drift_report(proxy)) and r["window"]["calls"] == 200 and r,
+                                "the worker to count every call", timeout_s=60)
     assert profiles == {"measured"}
     assert report["window"]["invalidArgs"] == 4
     assert report["rates"]["invalidArgs"]["lower"] < report["rates"]["invalidArgs"]["ceiling"]
@@ -196,7 +185,7 @@ def test_an_admin_clears_a_demotion(store_path):
         with running_proxy(settings) as proxy:
             for _ in range(5):
                 ask(proxy)
-            wait_for(lambda: drift_report(proxy).get("demoted"), "the demotion")
+            wait_until(lambda: drift_report(proxy).get("demoted"), "the demotion", timeout_s=60)
             cleared = httpx.delete(f"{proxy.url}/admin/drift/{PAIR}", headers=ADMIN, timeout=10)
             assert cleared.json() == {"cleared": PAIR, "existed": True}
             assert ask(proxy)["x-gatekeeper-profile"] == "measured"

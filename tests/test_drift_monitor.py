@@ -7,6 +7,7 @@ from typing import Iterator
 
 import pytest
 
+from conftest import wait_until
 from gatekeeper import metrics
 from gatekeeper.drift import DriftSettings
 from gatekeeper.drift_monitor import DriftMonitor
@@ -163,10 +164,6 @@ def test_turned_off_it_records_nothing(clock: Clock) -> None:
 
 
 def test_the_worker_judges_without_being_asked(monitor: DriftMonitor) -> None:
-    import time
     for _ in range(20):
         monitor.submit(MEASURED, [INVENTED], OFFERED)
-    deadline = time.monotonic() + 10
-    while monitor.demotion("m@default", LARGE) is None:
-        assert time.monotonic() < deadline, "the worker never judged the queued answers"
-        time.sleep(0.01)
+    wait_until(lambda: monitor.demotion("m@default", LARGE) is not None, "the worker to judge the queued answers")

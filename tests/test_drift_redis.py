@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
+from conftest import wait_until
 from test_drift_monitor import BAD_ARGS, LARGE, MEASURED, OFFERED, GOOD
 from gatekeeper.drift import DriftSettings
 from gatekeeper.drift_board import DEMOTIONS, RedisDemotionBoard
@@ -41,13 +41,6 @@ def replicas(server: RedisServer) -> Iterator[Callable[[], DriftMonitor]]:
         monitor.close()
 
 
-def eventually(condition: Callable[[], object], what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def demote(monitor: DriftMonitor) -> None:
     for _ in range(10):
         monitor.submit(MEASURED, [BAD_ARGS], OFFERED)
@@ -58,7 +51,7 @@ def demote(monitor: DriftMonitor) -> None:
 def test_a_demotion_decided_by_one_replica_applies_to_all(replicas) -> None:
     one, two = replicas(), replicas()
     demote(one)
-    eventually(lambda: two.demotion(KEY, LARGE) is not None, "the other replica to see the demotion")
+    wait_until(lambda: two.demotion(KEY, LARGE) is not None, "the other replica to see the demotion")
     history = two.report()[KEY]["history"]
     assert history[-1]["event"] == "demoted" and "on another replica" in history[-1]["detail"]
 
@@ -66,17 +59,17 @@ def test_a_demotion_decided_by_one_replica_applies_to_all(replicas) -> None:
 def test_a_replica_that_starts_later_finds_the_demotions_in_force(replicas, server) -> None:
     one = replicas()
     demote(one)
-    eventually(lambda: server.client().hexists(DEMOTIONS, KEY), "the demotion to reach Redis")
+    wait_until(lambda: server.client().hexists(DEMOTIONS, KEY), "the demotion to reach Redis")
     late = replicas()
-    eventually(lambda: late.demotion(KEY, LARGE) is not None, "the late replica to load it")
+    wait_until(lambda: late.demotion(KEY, LARGE) is not None, "the late replica to load it")
 
 
 def test_clearing_on_one_replica_clears_everywhere(replicas, server) -> None:
     one, two = replicas(), replicas()
     demote(one)
-    eventually(lambda: two.demotion(KEY, LARGE) is not None, "the demotion to spread")
+    wait_until(lambda: two.demotion(KEY, LARGE) is not None, "the demotion to spread")
     assert two.clear(KEY) is True
-    eventually(lambda: one.demotion(KEY, LARGE) is None, "the clearing to spread")
+    wait_until(lambda: one.demotion(KEY, LARGE) is None, "the clearing to spread")
     assert not server.client().hexists(DEMOTIONS, KEY)
     one.submit(MEASURED, [GOOD], OFFERED)
     one.drain()

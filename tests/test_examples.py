@@ -6,17 +6,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Iterator
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: litellm's bundled price map
 
-import httpx  # noqa: E402
 import pytest  # noqa: E402
 import yaml  # noqa: E402
 
-from conftest import ROOT, make_profile, seed_store  # noqa: E402
+from conftest import ROOT, make_profile, seed_store, wait_serving  # noqa: E402
 from scripted import ScriptedServer, free_port  # noqa: E402
 from gatekeeper.config import load_settings  # noqa: E402
 from gatekeeper.tiers import Tier  # noqa: E402
@@ -68,16 +66,7 @@ def proxy_url(example_env) -> Iterator[str]:
                                env=example_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"gatekeeper serve did not start: {process.communicate()[1].decode()[-2000:]}")
-            time.sleep(0.1)
+        wait_serving(url + "/healthz", process)
         yield url + "/v1"
     finally:
         process.terminate()

@@ -8,16 +8,14 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
-import httpx
 import openai
 import pytest
 import yaml
-from conftest import ROOT, make_profile, seed_store
+from conftest import ROOT, make_profile, seed_store, wait_serving
 from scripted import free_port
 from upstreams import NativeServer
 
@@ -47,18 +45,7 @@ def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[str, str, N
                                    cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
         try:
             url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 120
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"litellm exited {process.returncode}: {(tmp / 'log').read_text()[-2000:]}")
-                try:
-                    if httpx.get(f"{url}/health/liveliness", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("litellm did not start in 120 s")
-                time.sleep(0.5)
+            wait_serving(f"{url}/health/liveliness", process, timeout_s=120, log=(tmp / "log").read_text)
             yield url, key, upstream
         finally:
             process.terminate()

@@ -218,3 +218,25 @@ def test_the_demo_protocol_requests_are_gated(store_path, default_suite):
         assert "tier small (measured)" in line and "calls removed: execute_command" in line, line
         assert "answer: read_file(" in line, line
     assert all(offered(body) == ["read_file", "search_docs", "delete_file"] for body in upstream.requests)
+
+
+async def test_agents_sdk_without_a_model_is_gated_at_unknown_tier(store_path, default_suite, monkeypatch):
+    """An Agent given no model uses the SDK's default model name: unmeasured, so the proxy serves
+    it at `unknown_tier` (fail_closed) and measures it in the background."""
+    from agents import Agent, Runner, function_tool, set_default_openai_client, set_tracing_disabled
+    from agents.models.default_models import get_default_model
+
+    set_tracing_disabled(True)
+    monkeypatch.delenv("OPENAI_DEFAULT_MODEL", raising=False)
+    seed_store(store_path)
+    with NativeServer(agent_turns) as upstream:
+        settings = settings_for(upstream.base_url, store_path, unknown_models="fail_closed",
+                                upstream={"base_url": upstream.base_url,
+                                          "protocols": ["chat", "responses", "messages"]})
+        with running_proxy(settings) as proxy:
+            set_default_openai_client(openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="k"))
+            agent = Agent(name="reader", tools=[function_tool(lambda path: "hello", name_override=n)
+                                                for n in ("read_file", "execute_command")])
+            await Runner.run(agent, "read a.txt")
+    first = upstream.responses_requests[0]
+    assert first["model"] == get_default_model() and offered(first) == ["read_file"]

@@ -10,23 +10,16 @@ import httpx
 import openai
 import pytest
 
-import answers
-from conftest import agent_or_suite, make_profile, running_proxy, seed_store, settings_for
+from conftest import (make_profile, measuring_upstream, running_proxy, seed_store, sent_tools,
+                      metric, settings_for, tool, wait_until)
 from scripted import ScriptedServer, SuiteScript, free_port
 from gatekeeper.tiers import Tier
-
-
-def tool(name: str) -> dict:
-    return {"type": "function", "function": {"name": name, "description": f"the {name} tool",
-                                             "parameters": {"type": "object", "properties": {}}}}
 
 
 TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
 
 
-def forwarded_tools(upstream: ScriptedServer) -> list[str] | None:
-    body = upstream.requests[-1]
-    return [t["function"]["name"] for t in body["tools"]] if "tools" in body else None
+forwarded_tools = sent_tools
 
 
 def ask(proxy, model: str = "m", **extra):
@@ -79,12 +72,6 @@ def test_stale_profile_is_ignored_after_the_suite_changes(upstream, store_path, 
     assert raw.headers["x-gatekeeper-profile"] in ("pending", "unmeasured")
 
 
-def _measuring_upstream(default_suite, behaviour=answers.perfect, delay_s: float = 0.0) -> ScriptedServer:
-    script = SuiteScript(default_suite)
-    agent = lambda body: {"content": "agent answer", "tool_calls": []}  # noqa: E731
-    return ScriptedServer(agent_or_suite(script, behaviour, agent), delay_s=delay_s)
-
-
 def _suite_calls(server: ScriptedServer, default_suite) -> int:
     script = SuiteScript(default_suite)  # recognises randomised tests' instances too
 
@@ -97,14 +84,12 @@ def _suite_calls(server: ScriptedServer, default_suite) -> int:
 
 
 def test_fail_closed_serves_now_at_unknown_tier_and_measures_in_background(store_path, default_suite):
-    with _measuring_upstream(default_suite) as upstream:
+    with measuring_upstream(default_suite) as upstream:
         with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
             raw = ask(proxy, tools=TOOLS)
             assert raw.headers["x-gatekeeper-tier"] == "small"
             assert raw.headers["x-gatekeeper-profile"] == "pending"
-            deadline = time.monotonic() + 20
-            while proxy.gk.lookup("m") is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: proxy.gk.lookup("m"), "the background measurement", timeout_s=20)
             raw = ask(proxy, tools=TOOLS)
             assert raw.headers["x-gatekeeper-profile"] == "measured"
             assert raw.headers["x-gatekeeper-tier"] == "large"
@@ -112,7 +97,7 @@ def test_fail_closed_serves_now_at_unknown_tier_and_measures_in_background(store
 
 
 def test_wait_policy_holds_the_request_until_measured(store_path, default_suite):
-    with _measuring_upstream(default_suite) as upstream:
+    with measuring_upstream(default_suite) as upstream:
         settings = settings_for(upstream.base_url, store_path, unknown_models="wait", wait_timeout_s=20)
         with running_proxy(settings) as proxy:
             raw = ask(proxy, tools=TOOLS)
@@ -121,7 +106,7 @@ def test_wait_policy_holds_the_request_until_measured(store_path, default_suite)
 
 
 def test_wait_policy_fails_closed_after_the_timeout(store_path, default_suite):
-    with _measuring_upstream(default_suite, delay_s=0.5) as upstream:
+    with measuring_upstream(default_suite, delay_s=0.5) as upstream:
         settings = settings_for(upstream.base_url, store_path, unknown_models="wait", wait_timeout_s=0.2)
         with running_proxy(settings) as proxy:
             raw = ask(proxy, tools=TOOLS)
@@ -130,21 +115,19 @@ def test_wait_policy_fails_closed_after_the_timeout(store_path, default_suite):
 
 
 def test_reject_policy_answers_503_until_measured(store_path, default_suite):
-    with _measuring_upstream(default_suite) as upstream:
+    with measuring_upstream(default_suite) as upstream:
         settings = settings_for(upstream.base_url, store_path, unknown_models="reject")
         with running_proxy(settings) as proxy:
             with pytest.raises(openai.InternalServerError) as info:
                 ask(proxy, tools=TOOLS)
             assert info.value.status_code == 503
             assert "not been measured" in info.value.message
-            deadline = time.monotonic() + 20
-            while proxy.gk.lookup("m") is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: proxy.gk.lookup("m"), "the background measurement", timeout_s=20)
             assert ask(proxy, tools=TOOLS).headers["x-gatekeeper-profile"] == "measured"
 
 
 def test_fifty_concurrent_requests_for_an_unknown_pair_cause_one_benchmark(store_path, default_suite):
-    with _measuring_upstream(default_suite, delay_s=0.05) as upstream:
+    with measuring_upstream(default_suite, delay_s=0.05) as upstream:
         settings = settings_for(upstream.base_url, store_path, unknown_models="wait", wait_timeout_s=30)
         with running_proxy(settings) as proxy:
             with ThreadPoolExecutor(50) as pool:
@@ -171,7 +154,7 @@ def test_failed_measurement_is_not_retried_on_every_request(store_path, default_
 
 
 def test_benchmark_uses_upstream_key_not_the_clients(store_path, default_suite):
-    with _measuring_upstream(default_suite) as upstream:
+    with measuring_upstream(default_suite) as upstream:
         settings = settings_for(upstream.base_url, store_path, unknown_models="wait")
         with running_proxy(settings) as proxy:
             ask(proxy)
@@ -260,6 +243,7 @@ def test_calls_to_hidden_or_invented_tools_are_removed(store_path, default_suite
     with ScriptedServer(_calls_reply("execute_command", "read_file", "made_up_tool")) as upstream:
         seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
         with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+            blocked_before = metric(proxy.url, "gatekeeper_tool_calls_blocked_total")
             if stream:
                 with proxy.client.chat.completions.stream(model="m", tools=TOOLS,
                                                           messages=[{"role": "user", "content": "hi"}]) as s:
@@ -268,10 +252,10 @@ def test_calls_to_hidden_or_invented_tools_are_removed(store_path, default_suite
                     completion = s.get_final_completion()
             else:
                 completion = ask(proxy, tools=TOOLS).parse()
-            metrics = httpx.get(proxy.url + "/metrics").text
+            blocked = metric(proxy.url, "gatekeeper_tool_calls_blocked_total") - blocked_before
     assert [c.function.name for c in completion.choices[0].message.tool_calls] == ["read_file"]
     assert completion.choices[0].finish_reason == "tool_calls"
-    assert "gatekeeper_tool_calls_blocked_total" in metrics
+    assert blocked == 2  # execute_command (hidden) and made_up_tool (never offered)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -396,13 +380,11 @@ def test_admin_api_is_absent_without_a_configured_key(upstream, store_path):
 
 def test_admin_benchmark_and_invalidate(store_path, default_suite):
     auth = {"authorization": "Bearer k"}
-    with _measuring_upstream(default_suite) as upstream:
+    with measuring_upstream(default_suite) as upstream:
         with running_proxy(settings_for(upstream.base_url, store_path, admin_key="k")) as proxy:
             started = httpx.post(proxy.url + "/admin/profiles/m@low/benchmark", headers=auth)
             assert started.status_code == 202
-            deadline = time.monotonic() + 20
-            while proxy.gk.lookup("m", "low") is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: proxy.gk.lookup("m", "low"), "the background measurement", timeout_s=20)
             listed = httpx.get(proxy.url + "/admin/profiles", headers=auth).json()
             assert listed["profiles"]["m@low"]["tier"] == "large" and listed["profiles"]["m@low"]["valid"]
             gone = httpx.delete(proxy.url + "/admin/profiles/m@low", headers=auth).json()
@@ -413,7 +395,7 @@ def test_admin_benchmark_and_invalidate(store_path, default_suite):
 # -- models routed through litellm ------------------------------------------------------------
 
 def test_configured_litellm_route_is_measured_and_served_through_litellm(store_path, default_suite):
-    with _measuring_upstream(default_suite) as upstream:
+    with measuring_upstream(default_suite) as upstream:
         route = {"name": "routed", "litellm_model": "openai/behind-litellm", "api_base": upstream.base_url,
                  "api_key": "route-key"}
         settings = settings_for(f"http://127.0.0.1:{free_port()}/v1", store_path, models=[route],

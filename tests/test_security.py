@@ -14,7 +14,7 @@ import structlog
 from prometheus_client import REGISTRY as _UNUSED  # noqa: F401  (the proxy has its own registry)
 
 from accumulate import node_names, plain_names, python_names, chunks_of, client_events, stream_names
-from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for
+from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for, tool
 from scripted import RawAnswer, RawUpstream, ScriptedServer, chat_chunk, chat_completion, free_port, sse
 from gatekeeper import metrics
 from gatekeeper.config import Settings
@@ -22,10 +22,6 @@ from gatekeeper.core import Gatekeeper
 from gatekeeper.errors import ConfigError
 from gatekeeper.proxy import create_app
 from gatekeeper.tiers import Tier
-
-
-def tool(name: str) -> dict:
-    return {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
 
 
 TOOLS = [tool("read_file"), tool("execute_command")]  # at tier small only read_file is offered

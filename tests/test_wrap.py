@@ -6,18 +6,13 @@ from dataclasses import dataclass
 
 import pytest
 
+from conftest import names, tool
 from gatekeeper import gated
-
-
-def tool(name: str) -> dict:
-    return {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": {}}}}
 
 
 TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
 
 
-def names(tools: list) -> list[str]:
-    return [t["function"]["name"] for t in tools]
 
 
 

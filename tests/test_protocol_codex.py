@@ -1,0 +1,71 @@
+"""Codex (npm `@openai/codex`, pinned in tests/js/codex/package.json) through the real proxy with
+the README's `config.toml`: `codex exec` over the Responses API, streamed. Its shell tool is
+hidden at the model's tier: it never reaches the upstream, and a call to it never reaches Codex."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, Proxy, make_profile, running_proxy, seed_store, settings_for
+from upstreams import NativeServer
+
+from gatekeeper.tiers import Tier
+
+CODEX = ROOT / "tests" / "js" / "codex"
+# The model answers with text and a call to the hidden shell tool.
+ANSWER = {"content": "hello from the model", "tool_calls": [{"name": "exec_command", "arguments": {"cmd": "rm -rf ~"}}]}
+
+
+@pytest.fixture(scope="module")
+def codex() -> Path:
+    binary = CODEX / "node_modules" / ".bin" / "codex"
+    if not binary.exists():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=CODEX, check=True, timeout=600,
+                       capture_output=True)
+    return binary
+
+
+@pytest.fixture
+def upstream() -> Iterator[NativeServer]:
+    with NativeServer(lambda body: ANSWER) as server:
+        yield server
+
+
+@pytest.fixture
+def proxy(upstream, store_path, default_suite) -> Iterator[Proxy]:
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    settings = settings_for(upstream.base_url, store_path,
+                            upstream={"base_url": upstream.base_url, "protocols": ["chat", "responses", "messages"]},
+                            tools={"default_tier": "small", "required_tier": {"exec_command": "large",
+                                                                              "write_stdin": "large"}})
+    with running_proxy(settings) as running:
+        yield running
+
+
+def readme_config() -> str:
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r'```toml\n(model = "my-model"\n.*?)```', readme, re.S)
+    assert block, "README lacks the Codex config.toml"
+    return block.group(1)
+
+
+def test_codex_through_the_proxy(codex, proxy, upstream, tmp_path):
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    config = readme_config().replace("http://127.0.0.1:8000", proxy.url).replace("my-model", "small-model")
+    (home / "config.toml").write_text(config)
+    done = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "say hi"], cwd=tmp_path,
+                          env=os.environ | {"CODEX_HOME": str(home), "OPENAI_API_KEY": "k"},
+                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "hello from the model" in done.stdout
+    assert len(upstream.responses_requests) == 1  # no tool ran, so no second turn with its output
+    sent = upstream.responses_requests[0]
+    names = [t.get("name") or t.get("type") for t in sent["tools"]]
+    assert "exec_command" not in names and "write_stdin" not in names and names
+    assert sent["stream"] is True
