@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import signal
 import socket
@@ -429,7 +430,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     port = choose_port(args.port, err)
     store = args.store.resolve()
     run_dir = Path(tempfile.mkdtemp(prefix="gatekeeper-demo-"))
-    admin_key = secrets.token_urlsafe(16)
+    # The console and admin API need a key: yours when set, else a fresh one printed once below.
+    admin_key = os.environ.get("GATEKEEPER_ADMIN_KEY") or secrets.token_urlsafe(16)
     err.print(f"run directory (config and logs): {run_dir}", highlight=False)
     server: LocalModelServer | None = None
     proxy: ProxyProcess | None = None
@@ -495,7 +497,9 @@ def serve_demo(args: argparse.Namespace, out: Console, err: Console, server: Loc
     out.print(f"\n[bold]gatekeeper is serving[/bold] at [bold]{proxy.url}/v1[/bold] "
               f"(model {server.model}, tier {profile['tier']}).", highlight=False)
     out.print(f"  point an OpenAI client at it: base_url={proxy.url}/v1, model={server.model}\n"
-              f"  profiles:  curl -H 'Authorization: Bearer {admin_key}' {proxy.url}/admin/profiles\n"
+              f"  admin key of this run: {admin_key}\n"
+              f"  console:   [bold]{proxy.url}/admin/[/bold] (sign in with the admin key)\n"
+              f"  profiles:  curl -H \"Authorization: Bearer $KEY\" {proxy.url}/admin/profiles\n"
               f"Press Ctrl-C to stop the proxy and the llama server.", highlight=False)
     proxy.on_event = lambda event: print_request_event(err, event)
     try:

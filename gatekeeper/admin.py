@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gatekeeper.confidence import shown_scores
+from gatekeeper.console import console_routes
 from gatekeeper.errors import ConfigError, ProxyError
 from gatekeeper.profiles import profile_key, split_key
 
@@ -105,4 +107,5 @@ def admin_routes() -> list[BaseRoute]:
         Route("/admin/reload", reload, methods=["POST"]),
         Route("/admin/drift", drift_pairs, methods=["GET"]),
         Route("/admin/drift/{key:path}", clear_demotion, methods=["DELETE"]),
+        *console_routes(),  # the console's pages under /admin/ (gatekeeper/console)
     ]

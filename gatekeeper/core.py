@@ -25,6 +25,7 @@ from gatekeeper.errors import NotMeasured
 from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
 from gatekeeper.profiles import DEFAULT_EFFORT, JsonFileStore, Profile, ProfileStore, profile_key, split_key
 from gatekeeper.measure import MeasurementService
+from gatekeeper.runner import Progress
 from gatekeeper.suite import Suite, load_suite
 from gatekeeper.tiers import Tier
 
@@ -36,6 +37,7 @@ Source = Literal["measured", "pinned", "pending", "unmeasured", "demoted"]
 # again. The proxy asks on every request; `invalidate` and a landed measurement clear it at once.
 RESOLUTION_TTL_S = 1.0
 _RESOLUTION_CACHE_MAX = 4096  # model names come from clients: bound the cache
+_PROGRESS_KEPT = 64  # finished measurements remembered for the console; also bounds client-named keys
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class Gatekeeper:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._resolved: dict[tuple[str, str], tuple[float, Resolution]] = {}  # -> (expires, resolution)
+        self._progress: dict[str, Progress] = {}  # key -> its latest measurement (the console shows it)
         # Live drift: fed the calls of relayed answers; may demote a measured pair one tier.
         self.drift = DriftMonitor(self.settings.drift, remeasure=self._remeasure_drifting,
                                   changed=self._resolved.clear)
@@ -182,6 +185,11 @@ class Gatekeeper:
         assert flight is not None
         return flight
 
+    def progress(self) -> list[Progress]:
+        """The running measurements, and the latest finished one of each recently measured pair."""
+        with self._lock:
+            return list(self._progress.values())
+
     def invalidate(self, model: str, effort: str | None = None) -> bool:
         key = profile_key(model, effort)
         with self._lock:
@@ -200,8 +208,13 @@ class Gatekeeper:
             failures, not_before = self._failures.get(key, (0, 0.0))
             if not force and time.monotonic() < not_before:
                 return None
-            flight = asyncio.run_coroutine_threadsafe(self._measure(model, effort), self._background_loop())
+            progress = Progress(key)
+            flight = asyncio.run_coroutine_threadsafe(self._measure(model, effort, progress), self._background_loop())
             self._flights[key] = flight
+            self._progress.pop(key, None)  # re-inserted last: the dict stays in start order
+            self._progress[key] = progress
+            while len(self._progress) > _PROGRESS_KEPT:
+                del self._progress[next(iter(self._progress))]
         flight.add_done_callback(lambda f: self._landed(key, f))
         return flight
 
@@ -209,6 +222,12 @@ class Gatekeeper:
         with self._lock:
             self._flights.pop(key, None)
             error = "cancelled" if flight.cancelled() else flight.exception()
+            progress = self._progress.get(key)
+            if progress is not None:
+                progress.finished = time.time()
+                progress.error = None if error is None else str(error) or type(error).__name__
+                if error is None:
+                    progress.tier = flight.result().tier.value
             if error is None:
                 self._failures.pop(key, None)
                 return
@@ -218,8 +237,8 @@ class Gatekeeper:
             self._failures[key] = (failures, time.monotonic() + delay)
         log.error("measurement_failed", key=key, error=str(error), failures=failures, retry_in_s=delay)
 
-    async def _measure(self, model: str, effort: str) -> Profile:
-        profile = await self.measurements.measure(model, effort)
+    async def _measure(self, model: str, effort: str, progress: Progress | None = None) -> Profile:
+        profile = await self.measurements.measure(model, effort, progress=progress)
         self.drift.profile_landed(profile.key, profile)  # the new profile decides, not a demotion
         self._resolved.clear()  # a re-measured pair must not keep its old tier
         return profile

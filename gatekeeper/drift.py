@@ -54,7 +54,7 @@ def classify(call: Call, offered: Mapping[str, Schema | None]) -> Fault | None:
         # Some servers send "" for a call without arguments; that is {} and the schema decides.
         text = "{}"
     try:
-        value = json.loads(text, parse_constant=_not_json)
+        value = _STRICT.decode(text)
     except (ValueError, RecursionError):
         return Fault.INVALID_JSON
     if not isinstance(value, dict):  # tool arguments are always an object
@@ -73,6 +73,9 @@ def classify(call: Call, offered: Mapping[str, Schema | None]) -> Fault | None:
 
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
+
+
+_STRICT = json.JSONDecoder(parse_constant=_not_json)  # one decoder: json.loads(**kw) builds one per call
 
 
 def _validator_for(schema: Schema) -> Validator | None:

@@ -23,7 +23,7 @@ from gatekeeper.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestS
 from gatekeeper.config import Settings
 from gatekeeper.errors import InconclusiveMeasurement
 from gatekeeper.profiles import DEFAULT_EFFORT, Profile, ProfileStore
-from gatekeeper.runner import DEFAULT_EFFORTS, ProgressFn, RunSettings, recommend, sweep
+from gatekeeper.runner import DEFAULT_EFFORTS, Progress, ProgressFn, RunSettings, recommend, sweep
 from gatekeeper.suite import Suite
 
 log = structlog.get_logger("gatekeeper.measure")
@@ -127,11 +127,12 @@ class MeasurementService:
 
     # -- measuring ---------------------------------------------------------------------------
 
-    async def measure(self, model: str, effort: str | None = None, *, seed: int | None = None) -> Profile:
+    async def measure(self, model: str, effort: str | None = None, *, seed: int | None = None,
+                      progress: Progress | None = None) -> Profile:
         """Measure one pair (the lazy path) and save it. Raises BackendError, or
         InconclusiveMeasurement when the answers say nothing about the model (nothing saved)."""
         effort = effort or DEFAULT_EFFORT
-        result = await self._run(model, [effort], None, seed)
+        result = await self._run(model, [effort], None, seed, progress)
         if effort in result.inconclusive:
             raise InconclusiveMeasurement(f"{model}@{effort}: inconclusive: {result.inconclusive[effort]}")
         (profile,) = result.profiles
@@ -144,14 +145,15 @@ class MeasurementService:
         return await self._run(model, list(efforts or DEFAULT_EFFORTS), on_progress, seed)
 
     async def _run(self, model: str, efforts: list[str], on_progress: ProgressFn | None,
-                   seed: int | None) -> ModelResult:
+                   seed: int | None, progress: Progress | None = None) -> ModelResult:
         if seed is None:
             seed = secrets.randbelow(2**31) if self.suite.randomised else 0
         log.info("measurement_started", model=model, efforts=efforts, seed=seed if self.suite.randomised else None)
         started = time.perf_counter()
         backend = self.backend_for(model)
         try:
-            measured = await sweep(backend, model, self.suite, efforts, self.run_settings(), on_progress, seed)
+            measured = await sweep(backend, model, self.suite, efforts, self.run_settings(), on_progress, seed,
+                                   progress)
         except BaseException:
             metrics.BENCHMARKS.labels(outcome="failed").inc()
             raise

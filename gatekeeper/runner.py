@@ -39,6 +39,24 @@ INCONCLUSIVE_FRACTION = 0.75
 ProgressFn = Callable[[str, str, str], None]  # (model, effort, test name) after each test
 
 
+@dataclass
+class Progress:
+    """Calls answered out of the calls a measurement will make; read live by the admin console.
+
+    `total` starts at every step of every test of every sample and level, and shrinks when a
+    tool chain breaks or a level stops early (settled, inconclusive), since those calls are
+    never made. Written by one event loop; plain ints, so readers in other threads need no lock.
+    """
+
+    key: str
+    answered: int = 0
+    total: int = 0
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    error: str | None = None
+    tier: str | None = None
+
+
 @dataclass(frozen=True)
 class RunSettings:
     concurrency: int = 8
@@ -120,7 +138,8 @@ def recommend(profiles: list[Profile]) -> str | None:
     return candidates[0].reasoning_effort
 
 
-async def run_test(backend: Backend, model: str, test: BenchTest, effort: str | None, settings: RunSettings) -> TestRun:
+async def run_test(backend: Backend, model: str, test: BenchTest, effort: str | None, settings: RunSettings,
+                   progress: Progress | None = None) -> TestRun:
     """Play a test's steps as one conversation. A `toolResult` answers the previous step's first
     tool call; when there is none the chain is broken and the remaining steps are not played."""
     run = TestRun(test)
@@ -131,6 +150,8 @@ async def run_test(backend: Backend, model: str, test: BenchTest, effort: str | 
             if step.tool_result is not None:
                 if not previous.tool_calls:
                     log.info("chain_broken", model=model, effort=effort, test=test.name, step=i)
+                    if progress is not None:
+                        progress.total -= len(test.all_steps) - i
                     break
                 call = previous.tool_calls[0]
                 # content "" rather than null: llama.cpp's server rejects a null assistant content.
@@ -144,6 +165,8 @@ async def run_test(backend: Backend, model: str, test: BenchTest, effort: str | 
             messages.append({"role": "user", "content": step.prompt})
         completion = await backend.complete(model, messages, test.tools, effort)
         run.answers.append(completion.answer)
+        if progress is not None:
+            progress.answered += 1
         run.completion_tokens += completion.completion_tokens
         run.seconds += completion.seconds
         run.effort_applied = run.effort_applied and completion.effort_applied
@@ -251,6 +274,7 @@ async def sweep(
     settings: RunSettings | None = None,
     on_progress: ProgressFn | None = None,
     seed: int = 0,
+    progress: Progress | None = None,
 ) -> Measured:
     """Run the suite at each effort level, all tests of all levels sharing one concurrency bound.
 
@@ -262,17 +286,25 @@ async def sweep(
     gate = asyncio.Semaphore(max(1, settings.concurrency))
     started = time.perf_counter()
     wanted = max(1, settings.samples)
+    steps = sum(len(test.all_steps) for test in suite.tests)
+    if progress is not None:
+        progress.total = len(efforts) * wanted * steps
 
     async def one(test: BenchTest, level: Level) -> TestRun:
         async with gate:
             effort = None if level.effort == DEFAULT_EFFORT else level.effort
-            run = await run_test(backend, model, test, effort, settings)
+            run = await run_test(backend, model, test, effort, settings, progress)
         level.finished_s = time.perf_counter() - started
         if on_progress:
             on_progress(model, level.effort, test.name)
         return run
 
     async def measure_level(level: Level) -> None:
+        await run_samples(level)
+        if progress is not None:  # samples not run (stopped early) are calls never made
+            progress.total -= (wanted - len(level.samples)) * steps
+
+    async def run_samples(level: Level) -> None:
         for k in range(wanted):
             tests = suite.instance(seed, k)
             level.samples.append(list(await asyncio.gather(*(one(test, level) for test in tests))))

@@ -13,17 +13,18 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import uvicorn
+from instances import locate_instance
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gatekeeper.suite import BenchTest, Suite, load_suite
-from instances import locate_instance
 
 Responder = Callable[[dict], dict]
 
@@ -143,7 +144,9 @@ class SuiteScript:
             loaded = suite if isinstance(suite, Suite) else load_suite(suite)
             self.suites.append(loaded)
             for test in loaded.tests:
-                if test.name not in loaded.templates:  # randomised: recognised per instance in locate
+                # A randomised test is always recovered from its template: an instance whose
+                # first prompt happens to equal the loaded draw's still has its own later values.
+                if test.name not in loaded.templates:
                     self.tests[test.all_steps[0].prompt or ""] = test
 
     def locate(self, body: dict) -> tuple[BenchTest, int]:

@@ -464,6 +464,10 @@ def test_demo_serves_until_ctrl_c_then_stops_both_servers(
         assert demo.poll() is None and time.monotonic() < deadline, "".join(lines) + demo.stderr.read()
         time.sleep(0.2)
     assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+    # The admin console's URL is printed, and it is served (its sign-in form, nothing else).
+    console = re.search(r"console:\s+(http://\S+/admin/)", "".join(lines))
+    assert console is not None, "".join(lines)
+    assert httpx.get(console.group(1)).headers["location"] == "/admin/login"
     demo.send_signal(signal.SIGINT)
     err = demo.stderr.read()
     assert demo.wait(timeout=60) == 0, err
