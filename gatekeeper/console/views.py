@@ -213,7 +213,7 @@ def live_traffic(gk: Gatekeeper, model_rows: list[Row]) -> list[tuple[str, dict[
         return []
     try:
         report: dict[str, dict[str, Any]] = drift.report()
-    except Exception:  # noqa: BLE001 - the page still shows the profiles; the log says why
+    except Exception:  # the page still shows the profiles; the log says why
         log.exception("console_drift_report_failed")
         return []
     return [(row.effort, report[row.key]) for row in model_rows if row.key in report]
