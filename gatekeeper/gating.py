@@ -250,7 +250,7 @@ def enforce_choice(choice: dict[str, Any], allowed: set[str] | dict[str, Any]) -
     if not isinstance(message, dict):
         return []
     removed = enforce_message(message, allowed)
-    if removed and not message.get("tool_calls") and not message.get("function_call"):
-        if choice.get("finish_reason") in ("tool_calls", "function_call"):
-            choice["finish_reason"] = "stop"
+    if (removed and not message.get("tool_calls") and not message.get("function_call")
+            and choice.get("finish_reason") in ("tool_calls", "function_call")):
+        choice["finish_reason"] = "stop"
     return removed

@@ -11,8 +11,9 @@ route, add headers to the provider call or swap the operator's key.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 import litellm
 import orjson

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 from urllib.parse import quote
 
 import orjson
@@ -38,9 +39,25 @@ from gatekeeper import metrics, protocols
 from gatekeeper.admin import admin_routes
 from gatekeeper.core import Gatekeeper, Resolution
 from gatekeeper.drift_monitor import DriftMonitor
-from gatekeeper.errors import (AnswerInvalid, ConfigError, GatekeeperError, NotMeasured, ProxyError, RequestInvalid,
-                               ToolChoiceBlocked)
-from gatekeeper.protocols.base import Codec, Enforced, Event, Offered, StreamConverter, StreamFilter, may_carry_calls
+from gatekeeper.errors import (
+    AnswerInvalid,
+    ConfigError,
+    GatekeeperError,
+    NotMeasured,
+    ProxyError,
+    RequestInvalid,
+    ToolChoiceBlocked,
+)
+from gatekeeper.protocols.base import (
+    Codec,
+    Enforced,
+    Event,
+    Offered,
+    RequestInfo,
+    StreamConverter,
+    StreamFilter,
+    may_carry_calls,
+)
 from gatekeeper.protocols.chat import loads
 from gatekeeper.sse import SSEParser, encode
 from gatekeeper.upstream import TransferError, UpstreamPool, UpstreamResponse, answer_headers
@@ -82,10 +99,28 @@ def create_app(gk: Gatekeeper) -> Starlette:
 @asynccontextmanager
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     app.state.pool = UpstreamPool(app.state.gk.settings.upstream)
+    app.state.retired_pools = []
     try:
         yield
     finally:
-        await app.state.pool.aclose()
+        for pool in [app.state.pool, *app.state.retired_pools]:
+            await pool.aclose()
+
+
+def _pool(request: Request) -> UpstreamPool:
+    """The pool for the upstream settings in force. A reload that changes `upstream:` gets a new
+    pool; requests already sent finish on the old one, closed at shutdown."""
+    state = request.app.state
+    upstream = state.gk.settings.upstream
+    pool: UpstreamPool = state.pool
+    if pool.upstream is upstream:
+        return pool
+    if pool.upstream == upstream:
+        pool.upstream = upstream  # same values, new object: back to the identity fast path
+        return pool
+    state.retired_pools.append(pool)
+    pool = state.pool = UpstreamPool(upstream)
+    return pool
 
 
 # -- the model routes ----------------------------------------------------------------------------
@@ -111,13 +146,14 @@ class _Call:
     """What one model call carries from the request side to the answer side."""
 
     codec: Codec
+    info: RequestInfo
+    resolution: Resolution
     offered: Offered
     headers: dict[str, str]
     started: float
     translator: Any | None = None  # protocols.base.Translator when the upstream speaks only chat
     request: dict[str, Any] | None = None  # the gated client body, for the translator's answers
-    resolution: Resolution | None = None  # with `drift`: where the answer's calls are recorded
-    drift: DriftMonitor | None = None
+    drift: DriftMonitor | None = None  # where the answer's calls are recorded (with `resolution`)
 
 
 async def _model_call(request: Request, protocol: str, count: bool = False) -> Response:
@@ -140,9 +176,8 @@ async def _model_call(request: Request, protocol: str, count: bool = False) -> R
     metrics.REQUESTS.labels(tier, resolution.source).inc()
     if gated.hidden:
         metrics.TOOLS_HIDDEN.inc(len(gated.hidden))
-    call = _Call(codec, codec.offered(body), {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": resolution.source,
-                                              "x-request-id": request_id}, started,
-                 resolution=resolution, drift=gk.drift)
+    headers = {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": resolution.source, "x-request-id": request_id}
+    call = _Call(codec, info, resolution, codec.offered(body), headers, started, drift=gk.drift)
     route = settings.route(info.model)
     native = settings.upstream.protocols if route is None else ("chat",)  # litellm routes speak chat
     if protocol in native:
@@ -168,9 +203,9 @@ async def _model_call(request: Request, protocol: str, count: bool = False) -> R
         if answer.events is not None:
             return _stream(call, answer.events, answer.aclose, {}, log_fields)
         return _plain(call, 200, answer.body or b"", {}, log_fields)
-    pool: UpstreamPool = request.app.state.pool
-    headers = pool.request_headers(request.scope["headers"], json_body=True)
-    response = await pool.send("POST", path, headers, orjson.dumps(upstream_body))
+    pool = _pool(request)
+    response = await pool.send("POST", path, pool.request_headers(request.scope["headers"], json_body=True),
+                               orjson.dumps(upstream_body))
     status = response.status_code
     log_fields["upstream_status"] = status
     if status >= 300:
@@ -260,7 +295,7 @@ async def _relay(call: _Call, source: AsyncIterator[list[Event]], close: Callabl
         except TransferError as exc:
             metrics.UPSTREAM_ERRORS.labels("stream_incomplete").inc()
             error = (f"upstream stream broke off: {type(exc).__name__}", "upstream_incomplete")
-        except Exception as exc:  # noqa: BLE001 - a bug of ours costs this stream an error event, never more
+        except Exception as exc:
             log.exception("stream_failed")
             error = (f"gatekeeper internal error: {type(exc).__name__}", "internal_error")
         if error is not None:
@@ -301,8 +336,9 @@ async def _upstream_error(call: _Call, response: UpstreamResponse, pool: Upstrea
 
 
 def _answered(call: _Call, enforced: Enforced | None, log_fields: dict[str, Any]) -> None:
-    """Every answer, plain or streamed, from any upstream path, ends here once."""
-    if enforced is not None and enforced.calls and call.drift is not None and call.resolution is not None:
+    """Every answer, plain or streamed, from any upstream path, ends here once (`enforced` is
+    None for a plain answer that could not carry a call: the fast path)."""
+    if enforced is not None and enforced.calls and call.drift is not None:
         call.drift.submit(call.resolution, enforced.calls, call.offered)  # O(1): judged off the request path
     if enforced is not None and enforced.removed:
         metrics.TOOL_CALLS_BLOCKED.inc(len(enforced.removed))
@@ -360,7 +396,7 @@ async def passthrough(request: Request) -> Response:
 
 async def _forward(request: Request, method: str, path: str, content: bytes | None = None) -> Response:
     """A tool-free endpoint: the upstream's answer relayed as it is (size-capped)."""
-    pool: UpstreamPool = request.app.state.pool
+    pool = _pool(request)
     headers = pool.request_headers(request.scope["headers"], json_body=content is not None)
     response = await pool.send(method, path, headers, content)
     if 300 <= response.status_code < 400:
@@ -437,9 +473,7 @@ def codec_for_path(path: str) -> Codec:
     """The protocol whose error shape a path's client expects."""
     if path.startswith("/v1/messages"):
         found = protocols.codec("messages")
-        if found is not None:
-            return found
-        return _ANTHROPIC_SHAPE
+        return found if found is not None else _ANTHROPIC_SHAPE
     if path.startswith("/v1/responses"):
         return protocols.codec("responses") or protocols.codec("chat")  # type: ignore[return-value]
     return protocols.codec("chat")  # type: ignore[return-value]

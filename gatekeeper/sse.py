@@ -25,7 +25,7 @@ class SSEParser:
     __slots__ = ("_buf", "_data", "_event", "_id", "_retry", "_skip_lf", "_started", "comments")
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._buf: list[bytes] = []
         self._data: list[bytes] = []
         self._event: bytes | None = None
         self._id: bytes | None = None
@@ -45,39 +45,41 @@ class SSEParser:
             self._skip_lf = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
-        buf = self._buf + chunk if self._buf else chunk
+        if b"\n" not in chunk and b"\r" not in chunk:
+            self._buf.append(chunk)  # no line ends here: kept without rescanning (a long line in
+            return []                # tiny chunks stays linear)
+        buf = b"".join((*self._buf, chunk)) if self._buf else chunk
         if b"\r" in buf:
             # Normalise to LF. The retained tail never holds a CR, so this is idempotent.
             self._skip_lf = buf.endswith(b"\r")
             buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buf.split(b"\n")
+        tail = lines.pop()  # the unterminated rest (b"" when the chunk ended a line)
+        self._buf = [tail] if tail else []
         events: list[Event] = []
-        pos = 0
-        while True:
-            end = buf.find(b"\n", pos)
-            if end < 0:
-                break
-            self._line(buf[pos:end], events)
-            pos = end + 1
-        self._buf = buf[pos:] if pos < len(buf) else b""
+        data = self._data
+        for line in lines:
+            if line.startswith(b"data:"):  # the common line, handled inline: this is the hot path
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif line:
+                self._field(line)
+            elif data:
+                self._dispatch(events)
+                data = self._data
+            else:
+                self._event, self._id, self._retry = None, None, None  # a blank line: nothing to dispatch
         return events
 
     def finish(self) -> list[Event]:
         """End of stream: a complete event missing only its closing blank line is dispatched
         (servers that close right after `data: [DONE]\\n` exist); an unterminated line is not."""
-        self._buf = b""
+        self._buf = []
         events: list[Event] = []
         self._dispatch(events)
         return events
 
-    @property
-    def pending(self) -> int:
-        """Bytes held for an unfinished line (bounded by the caller's answer-size cap)."""
-        return len(self._buf)
-
-    def _line(self, line: bytes, events: list[Event]) -> None:
-        if not line:
-            self._dispatch(events)
-            return
+    def _field(self, line: bytes) -> None:
+        """Any line but `data:` and the blank one."""
         if line[0] == 0x3A:  # ":" a comment
             self.comments += 1
             return
@@ -92,21 +94,24 @@ class SSEParser:
             self._data.append(value)
         elif name == b"event":
             self._event = value
-        elif name == b"id":
-            if b"\x00" not in value:
-                self._id = value
-        elif name == b"retry":
-            if value.isdigit():
-                self._retry = int(value)
+        elif name == b"id" and b"\x00" not in value:
+            self._id = value
+        elif name == b"retry" and value.isdigit():
+            self._retry = int(value)
         # any other field name is ignored, as the specification says
 
     def _dispatch(self, events: list[Event]) -> None:
         data, event, id_, retry = self._data, self._event, self._id, self._retry
-        self._data, self._event, self._id, self._retry = [], None, None, None
+        self._data = []
         if not data:
+            self._event, self._id, self._retry = None, None, None
             return  # no data line: nothing is dispatched (comments, lone event/id lines)
         try:
             text = (data[0] if len(data) == 1 else b"\n".join(data)).decode("utf-8")
+            if event is None and id_ is None and retry is None:
+                events.append(Event(text))
+                return
+            self._event, self._id, self._retry = None, None, None
             name = event.decode("utf-8") if event is not None else None
             ident = id_.decode("utf-8") if id_ is not None else None
         except UnicodeDecodeError as exc:

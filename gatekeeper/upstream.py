@@ -16,7 +16,7 @@ What the pool keeps, whatever the client library:
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
@@ -71,6 +71,7 @@ class UpstreamPool:
 
     def __init__(self, upstream: Upstream) -> None:
         """Call from a running event loop (the app's lifespan): aiohttp binds to it."""
+        self.upstream = upstream  # the settings it was built from (a reload may bring new ones)
         self.base_url = upstream.base_url
         self.api_key = upstream.api_key
         self.max_response_bytes = upstream.max_response_bytes
@@ -124,7 +125,7 @@ class UpstreamPool:
                 response = await self._request(method, url, headers, content)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                 response = await self._request(method, url, headers, content)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             metrics.UPSTREAM_ERRORS.labels("timeout").inc()
             raise ProxyError(504, f"upstream {self.base_url} timed out", "upstream_timeout", "upstream_error") from None
         except aiohttp.ClientError as exc:

@@ -9,7 +9,8 @@ name fragment, so it keeps the last one. A proxy is safe only if no hidden name 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from openai._streaming import SSEDecoder
 

@@ -13,17 +13,18 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import uvicorn
+from instances import locate_instance
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gatekeeper.suite import BenchTest, Suite, load_suite
-from instances import locate_instance
 
 Responder = Callable[[dict], dict]
 

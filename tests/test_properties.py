@@ -8,17 +8,18 @@ example sets."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 import structlog
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from accumulate import plain_names, stream_names
 from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scripted import RawAnswer, RawUpstream
+
 from gatekeeper.sse import SSEParser
 from gatekeeper.tiers import Tier
 
@@ -137,7 +138,7 @@ def plain_body(draw: Any) -> bytes:
 
 def splits(draw: Any, raw: bytes) -> list[bytes]:
     cuts = sorted(set(draw(st.lists(st.integers(0, len(raw)), max_size=6))))
-    return [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)]) if b > a] or [raw]
+    return [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True) if b > a] or [raw]
 
 
 @st.composite

@@ -9,12 +9,20 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
-
-from conftest import (make_profile, measuring_upstream, running_proxy, seed_store, sent_tools,
-                      metric, settings_for, tool, wait_until)
+from conftest import (
+    make_profile,
+    measuring_upstream,
+    metric,
+    running_proxy,
+    seed_store,
+    sent_tools,
+    settings_for,
+    tool,
+    wait_until,
+)
 from scripted import ScriptedServer, SuiteScript, free_port
-from gatekeeper.tiers import Tier
 
+from gatekeeper.tiers import Tier
 
 TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
 
@@ -158,7 +166,7 @@ def test_benchmark_uses_upstream_key_not_the_clients(store_path, default_suite):
         settings = settings_for(upstream.base_url, store_path, unknown_models="wait")
         with running_proxy(settings) as proxy:
             ask(proxy)
-    auth = {h["authorization"] for h, b in zip(upstream.headers, upstream.requests) if b["messages"][0]["content"] != "hi"}
+    auth = {h["authorization"] for h, b in zip(upstream.headers, upstream.requests, strict=True) if b["messages"][0]["content"] != "hi"}
     assert auth == {"Bearer upstream-key"}
     assert upstream.headers[-1]["authorization"] == "Bearer client-key"
 
@@ -338,10 +346,10 @@ def test_slow_upstream_is_a_504(store_path, default_suite):
 
 def test_truncated_upstream_stream_gives_the_client_an_error(store_path, default_suite):
     """llama.cpp's server sends 200 headers, then drops the stream without [DONE]."""
+    from scripted import ThreadedServer
     from starlette.applications import Starlette
     from starlette.responses import StreamingResponse
     from starlette.routing import Route
-    from scripted import ThreadedServer
 
     async def broken(request):
         async def events():
@@ -411,10 +419,10 @@ def test_configured_litellm_route_is_measured_and_served_through_litellm(store_p
 
 
 def test_a_non_json_upstream_error_is_put_in_the_openai_error_shape(store_path, default_suite):
+    from scripted import ThreadedServer
     from starlette.applications import Starlette
     from starlette.responses import Response
     from starlette.routing import Route
-    from scripted import ThreadedServer
 
     async def bare_400(request):
         return Response(b"", status_code=400)
@@ -451,3 +459,14 @@ def test_a_corrupt_store_fails_closed(upstream, store_path, default_suite):
     assert raw.headers["x-gatekeeper-tier"] == "small"
     agent = next(b for b in upstream.requests if b["messages"][0]["content"] == "hi")
     assert [t["function"]["name"] for t in agent["tools"]] == ["read_file"]
+
+
+def test_new_upstream_settings_take_effect_without_a_restart(store_path, default_suite):
+    """What a config reload does to `gk.settings`: the next request goes to the new upstream."""
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    with ScriptedServer() as first, ScriptedServer(lambda body: {"content": "second"}) as second:
+        with running_proxy(settings_for(first.base_url, store_path)) as proxy:
+            assert ask(proxy).parse().choices[0].message.content == "ok"
+            proxy.gk.settings = settings_for(second.base_url, store_path)
+            assert ask(proxy).parse().choices[0].message.content == "second"
+    assert len(first.requests) == 1 and len(second.requests) == 1

@@ -4,25 +4,23 @@ port, a real HTTP upstream misbehaving in exactly that way, the official openai 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import httpx
 import openai
 import pytest
 import structlog
-from prometheus_client import REGISTRY as _UNUSED  # noqa: F401  (the proxy has its own registry)
-
-from accumulate import node_names, plain_names, python_names, chunks_of, client_events, stream_names
+from accumulate import chunks_of, client_events, node_names, plain_names, python_names, stream_names
 from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for, tool
 from scripted import RawAnswer, RawUpstream, ScriptedServer, chat_chunk, chat_completion, free_port, sse
+
 from gatekeeper import metrics
 from gatekeeper.config import Settings
 from gatekeeper.core import Gatekeeper
 from gatekeeper.errors import ConfigError
 from gatekeeper.proxy import create_app
 from gatekeeper.tiers import Tier
-
 
 TOOLS = [tool("read_file"), tool("execute_command")]  # at tier small only read_file is offered
 HI = [{"role": "user", "content": "hi"}]

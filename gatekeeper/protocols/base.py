@@ -28,7 +28,7 @@ module may register a `Translator` next to its codec (`protocols.register(codec,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from gatekeeper.errors import AnswerInvalid, RequestInvalid  # noqa: F401  (raised by codecs)
 from gatekeeper.gating import Gated, ToolPolicy
@@ -61,9 +61,9 @@ class Enforced:
     calls: list[Call] = field(default_factory=list)   # every call seen, kept or removed
 
 
-@dataclass(frozen=True)
-class Event:
-    """One server-sent event, as the SSE specification defines it (gatekeeper/sse.py)."""
+class Event(NamedTuple):
+    """One server-sent event, as the SSE specification defines it (gatekeeper/sse.py). A named
+    tuple: built for every event of every stream, it must be cheap."""
 
     data: str
     event: str | None = None
