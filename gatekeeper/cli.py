@@ -191,16 +191,24 @@ def profiles(
     store: Optional[Path] = typer.Option(None, help="Profile store (default: config store)."),
     config: Optional[Path] = typer.Option(None, help="gatekeeper YAML config."),
     as_json: bool = typer.Option(False, "--json", help="Print the store as JSON."),
+    proxy: Optional[str] = typer.Option(None, help="A running proxy's URL: add its live drift figures "
+                                                   "(from its admin API)."),
+    admin_key: Optional[str] = typer.Option(None, envvar="GATEKEEPER_ADMIN_KEY",
+                                            help="The proxy's admin key (default: the config's)."),
 ) -> None:
-    """Show stored profiles and recommendations."""
+    """Show stored profiles and recommendations (and, with --proxy, live drift per pair)."""
     settings = _settings(config)
     logs.configure("warning", json=False)
     profile_store = JsonFileStore(store or settings.store)
     data = profile_store.load()
     if profile_store.problem:
         _fail(f"{profile_store.path}: not a usable profile store ({profile_store.problem})", 1)
+    drift = _live_drift(proxy, admin_key or settings.admin_key) if proxy else None
     if as_json:
-        json.dump(data.to_json(), sys.stdout, indent=2)
+        doc = data.to_json()
+        if drift is not None:
+            doc["drift"] = drift
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
     try:
@@ -210,6 +218,41 @@ def profiles(
     Console().print(_profile_table(list(data.profiles.values()), suite=current))
     for model, level in data.recommendations.items():
         Console().print(f"recommended effort for {model}: {level}")
+    if drift is not None:
+        Console().print(_drift_table(drift))
+
+
+def _live_drift(proxy: str, admin_key: str | None) -> dict:
+    """Live drift per pair from a running proxy's admin API (the figures live in the proxy)."""
+    import httpx
+
+    url = proxy.rstrip("/") + "/admin/drift"
+    try:
+        answer = httpx.get(url, headers={"authorization": f"Bearer {admin_key or ''}"}, timeout=10)
+    except httpx.HTTPError as exc:
+        _fail(f"{url}: cannot reach the proxy: {exc}", 1)
+    if answer.status_code != 200:
+        _fail(f"{url}: HTTP {answer.status_code}: {answer.text[:300]}", 1)
+    return answer.json()["pairs"]
+
+
+def _drift_table(pairs: dict) -> Table:
+    table = Table(title="live drift (rolling window; lo = lower bound of the rate, vs the tier's ceiling)")
+    for column in ("profile", "tier", "calls", "notOffered", "invalidJson", "invalidArgs", "state"):
+        table.add_column(column)
+    for key, pair in pairs.items():
+        rates = [pair["rates"][fault] for fault in ("notOffered", "invalidJson", "invalidArgs")]
+        cells = [f"{r['count']} (lo {r['lower']:.3f} / {r['ceiling'] if r['ceiling'] is not None else '-'})"
+                 for r in rates]
+        demoted = pair["demoted"]
+        if demoted:
+            state = f"demoted {demoted['fromTier']} -> {demoted['toTier']}: {demoted['reason']}"
+        elif pair["drifting"]:
+            state = f"drifting ({pair['source']}: not demoted)"
+        else:
+            state = "ok"
+        table.add_row(key, f"{pair['tier']} ({pair['source']})", str(pair["window"]["calls"]), *cells, state)
+    return table
 
 
 @suite_app.command("validate")

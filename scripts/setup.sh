@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install gatekeeper with its test and local-model extras.
+# Create .venv (if missing) and install gatekeeper with its dev (test + lint/type tools) and
+# local-model extras.
 # Idempotent and quick when everything is already there. Used by demo.sh, test.sh and CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,11 +11,11 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 PY=.venv/bin/python
 
-if ! "$PY" -c 'import gatekeeper, openai, pytest' >/dev/null 2>&1 \
+if ! "$PY" -c 'import gatekeeper, openai, pytest, mypy' >/dev/null 2>&1 \
    || [[ pyproject.toml -nt .venv/.gatekeeper-installed ]]; then
     echo "setup: installing gatekeeper and its dependencies" >&2
     "$PY" -m pip install --quiet --upgrade pip >&2
-    "$PY" -m pip install --quiet -e '.[test]' >&2
+    "$PY" -m pip install --quiet -e '.[dev]' >&2
     touch .venv/.gatekeeper-installed
 fi
 

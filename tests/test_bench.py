@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import answers
-from conftest import ROOT, wait_until
+from conftest import ROOT, SEED_SUITE, needs_seed_suite, wait_until
 from scripted import ScriptedServer, SuiteScript
 from gatekeeper.backends import BackendRequest, Completion, MockBackend, OpenAIBackend, RequestSettings, parse_message
 from gatekeeper.config import Settings
@@ -107,9 +107,9 @@ def test_seed_format_suite_loads_and_scores_unchanged():
     assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}
 
 
-@pytest.mark.skipif(not Path("/work/shared/seed-suite").is_dir(), reason="the seed's own suite is not on this machine")
+@needs_seed_suite
 def test_the_seed_systems_own_suite_scores_unchanged():
-    suite = load_suite("/work/shared/seed-suite")
+    suite = load_suite(SEED_SUITE)
     with ScriptedServer(SuiteScript(suite).responder(answers.perfect)) as server:
         (profile,) = run_sweep(server, suite)
     assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}

@@ -260,7 +260,9 @@ def test_calls_to_hidden_or_invented_tools_are_removed(store_path, default_suite
                     completion = s.get_final_completion()
             else:
                 completion = ask(proxy, tools=TOOLS).parse()
-            blocked = metric(proxy.url, "gatekeeper_tool_calls_blocked_total") - blocked_before
+            # A stream is counted once it is over on the proxy's side, which may be just after the client's [DONE].
+            blocked = wait_until(lambda: metric(proxy.url, "gatekeeper_tool_calls_blocked_total") - blocked_before,
+                                 "the blocked-calls counter")
     assert [c.function.name for c in completion.choices[0].message.tool_calls] == ["read_file"]
     assert completion.choices[0].finish_reason == "tool_calls"
     assert blocked == 2  # execute_command (hidden) and made_up_tool (never offered)
