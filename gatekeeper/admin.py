@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from gatekeeper.confidence import shown_scores
 from gatekeeper.console import console_routes
 from gatekeeper.errors import ConfigError, ProxyError, StoreError
 from gatekeeper.profiles import profile_key, split_key
@@ -45,11 +46,14 @@ def _pair(request: Request) -> tuple[str, str]:
 @_authorized
 async def list_profiles(request: Request) -> Response:
     gk = request.app.state.gk
-    doc: dict[str, Any] = {"profiles": {key: entry.to_json() for key, entry in gk.profiles().items()},
+    entries = gk.profiles()  # validity and source from the core, not from the store and the suite
+    doc: dict[str, Any] = {"profiles": {key: entry.to_json() for key, entry in entries.items()},
                            "recommendations": gk.recommendations()}
     drift = await asyncio.to_thread(gk.drift.report)  # it waits for the drift worker: not on the loop
-    for key, entry in doc["profiles"].items():
-        entry["drift"] = drift.get(key)  # live figures next to the measured scores
+    for key, entry in entries.items():
+        if entry.profile is not None:
+            doc["profiles"][key]["shown"] = shown_scores(entry.profile.scores, entry.profile.score_intervals)
+        doc["profiles"][key]["drift"] = drift.get(key)  # live figures next to the measured scores
     return JSONResponse(doc)
 
 

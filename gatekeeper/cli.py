@@ -6,7 +6,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -19,8 +19,8 @@ from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import BackendError, GatekeeperError
 from gatekeeper.measure import MeasurementService, ModelResult
 from gatekeeper.profiles import Profile
-from gatekeeper.store import ProfileStore, open_store
 from gatekeeper.runner import DEFAULT_EFFORTS
+from gatekeeper.store import ProfileStore, open_store
 from gatekeeper.suite import DEFAULT_SUITE_DIR, Suite, load_suite, suite_hash
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure models; gate the tools they see.")
@@ -37,7 +37,7 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _settings(config: Optional[Path]) -> Settings:
+def _settings(config: Path | None) -> Settings:
     try:
         return load_settings(config) if config else Settings()
     except GatekeeperError as exc:
@@ -62,16 +62,16 @@ def _suite(path: Path) -> Suite:
 def bench(
     models: list[str] = typer.Argument(None, help="Model names as the backend knows them."),
     all_models: bool = typer.Option(False, "--all", help="Measure every model the backend lists."),
-    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL (default: config upstream)."),
-    api_key: Optional[str] = typer.Option(None, envvar="GATEKEEPER_API_KEY", help="Key for the backend."),
-    config: Optional[Path] = typer.Option(None, help="gatekeeper YAML config."),
-    suite: Optional[Path] = typer.Option(None, help="Suite directory (default: config suite)."),
-    store: Optional[str] = typer.Option(None, help="Profile store: a file or redis://... (default: config store)."),
-    effort: Optional[str] = typer.Option(
+    base_url: str | None = typer.Option(None, help="OpenAI-compatible base URL (default: config upstream)."),
+    api_key: str | None = typer.Option(None, envvar="GATEKEEPER_API_KEY", help="Key for the backend."),
+    config: Path | None = typer.Option(None, help="gatekeeper YAML config."),
+    suite: Path | None = typer.Option(None, help="Suite directory (default: config suite)."),
+    store: str | None = typer.Option(None, help="Profile store: a file or redis://... (default: config store)."),
+    effort: str | None = typer.Option(
         None, help=f"Effort levels, comma-separated (default: {','.join(DEFAULT_EFFORTS)}; 'default' = no field)."),
-    samples: Optional[int] = typer.Option(None, min=1, max=50, help="Runs of each test (default: bench.samples)."),
-    seed: Optional[int] = typer.Option(None, help="Replay the randomised tests drawn with this instanceSeed."),
-    concurrency: Optional[int] = typer.Option(None, min=1, help="Tests in flight at once."),
+    samples: int | None = typer.Option(None, min=1, max=50, help="Runs of each test (default: bench.samples)."),
+    seed: int | None = typer.Option(None, help="Replay the randomised tests drawn with this instanceSeed."),
+    concurrency: int | None = typer.Option(None, min=1, help="Tests in flight at once."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Run the suite against one or more models and store a profile per model@effort."""
@@ -116,7 +116,7 @@ async def _bench(service: MeasurementService, models: list[str] | None, all_mode
             tasks = {e: progress.add_task(f"{model}@{e}", total=total) for e in efforts}
             try:
                 result = await service.sweep(model, efforts, seed=seed,
-                                             on_progress=lambda m, e, t: progress.advance(tasks[e]))
+                                             on_progress=lambda m, e, t, tasks=tasks: progress.advance(tasks[e]))
             except BackendError as exc:
                 failed = True
                 err.print(f"[red]error:[/red] {model}: backend failed, no profile stored: {exc}", highlight=False)
@@ -125,7 +125,7 @@ async def _bench(service: MeasurementService, models: list[str] | None, all_mode
             except GatekeeperError as exc:  # the store refused the write
                 err.print(f"[red]error:[/red] {exc}", highlight=False)
                 return results, True
-            for level, task in tasks.items():  # sequential stopping may finish a level early
+            for task in tasks.values():  # sequential stopping may finish a level early
                 progress.update(task, total=progress.tasks[task].completed)
             for level, reason in result.inconclusive.items():
                 failed = True
@@ -174,7 +174,7 @@ def _profile_table(profiles: list[Profile], title: str | None = None, suite: Sui
 
 @app.command()
 def serve(
-    config: Optional[Path] = typer.Option(None, help="gatekeeper YAML config."),
+    config: Path | None = typer.Option(None, help="gatekeeper YAML config."),
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
 ) -> None:
@@ -245,12 +245,12 @@ def store_copy(
 
 @app.command()
 def profiles(
-    store: Optional[str] = typer.Option(None, help="Profile store: a file or redis://... (default: config store)."),
-    config: Optional[Path] = typer.Option(None, help="gatekeeper YAML config."),
+    store: str | None = typer.Option(None, help="Profile store: a file or redis://... (default: config store)."),
+    config: Path | None = typer.Option(None, help="gatekeeper YAML config."),
     as_json: bool = typer.Option(False, "--json", help="Print the store as JSON."),
-    proxy: Optional[str] = typer.Option(None, help="A running proxy's URL: add its live drift figures "
+    proxy: str | None = typer.Option(None, help="A running proxy's URL: add its live drift figures "
                                                    "(from its admin API)."),
-    admin_key: Optional[str] = typer.Option(None, envvar="GATEKEEPER_ADMIN_KEY",
+    admin_key: str | None = typer.Option(None, envvar="GATEKEEPER_ADMIN_KEY",
                                             help="The proxy's admin key (default: the config's)."),
 ) -> None:
     """Show stored profiles and recommendations (and, with --proxy, live drift per pair)."""
@@ -340,8 +340,8 @@ def suite_hash_command(directory: Path = typer.Argument(DEFAULT_SUITE_DIR)) -> N
 def tools(
     model: str,
     config: Path = typer.Option(..., help="gatekeeper YAML config."),
-    effort: Optional[str] = typer.Option(None, help="Reasoning effort level."),
-    tools_file: Optional[Path] = typer.Option(None, "--tools", help="JSON file with an OpenAI tools array."),
+    effort: str | None = typer.Option(None, help="Reasoning effort level."),
+    tools_file: Path | None = typer.Option(None, "--tools", help="JSON file with an OpenAI tools array."),
 ) -> None:
     """Which tools MODEL gets: its tier, and each configured tool rule allowed or hidden."""
     from gatekeeper.core import Gatekeeper

@@ -166,8 +166,8 @@ class MeasurementService:
                              calls_saved=measured.calls_saved, seed=seed if self.suite.randomised else None)
         if measured.profiles:
             result.recommended = self._save(model, measured.profiles, lease)
-        for effort in measured.inconclusive:
-            metrics.BENCHMARKS.labels(outcome="inconclusive").inc()
+        if measured.inconclusive:
+            metrics.BENCHMARKS.labels(outcome="inconclusive").inc(len(measured.inconclusive))
         if measured.profiles:
             metrics.BENCHMARKS.labels(outcome="ok").inc(len(measured.profiles))
             metrics.BENCHMARK_SECONDS.observe(time.perf_counter() - started)
