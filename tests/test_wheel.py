@@ -70,8 +70,8 @@ def _link_dependencies(requirements: list[str], into: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("wheel")
+def wheel(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("build")
     source = work / "source"
     source.mkdir()
     for name in SOURCES:
@@ -82,8 +82,13 @@ def venv(tmp_path_factory) -> Path:
             shutil.copy2(path, source / name)
     _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
          "-w", work / "dist", source, env=_clean_env())
-    (wheel,) = (work / "dist").glob("gatekeeper-*.whl")
+    (built,) = (work / "dist").glob("gatekeeper-*.whl")
+    return built
 
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory, wheel: Path) -> Path:
+    work = tmp_path_factory.mktemp("wheel")
     env = work / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", env)
     python = env / "bin" / "python"
@@ -103,6 +108,20 @@ def venv(tmp_path_factory) -> Path:
 def _clean_env() -> dict[str, str]:
     """The environment of a user's shell: nothing pointing at this checkout."""
     return {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}}
+
+
+def test_the_wheel_holds_every_file_of_the_package(wheel):
+    """Modules, the suite, the adapters and package data (the console's templates and assets)."""
+    package = ROOT / "gatekeeper"
+    expected = {"gatekeeper/" + (Path(folder) / name).relative_to(package).as_posix()
+                for folder, _, files in os.walk(package, followlinks=True)  # into adapters/, benchmarks/
+                for name in files if "__pycache__" not in folder and not name.endswith(".pyc")}
+    assert "gatekeeper/benchmarks/10_instruction_sentence.json" in expected
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {n for n in archive.namelist() if n.startswith("gatekeeper/")}
+        top_level = {n.split("/")[0] for n in archive.namelist() if ".dist-info/" not in n}
+    assert sorted(expected - shipped) == []
+    assert top_level == {"gatekeeper"}
 
 
 def test_the_wheel_ships_the_suite_the_adapters_and_no_top_level_adapters(venv, tmp_path):
