@@ -19,6 +19,7 @@ from gatekeeper.errors import (
     GatekeeperError,
     InconclusiveMeasurement,
     LocalModelError,
+    MeasurementFailed,
     NotMeasured,
     ProxyError,
     RequestInvalid,
@@ -27,6 +28,7 @@ from gatekeeper.errors import (
     ToolArgumentsInvalid,
     ToolChoiceBlocked,
     ToolNotAllowed,
+    WriteFenced,
 )
 from gatekeeper.profiles import JsonFileStore, Profile, ProfileStore
 from gatekeeper.registry import RegisteredTool, ToolRegistry, function_schema
@@ -66,4 +68,6 @@ __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     "ToolNotAllowed",
     "ToolArgumentsInvalid",
     "ProxyError",
+    "MeasurementFailed",
+    "WriteFenced",
 ]

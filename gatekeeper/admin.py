@@ -15,8 +15,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from gatekeeper.confidence import shown_scores
 from gatekeeper.console import console_routes
-from gatekeeper.errors import ConfigError, ProxyError
+from gatekeeper.errors import ConfigError, ProxyError, StoreError
 from gatekeeper.profiles import profile_key, split_key
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -45,11 +46,13 @@ def _pair(request: Request) -> tuple[str, str]:
 @_authorized
 async def list_profiles(request: Request) -> Response:
     gk = request.app.state.gk
-    data = gk.store.load()
-    doc: dict[str, Any] = data.to_json()
+    entries = gk.profiles()  # validity and source from the core, not from the store and the suite
+    doc: dict[str, Any] = {"profiles": {key: entry.to_json() for key, entry in entries.items()},
+                           "recommendations": gk.recommendations()}
     drift = await asyncio.to_thread(gk.drift.report)  # it waits for the drift worker: not on the loop
-    for key, profile in data.profiles.items():
-        doc["profiles"][key]["valid"] = profile.is_valid_for(gk.suite)
+    for key, entry in entries.items():
+        if entry.profile is not None:
+            doc["profiles"][key]["shown"] = shown_scores(entry.profile.scores, entry.profile.score_intervals)
         doc["profiles"][key]["drift"] = drift.get(key)  # live figures next to the measured scores
     return JSONResponse(doc)
 
@@ -79,7 +82,10 @@ async def benchmark(request: Request) -> Response:
 @_authorized
 async def invalidate(request: Request) -> Response:
     model, effort = _pair(request)
-    existed = request.app.state.gk.invalidate(model, effort)
+    try:
+        existed = request.app.state.gk.invalidate(model, effort)
+    except StoreError as exc:  # Redis unreachable: nothing was invalidated, say so
+        raise ProxyError(503, str(exc), "store_unavailable", "service_unavailable") from None
     return JSONResponse({"invalidated": profile_key(model, effort), "existed": existed})
 
 

@@ -6,8 +6,9 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Protocol
 
 import httpx
 import structlog
@@ -189,20 +190,21 @@ class LiteLLMBackend:
 
     async def _once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
         import litellm  # heavy: imported only when a litellm route is used
+        errors = litellm.exceptions  # the names litellm re-exports, where they are defined
 
         body = _body(self.litellm_model, messages, tools, effort, self.settings)
         extra = {k: v for k, v in (("api_key", self.api_key), ("api_base", self.api_base)) if v}
         started = time.perf_counter()
         try:
             response = await litellm.acompletion(**body, **extra, timeout=self.settings.timeout_s, num_retries=0)
-        except (litellm.RateLimitError, litellm.APIConnectionError, litellm.Timeout,
-                litellm.InternalServerError, litellm.ServiceUnavailableError) as exc:
+        except (errors.RateLimitError, errors.APIConnectionError, errors.Timeout,
+                errors.InternalServerError, errors.ServiceUnavailableError) as exc:
             raise _Retry(f"{type(exc).__name__}: {exc}") from None
-        except (litellm.BadRequestError, litellm.UnsupportedParamsError) as exc:
+        except (errors.BadRequestError, errors.UnsupportedParamsError) as exc:
             if effort is not None and "reasoning" in str(exc).lower():
                 raise _EffortRejected() from None
             raise BackendError(f"litellm {self.litellm_model!r}: {type(exc).__name__}: {exc}") from None
-        except litellm.APIError as exc:
+        except errors.APIError as exc:
             raise BackendError(f"litellm {self.litellm_model!r}: {type(exc).__name__}: {exc}") from None
         seconds = time.perf_counter() - started
         doc = response.model_dump()

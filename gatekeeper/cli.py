@@ -6,7 +6,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -18,8 +18,9 @@ from gatekeeper.confidence import show
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import BackendError, GatekeeperError
 from gatekeeper.measure import MeasurementService, ModelResult
-from gatekeeper.profiles import JsonFileStore, Profile
+from gatekeeper.profiles import Profile
 from gatekeeper.runner import DEFAULT_EFFORTS
+from gatekeeper.store import ProfileStore, open_store
 from gatekeeper.suite import DEFAULT_SUITE_DIR, Suite, load_suite, suite_hash
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure models; gate the tools they see.")
@@ -27,18 +28,26 @@ suite_app = typer.Typer(no_args_is_help=True, help="Check the benchmark suite.")
 app.add_typer(suite_app, name="suite")
 err = Console(stderr=True)
 
+if TYPE_CHECKING:
+    from gatekeeper.core import Gatekeeper
+
 
 def _fail(message: str, code: int = 2) -> None:
     err.print(f"[red]error:[/red] {message}", highlight=False)
     raise typer.Exit(code)
 
 
-def _settings(config: Optional[Path]) -> Settings:
+def _settings(config: Path | None) -> Settings:
     try:
         return load_settings(config) if config else Settings()
     except GatekeeperError as exc:
         _fail(str(exc))
         raise
+
+
+def _store(location: str | Path) -> ProfileStore:
+    """A file path or a redis:// URL; one-shot commands read Redis directly (no listener)."""
+    return open_store(location, listen=False)
 
 
 def _suite(path: Path) -> Suite:
@@ -53,16 +62,16 @@ def _suite(path: Path) -> Suite:
 def bench(
     models: list[str] = typer.Argument(None, help="Model names as the backend knows them."),
     all_models: bool = typer.Option(False, "--all", help="Measure every model the backend lists."),
-    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible base URL (default: config upstream)."),
-    api_key: Optional[str] = typer.Option(None, envvar="GATEKEEPER_API_KEY", help="Key for the backend."),
-    config: Optional[Path] = typer.Option(None, help="gatekeeper YAML config."),
-    suite: Optional[Path] = typer.Option(None, help="Suite directory (default: config suite)."),
-    store: Optional[Path] = typer.Option(None, help="Profile store (default: config store)."),
-    effort: Optional[str] = typer.Option(
+    base_url: str | None = typer.Option(None, help="OpenAI-compatible base URL (default: config upstream)."),
+    api_key: str | None = typer.Option(None, envvar="GATEKEEPER_API_KEY", help="Key for the backend."),
+    config: Path | None = typer.Option(None, help="gatekeeper YAML config."),
+    suite: Path | None = typer.Option(None, help="Suite directory (default: config suite)."),
+    store: str | None = typer.Option(None, help="Profile store: a file or redis://... (default: config store)."),
+    effort: str | None = typer.Option(
         None, help=f"Effort levels, comma-separated (default: {','.join(DEFAULT_EFFORTS)}; 'default' = no field)."),
-    samples: Optional[int] = typer.Option(None, min=1, max=50, help="Runs of each test (default: bench.samples)."),
-    seed: Optional[int] = typer.Option(None, help="Replay the randomised tests drawn with this instanceSeed."),
-    concurrency: Optional[int] = typer.Option(None, min=1, help="Tests in flight at once."),
+    samples: int | None = typer.Option(None, min=1, max=50, help="Runs of each test (default: bench.samples)."),
+    seed: int | None = typer.Option(None, help="Replay the randomised tests drawn with this instanceSeed."),
+    concurrency: int | None = typer.Option(None, min=1, help="Tests in flight at once."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
     """Run the suite against one or more models and store a profile per model@effort."""
@@ -75,7 +84,7 @@ def bench(
         _fail(f"--effort: expected distinct comma-separated levels without '@', got {effort!r}")
     if samples is not None:
         settings = settings.model_copy(update={"bench": settings.bench.model_copy(update={"samples": samples})})
-    service = MeasurementService(settings, _suite(suite or settings.suite), JsonFileStore(store or settings.store),
+    service = MeasurementService(settings, _suite(suite or settings.suite), _store(store or settings.store),
                                  base_url=base_url, api_key=api_key, concurrency=concurrency)
     results, failed = asyncio.run(_bench(service, models, all_models, efforts, seed))
     if as_json:
@@ -107,7 +116,7 @@ async def _bench(service: MeasurementService, models: list[str] | None, all_mode
             tasks = {e: progress.add_task(f"{model}@{e}", total=total) for e in efforts}
             try:
                 result = await service.sweep(model, efforts, seed=seed,
-                                             on_progress=lambda m, e, t: progress.advance(tasks[e]))
+                                             on_progress=lambda m, e, t, tasks=tasks: progress.advance(tasks[e]))
             except BackendError as exc:
                 failed = True
                 err.print(f"[red]error:[/red] {model}: backend failed, no profile stored: {exc}", highlight=False)
@@ -116,7 +125,7 @@ async def _bench(service: MeasurementService, models: list[str] | None, all_mode
             except GatekeeperError as exc:  # the store refused the write
                 err.print(f"[red]error:[/red] {exc}", highlight=False)
                 return results, True
-            for level, task in tasks.items():  # sequential stopping may finish a level early
+            for task in tasks.values():  # sequential stopping may finish a level early
                 progress.update(task, total=progress.tasks[task].completed)
             for level, reason in result.inconclusive.items():
                 failed = True
@@ -165,11 +174,11 @@ def _profile_table(profiles: list[Profile], title: str | None = None, suite: Sui
 
 @app.command()
 def serve(
-    config: Optional[Path] = typer.Option(None, help="gatekeeper YAML config."),
+    config: Path | None = typer.Option(None, help="gatekeeper YAML config."),
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
 ) -> None:
-    """Run the OpenAI-compatible gating proxy."""
+    """Run the OpenAI-compatible gating proxy. SIGHUP re-reads the config (pins, tool rules ...)."""
     import uvicorn
 
     from gatekeeper.core import Gatekeeper
@@ -178,31 +187,84 @@ def serve(
     settings = _settings(config)
     logs.configure(settings.log_level)
     try:
-        gk = Gatekeeper(settings)
+        gk = Gatekeeper(settings, config_path=config)
     except GatekeeperError as exc:
         _fail(str(exc))
-    err.print(f"gatekeeper serving on http://{host}:{port}/v1 -> {settings.upstream.base_url}", highlight=False)
-    uvicorn.run(create_app(gk), host=host, port=port, log_level="warning", access_log=False,
-                loop="auto", http="auto", timeout_graceful_shutdown=10)
+        raise
+    with gk:  # serve created it, serve closes it
+        _reload_on_sighup(gk)
+        err.print(f"gatekeeper serving on http://{host}:{port}/v1 -> {settings.upstream.base_url}", highlight=False)
+        uvicorn.run(create_app(gk), host=host, port=port, log_level="warning", access_log=False,
+                    loop="auto", http="auto", timeout_graceful_shutdown=10)
+
+
+def _reload_on_sighup(gk: Gatekeeper) -> None:
+    """SIGHUP -> gk.reload(), in a thread: the handler must not block the server's event loop."""
+    import signal
+    import threading
+
+    import structlog
+
+    log = structlog.get_logger("gatekeeper.cli")
+
+    def reload() -> None:
+        try:
+            gk.reload()
+        except GatekeeperError as exc:
+            log.error("config_reload_refused", error=str(exc), keeping="the settings in force")
+
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda signum, frame: threading.Thread(target=reload, daemon=True).start())
+
+
+store_app = typer.Typer(no_args_is_help=True, help="Move profiles between stores.")
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("copy")
+def store_copy(
+    source: str = typer.Argument(..., help="A store file path or redis://[:password@]host:port/db."),
+    target: str = typer.Argument(..., help="A store file path or redis://[:password@]host:port/db."),
+) -> None:
+    """Copy every profile and recommendation from SOURCE to TARGET (migration, backup)."""
+    from gatekeeper.store import copy_profiles, open_store
+
+    logs.configure("warning", json=False)
+    try:
+        src, dst = open_store(source, listen=False), open_store(target, listen=False)
+        try:
+            copied = copy_profiles(src, dst)
+        finally:
+            src.close()
+            dst.close()
+    except GatekeeperError as exc:
+        _fail(str(exc), 1)
+        raise
+    typer.echo(f"copied {copied} profiles from {source} to {target}")
 
 
 @app.command()
 def profiles(
-    store: Optional[Path] = typer.Option(None, help="Profile store (default: config store)."),
-    config: Optional[Path] = typer.Option(None, help="gatekeeper YAML config."),
+    store: str | None = typer.Option(None, help="Profile store: a file or redis://... (default: config store)."),
+    config: Path | None = typer.Option(None, help="gatekeeper YAML config."),
     as_json: bool = typer.Option(False, "--json", help="Print the store as JSON."),
-    proxy: Optional[str] = typer.Option(None, help="A running proxy's URL: add its live drift figures "
+    proxy: str | None = typer.Option(None, help="A running proxy's URL: add its live drift figures "
                                                    "(from its admin API)."),
-    admin_key: Optional[str] = typer.Option(None, envvar="GATEKEEPER_ADMIN_KEY",
+    admin_key: str | None = typer.Option(None, envvar="GATEKEEPER_ADMIN_KEY",
                                             help="The proxy's admin key (default: the config's)."),
 ) -> None:
     """Show stored profiles and recommendations (and, with --proxy, live drift per pair)."""
     settings = _settings(config)
     logs.configure("warning", json=False)
-    profile_store = JsonFileStore(store or settings.store)
-    data = profile_store.load()
-    if profile_store.problem:
-        _fail(f"{profile_store.path}: not a usable profile store ({profile_store.problem})", 1)
+    profile_store = _store(store or settings.store)
+    try:
+        data = profile_store.load()
+    except GatekeeperError as exc:
+        _fail(str(exc), 1)
+        raise
+    problem = getattr(profile_store, "problem", None)
+    if problem:
+        _fail(f"{profile_store.location}: not a usable profile store ({problem})", 1)
     drift = _live_drift(proxy, admin_key or settings.admin_key) if proxy else None
     if as_json:
         doc = data.to_json()
@@ -278,8 +340,8 @@ def suite_hash_command(directory: Path = typer.Argument(DEFAULT_SUITE_DIR)) -> N
 def tools(
     model: str,
     config: Path = typer.Option(..., help="gatekeeper YAML config."),
-    effort: Optional[str] = typer.Option(None, help="Reasoning effort level."),
-    tools_file: Optional[Path] = typer.Option(None, "--tools", help="JSON file with an OpenAI tools array."),
+    effort: str | None = typer.Option(None, help="Reasoning effort level."),
+    tools_file: Path | None = typer.Option(None, "--tools", help="JSON file with an OpenAI tools array."),
 ) -> None:
     """Which tools MODEL gets: its tier, and each configured tool rule allowed or hidden."""
     from gatekeeper.core import Gatekeeper

@@ -106,6 +106,11 @@ def show(mean: float, interval: Sequence[float] | None) -> str:
     return f"{mean:.2f} ± {max(mean - low, high - mean):.2f}"
 
 
+def shown_scores(scores: Mapping[str, float], intervals: Mapping[str, Sequence[float]] | None) -> dict[str, str]:
+    """Every category's score as `show` prints it (what the admin API returns next to the numbers)."""
+    return {c: show(v, (intervals or {}).get(c)) for c, v in scores.items()}
+
+
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 

@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -19,7 +20,8 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Frozen: settings never change under a running request; `Gatekeeper.reload` swaps them whole.
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Upstream(_Section):
@@ -81,13 +83,32 @@ class BenchSettings(_Section):
         return value
 
 
+class LazyMeasurements(_Section):
+    """Limits on what clients can trigger by naming models (the lazy path; `bench` ignores them).
+
+    A client without credentials picks model names: without these, distinct names cost the
+    operator a measurement each and a permanent store entry each.
+    """
+
+    # Measurements running at once (in the whole cluster with a Redis store); more wait their turn.
+    max_concurrent: int = Field(default=2, ge=1)
+    # Shell-style model-name patterns that may be measured lazily; others stay unmeasured (fail
+    # closed) until an admin measures them. None: any name.
+    allow: list[str] | None = None
+    # Distinct model names the lazy path may add to the store; past it new names stay unmeasured.
+    max_models: int = Field(default=64, ge=0)
+    # A measuring process holds a lease on its pair, renewed every third of this; if it dies, another
+    # process takes the measurement over at most this long after its last renewal.
+    lease_ttl_s: float = Field(default=30.0, gt=0, le=3600)
+
+
 class Settings(_Section):
     """Everything gatekeeper needs; `Settings()` alone is a working local set-up."""
 
     upstream: Upstream = Field(default_factory=Upstream)
     models: list[ModelRoute] = Field(default_factory=list)
     suite: Path = DEFAULT_SUITE_DIR
-    store: Path = Path("models_profile.json")
+    store: Path | str = Path("models_profile.json")  # a path, or redis://[:password@]host:port/db
     unknown_models: Literal["fail_closed", "wait", "reject"] = "fail_closed"
     unknown_tier: Tier = Tier.SMALL
     wait_timeout_s: float = Field(default=120.0, ge=0)
@@ -95,12 +116,50 @@ class Settings(_Section):
     pins: dict[str, Tier] = Field(default_factory=dict)
     admin_key: str | None = None
     bench: BenchSettings = Field(default_factory=BenchSettings)
+    lazy: LazyMeasurements = Field(default_factory=LazyMeasurements)
     drift: DriftSettings = Field(default_factory=DriftSettings)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
+    @field_validator("store", mode="before")
+    @classmethod
+    def _store_location(cls, value: Any) -> Path | str:
+        text = str(value)
+        if not text.startswith(("redis://", "rediss://")):
+            return Path(text)
+        parsed = urlsplit(text)
+        try:
+            _ = parsed.port  # raises on a port that is not a number in range
+        except ValueError as exc:
+            raise ValueError(f"bad port in Redis URL: {exc}") from None
+        if not parsed.hostname:
+            raise ValueError("expected redis://[:password@]host:port/db, with a host")
+        if parsed.path.strip("/") and not parsed.path.strip("/").isdigit():
+            raise ValueError(f"the database in a Redis URL is a number, got {parsed.path.strip('/')!r}")
+        return text
+
+    @field_validator("pins")
+    @classmethod
+    def _pin_keys(cls, value: dict[str, Tier]) -> dict[str, Tier]:
+        for key in value:
+            model, sep, effort = key.rpartition("@")
+            if sep and (not model or not effort):
+                raise ValueError(f"{key!r}: expected MODEL, MODEL@EFFORT or MODEL@* (split on the last '@')")
+        return value
+
     def route(self, model: str) -> ModelRoute | None:
         return next((r for r in self.models if r.name == model), None)
+
+    def pin_for(self, model: str, effort: str) -> Tier | None:
+        """The admin's pin for the pair: `MODEL@EFFORT` first, then every effort of the model.
+
+        A pin key splits on its last `@`, like a profile key: `m@low` pins model `m` at `low` and
+        never a model literally named `m@low`, which is pinned at every effort as `m@low@*`.
+        """
+        pinned = self.pins.get(f"{model}@{effort}") or self.pins.get(f"{model}@*")
+        if pinned is None and "@" not in model:
+            pinned = self.pins.get(model)
+        return pinned
 
 
 def _expand(value: Any, where: str) -> Any:
@@ -118,7 +177,7 @@ def _expand(value: Any, where: str) -> Any:
         if name in os.environ:
             return os.environ[name]
         if default is not None:
-            return default
+            return str(default)
         raise ConfigError(f"{where}: environment variable {name} is not set (use ${{{name}:-}} to allow empty)")
 
     expanded = _VAR.sub(substitute, value)
@@ -145,8 +204,11 @@ def load_settings(path: str | Path) -> Settings:
     except ValidationError as exc:
         raise ConfigError(f"{path}: {describe_errors(exc)}") from None
     base = path.resolve().parent
-    updates = {key: base / getattr(settings, key) for key in ("suite", "store")
-               if key in raw and not getattr(settings, key).is_absolute()}
+    updates = {
+        key: base / value
+        for key in ("suite", "store")
+        if key in raw and isinstance(value := getattr(settings, key), Path) and not value.is_absolute()
+    }
     return settings.model_copy(update=updates)
 
 

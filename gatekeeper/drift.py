@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
 from statistics import NormalDist
-from typing import Any, Mapping
+from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -220,6 +221,12 @@ class Window:
         old = self._calls.popleft()
         if old.fault:
             self._faults[old.fault] -= 1
+
+    def resize(self, max_calls: int, max_age_s: float, now: float) -> None:
+        self.max_calls, self.max_age_s = max_calls, max_age_s
+        while len(self._calls) > max_calls:
+            self._drop()
+        self.prune(now)
 
     def clear(self) -> None:
         self._calls.clear()

@@ -13,16 +13,17 @@ it must tell the others, and says so in the log; on reconnect it sends the queue
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import redis
 import structlog
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-
 
 log = structlog.get_logger("gatekeeper.drift")
 
@@ -69,10 +70,8 @@ class RedisDemotionBoard:
             self._thread.join(timeout=5)
         if self._pending:
             log.error("drift_events_lost", count=len(self._pending), reason="closed while Redis was unavailable")
-        try:
+        with contextlib.suppress(Exception):  # closing a broken connection may fail; nothing to do
             self._redis.close()
-        except Exception:  # noqa: BLE001 - closing a broken connection may fail; nothing to do about it
-            pass
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -100,7 +99,7 @@ class RedisDemotionBoard:
     def _listen(self) -> None:
         failures = 0
         while not self._stopped.is_set():
-            pubsub = self._redis.pubsub()
+            pubsub = self._redis.pubsub()  # type: ignore[no-untyped-call]
             try:
                 pubsub.subscribe(CHANNEL)
                 while not self._stopped.is_set():
@@ -121,10 +120,8 @@ class RedisDemotionBoard:
                 log.error("drift_listener_error", error=repr(exc))
                 failures += 1
             finally:
-                try:
+                with contextlib.suppress(Exception):  # closing a broken connection may fail
                     pubsub.close()
-                except Exception:  # noqa: BLE001 - closing a broken connection may fail
-                    pass
             self._stopped.wait(min(0.05 * 2 ** min(failures, 6), 2.0))  # reconnect with backoff
 
     def _resync(self) -> None:
@@ -136,7 +133,8 @@ class RedisDemotionBoard:
             self._write(op, what)  # an error leaves it queued and sends us round the reconnect loop
             with self._lock:
                 self._pending.pop(0)
-        records = {k.decode(): json.loads(v) for k, v in self._redis.hgetall(DEMOTIONS).items()}
+        raw: dict[bytes, bytes] = self._redis.hgetall(DEMOTIONS)  # type: ignore[assignment]
+        records = {k.decode(): json.loads(v) for k, v in raw.items()}
         self._on_sync(records)
 
     def _on_message(self, raw: bytes) -> None:

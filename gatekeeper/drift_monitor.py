@@ -14,9 +14,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 import structlog
 
@@ -69,7 +70,7 @@ def _stamp(profile: Profile | None) -> str | None:
 
 
 def _iso(at: float) -> str:
-    return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,18 @@ class DriftMonitor:
                 pair.stamp = _stamp(profile)
         self._flush()
 
+    def reconfigure(self, settings: DriftSettings) -> None:
+        """New settings (a config reload): windows are resized, not emptied; demotions stand.
+        Turning drift off stops recording and lifts every demotion from resolution at once."""
+        with self._lock:
+            self.settings = settings
+            self._z = z_for(settings.confidence)
+            now = self._clock()
+            for pair in self._pairs.values():
+                pair.window.resize(settings.window_calls, settings.window_s, now)
+        if self._changed is not None:
+            self._changed()
+
     def clear(self, key: str, by: str = "admin") -> bool:
         """End a pair's demotion and start its window afresh; False when it was not demoted."""
         self.drain()
@@ -239,7 +252,7 @@ class DriftMonitor:
                 with self._lock:
                     try:
                         self._record(*item)
-                    except Exception:  # noqa: BLE001 - one odd answer must not stop drift tracking
+                    except Exception:
                         log.exception("drift_record_failed", key=item[1])
             self._flush()
 

@@ -24,6 +24,19 @@ class StoreError(GatekeeperError):
     """The profile store cannot be written without destroying a file that is not a store."""
 
 
+class WriteFenced(StoreError):
+    """A write fenced by a measurement lease that was lost meanwhile: a newer measurement owns the result."""
+
+
+class MeasurementFailed(GatekeeperError):
+    """A measurement could not start or land (backing off, coordination unavailable, lease lost);
+    `retry_in_s` is how long before the pair is tried again."""
+
+    def __init__(self, message: str, retry_in_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_in_s = retry_in_s
+
+
 class BackendError(GatekeeperError):
     """The model backend failed (after retries): not a verdict on the model."""
 

@@ -22,8 +22,9 @@ from gatekeeper import metrics
 from gatekeeper.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestSettings
 from gatekeeper.config import Settings
 from gatekeeper.errors import InconclusiveMeasurement
-from gatekeeper.profiles import DEFAULT_EFFORT, Profile, ProfileStore
+from gatekeeper.profiles import DEFAULT_EFFORT, Profile
 from gatekeeper.runner import DEFAULT_EFFORTS, Progress, ProgressFn, RunSettings, recommend, sweep
+from gatekeeper.store import Lease, ProfileStore, WriteFenced
 from gatekeeper.suite import Suite
 
 log = structlog.get_logger("gatekeeper.measure")
@@ -128,11 +129,12 @@ class MeasurementService:
     # -- measuring ---------------------------------------------------------------------------
 
     async def measure(self, model: str, effort: str | None = None, *, seed: int | None = None,
-                      progress: Progress | None = None) -> Profile:
-        """Measure one pair (the lazy path) and save it. Raises BackendError, or
-        InconclusiveMeasurement when the answers say nothing about the model (nothing saved)."""
+                      progress: Progress | None = None, lease: Lease | None = None) -> Profile:
+        """Measure one pair (the lazy path) and save it, fenced by `lease` when given. Raises
+        BackendError, InconclusiveMeasurement when the answers say nothing about the model (nothing
+        saved), or WriteFenced when the lease was lost meanwhile."""
         effort = effort or DEFAULT_EFFORT
-        result = await self._run(model, [effort], None, seed, progress)
+        result = await self._run(model, [effort], None, seed, progress, lease)
         if effort in result.inconclusive:
             raise InconclusiveMeasurement(f"{model}@{effort}: inconclusive: {result.inconclusive[effort]}")
         (profile,) = result.profiles
@@ -145,7 +147,7 @@ class MeasurementService:
         return await self._run(model, list(efforts or DEFAULT_EFFORTS), on_progress, seed)
 
     async def _run(self, model: str, efforts: list[str], on_progress: ProgressFn | None,
-                   seed: int | None, progress: Progress | None = None) -> ModelResult:
+                   seed: int | None, progress: Progress | None = None, lease: Lease | None = None) -> ModelResult:
         if seed is None:
             seed = secrets.randbelow(2**31) if self.suite.randomised else 0
         log.info("measurement_started", model=model, efforts=efforts, seed=seed if self.suite.randomised else None)
@@ -163,19 +165,22 @@ class MeasurementService:
                              inconclusive=measured.inconclusive, calls=measured.calls,
                              calls_saved=measured.calls_saved, seed=seed if self.suite.randomised else None)
         if measured.profiles:
-            result.recommended = self._save(model, measured.profiles)
-        for effort in measured.inconclusive:
-            metrics.BENCHMARKS.labels(outcome="inconclusive").inc()
+            result.recommended = self._save(model, measured.profiles, lease)
+        if measured.inconclusive:
+            metrics.BENCHMARKS.labels(outcome="inconclusive").inc(len(measured.inconclusive))
         if measured.profiles:
             metrics.BENCHMARKS.labels(outcome="ok").inc(len(measured.profiles))
             metrics.BENCHMARK_SECONDS.observe(time.perf_counter() - started)
         return result
 
-    def _save(self, model: str, profiles: list[Profile]) -> str | None:
-        """Save the profiles and the model's recommendation over every valid level now known."""
+    def _save(self, model: str, profiles: list[Profile], lease: Lease | None = None) -> str | None:
+        """Save the profiles and the model's recommendation over every valid level now known.
+
+        With a `lease` (the lazy path's) the write is fenced: WriteFenced when the lease was lost."""
         new = {p.reasoning_effort for p in profiles}
         known = [p for p in self.store.load().profiles.values()
                  if p.model == model and p.reasoning_effort not in new and p.is_valid_for(self.suite)]
         best = recommend(known + profiles)
-        self.store.save(profiles, {model: best} if best else None)
+        if not self.store.save(profiles, {model: best} if best else None, lease=lease):
+            raise WriteFenced(f"{model}: lease lost while measuring; a newer measurement owns the result")
         return best

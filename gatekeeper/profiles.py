@@ -1,37 +1,35 @@
-"""Capability profiles and where they are kept (`models_profile.json`, the seed's format)."""
+"""Capability profiles: what one measurement of one `model@effort` found, and how pairs are keyed.
+
+Where profiles are kept is `gatekeeper.store`."""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-import threading
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import structlog
-from cachetools import TTLCache
-from filelock import FileLock
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from gatekeeper.errors import StoreError
+from gatekeeper.errors import RequestInvalid
 from gatekeeper.suite import Suite
 from gatekeeper.tiers import Tier
-
-log = structlog.get_logger("gatekeeper.profiles")
 
 DEFAULT_EFFORT = "default"
 
 
 def profile_key(model: str, effort: str | None) -> str:
-    """`model@effort`; a request with no effort is keyed `model@default`."""
-    return f"{model}@{effort or DEFAULT_EFFORT}"
+    """`model@effort`; a request with no effort is keyed `model@default`.
+
+    Model names may contain `@` (Vertex ids such as `claude-3-5-sonnet@20240620`), so a key is
+    split on its last `@`; an effort containing `@` would make that ambiguous and is refused.
+    """
+    effort = effort or DEFAULT_EFFORT
+    if "@" in effort:
+        raise RequestInvalid(f"reasoning effort {effort!r} contains '@', which would make the key ambiguous")
+    return f"{model}@{effort}"
 
 
 def split_key(key: str) -> tuple[str, str]:
+    """`model@effort` -> (model, effort), split on the last `@`; no `@` means the default effort."""
     model, sep, effort = key.rpartition("@")
     return (model, effort) if sep else (key, DEFAULT_EFFORT)
 
@@ -86,132 +84,10 @@ class Profile(_Camel):
         return self.model_dump(mode="json", by_alias=True, exclude=unset)
 
 
-@dataclass
-class StoreData:
-    profiles: dict[str, Profile] = field(default_factory=dict)
-    recommendations: dict[str, str] = field(default_factory=dict)
+def __getattr__(name: str) -> object:
+    # The stores moved to gatekeeper.store; these names stay importable from here.
+    if name in ("JsonFileStore", "StoreData", "ProfileStore"):
+        import gatekeeper.store as store
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "profiles": {key: p.to_json() for key, p in sorted(self.profiles.items())},
-            "recommendations": dict(sorted(self.recommendations.items())),
-        }
-
-
-class ProfileStore(Protocol):
-    """Where profiles live. Implementations must be safe to call from several threads."""
-
-    def load(self) -> StoreData: ...
-
-    def get(self, key: str) -> Profile | None: ...
-
-    def save(self, profiles: list[Profile], recommendations: dict[str, str] | None = None) -> None: ...
-
-    def delete(self, key: str) -> bool: ...
-
-
-class JsonFileStore:
-    """`models_profile.json` with atomic writes, a cross-process file lock and a short memory cache.
-
-    Writers take the lock, re-read the file, merge and replace it (temporary file + rename), so
-    two processes writing at once lose nothing, and readers, which take no lock, never see half a
-    file. An unreadable or corrupt file reads as empty (every model falls back to its unmeasured
-    tier) and is logged; the next write renames it aside, never deletes it. Reading alone never
-    moves or creates a file.
-    """
-
-    def __init__(self, path: str | Path, cache_ttl_s: float = 1.0) -> None:
-        self.path = Path(path)
-        self._lock = FileLock(str(self.path) + ".lock", timeout=30)
-        self._thread_lock = threading.Lock()
-        self._cache: TTLCache[str, StoreData] = TTLCache(maxsize=1, ttl=cache_ttl_s)
-        self.problem: str | None = None  # why the file could not be used at the last read
-
-    def load(self) -> StoreData:
-        with self._thread_lock:
-            data = self._cache.get("data")
-        if data is None:
-            data = self._read()
-            with self._thread_lock:
-                self._cache["data"] = data
-        return data
-
-    def get(self, key: str) -> Profile | None:
-        return self.load().profiles.get(key)
-
-    def save(self, profiles: list[Profile], recommendations: dict[str, str] | None = None) -> None:
-        with self._lock:
-            data = self._read_for_write()
-            for profile in profiles:
-                data.profiles[profile.key] = profile
-            data.recommendations.update(recommendations or {})
-            self._write(data)
-        with self._thread_lock:
-            self._cache["data"] = data
-
-    def delete(self, key: str) -> bool:
-        with self._lock:
-            data = self._read_for_write()
-            found = data.profiles.pop(key, None) is not None
-            if found:
-                self._write(data)
-        with self._thread_lock:
-            self._cache["data"] = data
-        return found
-
-    def _read(self) -> StoreData:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            self.problem = None
-            return StoreData()
-        except OSError as exc:
-            return self._unusable(f"unreadable: {exc}")
-        try:
-            doc = json.loads(raw)
-            if not isinstance(doc, dict):
-                raise ValueError("top level is not an object")
-            profiles = {key: Profile.model_validate(p) for key, p in (doc.get("profiles") or {}).items()}
-            recommendations = {str(k): str(v) for k, v in (doc.get("recommendations") or {}).items()}
-        except (ValueError, ValidationError, AttributeError, TypeError) as exc:
-            return self._unusable(f"corrupt: {str(exc).splitlines()[0]}")
-        self.problem = None
-        return StoreData(profiles, recommendations)
-
-    def _unusable(self, reason: str) -> StoreData:
-        if reason != self.problem:  # once per problem, not once per cache refresh
-            log.error("store_unusable", path=str(self.path), reason=reason, treated_as="empty")
-        self.problem = reason
-        return StoreData()
-
-    def _read_for_write(self) -> StoreData:
-        """Read under the lock; a file that cannot be used is renamed aside before it is replaced."""
-        if self.path.is_dir():
-            raise StoreError(f"{self.path}: is a directory, not a profile store file")
-        data = self._read()
-        if self.problem is not None and self.path.exists():
-            try:
-                head = self.path.read_bytes()[:4096].lstrip()
-            except OSError:
-                head = b""  # unreadable: nothing to judge it by; move it aside like a corrupt store
-            if head and not head.startswith(b"{"):
-                # Not something a store ever wrote (a mistyped --store path?): leave it be.
-                raise StoreError(f"{self.path}: not a profile store ({self.problem}); refusing to replace it")
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
-            os.replace(self.path, aside)
-            log.error("store_set_aside", path=str(self.path), reason=self.problem, moved_to=str(aside))
-            self.problem = None
-        return data
-
-    def _write(self, data: StoreData) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(data.to_json(), out, indent=2, ensure_ascii=False)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        return getattr(store, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

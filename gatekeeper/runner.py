@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -22,7 +22,7 @@ from gatekeeper.checks import run_check
 from gatekeeper.confidence import Estimate, TestScores, estimates, settled
 from gatekeeper.profiles import DEFAULT_EFFORT, Profile, TestResult
 from gatekeeper.suite import CATEGORIES, BenchTest, Suite
-from gatekeeper.tiers import Thresholds, compute_tier
+from gatekeeper.tiers import Thresholds, Tier, compute_tier
 from gatekeeper.types import Answer
 
 log = structlog.get_logger("gatekeeper.runner")
@@ -184,11 +184,11 @@ def per_test_scores(samples: list[list[TestRun]]) -> list[TestScores]:
     return [TestScores(first[n].category, first[n].weight, tuple(s)) for n, s in by_name.items()]
 
 
-def decide_tier(found: dict[str, Estimate], thresholds: Thresholds) -> tuple[dict[str, float], str]:
+def decide_tier(found: dict[str, Estimate], thresholds: Thresholds) -> tuple[dict[str, float], Tier]:
     """The scores the tier is decided on: the means for one sample, the lower bounds for more."""
     several = any(e.samples > 1 for e in found.values())
     basis = {c: (e.low if several else e.mean) for c, e in found.items()}
-    return basis, compute_tier(basis, thresholds).value
+    return basis, compute_tier(basis, thresholds)
 
 
 def inconclusive_reason(runs: list[TestRun]) -> str | None:
@@ -217,7 +217,7 @@ def build_profile(model: str, provider: str, suite: Suite, level: Level, thresho
     calls = sum(len(run.answers) for run in runs)
     several = len(level.samples) > 1
     # testResults keep the seed's shape: one score per test, its mean over the samples.
-    test_scores: dict[str, list[float]] = {t.name: [] for t in (run.test for run in last)}
+    test_scores: dict[str, list[float]] = {run.test.name: [] for run in last}
     categories = {run.test.name: run.test.category for run in last}
     for sample in level.samples:
         for run in sample:
@@ -228,7 +228,7 @@ def build_profile(model: str, provider: str, suite: Suite, level: Level, thresho
         tier=tier,
         scores={c: round(e.mean, 4) for c, e in found.items()},
         tokens_per_second=round(tokens / seconds, 2) if seconds else 0.0,
-        tested_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        tested_at=datetime.now(UTC).isoformat(timespec="seconds"),
         benchmark_version=suite.version,
         tests_hash=suite.hash,
         test_results=[TestResult(name=n, category=categories[n], score=round(sum(s) / len(s), 4))
@@ -243,7 +243,7 @@ def build_profile(model: str, provider: str, suite: Suite, level: Level, thresho
     )
 
 
-def _signature(level: Level, samples: int) -> list[Any]:
+def _signature(level: Level, samples: int) -> list[list[tuple[Any, ...]]]:
     """What must match for two levels to count as the same behaviour: texts, calls, tokens."""
     return [
         sorted((run.test.name, run.completion_tokens,

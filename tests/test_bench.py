@@ -10,11 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import answers
+import pytest
 from conftest import ROOT, SEED_SUITE, needs_seed_suite, wait_until
 from scripted import ScriptedServer, SuiteScript
+
 from gatekeeper.backends import BackendRequest, Completion, MockBackend, OpenAIBackend, RequestSettings, parse_message
 from gatekeeper.config import Settings
 from gatekeeper.core import Gatekeeper
@@ -30,7 +30,7 @@ WIDE = os.environ | {"COLUMNS": "200"}  # rich tables wrap at 80 columns when no
 
 
 def bench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gatekeeper", "bench", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gatekeeper", "bench", *args], check=False, capture_output=True, text=True,
                           timeout=120, cwd=cwd, env=WIDE)
 
 
@@ -417,7 +417,7 @@ def test_a_model_that_passes_by_luck_is_tiered_on_its_lower_bound(tmp_path, defa
     backend = mock_answering(SuiteScript(default_suite), once_wrong)
     service = MeasurementService(sampled(3), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
     (profile,) = asyncio.run(service.sweep("m", ["low"])).profiles
-    low, high = profile.score_intervals["toolCalling"]
+    low, _ = profile.score_intervals["toolCalling"]
     assert profile.samples == 3  # the spread kept the 0.9 threshold inside the interval
     assert profile.scores["toolCalling"] >= 0.9 > low  # the mean alone would have made it large
     assert profile.tier == "medium"
@@ -431,7 +431,7 @@ def test_bench_and_profiles_show_scores_with_their_interval(tmp_path, default_su
     assert done.returncode == 0, done.stderr
     assert "1.00 ± 0.00" in done.stdout and "sequential stopping saved" in done.stdout
     shown = subprocess.run([sys.executable, "-m", "gatekeeper", "profiles", "--store", str(store)],
-                           capture_output=True, text=True, timeout=60, env=WIDE)
+                           check=False, capture_output=True, text=True, timeout=60, env=WIDE)
     assert "1.00 ± 0.00" in shown.stdout
 
 
@@ -529,3 +529,28 @@ def test_wrong_distractor_id_in_a_random_chain_loses_its_points(tmp_path, defaul
     profile = asyncio.run(service.measure("m", seed=5))
     scores = {r.name: r.score for r in profile.test_results}
     assert scores["tool_chain_random_ids"] < 1.0 and scores["tool_chain_distractor_ids"] < 1.0
+
+
+def test_admin_api_shows_scores_with_their_interval(store_path, default_suite):
+    import httpx
+    from conftest import running_proxy, settings_for
+
+    auth = {"authorization": "Bearer k"}
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as upstream:
+        settings = settings_for(upstream.base_url, store_path, admin_key="k",
+                                bench={"samples": 3, "max_retries": 0, "timeout_s": 10})
+        with running_proxy(settings) as proxy:
+            assert httpx.post(proxy.url + "/admin/profiles/m@low/benchmark", headers=auth).status_code == 202
+            # generous: 2 cores shared by many test runs
+            wait_until(lambda: proxy.gk.lookup("m", "low"), "the measurement to land", timeout_s=180)
+            listed = httpx.get(proxy.url + "/admin/profiles", headers=auth).json()["profiles"]["m@low"]
+    assert listed["samples"] == 2 and listed["scoreIntervals"]["json"] == [1.0, 1.0]
+    assert listed["shown"] == {"instruction": "1.00 ± 0.00", "json": "1.00 ± 0.00", "toolCalling": "1.00 ± 0.00"}
+
+
+@pytest.mark.parametrize("seed", [*range(12), 513248310])  # 513248310 draws the preview's chain names
+def test_a_scripted_perfect_answerer_passes_every_drawn_instance(tmp_path, default_suite, seed):
+    backend = mock_answering(SuiteScript(default_suite), answers.perfect)
+    service = MeasurementService(Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    profile = asyncio.run(service.measure("m", seed=seed))
+    assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gatekeeper.config import load_settings
@@ -60,18 +62,61 @@ def test_empty_default_makes_a_variable_optional(tmp_path, monkeypatch):
     assert load_settings(write(tmp_path, "admin_key: ${NOPE_KEY:-}\n")).admin_key is None
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("upstreem: {}\n", "upstreem: unknown key"),
-    ("tools:\n  required_tier:\n    rm: huge\n", "tools.required_tier.rm"),
-    ("unknown_models: maybe\n", "unknown_models"),
-    ("pins:\n  m: medium-ish\n", "pins.m"),
-    ("upstream:\n  base_url: ftp://x\n", "upstream.base_url: expected an http(s) URL"),
-    ("bench:\n  thresholds:\n    large: {speed: 1}\n", "unknown categories"),
-    ("- a\n- b\n", "expected a mapping"),
-    ("a: [\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("upstreem: {}\n", "upstreem: unknown key"),
+        ("tools:\n  required_tier:\n    rm: huge\n", "tools.required_tier.rm"),
+        ("unknown_models: maybe\n", "unknown_models"),
+        ("pins:\n  m: medium-ish\n", "pins.m"),
+        ("upstream:\n  base_url: ftp://x\n", "upstream.base_url: expected an http(s) URL"),
+        ("bench:\n  thresholds:\n    large: {speed: 1}\n", "unknown categories"),
+        ("- a\n- b\n", "expected a mapping"),
+        ("a: [\n", "not valid YAML"),
+    ],
+)
 def test_bad_config_is_rejected_with_the_key_path(tmp_path, text, message):
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as info:
         load_settings(path)
     assert str(path) in str(info.value) and message in str(info.value)
+
+
+def test_the_replicas_example_config_loads_and_selects_redis(monkeypatch):
+    monkeypatch.setenv("GATEKEEPER_ADMIN_KEY", "adm")
+    settings = load_settings(Path(__file__).parent.parent / "examples" / "replicas" / "gatekeeper.yaml")
+    assert settings.store == "redis://redis:6379/0" and settings.lazy.max_concurrent == 2
+
+
+@pytest.mark.parametrize(
+    ("store", "expected"),
+    [
+        ("redis://:secret@cache:6380/2", "redis://:secret@cache:6380/2"),
+        ("rediss://cache.example:6379/0", "rediss://cache.example:6379/0"),
+    ],
+)
+def test_a_redis_url_is_kept_as_a_url(tmp_path, store, expected):
+    assert load_settings(write(tmp_path, f"store: {store}\n")).store == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("store: redis:///0\n", "store: expected redis://"),
+        ("store: redis://host:port/0\n", "store: bad port"),
+        ("store: redis://host:6379/zero\n", "store: the database in a Redis URL is a number"),
+        ("pins:\n  'm@': large\n", "pins: 'm@': expected MODEL, MODEL@EFFORT or MODEL@*"),
+        ("lazy:\n  max_concurrent: 0\n", "lazy.max_concurrent"),
+        ("lazy:\n  lease_ttl_s: 0\n", "lazy.lease_ttl_s"),
+    ],
+)
+def test_bad_store_pin_and_lazy_values_name_the_key(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings(write(tmp_path, text))
+
+
+def test_settings_are_immutable():
+    from gatekeeper.config import Settings
+
+    with pytest.raises(Exception, match="frozen"):
+        Settings().bench.retry_after_s = 1  # type: ignore[misc]

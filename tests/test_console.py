@@ -296,3 +296,23 @@ def test_same_origin_rule() -> None:
     assert not same_origin("http://h:1", None, "https", "h:1")
     assert not same_origin(None, None, "http", "h:1")
     assert not same_origin("http://h:1", None, "http", None)
+
+
+def test_the_model_page_shows_what_live_traffic_says(store_path: Path, default_suite: Suite) -> None:
+    seed_store(store_path, make_profile("live-model", Tier.LARGE, default_suite))
+
+    def invents_a_tool(body: dict) -> dict:
+        return {"content": None, "tool_calls": [{"name": "format_disk", "arguments": {}}]}
+
+    read_file = {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}
+    with ScriptedServer(invents_a_tool) as upstream:
+        with running_proxy(settings_for(upstream.base_url, store_path, admin_key=KEY)) as proxy:
+            proxy.client.chat.completions.create(
+                model="live-model", messages=[{"role": "user", "content": "hi"}], tools=[read_file]
+            )
+            with Console(proxy.url, proxy.gk).signed_in() as client:
+                page = client.get("/admin/model", params={"name": "live-model"}).text
+    live = page.split('data-live="default"', 1)[1].split("</tr>", 1)[0]
+    cells = [c.split(">", 1)[1].split("<", 1)[0].strip() for c in live.split("<td")[1:]]
+    assert cells[1] == "1"  # one call relayed ...
+    assert cells[2] == "1"  # ... to a tool that was not offered

@@ -6,8 +6,18 @@ import pytest
 from pydantic import ValidationError
 
 from gatekeeper.drift import (
-    Ceilings, DriftSettings, Fault, Figures, Observation, Window, breaches, classify, loosen, observe,
-    wilson_lower, z_for,
+    Ceilings,
+    DriftSettings,
+    Fault,
+    Figures,
+    Observation,
+    Window,
+    breaches,
+    classify,
+    loosen,
+    observe,
+    wilson_lower,
+    z_for,
 )
 from gatekeeper.protocols.base import Call
 from gatekeeper.tiers import Tier

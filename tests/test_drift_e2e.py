@@ -8,15 +8,16 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+import answers
 import httpx
+from conftest import agent_or_suite, running_proxy, settings_for, wait_until
+from scripted import ScriptedServer, SuiteScript
 from starlette.requests import Request
 from starlette.responses import Response
 
-import answers
-from conftest import agent_or_suite, running_proxy, settings_for, wait_until
-from scripted import ScriptedServer, SuiteScript
 from gatekeeper.suite import DEFAULT_SUITE_DIR
 
 ADMIN = {"Authorization": "Bearer admin-secret"}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import pytest
-
 from conftest import wait_until
+
 from gatekeeper import metrics
 from gatekeeper.drift import DriftSettings
 from gatekeeper.drift_monitor import DriftMonitor
@@ -167,3 +167,13 @@ def test_the_worker_judges_without_being_asked(monitor: DriftMonitor) -> None:
     for _ in range(20):
         monitor.submit(MEASURED, [INVENTED], OFFERED)
     wait_until(lambda: monitor.demotion("m@default", LARGE) is not None, "the worker to judge the queued answers")
+
+
+def test_new_settings_resize_the_windows_and_keep_the_demotions(monitor: DriftMonitor) -> None:
+    feed(monitor, MEASURED, [BAD_ARGS], times=20)
+    monitor.reconfigure(DriftSettings(window_calls=5, min_calls=5))
+    report = monitor.report()["m@default"]
+    assert report["window"]["calls"] == 5 and report["window"]["maxCalls"] == 5
+    assert monitor.demotion("m@default", LARGE) is not None
+    monitor.reconfigure(DriftSettings(enabled=False))
+    assert monitor.demotion("m@default", LARGE) is None  # off: nothing demotes

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
-
 from conftest import wait_until
-from test_drift_monitor import BAD_ARGS, LARGE, MEASURED, OFFERED, GOOD
+from test_drift_monitor import BAD_ARGS, GOOD, LARGE, MEASURED, OFFERED
+
 from gatekeeper.drift import DriftSettings
 from gatekeeper.drift_board import DEMOTIONS, RedisDemotionBoard
 from gatekeeper.drift_monitor import DriftMonitor

@@ -146,8 +146,8 @@ def test_fifty_concurrent_requests_for_an_unknown_pair_cause_one_benchmark(store
 
 def test_failed_measurement_is_not_retried_on_every_request(store_path, default_suite):
     with ScriptedServer(lambda body: {"status": 500, "error": "down"}) as upstream:
-        settings = settings_for(upstream.base_url, store_path)
-        settings.bench.retry_after_s = 60
+        settings = settings_for(upstream.base_url, store_path,
+                                bench={"retry_after_s": 60, "max_retries": 0, "timeout_s": 10})
         with running_proxy(settings) as proxy:
             with pytest.raises(openai.InternalServerError):
                 ask(proxy, tools=TOOLS)
@@ -260,7 +260,9 @@ def test_calls_to_hidden_or_invented_tools_are_removed(store_path, default_suite
                     completion = s.get_final_completion()
             else:
                 completion = ask(proxy, tools=TOOLS).parse()
-            blocked = metric(proxy.url, "gatekeeper_tool_calls_blocked_total") - blocked_before
+            # A stream is counted once it is over on the proxy's side, which may be just after the client's [DONE].
+            blocked = wait_until(lambda: metric(proxy.url, "gatekeeper_tool_calls_blocked_total") - blocked_before,
+                                 "the blocked-calls counter")
     assert [c.function.name for c in completion.choices[0].message.tool_calls] == ["read_file"]
     assert completion.choices[0].finish_reason == "tool_calls"
     assert blocked == 2  # execute_command (hidden) and made_up_tool (never offered)
@@ -336,8 +338,8 @@ def test_unreachable_upstream_is_a_502(store_path, default_suite):
 def test_slow_upstream_is_a_504(store_path, default_suite):
     with ScriptedServer(delay_s=1.0) as upstream:
         seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
-        settings = settings_for(upstream.base_url, store_path)
-        settings.upstream.timeout_s = 0.2
+        settings = settings_for(upstream.base_url, store_path,
+                                upstream={"base_url": upstream.base_url, "api_key": "upstream-key", "timeout_s": 0.2})
         with running_proxy(settings) as proxy:
             with pytest.raises(openai.APIStatusError) as info:
                 ask(proxy)
@@ -467,6 +469,8 @@ def test_new_upstream_settings_take_effect_without_a_restart(store_path, default
     with ScriptedServer() as first, ScriptedServer(lambda body: {"content": "second"}) as second:
         with running_proxy(settings_for(first.base_url, store_path)) as proxy:
             assert ask(proxy).parse().choices[0].message.content == "ok"
-            proxy.gk.settings = settings_for(second.base_url, store_path)
+            config = store_path.with_name("gatekeeper.yaml")  # JSON is YAML
+            config.write_text(json.dumps(settings_for(second.base_url, store_path).model_dump(mode="json")))
+            proxy.gk.reload(config)
             assert ask(proxy).parse().choices[0].message.content == "second"
     assert len(first.requests) == 1 and len(second.requests) == 1

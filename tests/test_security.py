@@ -12,10 +12,9 @@ import openai
 import pytest
 import structlog
 from accumulate import chunks_of, client_events, node_names, plain_names, python_names, stream_names
-from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for, tool
+from conftest import Proxy, make_profile, metric, running_proxy, seed_store, settings_for, tool, wait_until
 from scripted import RawAnswer, RawUpstream, ScriptedServer, chat_chunk, chat_completion, free_port, sse
 
-from gatekeeper import metrics
 from gatekeeper.config import Settings
 from gatekeeper.core import Gatekeeper
 from gatekeeper.errors import ConfigError
@@ -393,16 +392,18 @@ def test_a_litellm_stream_is_enforced_logged_and_counted(store_path, default_sui
     with ScriptedServer(reply) as upstream:
         seed_store(store_path, make_profile("routed", Tier.SMALL, default_suite))
         with running_proxy(_route_settings(upstream.base_url, store_path)) as proxy:
-            before = metrics.REGISTRY.get_sample_value("gatekeeper_tool_calls_blocked_total") or 0
+            before = metric(proxy.url, "gatekeeper_tool_calls_blocked_total")
             with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
                 with proxy.client.chat.completions.stream(model="routed", messages=HI, tools=TOOLS) as stream:
                     for _ in stream:
                         pass
                     names = [c.function.name for c in stream.get_final_completion().choices[0].message.tool_calls]
-            after = metrics.REGISTRY.get_sample_value("gatekeeper_tool_calls_blocked_total")
+                # The relay logs and counts once the stream is over on its side: after the client's [DONE].
+                line = wait_until(lambda: next((e for e in logs if e["event"] == "request"), None), "the log line")
+            after = wait_until(lambda: metric(proxy.url, "gatekeeper_tool_calls_blocked_total") > before and
+                               metric(proxy.url, "gatekeeper_tool_calls_blocked_total"), "the counter")
     assert names == ["read_file"]
     assert after == before + 1
-    line = next(entry for entry in logs if entry["event"] == "request")
     assert line["stream"] is True and line["blocked_calls"] == ["execute_command"] and line["model"] == "routed"
 
 

@@ -8,9 +8,9 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import ROOT, make_profile
-from gatekeeper.errors import StoreError
+
+from gatekeeper.errors import RequestInvalid, StoreError
 from gatekeeper.profiles import JsonFileStore, profile_key, split_key
 from gatekeeper.tiers import Tier
 
@@ -76,10 +76,65 @@ def test_a_directory_is_not_a_store(tmp_path, default_suite):
     assert tmp_path.is_dir()
 
 
-def test_a_profile_with_bad_fields_counts_as_corrupt(store_path):
-    store_path.write_text(json.dumps({"profiles": {"m@default": {"model": "m", "tier": "gigantic"}}}))
+def test_one_bad_entry_costs_only_itself(store_path, default_suite):
+    good = [make_profile(m, Tier.LARGE, default_suite) for m in ("a", "b", "c")]
+    doc = {"profiles": {p.key: p.to_json() for p in good}, "recommendations": {}}
+    bad = {"model": "d", "tier": "gigantic"}
+    doc["profiles"]["d@default"] = bad
+    store_path.write_text(json.dumps(doc))
     store = JsonFileStore(store_path)
-    assert store.load().profiles == {} and store.problem
+    assert set(store.load().profiles) == {"a@default", "b@default", "c@default"} and store.problem is None
+    assert store.load().invalid == {"d@default": bad}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda e: e.pop("benchmarkVersion"),
+        lambda e: e.update(tier="huge"),
+        lambda e: e.pop("scores"),
+        lambda e: e.update(reasoningEffort="high"),  # stored under m@default: not what it measured
+    ],
+)
+def test_a_bad_entry_is_skipped_and_kept_untouched_by_the_next_write(store_path, default_suite, change):
+    entry = make_profile("m", Tier.LARGE, default_suite).to_json()
+    change(entry)
+    store_path.write_text(json.dumps({"profiles": {"m@default": entry}, "recommendations": {}}))
+    store = JsonFileStore(store_path)
+    assert store.get("m@default") is None
+    store.save([make_profile("other", Tier.SMALL, default_suite)])
+    doc = json.loads(store_path.read_text())
+    assert doc["profiles"]["m@default"] == entry and "other@default" in doc["profiles"]
+    assert not list(store_path.parent.glob("*.corrupt-*"))
+
+
+def test_a_file_that_is_not_json_is_still_set_aside(store_path, default_suite):
+    store_path.write_text("{ this is not json")
+    JsonFileStore(store_path).save([make_profile("m", Tier.SMALL, default_suite)])
+    assert len(list(store_path.parent.glob("models_profile.json.corrupt-*"))) == 1
+
+
+def test_a_temp_file_left_by_a_killed_writer_is_removed_by_the_next_write(store_path, default_suite):
+    writer = textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(ROOT / "tests")!r})
+        from conftest import make_profile
+        from gatekeeper.store import JsonFileStore
+        from gatekeeper.suite import load_suite
+        from gatekeeper.tiers import Tier
+        os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)  # die mid-save, temp file written
+        JsonFileStore(sys.argv[1]).save([make_profile("m", Tier.SMALL, load_suite({str(ROOT / "benchmarks")!r}))])
+    """)
+    proc = subprocess.run([sys.executable, "-c", writer, str(store_path)], timeout=60)
+    assert proc.returncode == -9
+    assert len(list(store_path.parent.glob(".models_profile.json.*.tmp"))) == 1
+    JsonFileStore(store_path).save([make_profile("n", Tier.SMALL, default_suite)])
+    assert not list(store_path.parent.glob(".models_profile.json.*.tmp"))
+
+
+def test_an_effort_containing_at_is_refused():
+    with pytest.raises(RequestInvalid, match="contains '@'"):
+        profile_key("m", "lo@w")
 
 
 def test_writes_leave_no_temporary_files(store_path, default_suite):
@@ -92,12 +147,12 @@ def test_writes_leave_no_temporary_files(store_path, default_suite):
 def test_two_processes_writing_at_once_lose_nothing(store_path):
     writer = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        sys.path.insert(0, {str(ROOT / "tests")!r})
         from conftest import make_profile
         from gatekeeper.profiles import JsonFileStore
         from gatekeeper.suite import load_suite
         from gatekeeper.tiers import Tier
-        suite = load_suite({str(ROOT / 'benchmarks')!r})
+        suite = load_suite({str(ROOT / "benchmarks")!r})
         name = sys.argv[1]
         store = JsonFileStore(sys.argv[2], cache_ttl_s=0)
         for i in range(40):

@@ -10,10 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from gatekeeper.profiles import DEFAULT_EFFORT, Profile, profile_key, split_key
 from gatekeeper.runner import EFFORT_COST, Progress
 from gatekeeper.suite import CATEGORIES
 from gatekeeper.tiers import Thresholds, Tier
+
+log = structlog.get_logger("gatekeeper.console")
 
 if TYPE_CHECKING:
     from gatekeeper.core import Gatekeeper
@@ -172,6 +176,7 @@ class ModelPage:
     tools: list[ToolRule]
     pins: list[tuple[str, str]]
     chart: dict[str, Any] | None
+    live: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (effort, drift figures)
 
 
 def model_page(gk: Gatekeeper, model: str) -> ModelPage | None:
@@ -197,7 +202,21 @@ def model_page(gk: Gatekeeper, model: str) -> ModelPage | None:
         tools=tool_rules(gk, model_rows),
         pins=pins,
         chart=sweep_chart(measured, recommended),
+        live=live_traffic(gk, model_rows),
     )
+
+
+def live_traffic(gk: Gatekeeper, model_rows: list[Row]) -> list[tuple[str, dict[str, Any]]]:
+    """What the drift monitor saw of each effort in live traffic: window, fault rates, demotion."""
+    drift = getattr(gk, "drift", None)
+    if drift is None:
+        return []
+    try:
+        report: dict[str, dict[str, Any]] = drift.report()
+    except Exception:  # the page still shows the profiles; the log says why
+        log.exception("console_drift_report_failed")
+        return []
+    return [(row.effort, report[row.key]) for row in model_rows if row.key in report]
 
 
 def tool_rules(gk: Gatekeeper, model_rows: list[Row]) -> list[ToolRule]:

@@ -1,0 +1,92 @@
+"""Tier resolution: which tier applies to `model@effort`, and why (a pin, or a valid profile)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from gatekeeper.config import Settings
+from gatekeeper.profiles import DEFAULT_EFFORT, Profile, profile_key
+from gatekeeper.store import ProfileStore
+from gatekeeper.suite import Suite
+from gatekeeper.tiers import Tier
+
+if TYPE_CHECKING:
+    from gatekeeper.drift_monitor import Demotion
+
+Source = Literal["measured", "pinned", "pending", "unmeasured", "demoted"]
+
+# How long a found Resolution is reused per (model, effort) before pins and the store are asked
+# again. The proxy asks on every request; a landed or removed profile clears it at once (in this
+# process, and in every replica through the Redis store's events). It only matters for a JSON
+# store shared with other processes, whose writes this process sees within this long.
+RESOLUTION_TTL_S = 1.0
+_CACHE_MAX = 4096  # model names come from clients: bound the cache
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The tier applied to one `model@effort`, and where it came from."""
+
+    tier: Tier
+    source: Source
+    key: str
+    profile: Profile | None = None
+
+
+class TierResolver:
+    """Pins first, then a profile measured by the running suite; nothing else counts.
+
+    One resolver belongs to one set of settings: a reload builds a new one, so a request that
+    started under the old settings finishes under them.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        suite: Suite,
+        store: ProfileStore,
+        demotion: Callable[[str, Profile], Demotion | None] | None = None,
+    ) -> None:
+        """`demotion(key, profile)`: live drift's verdict on a measured pair (gatekeeper.drift_monitor)."""
+        self.settings, self.suite, self.store = settings, suite, store
+        self._demotion = demotion
+        self._cache: dict[tuple[str, str], tuple[float, Resolution]] = {}  # -> (expires, resolution)
+        self._lock = threading.Lock()
+
+    def lookup(self, model: str, effort: str | None = None) -> Resolution | None:
+        """Pin or valid measured profile for the pair, without side effects; None when neither."""
+        effort = effort or DEFAULT_EFFORT
+        now = time.monotonic()
+        cached = self._cache.get((model, effort))
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        found = self._find(model, effort)
+        # Only answers are cached: a miss must see a measurement the moment it lands.
+        if found is not None:
+            with self._lock:
+                if len(self._cache) >= _CACHE_MAX:
+                    self._cache.clear()
+                self._cache[(model, effort)] = (now + RESOLUTION_TTL_S, found)
+        return found
+
+    def _find(self, model: str, effort: str) -> Resolution | None:
+        key = profile_key(model, effort)
+        pin = self.settings.pin_for(model, effort)
+        if pin is not None:
+            return Resolution(pin, "pinned", key)
+        profile = self.store.get(key)
+        if profile is not None and profile.is_valid_for(self.suite):
+            demoted = self._demotion(key, profile) if self._demotion is not None else None
+            if demoted is not None:
+                return Resolution(demoted.to_tier, "demoted", key, profile)
+            return Resolution(profile.tier, "measured", key, profile)
+        return None
+
+    def forget(self) -> None:
+        """Drop cached answers (a profile landed or was removed)."""
+        with self._lock:
+            self._cache.clear()
