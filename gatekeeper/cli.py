@@ -6,11 +6,11 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gatekeeper import logs
@@ -114,9 +114,12 @@ async def _bench(service: MeasurementService, models: list[str] | None, all_mode
         for model in models or []:
             total = len(service.suite.tests) * samples
             tasks = {e: progress.add_task(f"{model}@{e}", total=total) for e in efforts}
+
+            def advance(_model: str, effort: str, _test: str, tasks: dict[str, TaskID] = tasks) -> None:
+                progress.advance(tasks[effort])
+
             try:
-                result = await service.sweep(model, efforts, seed=seed,
-                                             on_progress=lambda m, e, t, tasks=tasks: progress.advance(tasks[e]))
+                result = await service.sweep(model, efforts, seed=seed, on_progress=advance)
             except BackendError as exc:
                 failed = True
                 err.print(f"[red]error:[/red] {model}: backend failed, no profile stored: {exc}", highlight=False)
@@ -284,7 +287,7 @@ def profiles(
         Console().print(_drift_table(drift))
 
 
-def _live_drift(proxy: str, admin_key: str | None) -> dict:
+def _live_drift(proxy: str, admin_key: str | None) -> dict[str, Any]:
     """Live drift per pair from a running proxy's admin API (the figures live in the proxy)."""
     import httpx
 
@@ -295,10 +298,11 @@ def _live_drift(proxy: str, admin_key: str | None) -> dict:
         _fail(f"{url}: cannot reach the proxy: {exc}", 1)
     if answer.status_code != 200:
         _fail(f"{url}: HTTP {answer.status_code}: {answer.text[:300]}", 1)
-    return answer.json()["pairs"]
+    pairs: dict[str, Any] = answer.json()["pairs"]
+    return pairs
 
 
-def _drift_table(pairs: dict) -> Table:
+def _drift_table(pairs: dict[str, Any]) -> Table:
     table = Table(title="live drift (rolling window; lo = lower bound of the rate, vs the tier's ceiling)")
     for column in ("profile", "tier", "calls", "notOffered", "invalidJson", "invalidArgs", "state"):
         table.add_column(column)

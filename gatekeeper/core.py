@@ -28,13 +28,13 @@ import structlog
 from gatekeeper.backends import Backend
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.drift_monitor import DemotionBoard, DriftMonitor
-from gatekeeper.errors import ConfigError, NotMeasured, SuiteError
+from gatekeeper.errors import ConfigError, MeasurementFailed, NotMeasured, SuiteError
 from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
 from gatekeeper.measure import MeasurementService
 from gatekeeper.profiles import DEFAULT_EFFORT, Profile, profile_key, split_key
 from gatekeeper.resolver import Resolution, Source, TierResolver
 from gatekeeper.runner import Progress
-from gatekeeper.scheduler import Limits, MeasurementFailed, MeasurementScheduler
+from gatekeeper.scheduler import Limits, MeasurementScheduler
 from gatekeeper.store import Lease, ProfileStore, is_redis_url, open_store
 from gatekeeper.suite import Suite, load_suite
 from gatekeeper.tiers import Tier

@@ -65,7 +65,7 @@ class AnswerInvalid(GatekeeperError, ValueError):
 class ToolChoiceBlocked(GatekeeperError, ValueError):
     """`tool_choice` forces a tool the model's tier does not allow."""
 
-    def __init__(self, tool: str, required: "Tier", tier: "Tier", source: str = "") -> None:
+    def __init__(self, tool: str, required: Tier, tier: Tier, source: str = "") -> None:
         super().__init__(
             f"tool_choice forces tool {tool!r}, which requires tier {required.value!r}; "
             f"this model's tier is {tier.value!r}"

@@ -4,26 +4,24 @@ real `litellm.acompletion`) and the OpenAI SDK wrapper (sync and async clients).
 from __future__ import annotations
 
 import os
-import time
-from typing import Iterator
+from collections.abc import Iterator
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: litellm's bundled price map
 
-import litellm  # noqa: E402
-import openai  # noqa: E402
-import pytest  # noqa: E402
-from fastapi import HTTPException  # noqa: E402
-from litellm.caching.dual_cache import DualCache  # noqa: E402
-from litellm.integrations.custom_logger import CustomLogger  # noqa: E402
-from litellm.proxy._types import UserAPIKeyAuth  # noqa: E402
+import litellm
+import openai
+import pytest
+from conftest import make_profile, seed_store, sent_tools, tool
+from fastapi import HTTPException
+from litellm.caching.dual_cache import DualCache
+from litellm.integrations.custom_logger import CustomLogger
+from litellm.proxy._types import UserAPIKeyAuth
 
-from gatekeeper.adapters.litellm_hook import GatekeeperHook  # noqa: E402
-from gatekeeper.adapters.openai_sdk import gate_client  # noqa: E402
-from conftest import make_profile, seed_store, sent_tools, tool  # noqa: E402
-from gatekeeper import ConfigError  # noqa: E402
-from gatekeeper.gating import ToolChoiceBlocked  # noqa: E402
-from gatekeeper.tiers import Tier  # noqa: E402
-
+from gatekeeper import ConfigError
+from gatekeeper.adapters.litellm_hook import GatekeeperHook
+from gatekeeper.adapters.openai_sdk import gate_client
+from gatekeeper.gating import ToolChoiceBlocked
+from gatekeeper.tiers import Tier
 
 TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
 HI = [{"role": "user", "content": "hi"}]
@@ -111,8 +109,9 @@ async def test_litellm_hook_leaves_tool_less_and_other_calls_alone(upstream, hoo
     assert await proxy_pre_call(dict(plain)) == plain
     embedding = {"model": "never-seen", "input": ["x"]}
     assert await proxy_pre_call(dict(embedding), call_type="aembedding") == embedding
-    time.sleep(0.2)
-    assert upstream.requests == []  # no measurement was started for them
+    # A measurement is registered the moment it starts (gk.progress): none was, for either call.
+    assert [p.key for p in gk.progress()] == []
+    assert upstream.requests == []
 
 
 async def test_litellm_hook_refuses_tools_on_a_call_type_it_cannot_gate(upstream, hook):
@@ -191,18 +190,19 @@ def test_sync_client_drops_tools_when_none_remain(upstream, client):
 
 
 def test_sync_client_refuses_a_forced_hidden_tool_before_sending(upstream, client):
-    with pytest.raises(ToolChoiceBlocked, match="execute_command.*'large'.*'small'"):
+    with pytest.raises(ToolChoiceBlocked, match=r"execute_command.*'large'.*'small'"):
         client.chat.completions.create(model="small-model", messages=HI, tools=TOOLS, tool_choice=FORCE_EXECUTE)
     assert upstream.requests == []
 
 
-def test_sync_client_passes_everything_else_through(upstream, client):
+def test_sync_client_passes_everything_else_through(upstream, client, gk):
     assert [m.id for m in client.models.list()] == ["scripted"]
     client.chat.completions.create(model="never-seen", messages=HI, temperature=0.2, seed=3)
     body = upstream.requests[-1]
     assert body["temperature"] == 0.2 and body["seed"] == 3 and "tools" not in body
-    time.sleep(0.2)
-    assert len(upstream.requests) == 1  # a call without tools started no measurement
+    # A measurement is registered the moment it starts (gk.progress): a call without tools started none.
+    assert [p.key for p in gk.progress()] == []
+    assert len(upstream.requests) == 1
 
 
 def test_the_original_client_is_not_gated(upstream, gk):

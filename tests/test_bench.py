@@ -338,7 +338,7 @@ def spent_thinking(request: BackendRequest) -> Completion:
 def test_almost_all_empty_answers_cut_at_the_limit_are_inconclusive_and_store_nothing(tmp_path, default_suite):
     store = JsonFileStore(tmp_path / "p.json")
     service = MeasurementService(Settings(), default_suite, store, lambda model: MockBackend(spent_thinking))
-    with pytest.raises(InconclusiveMeasurement, match="bench.max_tokens"):
+    with pytest.raises(InconclusiveMeasurement, match=r"bench\.max_tokens"):
         asyncio.run(service.measure("thinker"))
     assert store.load().profiles == {} and not store.path.exists()
 

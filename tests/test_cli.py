@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import openai
-
 from conftest import ROOT, make_profile, seed_store, wait_serving
 from scripted import ScriptedServer, free_port
+
 from gatekeeper.suite import suite_hash
 from gatekeeper.tiers import Tier
 
@@ -93,7 +93,7 @@ def test_serve_runs_a_real_proxy_process_and_stops_cleanly(tmp_path, default_sui
             assert [t["function"]["name"] for t in upstream.requests[-1]["tools"]] == ["read_file"]
         finally:
             proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=20)
+            _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     request_lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     logged = next(line for line in request_lines if line.get("event") == "request")

@@ -6,18 +6,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: litellm's bundled price map
 
-import pytest  # noqa: E402
-import yaml  # noqa: E402
+import pytest
+import yaml
+from conftest import ROOT, make_profile, seed_store, wait_serving
+from scripted import ScriptedServer, free_port
 
-from conftest import ROOT, make_profile, seed_store, wait_serving  # noqa: E402
-from scripted import ScriptedServer, free_port  # noqa: E402
-from gatekeeper.config import load_settings  # noqa: E402
-from gatekeeper.tiers import Tier  # noqa: E402
+from gatekeeper.config import load_settings
+from gatekeeper.tiers import Tier
 
 EXAMPLES = ROOT / "examples"
 MODEL = "notes-model"

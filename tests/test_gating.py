@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gatekeeper.gating import (RequestInvalid, ToolChoiceBlocked, ToolPolicy, enforce_choice, gate_request)
+from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked, ToolPolicy, enforce_choice, gate_request
 from gatekeeper.tiers import Tier
 
 POLICY = ToolPolicy({"execute_command": Tier.LARGE, "write_*": Tier.MEDIUM, "write_log": Tier.SMALL}, Tier.SMALL)

@@ -24,24 +24,21 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 import yaml
-
+from conftest import Proxy, running_proxy
 from local_model import local_server  # noqa: F401 - first: skips (or fails) without the model
+from scripted import ThreadedServer, free_port
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
 
-import openai  # noqa: E402
-from starlette.applications import Starlette  # noqa: E402
-from starlette.requests import Request  # noqa: E402
-from starlette.responses import Response, StreamingResponse  # noqa: E402
-from starlette.routing import Route  # noqa: E402
-
-from conftest import Proxy, running_proxy  # noqa: E402
-from scripted import ThreadedServer, free_port  # noqa: E402
-
-from gatekeeper.config import Settings  # noqa: E402
-from gatekeeper.localmodel import LocalModelServer  # noqa: E402
-from gatekeeper.suite import BENCHMARK_VERSION, CATEGORIES, DEFAULT_SUITE_DIR, load_suite, suite_hash  # noqa: E402
-from gatekeeper.tiers import Tier  # noqa: E402
+from gatekeeper.config import Settings
+from gatekeeper.localmodel import LocalModelServer
+from gatekeeper.suite import BENCHMARK_VERSION, CATEGORIES, DEFAULT_SUITE_DIR, load_suite, suite_hash
+from gatekeeper.tiers import Tier
 
 pytestmark = pytest.mark.local_model
 

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 
+import openai
 import pytest
-
 from local_model import local_server  # noqa: F401 - first: skips (or fails) without the model
 
-import openai  # noqa: E402
-
-from gatekeeper.localmodel import LocalModelServer  # noqa: E402
+from gatekeeper.localmodel import LocalModelServer
 
 pytestmark = pytest.mark.local_model
 

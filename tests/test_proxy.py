@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -151,7 +150,8 @@ def test_failed_measurement_is_not_retried_on_every_request(store_path, default_
         with running_proxy(settings) as proxy:
             with pytest.raises(openai.InternalServerError):
                 ask(proxy, tools=TOOLS)
-            time.sleep(0.5)  # the failed measurement lands
+            wait_until(lambda: any(p.key == "m@default" and p.finished for p in proxy.gk.progress()),
+                       "the failed measurement to land")
             measuring = sum(1 for b in upstream.requests if b["messages"][0]["content"] != "hi")
             for _ in range(5):
                 with pytest.raises(openai.InternalServerError):

@@ -8,18 +8,18 @@ import json
 import socket
 import socketserver
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import openai
 import pytest
+from conftest import make_profile, running_proxy, seed_store, settings_for
+from scripted import ThreadedServer
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from conftest import make_profile, running_proxy, seed_store, settings_for
-from scripted import ThreadedServer
 from gatekeeper.tiers import Tier
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-
 from conftest import names, tool
-from gatekeeper import gated
 
+from gatekeeper import gated
 
 TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -38,10 +39,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 import orjson
 
@@ -152,7 +153,7 @@ class Target:
         """Start, and time until the first chat request is answered 200 (the start-up time)."""
         prefix = ["taskset", "-c", cpu] if cpu else []
         log_path = workdir / (self.name.replace("/", "_") + ".log")
-        log = open(log_path, "wb")
+        log = open(log_path, "wb")  # noqa: SIM115 - the server's log outlives this call
         started = time.perf_counter()
         self.process = subprocess.Popen(prefix + self.command, stdout=log, stderr=subprocess.STDOUT,
                                         env=os.environ | self.env, cwd=workdir, start_new_session=True)
@@ -171,10 +172,8 @@ class Target:
     def signal(self, sig: int) -> None:
         if self.process and self.process.poll() is None:
             for pid in tree(self.process.pid):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
@@ -230,7 +229,7 @@ def seed_gatekeeper(workdir: Path, upstream: str, name: str = "gatekeeper", stor
     JsonFileStore(file_store).save([Profile(
         model=MODEL, provider="openai-compatible", tier="medium",
         scores={"instruction": 0.8, "json": 0.8, "toolCalling": 0.7}, tokens_per_second=50.0,
-        tested_at=datetime.now(timezone.utc).isoformat(), benchmark_version=suite.version, tests_hash=suite.hash)])
+        tested_at=datetime.now(UTC).isoformat(), benchmark_version=suite.version, tests_hash=suite.hash)])
     if store is not None:
         exe = str(Path(sys.executable).parent / "gatekeeper")
         out = subprocess.run([exe, "store", "copy", str(file_store), store], capture_output=True, text=True)
@@ -329,7 +328,7 @@ async def measure_stream(url: str, n: int, body: bytes | None = None) -> tuple[f
         for i in range(n + 3):
             try:
                 first, end = await asyncio.wait_for(loadgen.stream_once(reader, writer, raw), 30)
-            except (RuntimeError, asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
+            except (TimeoutError, RuntimeError, asyncio.IncompleteReadError, ConnectionError):
                 errors += 1
                 writer.close()
                 reader, writer = await asyncio.open_connection(host, port)
@@ -339,7 +338,7 @@ async def measure_stream(url: str, n: int, body: bytes | None = None) -> tuple[f
                 total.append(end)
     finally:
         writer.close()
-    med = (lambda xs: statistics.median(xs) * 1000 if xs else float("nan"))
+    med = (lambda xs: statistics.median(xs) * 1000 if xs else float("nan"))  # noqa: E731
     return med(ttfb), med(total), errors
 
 
@@ -457,7 +456,6 @@ WHY = {
 
 def report(targets: list[Target], rows: list[Row], results: dict, streams: dict, concurrency: list[int],
            meta: dict) -> tuple[str, list[dict]]:
-    by = {t.name: t for t in targets}
     med = lambda xs: statistics.median(xs) if xs else NAN  # noqa: E731
     lo, hi = min(concurrency), max(concurrency)
 

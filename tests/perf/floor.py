@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import orjson
 from starlette.applications import Starlette

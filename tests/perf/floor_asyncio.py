@@ -25,7 +25,7 @@ import uvloop
 class Upstream(asyncio.Protocol):
     """One kept-alive upstream connection, serving one client request at a time."""
 
-    def __init__(self, pool: "Pool") -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
@@ -35,7 +35,7 @@ class Upstream(asyncio.Protocol):
         self.content_type = b"application/json"
 
     # -- used by the front end
-    def send(self, client: "Front", request: bytes) -> None:
+    def send(self, client: Front, request: bytes) -> None:
         self.client, self.chunks, self.streamed, self.content_type = client, [], False, b"application/json"
         self.transport.write(request)  # type: ignore[union-attr]
 
@@ -98,14 +98,14 @@ class Pool:
                      f"content-length: ").encode()
         self.idle: list[Upstream] = []
 
-    def forward(self, client: "Front", body: bytes) -> None:
+    def forward(self, client: Front, body: bytes) -> None:
         request = b"%b%d\r\n\r\n%b" % (self.head, len(body), body)
         if self.idle:
             self.idle.pop().send(client, request)
         else:
             asyncio.get_running_loop().create_task(self._connect_and_send(client, request))
 
-    async def _connect_and_send(self, client: "Front", request: bytes) -> None:
+    async def _connect_and_send(self, client: Front, request: bytes) -> None:
         try:
             _, conn = await asyncio.get_running_loop().create_connection(lambda: Upstream(self), self.host, self.port)
         except OSError:

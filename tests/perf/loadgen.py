@@ -96,12 +96,12 @@ async def post_once(url: str, body: bytes, timeout: float = 5.0) -> int | None:
     host, port, raw = request_bytes(url, body)
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return None
     try:
         writer.write(raw)
         return await asyncio.wait_for(_read_response(reader), timeout)
-    except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError):
+    except (TimeoutError, OSError, asyncio.IncompleteReadError):
         return None
     finally:
         writer.close()

@@ -44,7 +44,7 @@ def serve(workdir: Path, upstream: str, concurrency: int) -> tuple[subprocess.Po
         "tools": {"default_tier": "small", "required_tier": RULES}}))
     port = free_port()
     exe = str(Path(sys.executable).parent / "gatekeeper")
-    log = open(workdir / f"serve-{concurrency}.log", "wb")
+    log = open(workdir / f"serve-{concurrency}.log", "wb")  # noqa: SIM115 - the server's log outlives this call
     process = subprocess.Popen([exe, "serve", "--config", str(config), "--port", str(port)], stdout=log,
                                stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -12,7 +12,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gatekeeper import Gatekeeper, JsonFileStore, Profile, Settings, ToolRegistry
@@ -36,7 +36,7 @@ def main() -> int:
         JsonFileStore(store).save([Profile(
             model="bench-model", provider="openai-compatible", tier=Tier.MEDIUM,
             scores={"instruction": 0.7, "json": 0.7, "toolCalling": 0.7}, tokens_per_second=40.0,
-            tested_at=datetime.now(timezone.utc).isoformat(), benchmark_version=suite.version,
+            tested_at=datetime.now(UTC).isoformat(), benchmark_version=suite.version,
             tests_hash=suite.hash)])
         settings = Settings.model_validate({
             "store": str(store),

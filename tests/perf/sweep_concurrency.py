@@ -14,12 +14,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import answers  # noqa: E402
-from scripted import ScriptedServer, SuiteScript  # noqa: E402
+import answers
+from scripted import ScriptedServer, SuiteScript
 
-from gatekeeper.backends import OpenAIBackend  # noqa: E402
-from gatekeeper.runner import DEFAULT_EFFORTS, RunSettings, sweep  # noqa: E402
-from gatekeeper.suite import DEFAULT_SUITE_DIR, load_suite  # noqa: E402
+from gatekeeper.backends import OpenAIBackend
+from gatekeeper.runner import DEFAULT_EFFORTS, RunSettings, sweep
+from gatekeeper.suite import DEFAULT_SUITE_DIR, load_suite
 
 
 def timed_sweep(server: ScriptedServer, suite, concurrency: int) -> tuple[float, int]:

@@ -18,8 +18,8 @@ import signal
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 PERF = Path(__file__).resolve().parent
 sys.path.insert(0, str(PERF))
