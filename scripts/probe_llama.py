@@ -27,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gatekeeper.localmodel import LocalModelServer  # noqa: E402
+from gatekeeper.localmodel import LocalModelServer
 
 SYSTEM = "You are a helpful assistant. Use a function when one fits the request."
 WEATHER_TOOL = {
@@ -338,7 +338,7 @@ def stream_socket(host: str, port: int, body: dict[str, Any], timeout: float = 6
                 if not block:
                     break
                 received += block
-        except socket.timeout:
+        except TimeoutError:
             ending = f"still open after {timeout}s"
         except ConnectionResetError:
             ending = "reset by server"
