@@ -173,6 +173,7 @@ class Gatekeeper:
                 raise ConfigError(f"{path}: suite: {exc}") from None
             self._snapshot = snapshot
             self._scheduler.limits = Limits.of(settings, snapshot.suite)
+            self.drift.reconfigure(settings.drift)  # windows resized, demotions kept
             self._config_path = path
         log.info(
             "config_reloaded",
