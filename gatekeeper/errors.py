@@ -85,7 +85,13 @@ class ProxyError(GatekeeperError):
     """An HTTP answer the proxy gives instead of the upstream's: one type, mapped to the client
     protocol's error shape by the app's exception handler (endpoints raise, never build bodies)."""
 
-    def __init__(self, status: int, message: str, code: str | None = None, kind: str = "invalid_request_error",
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.code, self.kind, self.headers = status, message, code, kind, headers or {}

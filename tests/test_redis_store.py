@@ -91,7 +91,9 @@ def test_redis_down_serves_last_known_profiles_and_writes_when_back(server, stor
     assert store.get("late@default").tier == Tier.MEDIUM
     assert not store.up
     server.start()
-    wait_until(lambda: server.client().hget(PROFILES, "late@default") is not None, "the replicas to agree", timeout_s=10)
+    wait_until(
+        lambda: server.client().hget(PROFILES, "late@default") is not None, "the replicas to agree", timeout_s=10
+    )
     wait_until(lambda: store.up, "the replicas to agree", timeout_s=10)
 
 
@@ -109,7 +111,9 @@ def test_a_lease_is_exclusive_until_it_expires_and_tokens_grow(stores):
     first = a.acquire("m@default", 0.3)
     assert first is not None and b.acquire("m@default", 0.3) is None
     assert a.renew(first, 0.3)
-    second = wait_until(lambda: b.acquire("m@default", 5), "the lease to be freed", timeout_s=10)  # first's holder stopped renewing
+    second = wait_until(
+        lambda: b.acquire("m@default", 5), "the lease to be freed", timeout_s=10
+    )  # first's holder stopped renewing
     assert second.token > first.token
     assert a.renew(first, 0.3) is False
     a.release(first)  # releasing a lost lease leaves the new holder's alone

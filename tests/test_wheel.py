@@ -46,8 +46,9 @@ def _closure(requirements: list[str]) -> list[metadata.Distribution]:
         if requirement.marker and not any(requirement.marker.evaluate({"extra": e}) for e in extras):
             continue
         dist = metadata.distribution(requirement.name)  # PackageNotFoundError: the env lacks a dependency
-        assert dist.version in requirement.specifier or not requirement.specifier, \
+        assert dist.version in requirement.specifier or not requirement.specifier, (
             f"{requirement} is not met by the installed {dist.version}"
+        )
         name = dist.metadata["Name"].lower()
         if name in found and not requirement.extras:
             continue
@@ -80,8 +81,20 @@ def wheel(tmp_path_factory) -> Path:
             shutil.copytree(path, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(path, source / name)
-    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "-w", work / "dist", source, env=_clean_env())
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-w",
+        work / "dist",
+        source,
+        env=_clean_env(),
+    )
     (built,) = (work / "dist").glob("gatekeeper-*.whl")
     return built
 
@@ -100,8 +113,19 @@ def venv(tmp_path_factory, wheel: Path) -> Path:
     _link_dependencies(requirements, work / "deps")
     # A site dir of its own (not a plain path), so the dependencies' own .pth files still run.
     (site / "gatekeeper-test-deps.pth").write_text(f"import site; site.addsitedir({str(work / 'deps')!r})\n")
-    _run(sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps", "--no-index", wheel,
-         env=_clean_env())
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-index",
+        wheel,
+        env=_clean_env(),
+    )
     return env
 
 
@@ -113,9 +137,12 @@ def _clean_env() -> dict[str, str]:
 def test_the_wheel_holds_every_file_of_the_package(wheel):
     """Modules, the suite, the adapters and package data (the console's templates and assets)."""
     package = ROOT / "gatekeeper"
-    expected = {"gatekeeper/" + (Path(folder) / name).relative_to(package).as_posix()
-                for folder, _, files in os.walk(package, followlinks=True)  # into adapters/, benchmarks/
-                for name in files if "__pycache__" not in folder and not name.endswith(".pyc")}
+    expected = {
+        "gatekeeper/" + (Path(folder) / name).relative_to(package).as_posix()
+        for folder, _, files in os.walk(package, followlinks=True)  # into adapters/, benchmarks/
+        for name in files
+        if "__pycache__" not in folder and not name.endswith(".pyc")
+    }
     assert "gatekeeper/benchmarks/10_instruction_sentence.json" in expected
     with zipfile.ZipFile(wheel) as archive:
         shipped = {n for n in archive.namelist() if n.startswith("gatekeeper/")}
@@ -152,9 +179,22 @@ print(json.dumps({
 def test_the_installed_command_measures_a_model_with_the_shipped_suite(venv, tmp_path, default_suite):
     store = tmp_path / "models_profile.json"
     with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as upstream:
-        out = _run(venv / "bin" / "gatekeeper", "bench", "scripted", "--base-url", upstream.base_url,
-                   "--api-key", "upstream-key", "--store", store, "--effort", "default", "--json",
-                   cwd=tmp_path, env=_clean_env())
+        out = _run(
+            venv / "bin" / "gatekeeper",
+            "bench",
+            "scripted",
+            "--base-url",
+            upstream.base_url,
+            "--api-key",
+            "upstream-key",
+            "--store",
+            store,
+            "--effort",
+            "default",
+            "--json",
+            cwd=tmp_path,
+            env=_clean_env(),
+        )
     (result,) = json.loads(out)["results"]
     (profile,) = result["profiles"]
     assert profile["tier"] == "large" and profile["testsHash"] == suite_hash(ROOT / "benchmarks")

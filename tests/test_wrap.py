@@ -12,10 +12,6 @@ from gatekeeper import gated
 TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
 
 
-
-
-
-
 def test_wrapping_a_sync_listing_by_keyword_model(gk):
     seen = []
 

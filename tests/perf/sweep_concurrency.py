@@ -45,8 +45,10 @@ def main() -> None:
     with ScriptedServer(SuiteScript(suite).responder(answers.perfect), delay_s=args.delay_ms / 1000) as server:
         sequential, calls = timed_sweep(server, suite, 1)
         concurrent, _ = timed_sweep(server, suite, default)
-    print(f"default suite: {len(suite.tests)} tests x {len(DEFAULT_EFFORTS)} effort levels = {calls} calls, "
-          f"{args.delay_ms:.0f} ms added per call")
+    print(
+        f"default suite: {len(suite.tests)} tests x {len(DEFAULT_EFFORTS)} effort levels = {calls} calls, "
+        f"{args.delay_ms:.0f} ms added per call"
+    )
     print(f"{'concurrency':>12} {'wall s':>8}")
     print(f"{1:>12} {sequential:>8.2f}")
     print(f"{default:>12} {concurrent:>8.2f}")
