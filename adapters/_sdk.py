@@ -24,15 +24,32 @@ AsyncGate = Callable[[str, Gatekeeper, dict[str, Any]], Awaitable[dict[str, Any]
 
 
 class GatedClient:
-    def __init__(self, target: Any, gk: Gatekeeper, routes: dict[tuple[str, ...], str], gate: SyncGate,
-                 agate: AsyncGate, is_async: bool, path: tuple[str, ...] = (), streaming: bool = False) -> None:
+    def __init__(
+        self,
+        target: Any,
+        gk: Gatekeeper,
+        routes: dict[tuple[str, ...], str],
+        gate: SyncGate,
+        agate: AsyncGate,
+        is_async: bool,
+        path: tuple[str, ...] = (),
+        streaming: bool = False,
+    ) -> None:
         # streaming: reached through with_streaming_response, whose async calls open a context.
         self._target, self._gk, self._routes = target, gk, routes
         self._gate, self._agate, self._async, self._path, self._streaming = gate, agate, is_async, path, streaming
 
     def _wrap(self, target: Any, path: tuple[str, ...], streaming: bool | None = None) -> GatedClient:
-        return GatedClient(target, self._gk, self._routes, self._gate, self._agate, self._async, path,
-                           self._streaming if streaming is None else streaming)
+        return GatedClient(
+            target,
+            self._gk,
+            self._routes,
+            self._gate,
+            self._agate,
+            self._async,
+            path,
+            self._streaming if streaming is None else streaming,
+        )
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._target, name)
@@ -44,7 +61,7 @@ class GatedClient:
         if protocol is not None and name in GATED_CALLS:
             return self._gated_call(attr, protocol, name)
         path = (*self._path, name)
-        if any(route[:len(path)] == path for route in self._routes):
+        if any(route[: len(path)] == path for route in self._routes):
             return self._wrap(attr, path)
         return attr
 
@@ -57,6 +74,7 @@ class GatedClient:
 
         async def gated(**kwargs: Any) -> Any:
             return await call(**await self._agate(protocol, self._gk, kwargs))
+
         return gated
 
     def __repr__(self) -> str:
@@ -64,7 +82,12 @@ class GatedClient:
 
 
 class _GatedAsyncContext:
-    def __init__(self, open_: Callable[..., Any], kwargs: dict[str, Any], gate: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> None:
+    def __init__(
+        self,
+        open_: Callable[..., Any],
+        kwargs: dict[str, Any],
+        gate: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+    ) -> None:
         self._open, self._kwargs, self._gate = open_, kwargs, gate
         self._manager: Any = None
 

@@ -35,8 +35,14 @@ log = structlog.get_logger("gatekeeper.litellm_hook")
 
 CONFIG_ENV = "GATEKEEPER_CONFIG"
 # LiteLLM call type -> the protocol its requests speak.
-_PROTOCOLS = {"completion": "chat", "acompletion": "chat", "responses": "responses", "aresponses": "responses",
-              "anthropic_messages": "messages", "aanthropic_messages": "messages"}
+_PROTOCOLS = {
+    "completion": "chat",
+    "acompletion": "chat",
+    "responses": "responses",
+    "aresponses": "responses",
+    "anthropic_messages": "messages",
+    "aanthropic_messages": "messages",
+}
 _TOOL_FIELDS = ("tools", "tool_choice", "functions", "function_call", "mcp_servers", "prompt")
 
 
@@ -65,15 +71,20 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
         return self._gk
 
     # LiteLLM calls this hook only if the class itself defines it: a subclass must define it again.
-    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: str) -> dict[str, Any]:
+    async def async_pre_call_hook(
+        self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: str
+    ) -> dict[str, Any]:
         carried = [k for k in _TOOL_FIELDS if data.get(k) is not None]
         if not carried:
             return data  # nothing to gate; and no measurement started for tool-less traffic
         protocol = _PROTOCOLS.get(str(getattr(call_type, "value", call_type)))
         if protocol is None:
-            raise _http_error(400, f"gatekeeper cannot gate the tools of LiteLLM call type {call_type!r} "
-                                   f"(fields {', '.join(carried)}); it gates chat, responses and anthropic_messages",
-                              "call_type_not_gated")
+            raise _http_error(
+                400,
+                f"gatekeeper cannot gate the tools of LiteLLM call type {call_type!r} "
+                f"(fields {', '.join(carried)}); it gates chat, responses and anthropic_messages",
+                "call_type_not_gated",
+            )
         model = data.get("model")
         if not isinstance(model, str) or not model:
             return data  # LiteLLM rejects it itself
@@ -86,9 +97,16 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
         except ToolChoiceBlocked as exc:
             log.info("litellm_request_blocked", model=model, protocol=protocol, tier=exc.tier.value, tool=exc.tool)
             raise _http_error(400, str(exc), "tool_not_allowed") from None
-        log.info("litellm_request_gated", model=model, protocol=protocol, key=resolution.key,
-                 tier=resolution.tier.value, source=resolution.source, tools_kept=gated.kept,
-                 tools_hidden=gated.hidden)
+        log.info(
+            "litellm_request_gated",
+            model=model,
+            protocol=protocol,
+            key=resolution.key,
+            tier=resolution.tier.value,
+            source=resolution.source,
+            tools_kept=gated.kept,
+            tools_hidden=gated.hidden,
+        )
         return data
 
 

@@ -48,8 +48,10 @@ def tool_body(protocol: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
     fields = TOOL_FIELDS[protocol]
     extra = kwargs.get("extra_body")
     if isinstance(extra, dict) and any(k in extra for k in fields):
-        raise RequestInvalid(f"tool fields in extra_body ({', '.join(k for k in fields if k in extra)}) "
-                             "cannot be gated: pass them as keyword arguments")
+        raise RequestInvalid(
+            f"tool fields in extra_body ({', '.join(k for k in fields if k in extra)}) "
+            "cannot be gated: pass them as keyword arguments"
+        )
     body = {k: v for k, v in kwargs.items() if not (k in (*fields, "parallel_tool_calls") and omitted(v))}
     if not any(k in body for k in fields) or not isinstance(body.get("model"), str):
         return None

@@ -77,17 +77,21 @@ def notes_registry(gk: Gatekeeper, folder: Path) -> ToolRegistry:
 def assistant_message(message: Any) -> dict:
     turn: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
     if message.tool_calls:
-        turn["tool_calls"] = [{"id": c.id, "type": "function",
-                               "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                              for c in message.tool_calls]
+        turn["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in message.tool_calls
+        ]
     return turn
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("task", nargs="?", default=TASK)
-    parser.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1"),
-                        help="the model backend (default: %(default)s)")
+    parser.add_argument(
+        "--base-url",
+        default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1"),
+        help="the model backend (default: %(default)s)",
+    )
     parser.add_argument("--model", default=os.environ.get("GATEKEEPER_MODEL", "local-model"))
     parser.add_argument("--effort", default=None, help="reasoning effort to request (part of the profile key)")
     parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", "none"))
@@ -101,8 +105,11 @@ def main() -> int:
     try:
         client.models.list()  # is anything there? (before gatekeeper starts measuring it)
     except openai.APIConnectionError:
-        print(f"error: nothing is listening at {args.base_url}; start your model server first "
-              "(e.g. llama-server --port 8080) or pass --base-url", file=sys.stderr)
+        print(
+            f"error: nothing is listening at {args.base_url}; start your model server first "
+            "(e.g. llama-server --port 8080) or pass --base-url",
+            file=sys.stderr,
+        )
         return 2
     except openai.APIStatusError:
         pass  # some servers have no /models; the chat calls below will tell
@@ -134,8 +141,11 @@ def run(args: argparse.Namespace, gk: Gatekeeper, client: openai.OpenAI) -> int:
         try:
             completion = client.chat.completions.create(model=args.model, messages=messages, tools=tools, **extra)
         except openai.APIConnectionError:
-            print(f"error: nothing is listening at {args.base_url}; start your model server first "
-                  "(e.g. llama-server --port 8080) or pass --base-url", file=sys.stderr)
+            print(
+                f"error: nothing is listening at {args.base_url}; start your model server first "
+                "(e.g. llama-server --port 8080) or pass --base-url",
+                file=sys.stderr,
+            )
             return 2
         except openai.APIStatusError as exc:
             print(f"error: {args.base_url} answered {exc.status_code}: {exc.message}", file=sys.stderr)
@@ -147,8 +157,7 @@ def run(args: argparse.Namespace, gk: Gatekeeper, client: openai.OpenAI) -> int:
             return 0
         for call in message.tool_calls:
             try:
-                result = str(registry.call(args.model, call.function.name, call.function.arguments,
-                                           effort=args.effort))
+                result = str(registry.call(args.model, call.function.name, call.function.arguments, effort=args.effort))
             except (ToolNotAllowed, ToolArgumentsInvalid) as exc:
                 result = f"error: {exc}"  # the model reads why, and can correct itself
             print(f"[tool] {call.function.name}({call.function.arguments}) -> {result}", file=sys.stderr)

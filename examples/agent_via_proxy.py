@@ -16,8 +16,9 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import openai
 
@@ -26,6 +27,7 @@ TASK = "Save a note called groceries that says 'milk, eggs', then tell me which 
 
 def notes_tools(folder: Path) -> tuple[list[dict], dict[str, Callable[..., str]]]:
     """The agent's tools: OpenAI schemas and the local functions that run them."""
+
     def path_of(name: str) -> Path:
         return folder / (Path(name).name + ".txt")  # no way out of the folder
 
@@ -45,8 +47,19 @@ def notes_tools(folder: Path) -> tuple[list[dict], dict[str, Callable[..., str]]
 
     def schema(tool: str, description: str, /, **params: str) -> dict:
         properties = {p: {"type": "string", "description": d} for p, d in params.items()}
-        return {"type": "function", "function": {"name": tool, "description": description, "parameters": {
-            "type": "object", "properties": properties, "required": list(params), "additionalProperties": False}}}
+        return {
+            "type": "function",
+            "function": {
+                "name": tool,
+                "description": description,
+                "parameters": {
+                    "type": "object",
+                    "properties": properties,
+                    "required": list(params),
+                    "additionalProperties": False,
+                },
+            },
+        }
 
     tools = [
         schema("list_notes", "List the names of all notes."),
@@ -70,17 +83,21 @@ def run_tool(handlers: dict[str, Callable[..., str]], name: str, arguments: str)
 def assistant_message(message: Any) -> dict:
     turn: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
     if message.tool_calls:
-        turn["tool_calls"] = [{"id": c.id, "type": "function",
-                               "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                              for c in message.tool_calls]
+        turn["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in message.tool_calls
+        ]
     return turn
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("task", nargs="?", default=TASK)
-    parser.add_argument("--base-url", default=os.environ.get("GATEKEEPER_URL", "http://127.0.0.1:8000/v1"),
-                        help="the gatekeeper proxy (default: %(default)s)")
+    parser.add_argument(
+        "--base-url",
+        default=os.environ.get("GATEKEEPER_URL", "http://127.0.0.1:8000/v1"),
+        help="the gatekeeper proxy (default: %(default)s)",
+    )
     parser.add_argument("--model", default=os.environ.get("GATEKEEPER_MODEL", "local-model"))
     parser.add_argument("--effort", default=None, help="reasoning effort to request (part of the profile key)")
     parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", "none"))
@@ -99,18 +116,25 @@ def main() -> int:
     ]
     for step in range(1, args.max_steps + 1):
         try:
-            raw = client.chat.completions.with_raw_response.create(model=args.model, messages=messages, tools=tools,
-                                                                   **extra)
+            raw = client.chat.completions.with_raw_response.create(
+                model=args.model, messages=messages, tools=tools, **extra
+            )
         except openai.APIConnectionError:
-            print(f"error: nothing is listening at {args.base_url}; start the proxy first:\n"
-                  "  gatekeeper serve --config examples/gatekeeper.yaml", file=sys.stderr)
+            print(
+                f"error: nothing is listening at {args.base_url}; start the proxy first:\n"
+                "  gatekeeper serve --config examples/gatekeeper.yaml",
+                file=sys.stderr,
+            )
             return 2
         except openai.APIStatusError as exc:
             print(f"error: {args.base_url} answered {exc.status_code}: {exc.message}", file=sys.stderr)
             return 1
         if step == 1:
-            print(f"[gatekeeper] tier {raw.headers.get('x-gatekeeper-tier', '?')} "
-                  f"({raw.headers.get('x-gatekeeper-profile', '?')})", file=sys.stderr)
+            print(
+                f"[gatekeeper] tier {raw.headers.get('x-gatekeeper-tier', '?')} "
+                f"({raw.headers.get('x-gatekeeper-profile', '?')})",
+                file=sys.stderr,
+            )
         message = raw.parse().choices[0].message
         messages.append(assistant_message(message))
         if not message.tool_calls:

@@ -54,11 +54,18 @@ DEFAULT_PORT = 8000
 
 
 def _tool(name: str, description: str, **params: str) -> dict:
-    return {"type": "function", "function": {
-        "name": name, "description": description,
-        "parameters": {"type": "object", "required": list(params),
-                       "properties": {k: {"type": "string", "description": v} for k, v in params.items()}},
-    }}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "required": list(params),
+                "properties": {k: {"type": "string", "description": v} for k, v in params.items()},
+            },
+        },
+    }
 
 
 # What a coding agent would offer: harmless reads, a write, and two tools that can do damage.
@@ -82,14 +89,20 @@ class DemoError(Exception):
 
 # -- progress -----------------------------------------------------------------------------
 
+
 class Phases:
     """One line per phase on stderr: a spinner with elapsed time on a terminal, plain lines elsewhere."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
         self.live = console.is_terminal
-        self.progress = Progress(SpinnerColumn(finished_text=""), TextColumn("{task.description}"),
-                                 TimeElapsedColumn(), console=console, transient=False)
+        self.progress = Progress(
+            SpinnerColumn(finished_text=""),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
 
     def __enter__(self) -> Phases:
         if self.live:
@@ -155,6 +168,7 @@ class RequestCounter:
 
 # -- the proxy as a subprocess ------------------------------------------------------------
 
+
 class ProxyProcess:
     """`gatekeeper serve` in its own session; its JSON log lines are kept and copied to a file."""
 
@@ -171,11 +185,22 @@ class ProxyProcess:
         return self._proc.pid if self._proc is not None else None
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "gatekeeper", "serve", "--config", str(self.config),
-               "--host", "127.0.0.1", "--port", str(self.port)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "gatekeeper",
+            "serve",
+            "--config",
+            str(self.config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
         # Own session: Ctrl-C reaches only the demo, which stops the proxy before the model.
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+        self._proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self._reader = threading.Thread(target=self._read, name="proxy-log", daemon=True)
         self._reader.start()
 
@@ -203,8 +228,9 @@ class ProxyProcess:
         with httpx.Client(timeout=2.0) as client:
             while True:
                 if not self.running():
-                    raise DemoError(f"gatekeeper serve exited before answering; its log, {self.log_path}:\n"
-                                    f"{self.log_tail()}")
+                    raise DemoError(
+                        f"gatekeeper serve exited before answering; its log, {self.log_path}:\n{self.log_tail()}"
+                    )
                 try:
                     if client.get(f"{self.url}/healthz").status_code == 200:
                         return
@@ -254,6 +280,7 @@ class ProxyProcess:
 
 # -- steps --------------------------------------------------------------------------------
 
+
 def port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
@@ -288,8 +315,9 @@ def write_config(run_dir: Path, upstream: str, store: Path, admin_key: str) -> t
     raw["store"] = str(store)
     raw["admin_key"] = admin_key
     path = run_dir / "gatekeeper.yaml"
-    path.write_text(f"# written by {Path(__file__).name} from {TEMPLATE}\n" + yaml.safe_dump(raw, sort_keys=False),
-                    encoding="utf-8")
+    path.write_text(
+        f"# written by {Path(__file__).name} from {TEMPLATE}\n" + yaml.safe_dump(raw, sort_keys=False), encoding="utf-8"
+    )
     try:
         return path, load_settings(path)
     except GatekeeperError as exc:
@@ -303,14 +331,24 @@ def admin_get_profiles(proxy: ProxyProcess, admin_key: str) -> dict:
 
 
 def admin_invalidate(proxy: ProxyProcess, admin_key: str, key: str) -> bool:
-    response = httpx.delete(f"{proxy.url}/admin/profiles/{quote(key, safe='@')}",
-                            headers={"authorization": f"Bearer {admin_key}"}, timeout=30)
+    response = httpx.delete(
+        f"{proxy.url}/admin/profiles/{quote(key, safe='@')}",
+        headers={"authorization": f"Bearer {admin_key}"},
+        timeout=30,
+    )
     response.raise_for_status()
     return bool(response.json().get("existed"))
 
 
-def send_agent_request(proxy: ProxyProcess, model: str, timeout: float, update: Callable[[str], None],
-                       counter: RequestCounter, suite_calls: int, measuring: bool) -> tuple[Any, str, float]:
+def send_agent_request(
+    proxy: ProxyProcess,
+    model: str,
+    timeout: float,
+    update: Callable[[str], None],
+    counter: RequestCounter,
+    suite_calls: int,
+    measuring: bool,
+) -> tuple[Any, str, float]:
     """The agent request, through the proxy; while the proxy holds it, report what the model is doing."""
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="demo-agent", max_retries=0, timeout=timeout)
     outcome: dict[str, Any] = {}
@@ -318,8 +356,13 @@ def send_agent_request(proxy: ProxyProcess, model: str, timeout: float, update: 
     def call() -> None:
         try:
             outcome["raw"] = client.chat.completions.with_raw_response.create(
-                model=model, messages=AGENT_MESSAGES, tools=AGENT_TOOLS, tool_choice="auto",
-                temperature=0, max_tokens=128)
+                model=model,
+                messages=AGENT_MESSAGES,
+                tools=AGENT_TOOLS,
+                tool_choice="auto",
+                temperature=0,
+                max_tokens=128,
+            )
         except Exception as exc:  # noqa: BLE001 - reported by the main thread
             outcome["error"] = exc
 
@@ -336,8 +379,10 @@ def send_agent_request(proxy: ProxyProcess, model: str, timeout: float, update: 
         else:
             update("waiting for the answer")
     if "error" in outcome:
-        raise DemoError(f"the agent request failed: {type(outcome['error']).__name__}: {outcome['error']}\n"
-                        f"last lines of the proxy log ({proxy.log_path}):\n{proxy.log_tail()}")
+        raise DemoError(
+            f"the agent request failed: {type(outcome['error']).__name__}: {outcome['error']}\n"
+            f"last lines of the proxy log ({proxy.log_path}):\n{proxy.log_tail()}"
+        )
     # No x-request-id of our own: llama_cpp.server answers 400 to one that is not a UUID, and
     # the proxy forwards it. The proxy names the request in its response headers instead.
     raw = outcome["raw"]
@@ -346,8 +391,8 @@ def send_agent_request(proxy: ProxyProcess, model: str, timeout: float, update: 
 
 # -- output -------------------------------------------------------------------------------
 
-def print_profile(out: Console, key: str, profile: dict, settings: Settings, measured_now: bool,
-                  held_s: float) -> None:
+
+def print_profile(out: Console, key: str, profile: dict, settings: Settings, measured_now: bool, held_s: float) -> None:
     t = settings.bench.thresholds
     table = Table(title=f"Measured profile: {key}", show_header=False, title_justify="left")
     table.add_column(style="bold")
@@ -360,11 +405,17 @@ def print_profile(out: Console, key: str, profile: dict, settings: Settings, mea
     table.add_row("tokens/s", f"{profile['tokensPerSecond']:.1f}")
     table.add_row("avg completion tokens", f"{profile.get('avgCompletionTokens', 0):.1f}")
     took = f"{profile.get('durationS', 0):.1f} s running the suite"
-    took += (f"; the agent request was held {held_s:.1f} s" if measured_now
-             else f" (stored earlier, {profile['testedAt']}; --fresh measures again)")
+    took += (
+        f"; the agent request was held {held_s:.1f} s"
+        if measured_now
+        else f" (stored earlier, {profile['testedAt']}; --fresh measures again)"
+    )
     table.add_row("measuring took", took)
-    table.add_row("suite", f"{len(profile.get('testResults', []))} tests, hash {profile['testsHash']}, "
-                           f"benchmark version {profile['benchmarkVersion']}")
+    table.add_row(
+        "suite",
+        f"{len(profile.get('testResults', []))} tests, hash {profile['testsHash']}, "
+        f"benchmark version {profile['benchmarkVersion']}",
+    )
     out.print(table)
     tests = Table(title="Per-test scores", title_justify="left")
     for column in ("test", "category", "score"):
@@ -381,10 +432,13 @@ def _needs(minimums: dict[str, float]) -> str:
 def print_request(out: Console, raw: Any, line: dict | None, settings: Settings) -> None:
     policy = ToolPolicy(settings.tools.required_tier, settings.tools.default_tier)
     headers = raw.headers
-    out.print(f"\n[bold]The agent request[/bold]: {len(AGENT_TOOLS)} tools, tool_choice auto; "
-              f"x-gatekeeper-tier: [bold]{headers.get('x-gatekeeper-tier')}[/bold], "
-              f"x-gatekeeper-profile: [bold]{headers.get('x-gatekeeper-profile')}[/bold], "
-              f"x-request-id: {headers.get('x-request-id')}", highlight=False)
+    out.print(
+        f"\n[bold]The agent request[/bold]: {len(AGENT_TOOLS)} tools, tool_choice auto; "
+        f"x-gatekeeper-tier: [bold]{headers.get('x-gatekeeper-tier')}[/bold], "
+        f"x-gatekeeper-profile: [bold]{headers.get('x-gatekeeper-profile')}[/bold], "
+        f"x-request-id: {headers.get('x-request-id')}",
+        highlight=False,
+    )
     kept = set((line or {}).get("tools_kept") or [])
     hidden = set((line or {}).get("tools_hidden") or [])
     table = Table(title="Tools (from the proxy's request log line)", title_justify="left")
@@ -392,8 +446,9 @@ def print_request(out: Console, raw: Any, line: dict | None, settings: Settings)
         table.add_column(column)
     for tool in AGENT_TOOLS:
         name = tool["function"]["name"]
-        verdict = ("[green]forwarded[/green]" if name in kept else "[red]hidden[/red]" if name in hidden
-                   else "? (no log line)")
+        verdict = (
+            "[green]forwarded[/green]" if name in kept else "[red]hidden[/red]" if name in hidden else "? (no log line)"
+        )
         table.add_row(name, policy.required_tier(name).value, verdict)
     out.print(table)
     completion = raw.parse()
@@ -408,19 +463,29 @@ def print_request_event(err: Console, event: dict) -> None:
         return
     kept, hidden = event.get("tools_kept"), event.get("tools_hidden")
     tools = f" kept={kept} hidden={hidden}" if kept or hidden else ""
-    err.print(f"  request {event.get('model')}@{event.get('effort')}: tier {event.get('tier')} "
-              f"({event.get('source')}), status {event.get('status')}{tools}", highlight=False)
+    err.print(
+        f"  request {event.get('model')}@{event.get('effort')}: tier {event.get('tier')} "
+        f"({event.get('source')}), status {event.get('status')}{tools}",
+        highlight=False,
+    )
 
 
 # -- main ---------------------------------------------------------------------------------
 
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--port", type=int, default=None,
-                        help=f"port of the proxy (default {DEFAULT_PORT}, or a free one if taken; 0: any free port)")
-    parser.add_argument("--store", type=Path, default=Path("models_profile.json"),
-                        help="profile store (default: ./models_profile.json)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"port of the proxy (default {DEFAULT_PORT}, or a free one if taken; 0: any free port)",
+    )
+    parser.add_argument(
+        "--store", type=Path, default=Path("models_profile.json"), help="profile store (default: ./models_profile.json)"
+    )
     parser.add_argument("--no-serve", action="store_true", help="exit after printing, instead of serving")
     parser.add_argument("--fresh", action="store_true", help="invalidate the stored profile first: measure again")
     return parser.parse_args(argv)
@@ -440,8 +505,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             with phases.phase("assembling the Gemma 3 270M model file (first run only)"):
                 gguf = model_path()
             with phases.phase("starting the llama server") as update:
-                server = LocalModelServer(gguf, log_path=run_dir / "llama-server.log",
-                                          on_progress=lambda seconds, last: update(last[:80]))
+                server = LocalModelServer(
+                    gguf, log_path=run_dir / "llama-server.log", on_progress=lambda seconds, last: update(last[:80])
+                )
                 server.start()
         err.print(f"llama server: {server.base_url} (pid {server.pid}, model {server.model})", highlight=False)
         config, settings = write_config(run_dir, server.base_url, store, admin_key)
@@ -460,8 +526,15 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     return code
 
 
-def serve_demo(args: argparse.Namespace, out: Console, err: Console, server: LocalModelServer,
-               proxy: ProxyProcess, settings: Settings, admin_key: str) -> int:
+def serve_demo(
+    args: argparse.Namespace,
+    out: Console,
+    err: Console,
+    server: LocalModelServer,
+    proxy: ProxyProcess,
+    settings: Settings,
+    admin_key: str,
+) -> int:
     key = profile_key(server.model, None)
     suite = load_suite(settings.suite)
     suite_calls = sum(len(test.all_steps) for test in suite.tests)
@@ -474,33 +547,50 @@ def serve_demo(args: argparse.Namespace, out: Console, err: Console, server: Loc
             err.print(f"--fresh: invalidated the stored profile {key}", highlight=False)
         stored = admin_get_profiles(proxy, admin_key)["profiles"].get(key)
         measuring = not (stored and stored.get("valid"))
-        title = (f"measuring {key} (the agent request waits)" if measuring
-                 else f"{key} has a valid stored profile: agent request")
+        title = (
+            f"measuring {key} (the agent request waits)"
+            if measuring
+            else f"{key} has a valid stored profile: agent request"
+        )
         counter = RequestCounter(server.log_path)
         with phases.phase(title) as update:
             raw, request_id, held_s = send_agent_request(
-                proxy, server.model, settings.wait_timeout_s + settings.upstream.timeout_s, update, counter,
-                suite_calls, measuring)
+                proxy,
+                server.model,
+                settings.wait_timeout_s + settings.upstream.timeout_s,
+                update,
+                counter,
+                suite_calls,
+                measuring,
+            )
 
     profile = admin_get_profiles(proxy, admin_key)["profiles"].get(key)
     if profile is None or not profile.get("valid"):
         failed = proxy.last_event("measurement_failed")
         why = f": {failed.get('error')}" if failed else ""
-        raise DemoError(f"the proxy did not measure {key}{why} (the request was served at tier "
-                        f"{raw.headers.get('x-gatekeeper-tier')}, {raw.headers.get('x-gatekeeper-profile')}); "
-                        f"see {proxy.log_path}")
+        raise DemoError(
+            f"the proxy did not measure {key}{why} (the request was served at tier "
+            f"{raw.headers.get('x-gatekeeper-tier')}, {raw.headers.get('x-gatekeeper-profile')}); "
+            f"see {proxy.log_path}"
+        )
     print_profile(out, key, profile, settings, measuring, held_s)
     print_request(out, raw, proxy.request_line(request_id), settings)
     if args.no_serve:
         return 0
 
-    out.print(f"\n[bold]gatekeeper is serving[/bold] at [bold]{proxy.url}/v1[/bold] "
-              f"(model {server.model}, tier {profile['tier']}).", highlight=False)
-    out.print(f"  point an OpenAI client at it: base_url={proxy.url}/v1, model={server.model}\n"
-              f"  admin key of this run: {admin_key}\n"
-              f"  console:   [bold]{proxy.url}/admin/[/bold] (sign in with the admin key)\n"
-              f"  profiles:  curl -H \"Authorization: Bearer $KEY\" {proxy.url}/admin/profiles\n"
-              f"Press Ctrl-C to stop the proxy and the llama server.", highlight=False)
+    out.print(
+        f"\n[bold]gatekeeper is serving[/bold] at [bold]{proxy.url}/v1[/bold] "
+        f"(model {server.model}, tier {profile['tier']}).",
+        highlight=False,
+    )
+    out.print(
+        f"  point an OpenAI client at it: base_url={proxy.url}/v1, model={server.model}\n"
+        f"  admin key of this run: {admin_key}\n"
+        f"  console:   [bold]{proxy.url}/admin/[/bold] (sign in with the admin key)\n"
+        f'  profiles:  curl -H "Authorization: Bearer $KEY" {proxy.url}/admin/profiles\n'
+        f"Press Ctrl-C to stop the proxy and the llama server.",
+        highlight=False,
+    )
     proxy.on_event = lambda event: print_request_event(err, event)
     try:
         while proxy.running():

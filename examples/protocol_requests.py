@@ -18,25 +18,38 @@ import anthropic
 import openai
 
 
-def send_protocol_requests(proxy_url: str, model: str, tools: list[dict[str, Any]],
-                           messages: list[dict[str, Any]], timeout: float = 600) -> list[str]:
+def send_protocol_requests(
+    proxy_url: str, model: str, tools: list[dict[str, Any]], messages: list[dict[str, Any]], timeout: float = 600
+) -> list[str]:
     """`tools` in Chat Completions form, `messages` a system then a user message; one line each."""
     system, user = messages[0]["content"], messages[1]["content"]
     functions = [t["function"] for t in tools]
 
     client = openai.OpenAI(base_url=f"{proxy_url}/v1", api_key="demo-agent", max_retries=0, timeout=timeout)
     raw = client.responses.with_raw_response.create(
-        model=model, instructions=system, input=user, tools=[{"type": "function", **f} for f in functions],
-        tool_choice="auto", temperature=0, max_output_tokens=128)
+        model=model,
+        instructions=system,
+        input=user,
+        tools=[{"type": "function", **f} for f in functions],
+        tool_choice="auto",
+        temperature=0,
+        max_output_tokens=128,
+    )
     response = raw.parse()
     calls = [f"{i.name}({i.arguments})" for i in response.output if i.type == "function_call"]
     lines = [_line("Responses API (POST /v1/responses)", raw.headers, calls, response.output_text)]
 
     claude = anthropic.Anthropic(base_url=proxy_url, api_key="demo-agent", max_retries=0, timeout=timeout)
     raw = claude.messages.with_raw_response.create(
-        model=model, system=system, messages=[{"role": "user", "content": user}], max_tokens=128,
-        tools=[{"name": f["name"], "description": f["description"], "input_schema": f["parameters"]}
-               for f in functions], tool_choice={"type": "auto"})
+        model=model,
+        system=system,
+        messages=[{"role": "user", "content": user}],
+        max_tokens=128,
+        tools=[
+            {"name": f["name"], "description": f["description"], "input_schema": f["parameters"]} for f in functions
+        ],
+        tool_choice={"type": "auto"},
+    )
     message = raw.parse()
     calls = [f"{b.name}({b.input})" for b in message.content if b.type == "tool_use"]
     text = "".join(b.text for b in message.content if b.type == "text")
@@ -47,5 +60,7 @@ def send_protocol_requests(proxy_url: str, model: str, tools: list[dict[str, Any
 def _line(api: str, headers: Any, calls: list[str], text: str) -> str:
     blocked = headers.get("x-gatekeeper-blocked-calls")
     answer = "; ".join(calls) if calls else repr(text)
-    return (f"{api}: tier {headers.get('x-gatekeeper-tier')} ({headers.get('x-gatekeeper-profile')}), "
-            f"answer: {answer}" + (f", calls removed: {blocked}" if blocked else ""))
+    return (
+        f"{api}: tier {headers.get('x-gatekeeper-tier')} ({headers.get('x-gatekeeper-profile')}), "
+        f"answer: {answer}" + (f", calls removed: {blocked}" if blocked else "")
+    )

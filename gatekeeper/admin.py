@@ -27,8 +27,9 @@ def _authorized(endpoint: Endpoint) -> Endpoint:
     async def guarded(request: Request) -> Response:
         expected = f"Bearer {request.app.state.admin_key}".encode()
         if not hmac.compare_digest(request.headers.get("authorization", "").encode("latin-1"), expected):
-            raise ProxyError(401, "admin API needs 'Authorization: Bearer <admin_key>'", "invalid_admin_key",
-                             "authentication_error")
+            raise ProxyError(
+                401, "admin API needs 'Authorization: Bearer <admin_key>'", "invalid_admin_key", "authentication_error"
+            )
         return await endpoint(request)
 
     guarded.__name__ = endpoint.__name__
@@ -47,8 +48,10 @@ def _pair(request: Request) -> tuple[str, str]:
 async def list_profiles(request: Request) -> Response:
     gk = request.app.state.gk
     entries = gk.profiles()  # validity and source from the core, not from the store and the suite
-    doc: dict[str, Any] = {"profiles": {key: entry.to_json() for key, entry in entries.items()},
-                           "recommendations": gk.recommendations()}
+    doc: dict[str, Any] = {
+        "profiles": {key: entry.to_json() for key, entry in entries.items()},
+        "recommendations": gk.recommendations(),
+    }
     drift = await asyncio.to_thread(gk.drift.report)  # it waits for the drift worker: not on the loop
     for key, entry in entries.items():
         if entry.profile is not None:

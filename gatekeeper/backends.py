@@ -62,7 +62,9 @@ class _EffortRejected(Exception):
     """The backend refused the `reasoning_effort` field."""
 
 
-async def _with_retries(what: str, settings: RequestSettings, attempt: Callable[[], Awaitable[Completion]]) -> Completion:
+async def _with_retries(
+    what: str, settings: RequestSettings, attempt: Callable[[], Awaitable[Completion]]
+) -> Completion:
     for n in range(settings.max_retries + 1):
         try:
             return await attempt()
@@ -75,7 +77,13 @@ async def _with_retries(what: str, settings: RequestSettings, attempt: Callable[
     raise AssertionError("unreachable")
 
 
-def _body(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None, settings: RequestSettings) -> dict[str, Any]:
+def _body(
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    effort: str | None,
+    settings: RequestSettings,
+) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": messages}
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
@@ -104,8 +112,11 @@ def parse_message(message: dict[str, Any], finish_reason: str | None = None) -> 
             arguments = json.dumps(arguments if arguments is not None else {})
         calls.append(ToolCall(id=call.get("id") or f"call_{i}", name=function.get("name") or "", arguments=arguments))
     content = message.get("content")
-    return Answer(content=strip_reasoning(content if isinstance(content, str) else ""), tool_calls=tuple(calls),
-                  finish_reason=finish_reason if isinstance(finish_reason, str) else None)
+    return Answer(
+        content=strip_reasoning(content if isinstance(content, str) else ""),
+        tool_calls=tuple(calls),
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+    )
 
 
 class OpenAIBackend:
@@ -119,7 +130,9 @@ class OpenAIBackend:
         self.base_url = base_url.rstrip("/")
         self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.settings.timeout_s)
 
-    async def complete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
+    async def complete(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+    ) -> Completion:
         what = f"{self.base_url} model {model!r}"
         try:
             return await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, effort))
@@ -128,7 +141,9 @@ class OpenAIBackend:
             completion = await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, None))
             return Completion(completion.answer, completion.completion_tokens, completion.seconds, effort_applied=False)
 
-    async def _once(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
+    async def _once(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+    ) -> Completion:
         body = _body(model, messages, tools, effort, self.settings)
         started = time.perf_counter()
         try:
@@ -171,7 +186,10 @@ class LiteLLMBackend:
     provider = "litellm"
 
     def __init__(
-        self, litellm_model: str, api_key: str | None = None, api_base: str | None = None,
+        self,
+        litellm_model: str,
+        api_key: str | None = None,
+        api_base: str | None = None,
         settings: RequestSettings | None = None,
     ) -> None:
         self.litellm_model = litellm_model
@@ -179,7 +197,9 @@ class LiteLLMBackend:
         self.api_base = api_base
         self.settings = settings or RequestSettings()
 
-    async def complete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
+    async def complete(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+    ) -> Completion:
         what = f"litellm {self.litellm_model!r}"
         try:
             return await _with_retries(what, self.settings, lambda: self._once(messages, tools, effort))
@@ -188,8 +208,11 @@ class LiteLLMBackend:
             completion = await _with_retries(what, self.settings, lambda: self._once(messages, tools, None))
             return Completion(completion.answer, completion.completion_tokens, completion.seconds, effort_applied=False)
 
-    async def _once(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
+    async def _once(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+    ) -> Completion:
         import litellm  # heavy: imported only when a litellm route is used
+
         errors = litellm.exceptions  # the names litellm re-exports, where they are defined
 
         body = _body(self.litellm_model, messages, tools, effort, self.settings)
@@ -197,8 +220,13 @@ class LiteLLMBackend:
         started = time.perf_counter()
         try:
             response = await litellm.acompletion(**body, **extra, timeout=self.settings.timeout_s, num_retries=0)
-        except (errors.RateLimitError, errors.APIConnectionError, errors.Timeout,
-                errors.InternalServerError, errors.ServiceUnavailableError) as exc:
+        except (
+            errors.RateLimitError,
+            errors.APIConnectionError,
+            errors.Timeout,
+            errors.InternalServerError,
+            errors.ServiceUnavailableError,
+        ) as exc:
             raise _Retry(f"{type(exc).__name__}: {exc}") from None
         except (errors.BadRequestError, errors.UnsupportedParamsError) as exc:
             if effort is not None and "reasoning" in str(exc).lower():
@@ -248,7 +276,9 @@ class MockBackend:
         self.requests: list[BackendRequest] = []
         self.closed = False
 
-    async def complete(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None) -> Completion:
+    async def complete(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+    ) -> Completion:
         request = BackendRequest(model, [dict(m) for m in messages], tools, effort)
         self.requests.append(request)
         result = self.handler(request)

@@ -6,11 +6,11 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gatekeeper import logs
@@ -68,7 +68,8 @@ def bench(
     suite: Path | None = typer.Option(None, help="Suite directory (default: config suite)."),
     store: str | None = typer.Option(None, help="Profile store: a file or redis://... (default: config store)."),
     effort: str | None = typer.Option(
-        None, help=f"Effort levels, comma-separated (default: {','.join(DEFAULT_EFFORTS)}; 'default' = no field)."),
+        None, help=f"Effort levels, comma-separated (default: {','.join(DEFAULT_EFFORTS)}; 'default' = no field)."
+    ),
     samples: int | None = typer.Option(None, min=1, max=50, help="Runs of each test (default: bench.samples)."),
     seed: int | None = typer.Option(None, help="Replay the randomised tests drawn with this instanceSeed."),
     concurrency: int | None = typer.Option(None, min=1, help="Tests in flight at once."),
@@ -84,8 +85,14 @@ def bench(
         _fail(f"--effort: expected distinct comma-separated levels without '@', got {effort!r}")
     if samples is not None:
         settings = settings.model_copy(update={"bench": settings.bench.model_copy(update={"samples": samples})})
-    service = MeasurementService(settings, _suite(suite or settings.suite), _store(store or settings.store),
-                                 base_url=base_url, api_key=api_key, concurrency=concurrency)
+    service = MeasurementService(
+        settings,
+        _suite(suite or settings.suite),
+        _store(store or settings.store),
+        base_url=base_url,
+        api_key=api_key,
+        concurrency=concurrency,
+    )
     results, failed = asyncio.run(_bench(service, models, all_models, efforts, seed))
     if as_json:
         json.dump({"results": [r.to_json() for r in results]}, sys.stdout, indent=2)
@@ -96,8 +103,9 @@ def bench(
         raise typer.Exit(1)
 
 
-async def _bench(service: MeasurementService, models: list[str] | None, all_models: bool, efforts: list[str],
-                 seed: int | None) -> tuple[list[ModelResult], bool]:
+async def _bench(
+    service: MeasurementService, models: list[str] | None, all_models: bool, efforts: list[str], seed: int | None
+) -> tuple[list[ModelResult], bool]:
     if all_models:
         try:
             models = await service.list_models()
@@ -109,14 +117,23 @@ async def _bench(service: MeasurementService, models: list[str] | None, all_mode
             return [], True
     results, failed = [], False
     samples = service.run_settings().samples
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as progress:
         for model in models or []:
             total = len(service.suite.tests) * samples
             tasks = {e: progress.add_task(f"{model}@{e}", total=total) for e in efforts}
+
+            def advance(_model: str, effort: str, _test: str, tasks: dict[str, TaskID] = tasks) -> None:
+                progress.advance(tasks[effort])
+
             try:
-                result = await service.sweep(model, efforts, seed=seed,
-                                             on_progress=lambda m, e, t, tasks=tasks: progress.advance(tasks[e]))
+                result = await service.sweep(model, efforts, seed=seed, on_progress=advance)
             except BackendError as exc:
                 failed = True
                 err.print(f"[red]error:[/red] {model}: backend failed, no profile stored: {exc}", highlight=False)
@@ -129,8 +146,9 @@ async def _bench(service: MeasurementService, models: list[str] | None, all_mode
                 progress.update(task, total=progress.tasks[task].completed)
             for level, reason in result.inconclusive.items():
                 failed = True
-                err.print(f"[red]error:[/red] {model}@{level}: inconclusive, no profile stored: {reason}",
-                          highlight=False)
+                err.print(
+                    f"[red]error:[/red] {model}@{level}: inconclusive, no profile stored: {reason}", highlight=False
+                )
             results.append(result)
     return results, failed
 
@@ -146,26 +164,45 @@ def _print_results(results: list[ModelResult]) -> None:
             line += f" ({result.note})"
         out.print(line, highlight=False)
         if result.calls_saved:
-            out.print(f"sequential stopping saved {result.calls_saved} of {result.calls + result.calls_saved} calls",
-                      highlight=False)
+            out.print(
+                f"sequential stopping saved {result.calls_saved} of {result.calls + result.calls_saved} calls",
+                highlight=False,
+            )
         if result.seed is not None:
-            out.print(f"randomised tests drawn with instanceSeed {result.seed} (replay: --seed {result.seed})",
-                      highlight=False)
+            out.print(
+                f"randomised tests drawn with instanceSeed {result.seed} (replay: --seed {result.seed})",
+                highlight=False,
+            )
 
 
 def _profile_table(profiles: list[Profile], title: str | None = None, suite: Suite | None = None) -> Table:
     table = Table(title=title)
-    for column in ("profile", "tier", "instruction", "json", "toolCalling", "samples", "tok/s", "avg tokens",
-                   "tested at"):
+    for column in (
+        "profile",
+        "tier",
+        "instruction",
+        "json",
+        "toolCalling",
+        "samples",
+        "tok/s",
+        "avg tokens",
+        "tested at",
+    ):
         table.add_column(column)
     if suite is not None:
         table.add_column("valid")
     for p in profiles:
         effort = p.reasoning_effort + ("" if p.effort_applied else " (not applied)")
         intervals = p.score_intervals or {}
-        row = [f"{p.model}@{effort}", p.tier.value,
-               *(show(p.scores.get(c, 0.0), intervals.get(c)) for c in ("instruction", "json", "toolCalling")),
-               str(p.samples or 1), f"{p.tokens_per_second:.1f}", f"{p.avg_completion_tokens:.0f}", p.tested_at]
+        row = [
+            f"{p.model}@{effort}",
+            p.tier.value,
+            *(show(p.scores.get(c, 0.0), intervals.get(c)) for c in ("instruction", "json", "toolCalling")),
+            str(p.samples or 1),
+            f"{p.tokens_per_second:.1f}",
+            f"{p.avg_completion_tokens:.0f}",
+            p.tested_at,
+        ]
         if suite is not None:
             row.append("yes" if p.is_valid_for(suite) else "no (stale)")
         table.add_row(*row)
@@ -194,8 +231,16 @@ def serve(
     with gk:  # serve created it, serve closes it
         _reload_on_sighup(gk)
         err.print(f"gatekeeper serving on http://{host}:{port}/v1 -> {settings.upstream.base_url}", highlight=False)
-        uvicorn.run(create_app(gk), host=host, port=port, log_level="warning", access_log=False,
-                    loop="auto", http="auto", timeout_graceful_shutdown=10)
+        uvicorn.run(
+            create_app(gk),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            loop="auto",
+            http="auto",
+            timeout_graceful_shutdown=10,
+        )
 
 
 def _reload_on_sighup(gk: Gatekeeper) -> None:
@@ -248,10 +293,12 @@ def profiles(
     store: str | None = typer.Option(None, help="Profile store: a file or redis://... (default: config store)."),
     config: Path | None = typer.Option(None, help="gatekeeper YAML config."),
     as_json: bool = typer.Option(False, "--json", help="Print the store as JSON."),
-    proxy: str | None = typer.Option(None, help="A running proxy's URL: add its live drift figures "
-                                                   "(from its admin API)."),
-    admin_key: str | None = typer.Option(None, envvar="GATEKEEPER_ADMIN_KEY",
-                                            help="The proxy's admin key (default: the config's)."),
+    proxy: str | None = typer.Option(
+        None, help="A running proxy's URL: add its live drift figures (from its admin API)."
+    ),
+    admin_key: str | None = typer.Option(
+        None, envvar="GATEKEEPER_ADMIN_KEY", help="The proxy's admin key (default: the config's)."
+    ),
 ) -> None:
     """Show stored profiles and recommendations (and, with --proxy, live drift per pair)."""
     settings = _settings(config)
@@ -284,7 +331,7 @@ def profiles(
         Console().print(_drift_table(drift))
 
 
-def _live_drift(proxy: str, admin_key: str | None) -> dict:
+def _live_drift(proxy: str, admin_key: str | None) -> dict[str, Any]:
     """Live drift per pair from a running proxy's admin API (the figures live in the proxy)."""
     import httpx
 
@@ -295,17 +342,19 @@ def _live_drift(proxy: str, admin_key: str | None) -> dict:
         _fail(f"{url}: cannot reach the proxy: {exc}", 1)
     if answer.status_code != 200:
         _fail(f"{url}: HTTP {answer.status_code}: {answer.text[:300]}", 1)
-    return answer.json()["pairs"]
+    pairs: dict[str, Any] = answer.json()["pairs"]
+    return pairs
 
 
-def _drift_table(pairs: dict) -> Table:
+def _drift_table(pairs: dict[str, Any]) -> Table:
     table = Table(title="live drift (rolling window; lo = lower bound of the rate, vs the tier's ceiling)")
     for column in ("profile", "tier", "calls", "notOffered", "invalidJson", "invalidArgs", "state"):
         table.add_column(column)
     for key, pair in pairs.items():
         rates = [pair["rates"][fault] for fault in ("notOffered", "invalidJson", "invalidArgs")]
-        cells = [f"{r['count']} (lo {r['lower']:.3f} / {r['ceiling'] if r['ceiling'] is not None else '-'})"
-                 for r in rates]
+        cells = [
+            f"{r['count']} (lo {r['lower']:.3f} / {r['ceiling'] if r['ceiling'] is not None else '-'})" for r in rates
+        ]
         demoted = pair["demoted"]
         if demoted:
             state = f"demoted {demoted['fromTier']} -> {demoted['toTier']}: {demoted['reason']}"
@@ -365,8 +414,11 @@ def tools(
     for name in names:
         required = gk.policy.required_tier(name)
         table.add_row(name, required.value, "yes" if tier.allows(required) else "hidden")
-    table.add_row("(any other tool)", settings.tools.default_tier.value,
-                  "yes" if tier.allows(settings.tools.default_tier) else "hidden")
+    table.add_row(
+        "(any other tool)",
+        settings.tools.default_tier.value,
+        "yes" if tier.allows(settings.tools.default_tier) else "hidden",
+    )
     out.print(table)
 
 

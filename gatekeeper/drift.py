@@ -37,12 +37,13 @@ Schema = dict[str, Any]
 class Fault(StrEnum):
     """What can be wrong with one tool call. The values are the names the admin API shows."""
 
-    NOT_OFFERED = "notOffered"    # a tool the request did not offer: invented, or hidden by the tier
+    NOT_OFFERED = "notOffered"  # a tool the request did not offer: invented, or hidden by the tier
     INVALID_JSON = "invalidJson"  # arguments that are not JSON (NaN and Infinity are not JSON)
     INVALID_ARGS = "invalidArgs"  # JSON that does not validate against the offered tool's schema
 
 
 # -- classifying one call ---------------------------------------------------------------------
+
 
 def classify(call: Call, offered: Mapping[str, Schema | None]) -> Fault | None:
     """The fault of one call, or None when the call is sound."""
@@ -104,8 +105,19 @@ def _validator(schema_text: str) -> Validator | None:
 
 
 # Keywords whose value is one subschema, a list of them, or a mapping name -> subschema.
-_ONE = ("additionalProperties", "unevaluatedProperties", "items", "additionalItems", "unevaluatedItems",
-        "contains", "propertyNames", "not", "if", "then", "else")
+_ONE = (
+    "additionalProperties",
+    "unevaluatedProperties",
+    "items",
+    "additionalItems",
+    "unevaluatedItems",
+    "contains",
+    "propertyNames",
+    "not",
+    "if",
+    "then",
+    "else",
+)
 _LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
 _MAP = ("properties", "$defs", "definitions", "dependentSchemas")
 
@@ -139,6 +151,7 @@ def loosen(schema: Any) -> Any:
 
 # -- the bound --------------------------------------------------------------------------------
 
+
 def z_for(confidence: float) -> float:
     """The one-sided normal quantile for a confidence level (0.99 -> 2.326)."""
     return NormalDist().inv_cdf(confidence)
@@ -160,6 +173,7 @@ def wilson_lower(failures: int, calls: int, z: float) -> float:
 
 
 # -- the rolling window -----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -250,6 +264,7 @@ class Window:
 
 # -- judging a window against a tier ----------------------------------------------------------
 
+
 class Ceilings(BaseModel):
     """The highest error rates a tier is expected to show; null = that fault is not judged."""
 
@@ -260,8 +275,11 @@ class Ceilings(BaseModel):
     invalid_args: float | None = Field(default=None, ge=0, le=1)
 
     def of(self, fault: Fault) -> float | None:
-        return {Fault.NOT_OFFERED: self.not_offered, Fault.INVALID_JSON: self.invalid_json,
-                Fault.INVALID_ARGS: self.invalid_args}[fault]
+        return {
+            Fault.NOT_OFFERED: self.not_offered,
+            Fault.INVALID_JSON: self.invalid_json,
+            Fault.INVALID_ARGS: self.invalid_args,
+        }[fault]
 
 
 # Why these numbers: a `large` model passed >= 90% of the tool-calling suite, and real large
@@ -281,13 +299,13 @@ class DriftSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True
-    window_calls: int = Field(default=200, ge=1)     # the last N calls ...
-    window_s: float = Field(default=3600.0, gt=0)    # ... no older than this
+    window_calls: int = Field(default=200, ge=1)  # the last N calls ...
+    window_s: float = Field(default=3600.0, gt=0)  # ... no older than this
     # No verdict on fewer calls: at 50, a `large` pair needs 4 bad calls (bound 0.027 > 0.02);
     # a model whose true rate is 1% shows 4 in 50 about once in 600 windows.
     min_calls: int = Field(default=50, ge=1)
     confidence: float = Field(default=0.99, gt=0.5, lt=1)  # one-sided, for the lower bound
-    remeasure: bool = True                           # schedule a measurement on demotion
+    remeasure: bool = True  # schedule a measurement on demotion
     ceilings: dict[Tier, Ceilings] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -323,18 +341,25 @@ class Breach:
     ceiling: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"fault": self.fault.value, "count": self.count, "calls": self.calls,
-                "rate": round(self.count / self.calls, 4), "lower": round(self.lower, 4), "ceiling": self.ceiling}
+        return {
+            "fault": self.fault.value,
+            "count": self.count,
+            "calls": self.calls,
+            "rate": round(self.count / self.calls, 4),
+            "lower": round(self.lower, 4),
+            "ceiling": self.ceiling,
+        }
 
     def __str__(self) -> str:
-        return (f"{self.fault.value} {self.count}/{self.calls}: lower bound {self.lower:.3f} "
-                f"> ceiling {self.ceiling}")
+        return f"{self.fault.value} {self.count}/{self.calls}: lower bound {self.lower:.3f} > ceiling {self.ceiling}"
 
 
 def rates(figures: Figures, ceilings: Ceilings, z: float) -> dict[Fault, tuple[int, float, float | None]]:
     """Per fault: (count, lower bound of its rate, ceiling)."""
-    return {f: (figures.faults.get(f, 0), wilson_lower(figures.faults.get(f, 0), figures.calls, z), ceilings.of(f))
-            for f in Fault}
+    return {
+        f: (figures.faults.get(f, 0), wilson_lower(figures.faults.get(f, 0), figures.calls, z), ceilings.of(f))
+        for f in Fault
+    }
 
 
 def breaches(figures: Figures, ceilings: Ceilings, z: float, min_calls: int) -> list[Breach]:

@@ -40,8 +40,13 @@ class RedisDemotionBoard:
         self.location = url
         self.origin = uuid.uuid4().hex[:12]
         # Short timeouts, no retries: the worker thread must never hang on Redis.
-        self._redis = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                                           retry=Retry(NoBackoff(), 0), health_check_interval=5)
+        self._redis = redis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=5,
+        )
         self._pending: list[tuple[str, Any]] = []  # ("demoted", record) | ("ended", (key, why)) while down
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -50,8 +55,12 @@ class RedisDemotionBoard:
         self._on_ended: Callable[[str, str], None] = lambda key, why: None
         self._on_sync: Callable[[dict[str, Record]], None] = lambda records: None
 
-    def start(self, on_demoted: Callable[[Record], None], on_ended: Callable[[str, str], None],
-              on_sync: Callable[[dict[str, Record]], None]) -> None:
+    def start(
+        self,
+        on_demoted: Callable[[Record], None],
+        on_ended: Callable[[str, str], None],
+        on_sync: Callable[[dict[str, Record]], None],
+    ) -> None:
         """Listen: `on_demoted`/`on_ended` for other replicas' events, `on_sync` with every
         demotion in force after each (re)connect."""
         self._on_demoted, self._on_ended, self._on_sync = on_demoted, on_ended, on_sync
@@ -113,8 +122,12 @@ class RedisDemotionBoard:
                         self._on_message(message["data"])
             except _ERRORS as exc:
                 if failures == 0:
-                    log.error("drift_redis_unavailable", store=self.location, error=str(exc),
-                              serving="this replica's own demotions")
+                    log.error(
+                        "drift_redis_unavailable",
+                        store=self.location,
+                        error=str(exc),
+                        serving="this replica's own demotions",
+                    )
                 failures += 1
             except Exception as exc:  # noqa: BLE001 - the listener must outlive any surprise
                 log.error("drift_listener_error", error=repr(exc))

@@ -31,11 +31,11 @@ log = structlog.get_logger("gatekeeper.drift")
 
 _LOWER = {Tier.LARGE: Tier.MEDIUM, Tier.MEDIUM: Tier.SMALL}
 _TRACKED = frozenset({"measured", "pinned", "demoted"})  # unmeasured pairs have nothing to judge
-_MAX_PAIRS = 4096      # keys come from clients' model names: bound what is kept
-_HISTORY = 50          # events kept per pair
-_EXAMPLES = 3          # failing calls quoted as evidence
-_INBOX = 10_000        # answers queued for the worker at most
-_BATCH_S = 0.25        # the worker judges what gathered in this long, at once
+_MAX_PAIRS = 4096  # keys come from clients' model names: bound what is kept
+_HISTORY = 50  # events kept per pair
+_EXAMPLES = 3  # failing calls quoted as evidence
+_INBOX = 10_000  # answers queued for the worker at most
+_BATCH_S = 0.25  # the worker judges what gathered in this long, at once
 
 
 class Served(Protocol):
@@ -54,8 +54,12 @@ class Served(Protocol):
 class DemotionBoard(Protocol):
     """Where replicas share demotions (drift_board.RedisDemotionBoard)."""
 
-    def start(self, on_demoted: Callable[[dict[str, Any]], None], on_ended: Callable[[str, str], None],
-              on_sync: Callable[[dict[str, dict[str, Any]]], None]) -> None: ...
+    def start(
+        self,
+        on_demoted: Callable[[dict[str, Any]], None],
+        on_ended: Callable[[str, str], None],
+        on_sync: Callable[[dict[str, dict[str, Any]]], None],
+    ) -> None: ...
 
     def publish(self, record: dict[str, Any]) -> None: ...
 
@@ -90,21 +94,45 @@ class Demotion:
 
     def to_record(self) -> dict[str, Any]:
         """As shared with other replicas (drift_board.py)."""
-        return {"key": self.key, "fromTier": self.from_tier.value, "toTier": self.to_tier.value, "at": self.at,
-                "stamp": self.stamp, "breaches": [b.to_json() for b in self.breaches],
-                "examples": list(self.examples), "window": self.window}
+        return {
+            "key": self.key,
+            "fromTier": self.from_tier.value,
+            "toTier": self.to_tier.value,
+            "at": self.at,
+            "stamp": self.stamp,
+            "breaches": [b.to_json() for b in self.breaches],
+            "examples": list(self.examples),
+            "window": self.window,
+        }
 
     @classmethod
     def from_record(cls, raw: dict[str, Any]) -> Demotion:
-        breaches = tuple(Breach(Fault(b["fault"]), int(b["count"]), int(b["calls"]), float(b["lower"]),
-                                float(b["ceiling"])) for b in raw["breaches"])
-        return cls(str(raw["key"]), Tier(raw["fromTier"]), Tier(raw["toTier"]), float(raw["at"]), raw.get("stamp"),
-                   breaches, tuple(raw.get("examples") or ()), dict(raw.get("window") or {}))
+        breaches = tuple(
+            Breach(Fault(b["fault"]), int(b["count"]), int(b["calls"]), float(b["lower"]), float(b["ceiling"]))
+            for b in raw["breaches"]
+        )
+        return cls(
+            str(raw["key"]),
+            Tier(raw["fromTier"]),
+            Tier(raw["toTier"]),
+            float(raw["at"]),
+            raw.get("stamp"),
+            breaches,
+            tuple(raw.get("examples") or ()),
+            dict(raw.get("window") or {}),
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"fromTier": self.from_tier.value, "toTier": self.to_tier.value, "at": _iso(self.at),
-                "reason": self.reason, "breaches": [b.to_json() for b in self.breaches],
-                "examples": list(self.examples), "window": self.window, "profileTestedAt": self.stamp}
+        return {
+            "fromTier": self.from_tier.value,
+            "toTier": self.to_tier.value,
+            "at": _iso(self.at),
+            "reason": self.reason,
+            "breaches": [b.to_json() for b in self.breaches],
+            "examples": list(self.examples),
+            "window": self.window,
+            "profileTestedAt": self.stamp,
+        }
 
 
 @dataclass
@@ -131,17 +159,18 @@ class DriftMonitor:
     ) -> None:
         self.settings = settings or DriftSettings()
         self._remeasure = remeasure  # key -> start a measurement of that pair
-        self._changed = changed      # a demotion began or ended: drop cached resolutions
+        self._changed = changed  # a demotion began or ended: drop cached resolutions
         self._clock = clock
         self._z = z_for(self.settings.confidence)
         # Bounded: if the worker ever falls behind, the oldest answers are dropped, not the proxy.
-        self._inbox: deque[tuple[float, str, Tier, str, str | None, Sequence[Call], Mapping[str, Schema | None]]] \
-            = deque(maxlen=_INBOX)
+        self._inbox: deque[tuple[float, str, Tier, str, str | None, Sequence[Call], Mapping[str, Schema | None]]] = (
+            deque(maxlen=_INBOX)
+        )
         self._ended: deque[tuple[str, Demotion, str]] = deque()
         self._pairs: OrderedDict[str, _Pair] = OrderedDict()
         self._demotions: dict[str, Demotion] = {}
-        self._lock = threading.RLock()      # the pairs and demotions
-        self._draining = threading.Lock()   # one drain at a time, so a drain sees all before it
+        self._lock = threading.RLock()  # the pairs and demotions
+        self._draining = threading.Lock()  # one drain at a time, so a drain sees all before it
         self._wake = threading.Event()
         self._stop = False
         self._stopped = threading.Event()
@@ -286,8 +315,16 @@ class DriftMonitor:
                 return
             self.drain()
 
-    def _record(self, at: float, key: str, tier: Tier, source: str, stamp: str | None,
-                calls: Iterable[Call], offered: Mapping[str, Schema | None]) -> None:
+    def _record(
+        self,
+        at: float,
+        key: str,
+        tier: Tier,
+        source: str,
+        stamp: str | None,
+        calls: Iterable[Call],
+        offered: Mapping[str, Schema | None],
+    ) -> None:
         pair = self._pair(key)
         if source != "pinned" and stamp != pair.stamp:
             pair.window.clear()  # a new measurement starts its own evidence
@@ -321,26 +358,48 @@ class DriftMonitor:
         if pair.source == "measured" and lower is not None and key not in self._demotions:
             self._demote(key, pair, lower, found, now)
         elif not was:
-            why = {"pinned": "pinned: never demoted", "demoted": "already demoted"}.get(pair.source,
-                                                                                   "no lower tier")
+            why = {"pinned": "pinned: never demoted", "demoted": "already demoted"}.get(pair.source, "no lower tier")
             self._event(pair, now, "drifting", f"{'; '.join(map(str, found))} ({why})")
-            log.warning("drift_detected", key=key, tier=pair.tier.value, source=pair.source, demoted=False,
-                        why=why, window=figures.to_json(), breaches=[str(b) for b in found],
-                        examples=[o.example() for o in pair.window.examples(_EXAMPLES)])
+            log.warning(
+                "drift_detected",
+                key=key,
+                tier=pair.tier.value,
+                source=pair.source,
+                demoted=False,
+                why=why,
+                window=figures.to_json(),
+                breaches=[str(b) for b in found],
+                examples=[o.example() for o in pair.window.examples(_EXAMPLES)],
+            )
 
     def _demote(self, key: str, pair: _Pair, lower: Tier, found: list[Breach], now: float) -> None:
         figures = pair.window.figures(now)
         window = {**figures.to_json(), "maxCalls": self.settings.window_calls, "maxAgeS": self.settings.window_s}
-        demotion = Demotion(key, pair.tier, lower, now, pair.stamp, tuple(found),
-                            tuple(o.example() for o in pair.window.examples(_EXAMPLES)), window)
+        demotion = Demotion(
+            key,
+            pair.tier,
+            lower,
+            now,
+            pair.stamp,
+            tuple(found),
+            tuple(o.example() for o in pair.window.examples(_EXAMPLES)),
+            window,
+        )
         self._demotions[key] = demotion
         self._adopted.discard(key)
         self._outbox.append(("demoted", demotion.to_record()))
         self._event(pair, now, "demoted", f"{pair.tier.value} -> {lower.value}: {demotion.reason}")
         metrics.DRIFT_DEMOTIONS.labels(from_tier=pair.tier.value, to_tier=lower.value).inc()
-        log.warning("drift_demoted", key=key, from_tier=pair.tier.value, to_tier=lower.value,
-                    window=window, breaches=[b.to_json() for b in found], examples=list(demotion.examples),
-                    remeasure=self.settings.remeasure and self._remeasure is not None)
+        log.warning(
+            "drift_demoted",
+            key=key,
+            from_tier=pair.tier.value,
+            to_tier=lower.value,
+            window=window,
+            breaches=[b.to_json() for b in found],
+            examples=list(demotion.examples),
+            remeasure=self.settings.remeasure and self._remeasure is not None,
+        )
         if self._changed is not None:
             self._changed()
         if self.settings.remeasure and self._remeasure is not None:
@@ -391,11 +450,20 @@ class DriftMonitor:
                 return
             self._demotions[demotion.key] = demotion
             self._adopted.add(demotion.key)
-            self._event(self._pair(demotion.key), self._clock(), "demoted",
-                        f"{demotion.from_tier.value} -> {demotion.to_tier.value} on another replica: "
-                        f"{demotion.reason}")
-        log.warning("drift_demoted", key=demotion.key, from_tier=demotion.from_tier.value,
-                    to_tier=demotion.to_tier.value, origin="another replica", breaches=[str(b) for b in demotion.breaches])
+            self._event(
+                self._pair(demotion.key),
+                self._clock(),
+                "demoted",
+                f"{demotion.from_tier.value} -> {demotion.to_tier.value} on another replica: {demotion.reason}",
+            )
+        log.warning(
+            "drift_demoted",
+            key=demotion.key,
+            from_tier=demotion.from_tier.value,
+            to_tier=demotion.to_tier.value,
+            origin="another replica",
+            breaches=[str(b) for b in demotion.breaches],
+        )
         if self._changed is not None:
             self._changed()
 
@@ -416,8 +484,7 @@ class DriftMonitor:
                 log.warning("drift_record_skipped", key=key, reason=repr(exc))
         with self._lock:
             for key in (self._adopted & set(self._demotions)) - set(records):
-                self._end(key, self._demotions[key], "ended on another replica while this one was away",
-                          share=False)
+                self._end(key, self._demotions[key], "ended on another replica while this one was away", share=False)
 
     def _event(self, pair: _Pair, at: float, event: str, detail: str) -> None:
         pair.history.append({"at": _iso(at), "event": event, "detail": detail})
@@ -429,12 +496,18 @@ class DriftMonitor:
         return {
             "tier": pair.tier.value,
             "source": pair.source,
-            "window": {**figures.to_json(), "maxCalls": self.settings.window_calls,
-                       "maxAgeS": self.settings.window_s},
-            "rates": {fault.value: {"count": count, "rate": round(count / figures.calls, 4) if figures.calls else 0.0,
-                                    "lower": round(lower, 4), "ceiling": ceiling}
-                      for fault, (count, lower, ceiling)
-                      in rates(figures, self.settings.ceilings_for(pair.tier), self._z).items()},
+            "window": {**figures.to_json(), "maxCalls": self.settings.window_calls, "maxAgeS": self.settings.window_s},
+            "rates": {
+                fault.value: {
+                    "count": count,
+                    "rate": round(count / figures.calls, 4) if figures.calls else 0.0,
+                    "lower": round(lower, 4),
+                    "ceiling": ceiling,
+                }
+                for fault, (count, lower, ceiling) in rates(
+                    figures, self.settings.ceilings_for(pair.tier), self._z
+                ).items()
+            },
             "drifting": bool(pair.drifting),
             "demoted": demotion.to_json() if demotion is not None else None,
             "history": list(pair.history),

@@ -65,7 +65,7 @@ class AnswerInvalid(GatekeeperError, ValueError):
 class ToolChoiceBlocked(GatekeeperError, ValueError):
     """`tool_choice` forces a tool the model's tier does not allow."""
 
-    def __init__(self, tool: str, required: "Tier", tier: "Tier", source: str = "") -> None:
+    def __init__(self, tool: str, required: Tier, tier: Tier, source: str = "") -> None:
         super().__init__(
             f"tool_choice forces tool {tool!r}, which requires tier {required.value!r}; "
             f"this model's tier is {tier.value!r}"
@@ -85,7 +85,13 @@ class ProxyError(GatekeeperError):
     """An HTTP answer the proxy gives instead of the upstream's: one type, mapped to the client
     protocol's error shape by the app's exception handler (endpoints raise, never build bodies)."""
 
-    def __init__(self, status: int, message: str, code: str | None = None, kind: str = "invalid_request_error",
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.code, self.kind, self.headers = status, message, code, kind, headers or {}

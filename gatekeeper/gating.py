@@ -18,8 +18,17 @@ from cachetools import Cache
 from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
 from gatekeeper.tiers import Tier
 
-__all__ = ["Gated", "RequestInvalid", "ToolChoiceBlocked", "ToolPolicy", "allowed_names", "enforce_choice",
-           "enforce_message", "gate_request", "tool_name"]
+__all__ = [
+    "Gated",
+    "RequestInvalid",
+    "ToolChoiceBlocked",
+    "ToolPolicy",
+    "allowed_names",
+    "enforce_choice",
+    "enforce_message",
+    "gate_request",
+    "tool_name",
+]
 
 
 class ToolPolicy:
@@ -98,8 +107,10 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
     """
     _refuse_nested_tools(body)
     gated = Gated()
-    for field_name, choice_name, name_of in (("tools", "tool_choice", tool_name),
-                                             ("functions", "function_call", _legacy_name)):
+    for field_name, choice_name, name_of in (
+        ("tools", "tool_choice", tool_name),
+        ("functions", "function_call", _legacy_name),
+    ):
         items = body.get(field_name)
         offered: list[str] = []
         kept: list[Any] = []
@@ -129,7 +140,9 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
     return gated
 
 
-def _gate_choice(body: dict[str, Any], where: str, tier: Tier, policy: ToolPolicy, none_left: bool, hidden: list[str]) -> None:
+def _gate_choice(
+    body: dict[str, Any], where: str, tier: Tier, policy: ToolPolicy, none_left: bool, hidden: list[str]
+) -> None:
     choice = body.get(where)
     if choice is None:
         return
@@ -165,7 +178,9 @@ def _forced_name(choice: dict[str, Any], where: str) -> str:
     return name
 
 
-def _gate_allowed_tools(body: dict[str, Any], where: str, choice: dict[str, Any], tier: Tier, policy: ToolPolicy) -> None:
+def _gate_allowed_tools(
+    body: dict[str, Any], where: str, choice: dict[str, Any], tier: Tier, policy: ToolPolicy
+) -> None:
     spec = choice.get("allowed_tools")
     if not isinstance(spec, dict) or not isinstance(spec.get("tools"), list):
         raise RequestInvalid(f"'{where}.allowed_tools.tools' must be an array")
@@ -203,8 +218,10 @@ def _refuse_nested_tools(body: dict[str, Any]) -> None:
     for key in kwargs:
         lowered = str(key).lower()
         if "tool" in lowered or "function" in lowered:
-            raise RequestInvalid(f"'chat_template_kwargs.{key}' is refused: a template variable that carries "
-                                 "tools is not gated; send tools in 'tools'")
+            raise RequestInvalid(
+                f"'chat_template_kwargs.{key}' is refused: a template variable that carries "
+                "tools is not gated; send tools in 'tools'"
+            )
 
 
 def allowed_names(body: dict[str, Any]) -> set[str]:
@@ -245,8 +262,11 @@ def call_name(call: Any) -> str | None:
     names nothing or names two different things (a reader could take either)."""
     if not isinstance(call, dict):
         return None
-    names = {inner["name"] for key in ("function", "custom") if isinstance(inner := call.get(key), dict)
-             and isinstance(inner.get("name"), str)}
+    names = {
+        inner["name"]
+        for key in ("function", "custom")
+        if isinstance(inner := call.get(key), dict) and isinstance(inner.get("name"), str)
+    }
     return names.pop() if len(names) == 1 else None
 
 
@@ -256,7 +276,11 @@ def enforce_choice(choice: dict[str, Any], allowed: set[str] | dict[str, Any]) -
     if not isinstance(message, dict):
         return []
     removed = enforce_message(message, allowed)
-    if (removed and not message.get("tool_calls") and not message.get("function_call")
-            and choice.get("finish_reason") in ("tool_calls", "function_call")):
+    if (
+        removed
+        and not message.get("tool_calls")
+        and not message.get("function_call")
+        and choice.get("finish_reason") in ("tool_calls", "function_call")
+    ):
         choice["finish_reason"] = "stop"
     return removed

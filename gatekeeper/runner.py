@@ -138,12 +138,20 @@ def recommend(profiles: list[Profile]) -> str | None:
     return candidates[0].reasoning_effort
 
 
-async def run_test(backend: Backend, model: str, test: BenchTest, effort: str | None, settings: RunSettings,
-                   progress: Progress | None = None) -> TestRun:
+async def run_test(
+    backend: Backend,
+    model: str,
+    test: BenchTest,
+    effort: str | None,
+    settings: RunSettings,
+    progress: Progress | None = None,
+) -> TestRun:
     """Play a test's steps as one conversation. A `toolResult` answers the previous step's first
     tool call; when there is none the chain is broken and the remaining steps are not played."""
     run = TestRun(test)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
+    messages: list[dict[str, Any]] = (
+        [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
+    )
     for i, step in enumerate(test.all_steps):
         if i > 0:
             previous = run.answers[-1]
@@ -155,9 +163,19 @@ async def run_test(backend: Backend, model: str, test: BenchTest, effort: str | 
                     break
                 call = previous.tool_calls[0]
                 # content "" rather than null: llama.cpp's server rejects a null assistant content.
-                messages.append({"role": "assistant", "content": previous.content, "tool_calls": [
-                    {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-                ]})
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": previous.content,
+                        "tool_calls": [
+                            {
+                                "id": call.id,
+                                "type": "function",
+                                "function": {"name": call.name, "arguments": call.arguments},
+                            }
+                        ],
+                    }
+                )
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": step.tool_result})
             else:
                 messages.append({"role": "assistant", "content": previous.content})
@@ -200,14 +218,15 @@ def inconclusive_reason(runs: list[TestRun]) -> str | None:
     answers = [a for run in runs for a in run.answers]
     empty = sum(1 for a in answers if a.empty_by_length)
     if answers and empty / len(answers) >= INCONCLUSIVE_FRACTION:
-        return (f"{empty} of {len(answers)} answers were empty and cut at the token limit (finish_reason "
-                f"'length'): a reasoning model spending bench.max_tokens on thinking looks like this; "
-                f"raise bench.max_tokens. Nothing stored")
+        return (
+            f"{empty} of {len(answers)} answers were empty and cut at the token limit (finish_reason "
+            f"'length'): a reasoning model spending bench.max_tokens on thinking looks like this; "
+            f"raise bench.max_tokens. Nothing stored"
+        )
     return None
 
 
-def build_profile(model: str, provider: str, suite: Suite, level: Level, thresholds: Thresholds,
-                  seed: int) -> Profile:
+def build_profile(model: str, provider: str, suite: Suite, level: Level, thresholds: Thresholds, seed: int) -> Profile:
     runs = [run for sample in level.samples for run in sample]
     found = estimates(per_test_scores(level.samples), CATEGORIES)
     _, tier = decide_tier(found, thresholds)
@@ -231,8 +250,9 @@ def build_profile(model: str, provider: str, suite: Suite, level: Level, thresho
         tested_at=datetime.now(UTC).isoformat(timespec="seconds"),
         benchmark_version=suite.version,
         tests_hash=suite.hash,
-        test_results=[TestResult(name=n, category=categories[n], score=round(sum(s) / len(s), 4))
-                      for n, s in test_scores.items()],
+        test_results=[
+            TestResult(name=n, category=categories[n], score=round(sum(s) / len(s), 4)) for n, s in test_scores.items()
+        ],
         reasoning_effort=level.effort,
         avg_completion_tokens=round(tokens / calls, 1) if calls else 0.0,
         effort_applied=all(run.effort_applied for run in runs),
@@ -246,9 +266,14 @@ def build_profile(model: str, provider: str, suite: Suite, level: Level, thresho
 def _signature(level: Level, samples: int) -> list[list[tuple[Any, ...]]]:
     """What must match for two levels to count as the same behaviour: texts, calls, tokens."""
     return [
-        sorted((run.test.name, run.completion_tokens,
-                tuple((a.content, tuple((c.name, c.arguments) for c in a.tool_calls)) for a in run.answers))
-               for run in sample)
+        sorted(
+            (
+                run.test.name,
+                run.completion_tokens,
+                tuple((a.content, tuple((c.name, c.arguments) for c in a.tool_calls)) for a in run.answers),
+            )
+            for run in sample
+        )
         for sample in level.samples[:samples]
     ]
 
@@ -312,11 +337,18 @@ async def sweep(
             if level.inconclusive:
                 return
             if 2 <= len(level.samples) < wanted and settled(
-                    estimates(per_test_scores(level.samples), CATEGORIES), settings.thresholds):
+                estimates(per_test_scores(level.samples), CATEGORIES), settings.thresholds
+            ):
                 calls = sum(len(run.answers) for sample in level.samples for run in sample)
                 level.calls_saved = round(calls / len(level.samples) * (wanted - len(level.samples)))
-                log.info("sampling_stopped", model=model, effort=level.effort, samples=len(level.samples),
-                         of=wanted, calls_saved=level.calls_saved)
+                log.info(
+                    "sampling_stopped",
+                    model=model,
+                    effort=level.effort,
+                    samples=len(level.samples),
+                    of=wanted,
+                    calls_saved=level.calls_saved,
+                )
                 return
 
     levels = [Level(effort) for effort in efforts]
@@ -336,15 +368,26 @@ async def sweep(
         if ignored and level.effort != DEFAULT_EFFORT:
             profile = profile.model_copy(update={"effort_applied": False})
         profiles.append(profile)
-        log.info("profile_measured", model=model, effort=profile.reasoning_effort, tier=profile.tier.value,
-                 scores=profile.scores, intervals=profile.score_intervals, samples=len(level.samples),
-                 tokens_per_second=profile.tokens_per_second)
+        log.info(
+            "profile_measured",
+            model=model,
+            effort=profile.reasoning_effort,
+            tier=profile.tier.value,
+            scores=profile.scores,
+            intervals=profile.score_intervals,
+            samples=len(level.samples),
+            tokens_per_second=profile.tokens_per_second,
+        )
     for level in levels:
         if level.inconclusive:
             log.error("measurement_inconclusive", model=model, effort=level.effort, reason=level.inconclusive)
     if ignored:
-        log.warning("effort_ignored", model=model, efforts=[level.effort for level in conclusive],
-                    reason="identical answers and completion tokens at every level")
+        log.warning(
+            "effort_ignored",
+            model=model,
+            efforts=[level.effort for level in conclusive],
+            reason="identical answers and completion tokens at every level",
+        )
     return Measured(
         profiles=profiles,
         inconclusive={level.effort: level.inconclusive for level in levels if level.inconclusive},
@@ -353,4 +396,3 @@ async def sweep(
         calls_saved=sum(level.calls_saved for level in levels),
         seed=seed,
     )
-

@@ -47,7 +47,7 @@ class SSEParser:
                 chunk = chunk[1:]
         if b"\n" not in chunk and b"\r" not in chunk:
             self._buf.append(chunk)  # no line ends here: kept without rescanning (a long line in
-            return []                # tiny chunks stays linear)
+            return []  # tiny chunks stays linear)
         buf = b"".join((*self._buf, chunk)) if self._buf else chunk
         if b"\r" in buf:
             # Normalise to LF. The retained tail never holds a CR, so this is idempotent.
@@ -87,7 +87,7 @@ class SSEParser:
         if colon < 0:
             name, value = line, b""
         else:
-            name, value = line[:colon], line[colon + 1:]
+            name, value = line[:colon], line[colon + 1 :]
             if value[:1] == b" ":
                 value = value[1:]
         if name == b"data":

@@ -29,16 +29,40 @@ Category = Literal["instruction", "json", "toolCalling"]
 CATEGORIES: tuple[Category, ...] = ("instruction", "json", "toolCalling")
 
 CheckType = Literal[
-    "word_count", "line_count", "first_word", "last_word",
-    "contains", "not_contains", "regex", "not_regex", "not_empty",
-    "json_valid", "json_path_equals", "json_path_type", "json_path_length",
-    "tool_called", "tool_not_called", "tool_arg_equals", "tool_arg_regex",
+    "word_count",
+    "line_count",
+    "first_word",
+    "last_word",
+    "contains",
+    "not_contains",
+    "regex",
+    "not_regex",
+    "not_empty",
+    "json_valid",
+    "json_path_equals",
+    "json_path_type",
+    "json_path_length",
+    "tool_called",
+    "tool_not_called",
+    "tool_arg_equals",
+    "tool_arg_regex",
 ]
 
 _NEEDS_VALUE = {
-    "word_count", "line_count", "first_word", "last_word", "contains", "not_contains",
-    "regex", "not_regex", "json_path_equals", "json_path_type", "json_path_length",
-    "tool_called", "tool_arg_equals", "tool_arg_regex",
+    "word_count",
+    "line_count",
+    "first_word",
+    "last_word",
+    "contains",
+    "not_contains",
+    "regex",
+    "not_regex",
+    "json_path_equals",
+    "json_path_type",
+    "json_path_length",
+    "tool_called",
+    "tool_arg_equals",
+    "tool_arg_regex",
 }
 _NEEDS_PATH = {"json_path_equals", "json_path_type", "json_path_length"}
 _NEEDS_ARG = {"tool_arg_equals", "tool_arg_regex"}
@@ -183,8 +207,7 @@ class Suite:
         if not self.templates:
             return self.tests
         return tuple(
-            instantiate(self.templates[t.name], t.name, f"{seed}/{sample}/{t.name}") if t.name in self.templates
-            else t
+            instantiate(self.templates[t.name], t.name, f"{seed}/{sample}/{t.name}") if t.name in self.templates else t
             for t in self.tests
         )
 

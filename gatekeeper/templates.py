@@ -67,7 +67,8 @@ class VarSpec(BaseModel):
     @property
     def is_int(self) -> bool:
         return self.int_range is not None or (
-            self.choice is not None and all(isinstance(v, int) and not isinstance(v, bool) for v in self.choice))
+            self.choice is not None and all(isinstance(v, int) and not isinstance(v, bool) for v in self.choice)
+        )
 
     def draw(self, rng: random.Random, taken: set[str]) -> Any:
         """One value; a string value avoids `taken` (values of earlier variables of the file)."""
@@ -86,8 +87,10 @@ class VarSpec(BaseModel):
 
     def _id(self, rng: random.Random) -> str:
         assert self.id is not None
-        return "".join(rng.choice(string.digits) if c == "#" else rng.choice(string.ascii_uppercase) if c == "?"
-                       else c for c in self.id)
+        return "".join(
+            rng.choice(string.digits) if c == "#" else rng.choice(string.ascii_uppercase) if c == "?" else c
+            for c in self.id
+        )
 
     def _word(self, rng: random.Random) -> str:
         assert self.word is not None
@@ -114,7 +117,7 @@ class Template:
             if not _NAME.match(name):
                 raise TemplateError(f"vars.{name}: a variable name is letters, digits and '_'")
             if not isinstance(spec, dict):
-                raise TemplateError(f"vars.{name}: expected an object such as {{\"int\": [1, 9]}}")
+                raise TemplateError(f'vars.{name}: expected an object such as {{"int": [1, 9]}}')
             try:
                 specs[name] = VarSpec.model_validate(spec)
             except ValidationError as exc:
@@ -170,8 +173,9 @@ def _render(value: Any, values: dict[str, Any], where: str) -> Any:
             return _evaluate(whole.group(1), values)
         return _PLACEHOLDER.sub(lambda m: _text(_evaluate(m.group(1), values)), value)
     if isinstance(value, dict):
-        return {k: v if (where == "" and k in _FIXED_KEYS) else _render(v, values, f"{where}.{k}")
-                for k, v in value.items()}
+        return {
+            k: v if (where == "" and k in _FIXED_KEYS) else _render(v, values, f"{where}.{k}") for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_render(item, values, where) for item in value]
     return value
@@ -204,8 +208,7 @@ def _parse(expression: str, where: str) -> ast.expr:
             continue
         if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
             continue
-        raise TemplateError(f"{where}: template '{{{{{expression}}}}}' may only use variables, integers "
-                            f"and + - * // %")
+        raise TemplateError(f"{where}: template '{{{{{expression}}}}}' may only use variables, integers and + - * // %")
     return tree
 
 
@@ -218,8 +221,10 @@ def _names(expression: str, specs: dict[str, VarSpec], where: str) -> set[str]:
     if not isinstance(tree, ast.Name):
         for name in sorted(names):
             if not specs[name].is_int:
-                raise TemplateError(f"{where}: template '{{{{{expression}}}}}' does arithmetic on variable "
-                                    f"{name!r}, which is not an integer")
+                raise TemplateError(
+                    f"{where}: template '{{{{{expression}}}}}' does arithmetic on variable "
+                    f"{name!r}, which is not an integer"
+                )
     return names
 
 

@@ -228,9 +228,7 @@ def _explain(error: ValidationError) -> str:
     if error.validator == "additionalProperties" and expected is False and isinstance(instance, dict):
         known = schema.get("properties") or {}
         patterns = schema.get("patternProperties") or {}
-        extra = next(
-            key for key in instance if key not in known and not any(re.search(p, key) for p in patterns)
-        )
+        extra = next(key for key in instance if key not in known and not any(re.search(p, key) for p in patterns))
         return f"unknown argument {_path([*error.absolute_path, extra])!r} (expected: {', '.join(known) or 'none'})"
     return f"{label}: {error.message}"
 

@@ -59,5 +59,5 @@ def strip_reasoning(content: str) -> str:
         text = text[: opening.start()]
     closings = list(_THINK_CLOSE.finditer(text))
     if closings:
-        text = text[closings[-1].end():]
+        text = text[closings[-1].end() :]
     return text.strip() if text != content else content

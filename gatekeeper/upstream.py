@@ -31,8 +31,22 @@ from gatekeeper.errors import ProxyError
 # Headers that describe one hop, or that the client library recomputes: never copied across the
 # proxy, either way. `x-request-id` stays here too: some servers (llama.cpp's) reject ids that
 # are not UUIDs.
-HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
-                 "proxy-authorization", "proxy-connection", "accept-encoding", "content-encoding", "trailer"})
+HOP = frozenset(
+    {
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "upgrade",
+        "proxy-authorization",
+        "proxy-connection",
+        "accept-encoding",
+        "content-encoding",
+        "trailer",
+    }
+)
 _HOP_BYTES = frozenset(h.encode() for h in HOP) | {b"x-request-id", b"content-type"}
 
 # What reading an answer raises when the transfer breaks (reset, early end, read timeout).
@@ -79,9 +93,14 @@ class UpstreamPool:
             connector=aiohttp.TCPConnector(limit=upstream.max_connections, limit_per_host=0),
             # The same limits as the httpx client had: `connect` covers waiting for a pooled
             # connection, `sock_read` is the longest silence while an answer is read.
-            timeout=aiohttp.ClientTimeout(total=None, connect=upstream.timeout_s, sock_connect=10.0,
-                                          sock_read=upstream.timeout_s),
-            cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=True, raise_for_status=False, trust_env=False)
+            timeout=aiohttp.ClientTimeout(
+                total=None, connect=upstream.timeout_s, sock_connect=10.0, sock_read=upstream.timeout_s
+            ),
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=True,
+            raise_for_status=False,
+            trust_env=False,
+        )
         self._proxy = _env_proxy(upstream.base_url)  # read once, as httpx did: not per request
         self._urls: dict[str, URL] = {}
 
@@ -114,8 +133,9 @@ class UpstreamPool:
             headers.append(("content-type", "application/json"))
         return headers
 
-    async def send(self, method: str, path: str, headers: list[tuple[str, str]],
-                   content: bytes | None = None) -> UpstreamResponse:
+    async def send(
+        self, method: str, path: str, headers: list[tuple[str, str]], content: bytes | None = None
+    ) -> UpstreamResponse:
         """Send and return the streaming response (the caller closes it). Sent once more when a
         pooled connection turns out to be dead before any answer arrived (llama.cpp's server, for
         one, closes a connection after a failed stream). 504 on timeout, 502 when unreachable."""
@@ -130,14 +150,20 @@ class UpstreamPool:
             raise ProxyError(504, f"upstream {self.base_url} timed out", "upstream_timeout", "upstream_error") from None
         except aiohttp.ClientError as exc:
             metrics.UPSTREAM_ERRORS.labels("unreachable").inc()
-            raise ProxyError(502, f"upstream {self.base_url} unreachable: {type(exc).__name__}",
-                             "upstream_unreachable", "upstream_error") from None
+            raise ProxyError(
+                502,
+                f"upstream {self.base_url} unreachable: {type(exc).__name__}",
+                "upstream_unreachable",
+                "upstream_error",
+            ) from None
         return UpstreamResponse(response)
 
-    def _request(self, method: str, url: URL, headers: list[tuple[str, str]],
-                 content: bytes | None) -> Awaitable[aiohttp.ClientResponse]:
-        return self._session.request(method, url, headers=headers, data=content, allow_redirects=False,
-                                     proxy=self._proxy)
+    def _request(
+        self, method: str, url: URL, headers: list[tuple[str, str]], content: bytes | None
+    ) -> Awaitable[aiohttp.ClientResponse]:
+        return self._session.request(
+            method, url, headers=headers, data=content, allow_redirects=False, proxy=self._proxy
+        )
 
     async def read(self, response: UpstreamResponse) -> bytes:
         """The whole (decoded) body, at most `max_response_bytes`; closes the response."""
@@ -149,13 +175,18 @@ class UpstreamPool:
                 size += len(chunk)
                 if size > limit:
                     metrics.UPSTREAM_ERRORS.labels("too_large").inc()
-                    raise ProxyError(502, f"upstream answer exceeds max_response_bytes ({limit})",
-                                     "upstream_too_large", "upstream_error")
+                    raise ProxyError(
+                        502,
+                        f"upstream answer exceeds max_response_bytes ({limit})",
+                        "upstream_too_large",
+                        "upstream_error",
+                    )
                 chunks.append(chunk)
         except TransferError as exc:
             metrics.UPSTREAM_ERRORS.labels("read").inc()
-            raise ProxyError(502, f"upstream answer broke off: {type(exc).__name__}", "upstream_incomplete",
-                             "upstream_error") from None
+            raise ProxyError(
+                502, f"upstream answer broke off: {type(exc).__name__}", "upstream_incomplete", "upstream_error"
+            ) from None
         finally:
             await response.aclose()
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -39,8 +39,14 @@ from gatekeeper.tiers import Tier
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def gated(gk: Gatekeeper, fn: F | None = None, *, name_of: Callable[[Any], str] | None = None,
-          model_arg: str = "model", effort_arg: str = "effort") -> Any:
+def gated(
+    gk: Gatekeeper,
+    fn: F | None = None,
+    *,
+    name_of: Callable[[Any], str] | None = None,
+    model_arg: str = "model",
+    effort_arg: str = "effort",
+) -> Any:
     """Wrap `fn` (sync or async, returning a list of tools) so it returns only the allowed tools.
 
     Tools may be OpenAI schemas (`{"type": "function", "function": {"name": ...}}`), legacy
@@ -58,6 +64,7 @@ def gated(gk: Gatekeeper, fn: F | None = None, *, name_of: Callable[[Any], str] 
         return [t for t in tools if gk.policy.allows(tier, name(t))]
 
     if _is_async(fn):
+
         @functools.wraps(fn)
         async def gated_async(*args: Any, **kwargs: Any) -> Any:
             model, effort = locate(args, kwargs)
@@ -89,7 +96,9 @@ def default_tool_name(tool: Any) -> str:
     raise TypeError(f"cannot tell the name of tool {tool!r}: pass name_of= to gated()")
 
 
-def _argument_finder(fn: Callable[..., Any], model_arg: str, effort_arg: str) -> Callable[[tuple[Any, ...], dict[str, Any]], tuple[str, str | None]]:
+def _argument_finder(
+    fn: Callable[..., Any], model_arg: str, effort_arg: str
+) -> Callable[[tuple[Any, ...], dict[str, Any]], tuple[str, str | None]]:
     try:
         signature: inspect.Signature | None = inspect.signature(fn)
     except (TypeError, ValueError):  # some builtins and C callables have none
@@ -104,8 +113,10 @@ def _argument_finder(fn: Callable[..., Any], model_arg: str, effort_arg: str) ->
         if model is None and args and model_arg not in named:
             model = args[0]
         if not isinstance(model, str) or not model:
-            raise TypeError(f"gated {getattr(fn, '__qualname__', fn)!r}: cannot find the model name; pass it as "
-                            f"{model_arg}= or as the first argument")
+            raise TypeError(
+                f"gated {getattr(fn, '__qualname__', fn)!r}: cannot find the model name; pass it as "
+                f"{model_arg}= or as the first argument"
+            )
         effort = named.get(effort_arg)
         return model, effort if isinstance(effort, str) else None
 
@@ -118,6 +129,7 @@ def _is_async(fn: Any) -> bool:
 
 
 # -- one request body of a client protocol ---------------------------------------------------
+
 
 def _codec(protocol: str) -> Any:
     from gatekeeper import protocols
@@ -155,6 +167,7 @@ async def agate_body(gk: Gatekeeper, protocol: str, body: dict[str, Any]) -> tup
 
 # -- pydantic-ai ----------------------------------------------------------------------------
 
+
 def gated_prepare_tools(gk: Gatekeeper, effort: str | None = None) -> Callable[..., Any]:
     """A pydantic-ai `ToolsPrepareFunc` (`(ctx: RunContext, tool_defs) -> tool_defs`): keeps the
     tool definitions the tier of `ctx.model.model_name` at `effort` allows. Without `effort`, the
@@ -176,6 +189,7 @@ def gated_prepare_tools(gk: Gatekeeper, effort: str | None = None) -> Callable[.
 
 
 # -- OpenAI Agents SDK ----------------------------------------------------------------------
+
 
 def gate_agent(gk: Gatekeeper, agent: Any) -> Any:
     """A clone of an OpenAI Agents SDK `Agent` whose function tools are enabled only when the tier
@@ -199,6 +213,7 @@ def gate_agent(gk: Gatekeeper, agent: Any) -> Any:
                 return original
             result = original(ctx, current)
             return bool(await result) if inspect.isawaitable(result) else bool(result)
+
         return is_enabled
 
     tier = gk.resolve(model, effort).tier

@@ -27,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gatekeeper.localmodel import LocalModelServer  # noqa: E402
+from gatekeeper.localmodel import LocalModelServer
 
 SYSTEM = "You are a helpful assistant. Use a function when one fits the request."
 WEATHER_TOOL = {
@@ -115,7 +115,10 @@ def rendered_prompts(messages: list[dict[str, Any]], **kwargs: Any) -> list[str]
             # For tool_choice=auto: choose "message" so the handler stops after 2 calls.
             text = "message:" if len(self.prompts) == 1 else ""
             return {
-                "id": "cmpl-stub", "object": "text_completion", "created": 0, "model": "stub",
+                "id": "cmpl-stub",
+                "object": "text_completion",
+                "created": 0,
+                "model": "stub",
                 "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
             }
@@ -136,19 +139,27 @@ def probe_speed(client: httpx.Client, runs: int = 3) -> dict[str, Any]:
         # Chat requests end at the "<|im_end|>" stop *string*, which min_tokens (an EOS
         # mask) cannot hold back; the plain completions endpoint runs the same model.
         started = time.monotonic()
-        response = client.post("/completions", json={
-            "prompt": f"Chapter {i + 1}. Once upon a time, a cat named Tom",
-            "max_tokens": 128, "min_tokens": 128, "temperature": 0,
-        })
+        response = client.post(
+            "/completions",
+            json={
+                "prompt": f"Chapter {i + 1}. Once upon a time, a cat named Tom",
+                "max_tokens": 128,
+                "min_tokens": 128,
+                "temperature": 0,
+            },
+        )
         elapsed = time.monotonic() - started
         data = response.json()
         tokens = data["usage"]["completion_tokens"]
-        results.append({
-            "seconds": round(elapsed, 2), "completion_tokens": tokens,
-            "prompt_tokens": data["usage"]["prompt_tokens"],
-            "tokens_per_second": round(tokens / elapsed, 1),
-            "finish_reason": data["choices"][0]["finish_reason"],
-        })
+        results.append(
+            {
+                "seconds": round(elapsed, 2),
+                "completion_tokens": tokens,
+                "prompt_tokens": data["usage"]["prompt_tokens"],
+                "tokens_per_second": round(tokens / elapsed, 1),
+                "finish_reason": data["choices"][0]["finish_reason"],
+            }
+        )
     typical = []
     for user in ("What is 2+2?", "Name three colors.", "Say hello."):
         data, elapsed, _ = chat(client, messages=msgs(user, None), max_tokens=128, temperature=0)
@@ -173,16 +184,18 @@ def probe_default_temperature(client: httpx.Client, n: int = 12) -> dict[str, An
     for label, extra in {"unset": {}, "0.8": {"temperature": 0.8}, "0.2": {"temperature": 0.2}}.items():
         texts = [chat(client, **base, **extra)[0]["choices"][0]["message"]["content"] for _ in range(n)]
         stats[label] = {
-            "distinct_outputs": len(set(texts)), "equal_to_greedy": sum(t == greedy for t in texts),
+            "distinct_outputs": len(set(texts)),
+            "equal_to_greedy": sum(t == greedy for t in texts),
             "samples": texts[:4],
         }
-    seeded = [
-        chat(client, **base, temperature=0.8, seed=7)[0]["choices"][0]["message"]["content"]
-        for _ in range(3)
-    ]
+    seeded = [chat(client, **base, temperature=0.8, seed=7)[0]["choices"][0]["message"]["content"] for _ in range(3)]
     return {
-        "openapi_default": published, "greedy": greedy, "runs_each": n, "stats": stats,
-        "same_seed_three_runs": seeded, "seed_respected": len(set(seeded)) == 1,
+        "openapi_default": published,
+        "greedy": greedy,
+        "runs_each": n,
+        "stats": stats,
+        "same_seed_three_runs": seeded,
+        "seed_respected": len(set(seeded)) == 1,
     }
 
 
@@ -200,19 +213,26 @@ def probe_prompt_rendering(client: httpx.Client) -> dict[str, Any]:
         out[name] = {"tools_in_prompt": "get_weather" in prompt, "prompt": prompt}
 
     history = msgs("What is the weather in Paris?") + [
-        {"role": "assistant", "content": None, "tool_calls": [{
-            "id": "c1", "type": "function",
-            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-        }]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": '{"temp_c": 21}'},
     ]
     prompt = rendered_prompts(history, tools=TOOLS, tool_choice="auto")[0]
     out["multi_turn_tool_result"] = {
         "tool_result_in_prompt": "temp_c" in prompt,
-        "prompt_tail": prompt[prompt.index("<|im_start|>user"):],
+        "prompt_tail": prompt[prompt.index("<|im_start|>user") :],
     }
 
-    quoted = 'He said "yes" & she said \'no\' <ok>'
+    quoted = "He said \"yes\" & she said 'no' <ok>"
     prompt = rendered_prompts(msgs(quoted, None))[0]
     out["html_escape"] = {"message": quoted, "rendered": prompt}
     # The server side: the prompt_tokens it reports match the escaped rendering only.
@@ -249,36 +269,61 @@ def probe_tool_calls(client: httpx.Client) -> dict[str, Any]:
         out[f"auto_{key}"] = {}
         for user in prompts:
             data, elapsed, status = chat(
-                client, messages=msgs(user, system), tools=TOOLS, tool_choice="auto",
-                temperature=0, max_tokens=64,
+                client,
+                messages=msgs(user, system),
+                tools=TOOLS,
+                tool_choice="auto",
+                temperature=0,
+                max_tokens=64,
             )
             out[f"auto_{key}"][user] = {"status": status, "seconds": round(elapsed, 2), **summary(data)}
     data, elapsed, status = chat(
-        client, messages=msgs(USER_WEATHER), tools=TOOLS, tool_choice="auto",
-        temperature=0, max_tokens=64,
+        client,
+        messages=msgs(USER_WEATHER),
+        tools=TOOLS,
+        tool_choice="auto",
+        temperature=0,
+        max_tokens=64,
     )
     out["raw_tool_call_response"] = data
     data, _, status = chat(
-        client, messages=msgs(USER_WEATHER), tools=TOOLS, temperature=0, max_tokens=48,
+        client,
+        messages=msgs(USER_WEATHER),
+        tools=TOOLS,
+        temperature=0,
+        max_tokens=48,
     )
     out["no_tool_choice"] = {"status": status, **summary(data)}
     data, _, status = chat(
-        client, messages=msgs(USER_WEATHER), tools=TOOLS, tool_choice="none",
-        temperature=0, max_tokens=48,
+        client,
+        messages=msgs(USER_WEATHER),
+        tools=TOOLS,
+        tool_choice="none",
+        temperature=0,
+        max_tokens=48,
     )
     out["tool_choice_none"] = {"status": status, **summary(data)}
     for system in (SYSTEM, None):
         data, elapsed, status = chat(
-            client, messages=msgs(USER_WEATHER, system), tools=TOOLS,
+            client,
+            messages=msgs(USER_WEATHER, system),
+            tools=TOOLS,
             tool_choice={"type": "function", "function": {"name": "get_weather"}},
-            temperature=0, max_tokens=64,
+            temperature=0,
+            max_tokens=64,
         )
         out["forced_" + ("system" if system else "no_system")] = {
-            "status": status, "seconds": round(elapsed, 2), **summary(data), "raw": data,
+            "status": status,
+            "seconds": round(elapsed, 2),
+            **summary(data),
+            "raw": data,
         }
     data, _, status = chat(
-        client, messages=msgs(USER_WEATHER), tools=TOOLS,
-        tool_choice={"type": "function", "function": {"name": "no_such_tool"}}, max_tokens=16,
+        client,
+        messages=msgs(USER_WEATHER),
+        tools=TOOLS,
+        tool_choice={"type": "function", "function": {"name": "no_such_tool"}},
+        max_tokens=16,
     )
     out["forced_unknown_tool"] = {"status": status, "body": data}
     return out
@@ -287,8 +332,12 @@ def probe_tool_calls(client: httpx.Client) -> dict[str, Any]:
 def probe_auto_max_tokens(client: httpx.Client) -> dict[str, Any]:
     """With tool_choice=auto the handler passes max_tokens=None to the model."""
     data, elapsed, status = chat(
-        client, messages=msgs("Write a poem about the sea.", None), tools=TOOLS, tool_choice="auto",
-        temperature=0, max_tokens=8,
+        client,
+        messages=msgs("Write a poem about the sea.", None),
+        tools=TOOLS,
+        tool_choice="auto",
+        temperature=0,
+        max_tokens=8,
     )
     return {"requested_max_tokens": 8, "status": status, "seconds": round(elapsed, 2), **summary(data)}
 
@@ -310,8 +359,12 @@ def stream_raw(base_url: str, body: dict[str, Any], timeout: float = 120.0) -> d
         error = f"{type(exc).__name__}: {exc}"
     body_text = "".join(c["bytes"] for c in chunks)
     return {
-        "status": status, "headers": headers, "chunks": chunks, "total_bytes": len(body_text.encode()),
-        "has_done": "[DONE]" in body_text, "client_error": error,
+        "status": status,
+        "headers": headers,
+        "chunks": chunks,
+        "total_bytes": len(body_text.encode()),
+        "has_done": "[DONE]" in body_text,
+        "client_error": error,
         "seconds": round(time.monotonic() - started, 2),
     }
 
@@ -338,54 +391,96 @@ def stream_socket(host: str, port: int, body: dict[str, Any], timeout: float = 6
                 if not block:
                     break
                 received += block
-        except socket.timeout:
+        except TimeoutError:
             ending = f"still open after {timeout}s"
         except ConnectionResetError:
             ending = "reset by server"
     head, _, wire_body = received.partition(b"\r\n\r\n")
     return {
-        "status_line": head.split(b"\r\n", 1)[0].decode(), "body_bytes": wire_body.decode("latin-1"),
-        "ending": ending, "seconds": round(time.monotonic() - started, 2),
+        "status_line": head.split(b"\r\n", 1)[0].decode(),
+        "body_bytes": wire_body.decode("latin-1"),
+        "ending": ending,
+        "seconds": round(time.monotonic() - started, 2),
     }
 
 
 def probe_streaming(server: LocalModelServer) -> dict[str, Any]:
     out: dict[str, Any] = {}
     assert server.port is not None
-    out["auto_tool_call_wire"] = stream_socket(server.host, server.port, {
-        "messages": msgs(USER_WEATHER), "tools": TOOLS, "tool_choice": "auto",
-        "temperature": 0, "max_tokens": 64, "stream": True,
-    })
-    out["auto_message_wire"] = stream_socket(server.host, server.port, {
-        "messages": msgs("Hello, how are you?", None), "tools": TOOLS, "tool_choice": "auto",
-        "temperature": 0, "max_tokens": 64, "stream": True,
-    })
+    out["auto_tool_call_wire"] = stream_socket(
+        server.host,
+        server.port,
+        {
+            "messages": msgs(USER_WEATHER),
+            "tools": TOOLS,
+            "tool_choice": "auto",
+            "temperature": 0,
+            "max_tokens": 64,
+            "stream": True,
+        },
+    )
+    out["auto_message_wire"] = stream_socket(
+        server.host,
+        server.port,
+        {
+            "messages": msgs("Hello, how are you?", None),
+            "tools": TOOLS,
+            "tool_choice": "auto",
+            "temperature": 0,
+            "max_tokens": 64,
+            "stream": True,
+        },
+    )
     log_before = server.log_path.stat().st_size if server.log_path else 0
-    out["auto_tool_call"] = stream_raw(server.base_url, {
-        "messages": msgs(USER_WEATHER), "tools": TOOLS, "tool_choice": "auto",
-        "temperature": 0, "max_tokens": 64, "stream": True,
-    })
+    out["auto_tool_call"] = stream_raw(
+        server.base_url,
+        {
+            "messages": msgs(USER_WEATHER),
+            "tools": TOOLS,
+            "tool_choice": "auto",
+            "temperature": 0,
+            "max_tokens": 64,
+            "stream": True,
+        },
+    )
     time.sleep(0.5)
     if server.log_path:
         with server.log_path.open("rb") as fh:
             fh.seek(log_before)
             out["auto_tool_call"]["server_log"] = fh.read().decode("utf-8", "replace")[-3000:]
-    out["plain"] = stream_raw(server.base_url, {
-        "messages": msgs("Say hi.", None), "temperature": 0, "max_tokens": 8, "stream": True,
-    })
-    out["forced_tool"] = stream_raw(server.base_url, {
-        "messages": msgs(USER_WEATHER), "tools": TOOLS,
-        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
-        "temperature": 0, "max_tokens": 64, "stream": True,
-    })
+    out["plain"] = stream_raw(
+        server.base_url,
+        {
+            "messages": msgs("Say hi.", None),
+            "temperature": 0,
+            "max_tokens": 8,
+            "stream": True,
+        },
+    )
+    out["forced_tool"] = stream_raw(
+        server.base_url,
+        {
+            "messages": msgs(USER_WEATHER),
+            "tools": TOOLS,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "temperature": 0,
+            "max_tokens": 64,
+            "stream": True,
+        },
+    )
     # What the official client makes of the broken stream.
     try:
         import openai
 
         client = openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0)
         stream = client.chat.completions.create(
-            model=server.model, messages=msgs(USER_WEATHER), tools=TOOLS, tool_choice="auto",
-            temperature=0, max_tokens=64, stream=True,
+            model=server.model,
+            messages=msgs(USER_WEATHER),
+            tools=TOOLS,
+            tool_choice="auto",
+            temperature=0,
+            max_tokens=64,
+            stream=True,
         )
         events = [chunk.model_dump() for chunk in stream]
         out["openai_client"] = {"events": events, "error": None}
@@ -396,14 +491,21 @@ def probe_streaming(server: LocalModelServer) -> dict[str, Any]:
 
 def probe_stops(client: httpx.Client) -> dict[str, Any]:
     prompts = [
-        "Say hello.", "What is 2+2?", "Name a fruit.", "Reply with one word: yes or no.",
-        "What is the capital of France?", "Translate 'cat' to French.",
-        "Give me a number between 1 and 10.", "Answer briefly: is water wet?",
-        "Write a haiku about autumn.", "Explain photosynthesis in one sentence.",
+        "Say hello.",
+        "What is 2+2?",
+        "Name a fruit.",
+        "Reply with one word: yes or no.",
+        "What is the capital of France?",
+        "Translate 'cat' to French.",
+        "Give me a number between 1 and 10.",
+        "Answer briefly: is water wet?",
+        "Write a haiku about autumn.",
+        "Explain photosynthesis in one sentence.",
     ]
     reasons = {}
     for label, system, temperature in (
-        ("no_system_t0", None, 0), ("no_system_default_t", None, None),
+        ("no_system_t0", None, 0),
+        ("no_system_default_t", None, None),
         ("system_t0", "You are a helpful assistant. Answer briefly.", 0),
         ("system_default_t", "You are a helpful assistant. Answer briefly.", None),
     ):
@@ -413,11 +515,15 @@ def probe_stops(client: httpx.Client) -> dict[str, Any]:
             if temperature is not None:
                 body["temperature"] = temperature
             data, elapsed, _ = chat(client, **body)
-            reasons[label].append({
-                "prompt": user, "finish_reason": data["choices"][0]["finish_reason"],
-                "completion_tokens": data["usage"]["completion_tokens"], "seconds": round(elapsed, 2),
-                "content": data["choices"][0]["message"]["content"],
-            })
+            reasons[label].append(
+                {
+                    "prompt": user,
+                    "finish_reason": data["choices"][0]["finish_reason"],
+                    "completion_tokens": data["usage"]["completion_tokens"],
+                    "seconds": round(elapsed, 2),
+                    "content": data["choices"][0]["message"]["content"],
+                }
+            )
     counts = {k: sum(r["finish_reason"] == "stop" for r in v) for k, v in reasons.items()}
     return {"results": reasons, "stopped_by_itself": counts, "out_of": len(prompts)}
 
@@ -432,8 +538,10 @@ def main() -> None:
     report: dict[str, Any] = {"cpu_count": os.cpu_count()}
     with LocalModelServer(n_threads=args.n_threads) as server:
         report["server"] = {
-            "cmd": server.command(), "startup_seconds": server.startup_seconds,
-            "model": server.model, "log_path": str(server.log_path),
+            "cmd": server.command(),
+            "startup_seconds": server.startup_seconds,
+            "model": server.model,
+            "log_path": str(server.log_path),
         }
         probes = {
             "speed": probe_speed,

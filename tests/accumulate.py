@@ -32,8 +32,11 @@ def naive_events(raw: bytes) -> list[str]:
     """A careless client: splits on blank LF lines and reads `data: ` lines only."""
     out = []
     for block in raw.split(b"\n\n"):
-        lines = [line[6:] if line.startswith(b"data: ") else line[5:] for line in block.split(b"\n")
-                 if line.startswith(b"data:")]
+        lines = [
+            line[6:] if line.startswith(b"data: ") else line[5:]
+            for line in block.split(b"\n")
+            if line.startswith(b"data:")
+        ]
         if lines:
             out.append(b"\n".join(lines).decode("utf-8", "replace"))
     return out

@@ -44,21 +44,21 @@ PERFECT: dict[str, list[Message]] = {
     "one_word_answer": [_say("Paris")],
     "json_inventory_selection": [_json({"low_stock": ["washers", "nuts", "rivets"], "total": 550})],
     "json_nested_extraction": [
-        _json({
-            "name": "orders-db",
-            "version": 14.2,
-            "replicas": 3,
-            "backups": True,
-            "encryption": False,
-            "users": [
-                {"name": "admin", "roles": ["read", "write"]},
-                {"name": "report", "roles": ["read"]},
-            ],
-        })
+        _json(
+            {
+                "name": "orders-db",
+                "version": 14.2,
+                "replicas": 3,
+                "backups": True,
+                "encryption": False,
+                "users": [
+                    {"name": "admin", "roles": ["read", "write"]},
+                    {"name": "report", "roles": ["read"]},
+                ],
+            }
+        )
     ],
-    "json_strict_types": [
-        _json({"count": 3, "ratio": 0.5, "enabled": True, "label": "3", "tags": [], "parent": None})
-    ],
+    "json_strict_types": [_json({"count": 3, "ratio": 0.5, "enabled": True, "label": "3", "tags": [], "parent": None})],
     "json_string_escaping": [_json({"speaker": "Ada", "quote": 'She said "yes" to the plan.'})],
     "tool_chain_distractor_ids": [
         _call("find_customer", name="Anna Berg"),
@@ -79,25 +79,29 @@ PERFECT: dict[str, list[Message]] = {
     "frase_8_parole": [_say("Il cielo di questa sera sembra molto blu.")],
     "lista_vincoli_negativi": [_say("verde\ngiallo\nblu")],
     "json_prodotti": [
-        _json({
-            "economici": [
-                {"nome": "matita", "prezzo": 1},
-                {"nome": "penna", "prezzo": 2},
-                {"nome": "quaderno", "prezzo": 5},
-            ],
-            "spesa_totale": 56,
-        })
+        _json(
+            {
+                "economici": [
+                    {"nome": "matita", "prezzo": 1},
+                    {"nome": "penna", "prezzo": 2},
+                    {"nome": "quaderno", "prezzo": 5},
+                ],
+                "spesa_totale": 56,
+            }
+        )
     ],
     "json_annidato": [
-        _json({
-            "host": "api.example.com",
-            "port": 8080,
-            "ssl": True,
-            "endpoints": [
-                {"path": "/auth", "method": "POST", "requires_auth": False},
-                {"path": "/users", "method": "GET", "requires_auth": True},
-            ],
-        })
+        _json(
+            {
+                "host": "api.example.com",
+                "port": 8080,
+                "ssl": True,
+                "endpoints": [
+                    {"path": "/auth", "method": "POST", "requires_auth": False},
+                    {"path": "/users", "method": "GET", "requires_auth": True},
+                ],
+            }
+        )
     ],
     "catena_tool_distrattori": [
         _call("find_user", name="Maria Rossi"),
@@ -128,8 +132,9 @@ PERFECT_RANDOM: dict[str, list[Callable[[dict[str, Any]], Message]]] = {
     ],
     "made_up_word_repeated": [lambda v: _say(" ".join([v["w"]] * v["k"]))],
     "json_inventory_random": [
-        lambda v: _json({"low_stock": [v["low1"], v["low2"], v["low3"]],
-                         "total": v["s1"] + v["s2"] + v["s3"] + v["h1"] + v["h2"]}),
+        lambda v: _json(
+            {"low_stock": [v["low1"], v["low2"], v["low3"]], "total": v["s1"] + v["s2"] + v["s3"] + v["h1"] + v["h2"]}
+        ),
     ],
     "tool_chain_random_ids": [
         lambda v: _call("find_customer", name=f"{v['first']} {v['last']}"),

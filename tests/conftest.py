@@ -43,6 +43,7 @@ T = TypeVar("T")
 
 # -- tools ---------------------------------------------------------------------------------
 
+
 def tool(name: str, parameters: dict | None = None, **params: str) -> dict:
     """An OpenAI function tool: `parameters` as given, else built from `params` (each a required
     parameter and its JSON type)."""
@@ -50,13 +51,15 @@ def tool(name: str, parameters: dict | None = None, **params: str) -> dict:
         parameters = {"type": "object", "properties": {p: {"type": t} for p, t in params.items()}}
         if params:
             parameters["required"] = list(params)
-    return {"type": "function", "function": {"name": name, "description": f"the {name} tool",
-                                             "parameters": parameters}}
+    return {"type": "function", "function": {"name": name, "description": f"the {name} tool", "parameters": parameters}}
 
 
 # Under settings_for's rules: read_file is small, write_file medium, execute_command large.
-TOOLS = [tool("read_file", path="string"), tool("write_file", path="string", content="string"),
-         tool("execute_command", command="string")]
+TOOLS = [
+    tool("read_file", path="string"),
+    tool("write_file", path="string", content="string"),
+    tool("execute_command", command="string"),
+]
 
 
 def names(tools: list[dict] | None) -> list[str] | None:
@@ -72,11 +75,16 @@ def sent_tools(upstream: ScriptedServer) -> list[str] | None:
 def metric(proxy_url: str, name: str) -> float:
     """The value of an unlabelled sample on the proxy's `/metrics` (a counter's `_total`), 0 if absent."""
     text = httpx.get(proxy_url + "/metrics", timeout=10).text
-    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
-               if sample.name == name and not sample.labels)
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and not sample.labels
+    )
 
 
 # -- waiting for background work -----------------------------------------------------------
+
 
 def wait_until(condition: Callable[[], T], what: str, timeout_s: float = 20.0) -> T:
     """Poll `condition` until it returns something truthy, and return that; fail naming `what`.
@@ -94,10 +102,12 @@ def wait_until(condition: Callable[[], T], what: str, timeout_s: float = 20.0) -
         time.sleep(0.02)
 
 
-def wait_serving(url: str, process: subprocess.Popen[Any], timeout_s: float = 60.0,
-                 log: Callable[[], str] | None = None) -> None:
+def wait_serving(
+    url: str, process: subprocess.Popen[Any], timeout_s: float = 60.0, log: Callable[[], str] | None = None
+) -> None:
     """Wait until GET `url` answers 200 from a server `process` started; fail at once, with the
     end of its log (`log()`, else its stderr), if the process exits first."""
+
     def up() -> bool:
         if process.poll() is not None:
             output = log() if log else (process.communicate()[1] or "")
@@ -132,26 +142,39 @@ def default_suite() -> Suite:
 
 def make_profile(model: str, tier: Tier, suite: Suite, effort: str = "default", **changes) -> Profile:
     scores = {Tier.SMALL: 0.2, Tier.MEDIUM: 0.7, Tier.LARGE: 1.0}[tier]
-    fields = dict(model=model, provider="openai-compatible", tier=tier,
-                  scores={"instruction": scores, "json": scores, "toolCalling": scores}, tokens_per_second=42.0,
-                  tested_at=datetime.now(UTC).isoformat(), benchmark_version=suite.version,
-                  tests_hash=suite.hash, reasoning_effort=effort)
+    fields = dict(
+        model=model,
+        provider="openai-compatible",
+        tier=tier,
+        scores={"instruction": scores, "json": scores, "toolCalling": scores},
+        tokens_per_second=42.0,
+        tested_at=datetime.now(UTC).isoformat(),
+        benchmark_version=suite.version,
+        tests_hash=suite.hash,
+        reasoning_effort=effort,
+    )
     return Profile(**(fields | changes))
 
 
 def agent_or_suite(script: SuiteScript, behaviour: Callable, agent: Callable[[dict], dict]) -> Callable[[dict], dict]:
     """Suite prompts get `behaviour`; anything else is an agent request answered by `agent`."""
+
     def respond(body: dict) -> dict:
         try:
             test, step = script.locate(body)
         except (KeyError, StopIteration):
             return agent(body)
         return behaviour(test, step)
+
     return respond
 
 
-def measuring_upstream(suite: Suite, behaviour: Callable[..., dict] = answers.perfect,
-                       agent: Callable[[dict], dict] | None = None, **server: Any) -> ScriptedServer:
+def measuring_upstream(
+    suite: Suite,
+    behaviour: Callable[..., dict] = answers.perfect,
+    agent: Callable[[dict], dict] | None = None,
+    **server: Any,
+) -> ScriptedServer:
     """A scripted upstream that answers the suite's prompts with `behaviour` (perfect: a large
     model) and any other request with `agent` (default: a plain "agent answer")."""
     agent = agent or (lambda body: {"content": "agent answer", "tool_calls": []})
@@ -217,13 +240,15 @@ def seed_store(store: Path, *profiles: Profile) -> None:
 def gk(upstream: ScriptedServer, store_path: Path, default_suite: Suite) -> Iterator[Gatekeeper]:
     """A Gatekeeper with measured small-, medium- and large-model, effortful@low/high/xhigh at
     small/medium/large (effortful@default unmeasured) and pinned-model pinned to medium."""
-    seed_store(store_path,
-               make_profile("small-model", Tier.SMALL, default_suite),
-               make_profile("medium-model", Tier.MEDIUM, default_suite),
-               make_profile("large-model", Tier.LARGE, default_suite),
-               make_profile("effortful", Tier.SMALL, default_suite, effort="low"),
-               make_profile("effortful", Tier.MEDIUM, default_suite, effort="high"),
-               make_profile("effortful", Tier.LARGE, default_suite, effort="xhigh"))
+    seed_store(
+        store_path,
+        make_profile("small-model", Tier.SMALL, default_suite),
+        make_profile("medium-model", Tier.MEDIUM, default_suite),
+        make_profile("large-model", Tier.LARGE, default_suite),
+        make_profile("effortful", Tier.SMALL, default_suite, effort="low"),
+        make_profile("effortful", Tier.MEDIUM, default_suite, effort="high"),
+        make_profile("effortful", Tier.LARGE, default_suite, effort="xhigh"),
+    )
     gatekeeper = Gatekeeper(settings_for(upstream.base_url, store_path, pins={"pinned-model": "medium"}))
     yield gatekeeper
     gatekeeper.close()

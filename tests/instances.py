@@ -22,7 +22,7 @@ _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
 def _pattern(template: str, bound: dict[str, Any]) -> re.Pattern[str]:
     parts, seen, pos = [], set(), 0
     for match in _PLACEHOLDER.finditer(template):
-        parts.append(re.escape(template[pos:match.start()]))
+        parts.append(re.escape(template[pos : match.start()]))
         name = _NAME.match(match.group(1))
         if name is None:
             parts.append(".+?")

@@ -59,17 +59,20 @@ class ThreadedServer:
 
 
 class ScriptedServer(ThreadedServer):
-    def __init__(self, responder: Responder | None = None, *, delay_s: float = 0.0,
-                 models: tuple[str, ...] = ("scripted",)) -> None:
+    def __init__(
+        self, responder: Responder | None = None, *, delay_s: float = 0.0, models: tuple[str, ...] = ("scripted",)
+    ) -> None:
         self.responder: Responder = responder or (lambda body: {"content": "ok", "tool_calls": []})
         self.delay_s = delay_s
         self.models = models
         self.requests: list[dict] = []
         self.headers: list[dict] = []
-        app = Starlette(routes=[
-            Route("/v1/chat/completions", self._chat, methods=["POST"]),
-            Route("/v1/models", self._models, methods=["GET"]),
-        ])
+        app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
         super().__init__(app)
 
     @property
@@ -77,8 +80,9 @@ class ScriptedServer(ThreadedServer):
         return f"http://127.0.0.1:{self.port}/v1"
 
     async def _models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": m, "object": "model", "owned_by": "scripted"}
-                                                        for m in self.models]})
+        return JSONResponse(
+            {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "scripted"} for m in self.models]}
+        )
 
     async def _chat(self, request: Request) -> Response:
         body = json.loads(await request.body())
@@ -88,43 +92,74 @@ class ScriptedServer(ThreadedServer):
             await asyncio.sleep(self.delay_s)
         reply = self.responder(body)
         if "status" in reply:
-            return JSONResponse({"error": {"message": reply["error"], "type": "scripted_error", "code": None}},
-                                status_code=reply["status"])
-        calls = [{"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function",
-                  "function": {"name": c["name"], "arguments": c["arguments"] if isinstance(c["arguments"], str)
-                               else json.dumps(c["arguments"])}}
-                 for c in reply.get("tool_calls") or []]
+            return JSONResponse(
+                {"error": {"message": reply["error"], "type": "scripted_error", "code": None}},
+                status_code=reply["status"],
+            )
+        calls = [
+            {
+                "id": f"call_{uuid.uuid4().hex[:8]}",
+                "type": "function",
+                "function": {
+                    "name": c["name"],
+                    "arguments": c["arguments"] if isinstance(c["arguments"], str) else json.dumps(c["arguments"]),
+                },
+            }
+            for c in reply.get("tool_calls") or []
+        ]
         content = reply.get("content")
         usage = {"prompt_tokens": 10, "completion_tokens": reply.get("completion_tokens", 7), "total_tokens": 17}
         finish = "tool_calls" if calls else "stop"
         if body.get("stream"):
-            return StreamingResponse(self._stream(body["model"], content, calls, usage, finish),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                self._stream(body["model"], content, calls, usage, finish), media_type="text/event-stream"
+            )
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = calls
-        return JSONResponse({
-            "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()),
-            "model": body["model"], "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": usage,
-        })
+        return JSONResponse(
+            {
+                "id": "chatcmpl-scripted",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": usage,
+            }
+        )
 
     async def _stream(self, model: str, content: str | None, calls: list[dict], usage: dict, finish: str):
         def chunk(delta: dict, finish_reason: str | None = None, **extra: Any) -> bytes:
-            doc = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": model,
-                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
+            doc = {
+                "id": "chatcmpl-scripted",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+                **extra,
+            }
             return f"data: {json.dumps(doc)}\n\n".encode()
 
         yield chunk({"role": "assistant", "content": ""})
         text = content or ""
         for i in range(0, len(text), 5):
-            yield chunk({"content": text[i:i + 5]})
+            yield chunk({"content": text[i : i + 5]})
         for index, call in enumerate(calls):
-            yield chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                         "function": {"name": call["function"]["name"], "arguments": ""}}]})
+            yield chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
             arguments = call["function"]["arguments"]
             for i in range(0, len(arguments), 4):
-                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[i:i + 4]}}]})
+                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[i : i + 4]}}]})
         yield chunk({}, finish)
         yield f"data: {json.dumps({'id': 'chatcmpl-scripted', 'object': 'chat.completion.chunk', 'choices': [], 'usage': usage})}\n\n".encode()
         yield b"data: [DONE]\n\n"
@@ -154,7 +189,8 @@ class SuiteScript:
         first = next(m["content"] for m in messages if m["role"] == "user")
         step = sum(1 for m in messages if m["role"] == "assistant")
         test = self.tests.get(first) or next(
-            (found for suite in self.suites if (found := locate_instance(suite, messages)) is not None), None)
+            (found for suite in self.suites if (found := locate_instance(suite, messages)) is not None), None
+        )
         if test is None:
             raise KeyError(first)
         return test, step
@@ -163,6 +199,7 @@ class SuiteScript:
         def respond(body: dict) -> dict:
             test, step = self.locate(body)
             return behaviour(test, step)
+
         return respond
 
 
@@ -170,8 +207,13 @@ class RawAnswer:
     """Exactly what a misbehaving upstream sends: status, content type (sent as written, any
     case, or none), and the body as separate chunks (one write each)."""
 
-    def __init__(self, chunks: list[bytes] | bytes = b"", status: int = 200,
-                 content_type: str | None = "application/json", headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        chunks: list[bytes] | bytes = b"",
+        status: int = 200,
+        content_type: str | None = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.chunks = [chunks] if isinstance(chunks, bytes) else chunks
         self.status, self.content_type, self.headers = status, content_type, headers or {}
 
@@ -211,15 +253,24 @@ class RawUpstream(ThreadedServer):
 
 def chat_completion(message: dict[str, Any], finish: str = "stop") -> dict[str, Any]:
     """A chat.completion document around one assistant message."""
-    return {"id": "chatcmpl-raw", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": None} | message,
-                         "finish_reason": finish}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+    return {
+        "id": "chatcmpl-raw",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": None} | message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
 
 
 def chat_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {"id": "chatcmpl-raw", "object": "chat.completion.chunk", "created": 0, "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {
+        "id": "chatcmpl-raw",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
 
 
 def sse(*docs: dict[str, Any] | str, newline: bytes = b"\n", done: bool = True) -> bytes:

@@ -40,5 +40,9 @@ def test_errors_carry_their_details_from_construction():
 
     blocked = ToolChoiceBlocked("execute_command", Tier.LARGE, Tier.SMALL, "measured")
     assert (blocked.tool, blocked.required, blocked.tier, blocked.source) == (
-        "execute_command", Tier.LARGE, Tier.SMALL, "measured")
+        "execute_command",
+        Tier.LARGE,
+        Tier.SMALL,
+        "measured",
+    )
     assert "'execute_command'" in str(blocked) and "'large'" in str(blocked)

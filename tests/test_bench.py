@@ -30,8 +30,15 @@ WIDE = os.environ | {"COLUMNS": "200"}  # rich tables wrap at 80 columns when no
 
 
 def bench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gatekeeper", "bench", *args], check=False, capture_output=True, text=True,
-                          timeout=120, cwd=cwd, env=WIDE)
+    return subprocess.run(
+        [sys.executable, "-m", "gatekeeper", "bench", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=WIDE,
+    )
 
 
 def run_sweep(server: ScriptedServer, suite, efforts=("default",), **request) -> list:
@@ -93,11 +100,17 @@ def test_tool_result_answers_the_first_tool_call_of_the_previous_step(default_su
     chain = next(t for t in default_suite.tests if len(t.all_steps) > 1 and t.all_steps[1].tool_result)
     with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
         run_sweep(server, default_suite)
-    second = next(b for b in server.requests
-                  if b["messages"][0]["content"] == chain.all_steps[0].prompt and len(b["messages"]) > 1)
+    second = next(
+        b
+        for b in server.requests
+        if b["messages"][0]["content"] == chain.all_steps[0].prompt and len(b["messages"]) > 1
+    )
     assistant, tool_message = second["messages"][1], second["messages"][2]
-    assert tool_message == {"role": "tool", "tool_call_id": assistant["tool_calls"][0]["id"],
-                            "content": chain.all_steps[1].tool_result}
+    assert tool_message == {
+        "role": "tool",
+        "tool_call_id": assistant["tool_calls"][0]["id"],
+        "content": chain.all_steps[1].tool_result,
+    }
 
 
 def test_seed_format_suite_loads_and_scores_unchanged():
@@ -166,6 +179,7 @@ def test_backend_that_keeps_failing_raises_instead_of_scoring(default_suite):
 
 # -- the command -----------------------------------------------------------------------------
 
+
 def test_bench_command_sweeps_default_and_four_levels_stores_profiles_and_recommends(tmp_path, default_suite):
     def cheap_is_weak(body: dict) -> dict:
         weak = body.get("reasoning_effort") in ("none", "low")
@@ -185,8 +199,16 @@ def test_bench_command_sweeps_default_and_four_levels_stores_profiles_and_recomm
     assert set(saved["profiles"]) == {"m@default", "m@none", "m@low", "m@medium", "m@xhigh"}
     assert saved["recommendations"] == {"m": "medium"}
     assert saved["profiles"]["m@medium"]["testsHash"] == default_suite.hash
-    assert {"tokensPerSecond", "avgCompletionTokens", "testedAt", "benchmarkVersion", "testResults",
-            "provider", "scores", "tier"} <= set(saved["profiles"]["m@medium"])
+    assert {
+        "tokensPerSecond",
+        "avgCompletionTokens",
+        "testedAt",
+        "benchmarkVersion",
+        "testResults",
+        "provider",
+        "scores",
+        "tier",
+    } <= set(saved["profiles"]["m@medium"])
 
 
 def test_bench_all_measures_every_listed_model(tmp_path, default_suite):
@@ -212,8 +234,9 @@ def test_failed_backend_exits_nonzero_and_stores_nothing(tmp_path):
 def test_unreachable_backend_is_a_clear_error(tmp_path):
     from scripted import free_port
 
-    done = bench("m", "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--store", str(tmp_path / "p.json"),
-                 "--effort", "low")
+    done = bench(
+        "m", "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--store", str(tmp_path / "p.json"), "--effort", "low"
+    )
     assert done.returncode != 0 and "connection failed" in done.stderr
 
 
@@ -245,14 +268,18 @@ def test_bench_will_not_overwrite_a_file_that_is_not_a_store(tmp_path, default_s
 
 # -- the measurement service (one path for bench, core, admin), with an injected fake backend --
 
+
 def mock_answering(script: SuiteScript, behaviour) -> MockBackend:
     """A MockBackend giving `behaviour`'s message for each suite conversation (no HTTP)."""
+
     def handle(request: BackendRequest) -> Answer:
         test, step = script.locate({"messages": request.messages})
         message = behaviour(test, step)
-        calls = tuple(ToolCall(f"call_{i}", c["name"], json.dumps(c["arguments"]))
-                      for i, c in enumerate(message["tool_calls"]))
+        calls = tuple(
+            ToolCall(f"call_{i}", c["name"], json.dumps(c["arguments"])) for i, c in enumerate(message["tool_calls"])
+        )
         return Answer(message["content"] or "", calls)
+
     return MockBackend(handle)
 
 
@@ -274,8 +301,7 @@ def test_service_sweep_saves_profiles_and_recommendation_through_an_injected_bac
 
 def test_lazy_path_goes_through_the_service_and_saves_a_recommendation(tmp_path, default_suite):
     settings = Settings.model_validate({"store": str(tmp_path / "p.json")})
-    gk = Gatekeeper(settings, backend_factory=lambda model: mock_answering(SuiteScript(default_suite),
-                                                                          answers.perfect))
+    gk = Gatekeeper(settings, backend_factory=lambda model: mock_answering(SuiteScript(default_suite), answers.perfect))
     try:
         profile = gk.measure("m", "low").result(timeout=30)
     finally:
@@ -286,8 +312,9 @@ def test_lazy_path_goes_through_the_service_and_saves_a_recommendation(tmp_path,
 
 def test_measurement_uses_the_configured_upstream_key_never_another(tmp_path, default_suite):
     with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
-        settings = Settings.model_validate({"upstream": {"base_url": server.base_url, "api_key": "operator-key"},
-                                            "store": str(tmp_path / "p.json")})
+        settings = Settings.model_validate(
+            {"upstream": {"base_url": server.base_url, "api_key": "operator-key"}, "store": str(tmp_path / "p.json")}
+        )
         service = MeasurementService(settings, default_suite, JsonFileStore(settings.store))
         asyncio.run(service.measure("m"))
     assert {h["authorization"] for h in server.headers} == {"Bearer operator-key"}
@@ -295,12 +322,15 @@ def test_measurement_uses_the_configured_upstream_key_never_another(tmp_path, de
 
 # -- reasoning is not the answer (issue 16) ----------------------------------------------------
 
+
 def thinking_aloud(test, step: int) -> dict:
     """Perfect, but every text answer starts with a think block full of wrong words and JSON."""
     message = answers.perfect(test, step)
     if message["content"]:
-        message["content"] = ('<think>Maybe {"total": 1}? Start with "Wrong", use commas, call delete_file.\n'
-                              "Lines\nand\nlines.</think>\n" + message["content"])
+        message["content"] = (
+            '<think>Maybe {"total": 1}? Start with "Wrong", use commas, call delete_file.\n'
+            "Lines\nand\nlines.</think>\n" + message["content"]
+        )
     return message
 
 
@@ -311,24 +341,32 @@ def test_think_blocks_are_removed_before_checks_so_a_thinking_model_scores_as_it
 
 
 def test_reasoning_fields_and_think_blocks_never_reach_the_checks():
-    message = {"role": "assistant", "content": "<think>no, 12</think>\n42", "reasoning_content": "7 * 6 = 42",
-               "reasoning": "long thoughts"}
+    message = {
+        "role": "assistant",
+        "content": "<think>no, 12</think>\n42",
+        "reasoning_content": "7 * 6 = 42",
+        "reasoning": "long thoughts",
+    }
     answer = parse_message(message, "stop")
     assert answer == Answer("42", (), "stop")
 
 
-@pytest.mark.parametrize(("content", "answer"), [
-    ("<think>a</think>b<think>c</think>d", "bd"),
-    ("Answer: 42<think>and then I ran out", "Answer: 42"),   # cut while thinking again
-    ("<think>only thoughts, cut at max_tokens", ""),
-    ("thoughts whose opening tag was in the prompt</think>\nParis", "Paris"),
-    ("  no reasoning at all \n", "  no reasoning at all \n"),  # untouched: scored as sent
-])
+@pytest.mark.parametrize(
+    ("content", "answer"),
+    [
+        ("<think>a</think>b<think>c</think>d", "bd"),
+        ("Answer: 42<think>and then I ran out", "Answer: 42"),  # cut while thinking again
+        ("<think>only thoughts, cut at max_tokens", ""),
+        ("thoughts whose opening tag was in the prompt</think>\nParis", "Paris"),
+        ("  no reasoning at all \n", "  no reasoning at all \n"),  # untouched: scored as sent
+    ],
+)
 def test_strip_reasoning(content, answer):
     assert strip_reasoning(content) == answer
 
 
 # -- inconclusive measurements (issue 9) --------------------------------------------------------
+
 
 def spent_thinking(request: BackendRequest) -> Completion:
     """A reasoning model whose whole bench.max_tokens went to thinking: HTTP 200, nothing said."""
@@ -338,7 +376,7 @@ def spent_thinking(request: BackendRequest) -> Completion:
 def test_almost_all_empty_answers_cut_at_the_limit_are_inconclusive_and_store_nothing(tmp_path, default_suite):
     store = JsonFileStore(tmp_path / "p.json")
     service = MeasurementService(Settings(), default_suite, store, lambda model: MockBackend(spent_thinking))
-    with pytest.raises(InconclusiveMeasurement, match="bench.max_tokens"):
+    with pytest.raises(InconclusiveMeasurement, match=r"bench\.max_tokens"):
         asyncio.run(service.measure("thinker"))
     assert store.load().profiles == {} and not store.path.exists()
 
@@ -373,16 +411,22 @@ def test_a_few_empty_answers_are_scored_not_treated_as_inconclusive(tmp_path, de
         if test.name in short_ones:
             return Answer("", (), "length")
         message = answers.perfect(test, step)
-        return Answer(message["content"] or "", tuple(ToolCall(f"c{i}", c["name"], json.dumps(c["arguments"]))
-                                                      for i, c in enumerate(message["tool_calls"])))
+        return Answer(
+            message["content"] or "",
+            tuple(
+                ToolCall(f"c{i}", c["name"], json.dumps(c["arguments"])) for i, c in enumerate(message["tool_calls"])
+            ),
+        )
 
-    service = MeasurementService(Settings(), default_suite, JsonFileStore(tmp_path / "p.json"),
-                                 lambda model: MockBackend(mostly_fine))
+    service = MeasurementService(
+        Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda model: MockBackend(mostly_fine)
+    )
     profile = asyncio.run(service.measure("m"))
     assert profile.scores["instruction"] < 1.0
 
 
 # -- samples, intervals, sequential stopping (issue 16) ----------------------------------------
+
 
 def sampled(samples: int) -> Settings:
     return Settings.model_validate({"bench": {"samples": samples}})
@@ -430,22 +474,38 @@ def test_bench_and_profiles_show_scores_with_their_interval(tmp_path, default_su
         done = bench("m", "--effort", "low", "--samples", "3", "--base-url", server.base_url, "--store", str(store))
     assert done.returncode == 0, done.stderr
     assert "1.00 ± 0.00" in done.stdout and "sequential stopping saved" in done.stdout
-    shown = subprocess.run([sys.executable, "-m", "gatekeeper", "profiles", "--store", str(store)],
-                           check=False, capture_output=True, text=True, timeout=60, env=WIDE)
+    shown = subprocess.run(
+        [sys.executable, "-m", "gatekeeper", "profiles", "--store", str(store)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=WIDE,
+    )
     assert "1.00 ± 0.00" in shown.stdout
 
 
 def test_a_seed_format_profile_reads_as_one_sample(default_suite):
-    doc = {"model": "m", "provider": "p", "tier": "medium", "scores": {"instruction": 0.5, "json": 0.7,
-           "toolCalling": 0.7}, "tokensPerSecond": 1, "testedAt": "2026-01-01T00:00:00+00:00",
-           "benchmarkVersion": 1, "testsHash": "abcd1234", "testResults": [], "reasoningEffort": "low",
-           "avgCompletionTokens": 3}
+    doc = {
+        "model": "m",
+        "provider": "p",
+        "tier": "medium",
+        "scores": {"instruction": 0.5, "json": 0.7, "toolCalling": 0.7},
+        "tokensPerSecond": 1,
+        "testedAt": "2026-01-01T00:00:00+00:00",
+        "benchmarkVersion": 1,
+        "testsHash": "abcd1234",
+        "testResults": [],
+        "reasoningEffort": "low",
+        "avgCompletionTokens": 3,
+    }
     profile = Profile.model_validate(doc)
     assert (profile.samples, profile.score_intervals, profile.instance_seed) == (None, None, None)
     assert profile.to_json() == doc | {"effortApplied": True, "durationS": 0.0}  # nothing added on write
 
 
 # -- the default sweep and a backend that ignores the effort (issue 16) ----------------------------
+
 
 def test_a_backend_that_ignores_the_effort_is_recognised(tmp_path, default_suite):
     backend = mock_answering(SuiteScript(default_suite), answers.perfect)  # same answers whatever the effort
@@ -464,12 +524,17 @@ def test_levels_that_differ_only_in_completion_tokens_are_not_called_ignored(tmp
     def more_tokens_when_thinking(request: BackendRequest) -> Completion:
         test, step = script.locate({"messages": request.messages})
         message = answers.perfect(test, step)
-        answer = Answer(message["content"] or "", tuple(ToolCall(f"c{i}", c["name"], json.dumps(c["arguments"]))
-                                                        for i, c in enumerate(message["tool_calls"])))
+        answer = Answer(
+            message["content"] or "",
+            tuple(
+                ToolCall(f"c{i}", c["name"], json.dumps(c["arguments"])) for i, c in enumerate(message["tool_calls"])
+            ),
+        )
         return Completion(answer, 7 if request.effort in (None, "none") else 70, 0.01, True)
 
-    service = MeasurementService(Settings(), default_suite, JsonFileStore(tmp_path / "p.json"),
-                                 lambda m: MockBackend(more_tokens_when_thinking))
+    service = MeasurementService(
+        Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: MockBackend(more_tokens_when_thinking)
+    )
     result = asyncio.run(service.sweep("m", ["none", "low"]))
     assert not result.effort_ignored and all(p.effort_applied for p in result.profiles)
 
@@ -483,17 +548,24 @@ def test_bench_says_when_the_levels_made_no_difference(tmp_path, default_suite):
 
 # -- randomised tests (issue 16) ------------------------------------------------------------------
 
+
 def random_prompts(server: ScriptedServer) -> set[str]:
-    return {b["messages"][0]["content"] for b in server.requests if "customer" in b["messages"][0]["content"]
-            and "our customer" in b["messages"][0]["content"]}
+    return {
+        b["messages"][0]["content"]
+        for b in server.requests
+        if "customer" in b["messages"][0]["content"] and "our customer" in b["messages"][0]["content"]
+    }
 
 
 def test_each_seed_draws_a_new_instance_that_a_perfect_answerer_still_passes(tmp_path, default_suite):
     prompts = []
     for seed in (1, 2):
         with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
-            service = MeasurementService(Settings.model_validate({"upstream": {"base_url": server.base_url}}),
-                                         default_suite, JsonFileStore(tmp_path / f"{seed}.json"))
+            service = MeasurementService(
+                Settings.model_validate({"upstream": {"base_url": server.base_url}}),
+                default_suite,
+                JsonFileStore(tmp_path / f"{seed}.json"),
+            )
             profile = asyncio.run(service.measure("m", seed=seed))
         assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}
         assert profile.instance_seed == seed
@@ -505,13 +577,29 @@ def test_a_recorded_seed_replays_the_same_requests(tmp_path, default_suite):
     bodies = []
     for _ in range(2):
         with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
-            done = bench("m", "--effort", "default", "--seed", "77", "--json", "--concurrency", "1",
-                         "--base-url", server.base_url, "--store", str(tmp_path / "p.json"))
+            done = bench(
+                "m",
+                "--effort",
+                "default",
+                "--seed",
+                "77",
+                "--json",
+                "--concurrency",
+                "1",
+                "--base-url",
+                server.base_url,
+                "--store",
+                str(tmp_path / "p.json"),
+            )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["results"][0]["profiles"][0]["instanceSeed"] == 77
         # What the model was given (the scripted server's call ids are random, the inputs must not be).
-        bodies.append(sorted(json.dumps([[m["role"], m["content"]] for m in b["messages"] if m["role"] != "assistant"])
-                             for b in server.requests))
+        bodies.append(
+            sorted(
+                json.dumps([[m["role"], m["content"]] for m in b["messages"] if m["role"] != "assistant"])
+                for b in server.requests
+            )
+        )
     assert bodies[0] == bodies[1]
 
 
@@ -537,8 +625,9 @@ def test_admin_api_shows_scores_with_their_interval(store_path, default_suite):
 
     auth = {"authorization": "Bearer k"}
     with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as upstream:
-        settings = settings_for(upstream.base_url, store_path, admin_key="k",
-                                bench={"samples": 3, "max_retries": 0, "timeout_s": 10})
+        settings = settings_for(
+            upstream.base_url, store_path, admin_key="k", bench={"samples": 3, "max_retries": 0, "timeout_s": 10}
+        )
         with running_proxy(settings) as proxy:
             assert httpx.post(proxy.url + "/admin/profiles/m@low/benchmark", headers=auth).status_code == 202
             # generous: 2 cores shared by many test runs

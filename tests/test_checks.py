@@ -400,8 +400,9 @@ def test_lenient_equal_compares_containers_as_compact_json_ignoring_key_order():
 # --- where gatekeeper used to be wrong by the seed's own words (issue 16) ---
 
 
-@pytest.mark.parametrize("content", ['{"total": NaN}', '{"total": Infinity}', '{"total": -Infinity}', "NaN",
-                                     '```json\n{"total": NaN}\n```'])
+@pytest.mark.parametrize(
+    "content", ['{"total": NaN}', '{"total": Infinity}', '{"total": -Infinity}', "NaN", '```json\n{"total": NaN}\n```']
+)
 def test_nan_and_infinity_are_not_json(content):
     assert not run_check(check("json_valid"), text(content))
     assert not run_check(check("json_path_type", "number", path="total"), text(content))
@@ -415,13 +416,16 @@ def test_tool_arguments_holding_nan_or_infinity_fail_argument_checks(arguments):
     assert run_check(check("tool_called", "scale"), answer)  # the call itself was made
 
 
-@pytest.mark.parametrize("content", [
-    "{'tags': [], 'count': 3}",                      # single quotes
-    '{"tags": [], "ok": True}',                      # a Python literal
-    '{\n  // the tags\n  "tags": [],\n  "count": 3\n}',  # a comment
-    '{tags: [], count: 3}',                          # unquoted keys
-    "Here you go: {'items': [{\"a\": 1}]}",          # a valid object inside an invalid one
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{'tags': [], 'count': 3}",  # single quotes
+        '{"tags": [], "ok": True}',  # a Python literal
+        '{\n  // the tags\n  "tags": [],\n  "count": 3\n}',  # a comment
+        "{tags: [], count: 3}",  # unquoted keys
+        "Here you go: {'items': [{\"a\": 1}]}",  # a valid object inside an invalid one
+    ],
+)
 def test_a_malformed_top_level_value_is_not_rescued_by_a_valid_fragment_inside_it(content):
     assert not run_check(check("json_valid"), text(content))
     assert not run_check(check("json_path_length", 0, path="tags"), text(content))

@@ -9,17 +9,18 @@ import subprocess
 import sys
 
 import openai
-
 from conftest import ROOT, make_profile, seed_store, wait_serving
 from scripted import ScriptedServer, free_port
+
 from gatekeeper.suite import suite_hash
 from gatekeeper.tiers import Tier
 
 
 def gk(*args: str, **kwargs) -> subprocess.CompletedProcess:
     kwargs.setdefault("env", os.environ | {"COLUMNS": "200"})
-    return subprocess.run([sys.executable, "-m", "gatekeeper", *args], capture_output=True, text=True, timeout=60,
-                          **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "gatekeeper", *args], capture_output=True, text=True, timeout=60, **kwargs
+    )
 
 
 def test_suite_validate_accepts_the_default_suite():
@@ -30,8 +31,9 @@ def test_suite_validate_accepts_the_default_suite():
 
 def test_suite_validate_names_the_bad_file_and_why(tmp_path):
     (tmp_path / "10_ok.json").write_text(json.dumps({"name": "a", "category": "json", "prompt": "p", "checks": []}))
-    (tmp_path / "20_bad.json").write_text(json.dumps({"name": "b", "category": "json", "prompt": "p",
-                                                      "checks": [{"type": "telepathy"}]}))
+    (tmp_path / "20_bad.json").write_text(
+        json.dumps({"name": "b", "category": "json", "prompt": "p", "checks": [{"type": "telepathy"}]})
+    )
     done = gk("suite", "validate", str(tmp_path))
     assert done.returncode == 1
     assert "20_bad.json" in done.stderr and "telepathy" in done.stderr
@@ -77,23 +79,33 @@ def test_serve_runs_a_real_proxy_process_and_stops_cleanly(tmp_path, default_sui
     seed_store(store, make_profile("m", Tier.SMALL, default_suite))
     with ScriptedServer() as upstream:
         config = tmp_path / "gk.yaml"
-        config.write_text(f"upstream:\n  base_url: {upstream.base_url}\nstore: {store}\n"
-                          "tools:\n  required_tier:\n    execute_command: large\n")
+        config.write_text(
+            f"upstream:\n  base_url: {upstream.base_url}\nstore: {store}\n"
+            "tools:\n  required_tier:\n    execute_command: large\n"
+        )
         port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "gatekeeper", "serve", "--config", str(config), "--port",
-                                 str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gatekeeper", "serve", "--config", str(config), "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             wait_serving(f"http://127.0.0.1:{port}/healthz", proc, timeout_s=20)
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k")
             raw = client.chat.completions.with_raw_response.create(
-                model="m", messages=[{"role": "user", "content": "hi"}],
-                tools=[{"type": "function", "function": {"name": n, "parameters": {}}}
-                       for n in ("read_file", "execute_command")])
+                model="m",
+                messages=[{"role": "user", "content": "hi"}],
+                tools=[
+                    {"type": "function", "function": {"name": n, "parameters": {}}}
+                    for n in ("read_file", "execute_command")
+                ],
+            )
             assert raw.headers["x-gatekeeper-tier"] == "small"
             assert [t["function"]["name"] for t in upstream.requests[-1]["tools"]] == ["read_file"]
         finally:
             proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=20)
+            _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     request_lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     logged = next(line for line in request_lines if line.get("event") == "request")

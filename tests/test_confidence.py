@@ -53,8 +53,11 @@ def test_t_quantiles():
 
 
 def test_the_tier_is_decided_on_lower_bounds_when_there_are_samples():
-    lucky = {"toolCalling": Estimate(0.93, 0.86, 1.0, 3), "instruction": Estimate(0.95, 0.9, 1.0, 3),
-             "json": Estimate(0.95, 0.9, 1.0, 3)}
+    lucky = {
+        "toolCalling": Estimate(0.93, 0.86, 1.0, 3),
+        "instruction": Estimate(0.95, 0.9, 1.0, 3),
+        "json": Estimate(0.95, 0.9, 1.0, 3),
+    }
     basis, tier = decide_tier(lucky, Thresholds())
     assert basis["toolCalling"] == 0.86 and tier == "medium"  # the mean (0.93) alone would be large
     one = {c: Estimate(e.mean, e.mean, e.mean, 1) for c, e in lucky.items()}
@@ -70,8 +73,11 @@ def test_sampling_settles_when_no_threshold_that_matters_lies_inside_an_interval
 
 def test_a_straddled_threshold_that_cannot_change_the_tier_does_not_keep_sampling():
     # toolCalling is clearly below medium (0.6): json around large's 0.85 cannot matter.
-    found = {"toolCalling": Estimate(0.3, 0.2, 0.4, 2), "instruction": Estimate(1, 1, 1, 2),
-             "json": Estimate(0.86, 0.8, 0.92, 2)}
+    found = {
+        "toolCalling": Estimate(0.3, 0.2, 0.4, 2),
+        "instruction": Estimate(1, 1, 1, 2),
+        "json": Estimate(0.86, 0.8, 0.92, 2),
+    }
     assert settled(found, Thresholds())
 
 

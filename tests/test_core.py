@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import answers
@@ -134,14 +133,9 @@ def test_measurements_beyond_the_cap_wait_their_turn(store_path, default_suite):
     backends = FakeBackends(default_suite, held=True)
     with fake_gk(store_path, default_suite, backends, lazy={"max_concurrent": 1}) as gk:
         first = gk.measure("a")
-        deadline = time.monotonic() + 20
-        while backends.calls["a"] == 0:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: backends.calls["a"], "the first measurement to call its backend")
         second = gk.measure("b")
-        while "b@default" not in gk._scheduler.queued:
-            assert time.monotonic() < deadline, "the second measurement was not queued"
-            time.sleep(0.01)
+        wait_until(lambda: "b@default" in gk._scheduler.queued, "the second measurement to be queued")
         assert backends.calls["b"] == 0
         backends.release()
         assert first.result(20).tier == second.result(20).tier == Tier.LARGE

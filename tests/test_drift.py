@@ -22,8 +22,12 @@ from gatekeeper.drift import (
 from gatekeeper.protocols.base import Call
 from gatekeeper.tiers import Tier
 
-WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-           "required": ["city"], "additionalProperties": False}
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
 OFFERED = {"get_weather": WEATHER, "ping": None}
 
 
@@ -32,6 +36,7 @@ def call(name: str = "get_weather", arguments: str | None = '{"city": "Rome"}', 
 
 
 # -- classify ---------------------------------------------------------------------------------
+
 
 def test_a_sound_call_has_no_fault() -> None:
     assert classify(call(arguments='{"city": "Rome", "days": 3}'), OFFERED) is None
@@ -43,15 +48,33 @@ def test_a_call_to_a_tool_not_offered_is_counted_whatever_its_arguments() -> Non
     assert classify(call("rm_rf", "{}", offered=True), OFFERED) is Fault.NOT_OFFERED
 
 
-@pytest.mark.parametrize("arguments", ['{"city": "Rome"', "city=Rome", '{"city": NaN}',
-                                       '{"city": "x", "days": Infinity}', '{"days": -Infinity}', "[" * 100_000])
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '{"city": "Rome"',
+        "city=Rome",
+        '{"city": NaN}',
+        '{"city": "x", "days": Infinity}',
+        '{"days": -Infinity}',
+        "[" * 100_000,
+    ],
+)
 def test_arguments_that_are_not_json_are_invalid_json(arguments: str) -> None:
     assert classify(call(arguments=arguments), OFFERED) is Fault.INVALID_JSON
 
 
-@pytest.mark.parametrize("arguments", ['{"city": "Rome", "days": "5"}', '{"days": 5}', '{"city": 7}',
-                                       '{"city": "Rome", "extra": 1}', '{"city": "Rome", "days": true}',
-                                       '["Rome"]', '"Rome"'])
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '{"city": "Rome", "days": "5"}',
+        '{"days": 5}',
+        '{"city": 7}',
+        '{"city": "Rome", "extra": 1}',
+        '{"city": "Rome", "days": true}',
+        '["Rome"]',
+        '"Rome"',
+    ],
+)
 def test_arguments_that_break_the_schema_are_invalid_args(arguments: str) -> None:
     assert classify(call(arguments=arguments), OFFERED) is Fault.INVALID_ARGS
 
@@ -84,24 +107,43 @@ def test_patterns_from_clients_are_not_run() -> None:
 
 
 def test_loosen_only_removes_regular_expressions() -> None:
-    schema = {"type": "object", "properties": {"pattern": {"type": "string", "pattern": "x+"}},
-              "patternProperties": {"^x": {"type": "integer"}}, "additionalProperties": False,
-              "anyOf": [{"pattern": "y"}], "$defs": {"d": {"items": {"pattern": "z"}}}}
-    assert loosen(schema) == {"type": "object", "properties": {"pattern": {"type": "string"}},
-                              "anyOf": [{}], "$defs": {"d": {"items": {}}}}
+    schema = {
+        "type": "object",
+        "properties": {"pattern": {"type": "string", "pattern": "x+"}},
+        "patternProperties": {"^x": {"type": "integer"}},
+        "additionalProperties": False,
+        "anyOf": [{"pattern": "y"}],
+        "$defs": {"d": {"items": {"pattern": "z"}}},
+    }
+    assert loosen(schema) == {
+        "type": "object",
+        "properties": {"pattern": {"type": "string"}},
+        "anyOf": [{}],
+        "$defs": {"d": {"items": {}}},
+    }
 
 
 # -- the bound --------------------------------------------------------------------------------
+
 
 def test_z_for_common_confidences() -> None:
     assert z_for(0.975) == pytest.approx(1.95996, abs=1e-4)
     assert z_for(0.99) == pytest.approx(2.32635, abs=1e-4)
 
 
-@pytest.mark.parametrize(("failures", "calls", "expected"), [
-    (0, 0, 0.0), (0, 100, 0.0), (1, 1, 0.2065), (3, 3, 0.4385), (2, 20, 0.0279), (4, 200, 0.0078),
-    (50, 100, 0.4038), (10, 10, 0.7225),
-])
+@pytest.mark.parametrize(
+    ("failures", "calls", "expected"),
+    [
+        (0, 0, 0.0),
+        (0, 100, 0.0),
+        (1, 1, 0.2065),
+        (3, 3, 0.4385),
+        (2, 20, 0.0279),
+        (4, 200, 0.0078),
+        (50, 100, 0.4038),
+        (10, 10, 0.7225),
+    ],
+)
 def test_wilson_lower_bound_known_values(failures: int, calls: int, expected: float) -> None:
     # Values from the textbook formula at z = 1.96 (95% two-sided).
     assert wilson_lower(failures, calls, 1.96) == pytest.approx(expected, abs=1e-4)
@@ -113,6 +155,7 @@ def test_the_bound_tightens_with_more_evidence_at_the_same_rate() -> None:
 
 
 # -- the window -------------------------------------------------------------------------------
+
 
 def obs(at: float, fault: Fault | None = None) -> Observation:
     return Observation(at, fault, "t", "{}")
@@ -151,6 +194,7 @@ def test_observed_arguments_are_truncated() -> None:
 
 # -- the verdict ------------------------------------------------------------------------------
 
+
 def figures(calls: int, **faults: int) -> Figures:
     return Figures(calls, {Fault(k): v for k, v in faults.items()}, 10.0)
 
@@ -158,7 +202,9 @@ def figures(calls: int, **faults: int) -> Figures:
 def test_no_verdict_below_the_minimum_number_of_calls() -> None:
     ceilings = DriftSettings().ceilings_for(Tier.LARGE)
     assert breaches(figures(19, invalidJson=19), ceilings, 2.326, min_calls=20) == []
-    assert [b.fault for b in breaches(figures(20, invalidJson=20), ceilings, 2.326, min_calls=20)] == [Fault.INVALID_JSON]
+    assert [b.fault for b in breaches(figures(20, invalidJson=20), ceilings, 2.326, min_calls=20)] == [
+        Fault.INVALID_JSON
+    ]
 
 
 def test_an_occasional_bad_call_is_below_the_large_ceiling() -> None:
@@ -179,19 +225,23 @@ def test_a_null_ceiling_is_never_passed() -> None:
 
 # -- settings ---------------------------------------------------------------------------------
 
+
 def test_a_config_changes_one_ceiling_and_keeps_the_other_defaults() -> None:
     settings = DriftSettings.model_validate({"ceilings": {"large": {"invalid_args": 0.05}}})
     assert settings.ceilings_for(Tier.LARGE) == Ceilings(not_offered=0.02, invalid_json=0.01, invalid_args=0.05)
     assert settings.ceilings_for(Tier.MEDIUM).invalid_args == 0.10
 
 
-@pytest.mark.parametrize(("raw", "where"), [
-    ({"ceilings": {"huge": {}}}, "ceilings.huge.[key]"),
-    ({"ceilings": {"large": {"invalid_args": 2}}}, "ceilings.large.invalid_args"),
-    ({"ceilings": {"large": {"typo": 0.1}}}, "ceilings.large.typo"),
-    ({"window_calls": 0}, "window_calls"),
-    ({"confidence": 1.0}, "confidence"),
-])
+@pytest.mark.parametrize(
+    ("raw", "where"),
+    [
+        ({"ceilings": {"huge": {}}}, "ceilings.huge.[key]"),
+        ({"ceilings": {"large": {"invalid_args": 2}}}, "ceilings.large.invalid_args"),
+        ({"ceilings": {"large": {"typo": 0.1}}}, "ceilings.large.typo"),
+        ({"window_calls": 0}, "window_calls"),
+        ({"confidence": 1.0}, "confidence"),
+    ],
+)
 def test_bad_drift_settings_name_the_key(raw: dict, where: str) -> None:
     with pytest.raises(ValidationError) as info:
         DriftSettings.model_validate(raw)

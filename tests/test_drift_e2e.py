@@ -25,18 +25,30 @@ PAIR = "agent-model@default"
 
 
 def tool(name: str, properties: dict[str, Any]) -> dict:
-    return {"type": "function", "function": {"name": name, "description": f"the {name} tool", "parameters": {
-        "type": "object", "properties": properties, "required": list(properties)}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"the {name} tool",
+            "parameters": {"type": "object", "properties": properties, "required": list(properties)},
+        },
+    }
 
 
-TOOLS = [tool("read_file", {"path": {"type": "string"}}),
-         tool("execute_command", {"command": {"type": "string"}, "timeout_s": {"type": "integer"}})]
+TOOLS = [
+    tool("read_file", {"path": {"type": "string"}}),
+    tool("execute_command", {"command": {"type": "string"}, "timeout_s": {"type": "integer"}}),
+]
 
-SOUND = [{"name": "read_file", "arguments": {"path": "/etc/hosts"}},
-         {"name": "execute_command", "arguments": {"command": "ls", "timeout_s": 5}}]
-DRIFTED = [{"name": "read_file", "arguments": '{"path": 5}'},          # wrong type
-           {"name": "execute_command", "arguments": '{"command": "ls", "timeout_s": NaN}'},  # not JSON
-           {"name": "format_disk", "arguments": "{}"}]                 # invented
+SOUND = [
+    {"name": "read_file", "arguments": {"path": "/etc/hosts"}},
+    {"name": "execute_command", "arguments": {"command": "ls", "timeout_s": 5}},
+]
+DRIFTED = [
+    {"name": "read_file", "arguments": '{"path": 5}'},  # wrong type
+    {"name": "execute_command", "arguments": '{"command": "ls", "timeout_s": NaN}'},  # not JSON
+    {"name": "format_disk", "arguments": "{}"},
+]  # invented
 
 
 class Agent:
@@ -77,21 +89,27 @@ class DriftingModel(ScriptedServer):
 def suite_runs(upstream: ScriptedServer) -> int:
     """Measurements so far: each one asks every suite test; count one test's first prompt."""
     first = next(iter(SuiteScript(DEFAULT_SUITE_DIR).tests))
-    return sum(1 for body in upstream.requests
-               if body["messages"] and next((m["content"] for m in body["messages"] if m["role"] == "user"), None)
-               == first and sum(m["role"] == "assistant" for m in body["messages"]) == 0)
+    return sum(
+        1
+        for body in upstream.requests
+        if body["messages"]
+        and next((m["content"] for m in body["messages"] if m["role"] == "user"), None) == first
+        and sum(m["role"] == "assistant" for m in body["messages"]) == 0
+    )
 
 
 def ask(proxy, stream: bool = False):
     messages = [{"role": "user", "content": "tidy up the server"}]
     if stream:
         with proxy.client.chat.completions.with_streaming_response.create(
-                model="agent-model", messages=messages, tools=TOOLS, stream=True) as raw:
+            model="agent-model", messages=messages, tools=TOOLS, stream=True
+        ) as raw:
             for _ in raw.iter_lines():
                 pass
             return raw.headers
     return proxy.client.chat.completions.with_raw_response.create(
-        model="agent-model", messages=messages, tools=TOOLS).headers
+        model="agent-model", messages=messages, tools=TOOLS
+    ).headers
 
 
 def forwarded(upstream: ScriptedServer) -> list[str]:
@@ -105,15 +123,25 @@ def drift_report(proxy) -> dict:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gatekeeper", *args], capture_output=True, text=True, timeout=60,
-                          env=os.environ | {"COLUMNS": "250"})
+    return subprocess.run(
+        [sys.executable, "-m", "gatekeeper", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ | {"COLUMNS": "250"},
+    )
 
 
 def test_a_drifting_model_is_demoted_loses_its_large_tools_and_is_remeasured(store_path):
     agent = Agent()
     with DriftingModel(agent) as upstream:
-        settings = settings_for(upstream.base_url, store_path, unknown_models="wait", admin_key="admin-secret",
-                                drift={"window_calls": 60, "min_calls": 10})
+        settings = settings_for(
+            upstream.base_url,
+            store_path,
+            unknown_models="wait",
+            admin_key="admin-secret",
+            drift={"window_calls": 60, "min_calls": 10},
+        )
         with running_proxy(settings) as proxy:
             # Measured large on its first request; serves the large tool.
             headers = ask(proxy)
@@ -147,8 +175,11 @@ def test_a_drifting_model_is_demoted_loses_its_large_tools_and_is_remeasured(sto
             upstream.measuring.set()
 
             # It was re-measured, once; the new profile decides (the suite still passes: large).
-            wait_until(lambda: any(e["event"] == "ended" for e in drift_report(proxy)["history"]),
-                       "the re-measurement to land", timeout_s=60)
+            wait_until(
+                lambda: any(e["event"] == "ended" for e in drift_report(proxy)["history"]),
+                "the re-measurement to land",
+                timeout_s=60,
+            )
             headers = ask(proxy)
             assert (headers["x-gatekeeper-profile"], headers["x-gatekeeper-tier"]) == ("measured", "large")
             assert suite_runs(upstream) == 2 * measured_once
@@ -177,8 +208,11 @@ def test_a_healthy_model_with_an_occasional_bad_call_is_never_demoted(store_path
         settings = settings_for(upstream.base_url, store_path, unknown_models="wait", admin_key="admin-secret")
         with running_proxy(settings) as proxy:
             profiles = {ask(proxy)["x-gatekeeper-profile"] for _ in range(100)}
-            report = wait_until(lambda: (r := drift_report(proxy)) and r["window"]["calls"] == 200 and r,
-                                "the worker to count every call", timeout_s=60)
+            report = wait_until(
+                lambda: (r := drift_report(proxy)) and r["window"]["calls"] == 200 and r,
+                "the worker to count every call",
+                timeout_s=60,
+            )
     assert profiles == {"measured"}
     assert report["window"]["invalidArgs"] == 4
     assert report["rates"]["invalidArgs"]["lower"] < report["rates"]["invalidArgs"]["ceiling"]
@@ -189,8 +223,13 @@ def test_an_admin_clears_a_demotion(store_path):
     agent = Agent()
     agent.calls = DRIFTED
     with DriftingModel(agent) as upstream:
-        settings = settings_for(upstream.base_url, store_path, unknown_models="wait", admin_key="admin-secret",
-                                drift={"min_calls": 10, "remeasure": False})
+        settings = settings_for(
+            upstream.base_url,
+            store_path,
+            unknown_models="wait",
+            admin_key="admin-secret",
+            drift={"min_calls": 10, "remeasure": False},
+        )
         with running_proxy(settings) as proxy:
             for _ in range(5):
                 ask(proxy)
@@ -198,8 +237,18 @@ def test_an_admin_clears_a_demotion(store_path):
             shown = cli("profiles", "--store", str(store_path), "--proxy", proxy.url, "--admin-key", "admin-secret")
             assert shown.returncode == 0, shown.stderr
             assert "demoted large -> medium" in shown.stdout and PAIR in shown.stdout
-            as_json = json.loads(cli("profiles", "--store", str(store_path), "--proxy", proxy.url, "--json",
-                                     "--admin-key", "admin-secret").stdout)
+            as_json = json.loads(
+                cli(
+                    "profiles",
+                    "--store",
+                    str(store_path),
+                    "--proxy",
+                    proxy.url,
+                    "--json",
+                    "--admin-key",
+                    "admin-secret",
+                ).stdout
+            )
             assert as_json["drift"][PAIR]["demoted"]["toTier"] == "medium"
             cleared = httpx.delete(f"{proxy.url}/admin/drift/{PAIR}", headers=ADMIN, timeout=10)
             assert cleared.json() == {"cleared": PAIR, "existed": True}

@@ -23,8 +23,16 @@ INVENTED = Call("launch_missiles", "{}", False)
 
 
 def profile(tier: Tier, tested_at: str = "2026-11-30T10:00:00+00:00") -> Profile:
-    return Profile(model="m", provider="p", tier=tier, scores={}, tokens_per_second=1.0, tested_at=tested_at,
-                   benchmark_version=1, tests_hash="abcd1234")
+    return Profile(
+        model="m",
+        provider="p",
+        tier=tier,
+        scores={},
+        tokens_per_second=1.0,
+        tested_at=tested_at,
+        benchmark_version=1,
+        tests_hash="abcd1234",
+    )
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,8 @@ def test_a_sound_pair_is_tracked_and_not_demoted(monitor: DriftMonitor) -> None:
 
 
 def test_steady_bad_arguments_demote_one_tier_and_schedule_a_measurement(
-        monitor: DriftMonitor, remeasured: list[str]) -> None:
+    monitor: DriftMonitor, remeasured: list[str]
+) -> None:
     before = metrics.DRIFT_DEMOTIONS.labels(from_tier="large", to_tier="medium")._value.get()
     feed(monitor, MEASURED, [GOOD, BAD_ARGS], times=10)
     demotion = monitor.demotion("m@default", LARGE)

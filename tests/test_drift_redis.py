@@ -15,8 +15,9 @@ from gatekeeper.drift_monitor import DriftMonitor
 
 redis_server = pytest.importorskip("redis_server", reason="tests/redis_server.py (the store's helper) is missing")
 RedisServer = redis_server.RedisServer
-pytestmark = pytest.mark.skipif(redis_server.server_binary() is None,
-                                reason="no redis-server (scripts/setup.sh installs it)")
+pytestmark = pytest.mark.skipif(
+    redis_server.server_binary() is None, reason="no redis-server (scripts/setup.sh installs it)"
+)
 
 KEY = MEASURED.key
 

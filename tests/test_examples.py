@@ -6,18 +6,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: litellm's bundled price map
 
-import pytest  # noqa: E402
-import yaml  # noqa: E402
+import pytest
+import yaml
+from conftest import ROOT, make_profile, seed_store, wait_serving
+from scripted import ScriptedServer, free_port
 
-from conftest import ROOT, make_profile, seed_store, wait_serving  # noqa: E402
-from scripted import ScriptedServer, free_port  # noqa: E402
-from gatekeeper.config import load_settings  # noqa: E402
-from gatekeeper.tiers import Tier  # noqa: E402
+from gatekeeper.config import load_settings
+from gatekeeper.tiers import Tier
 
 EXAMPLES = ROOT / "examples"
 MODEL = "notes-model"
@@ -29,8 +29,10 @@ def notes_agent(body: dict) -> dict:
         return {"content": f"Done. The tool said: {body['messages'][-1]['content']}", "tool_calls": []}
     offered = {t["function"]["name"] for t in body.get("tools") or []}
     if "write_note" in offered:
-        return {"content": None, "tool_calls": [{"name": "write_note",
-                                                 "arguments": {"name": "groceries", "text": "milk, eggs"}}]}
+        return {
+            "content": None,
+            "tool_calls": [{"name": "write_note", "arguments": {"name": "groceries", "text": "milk, eggs"}}],
+        }
     return {"content": None, "tool_calls": [{"name": "list_notes", "arguments": {}}]}
 
 
@@ -53,17 +55,36 @@ def example_env(model_server, tmp_path, default_suite) -> dict[str, str]:
 
 
 def run_example(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
-                          timeout=120, env=env or dict(os.environ), cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env or dict(os.environ),
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture
 def proxy_url(example_env) -> Iterator[str]:
     """`gatekeeper serve --config examples/gatekeeper.yaml` on a free port."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "gatekeeper", "serve", "--config",
-                                str(EXAMPLES / "gatekeeper.yaml"), "--port", str(port)],
-                               env=example_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gatekeeper",
+            "serve",
+            "--config",
+            str(EXAMPLES / "gatekeeper.yaml"),
+            "--port",
+            str(port),
+        ],
+        env=example_env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_serving(url + "/healthz", process)
@@ -74,16 +95,32 @@ def proxy_url(example_env) -> Iterator[str]:
 
 
 def test_example_config_loads_and_covers_every_contract_key(monkeypatch):
-    for var in ("GATEKEEPER_UPSTREAM", "GATEKEEPER_STORE", "GATEKEEPER_UNKNOWN_MODELS", "OPENAI_API_KEY",
-                "ANTHROPIC_API_KEY", "GATEKEEPER_ADMIN_KEY"):
+    for var in (
+        "GATEKEEPER_UPSTREAM",
+        "GATEKEEPER_STORE",
+        "GATEKEEPER_UNKNOWN_MODELS",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "GATEKEEPER_ADMIN_KEY",
+    ):
         monkeypatch.delenv(var, raising=False)
     settings = load_settings(EXAMPLES / "gatekeeper.yaml")
     assert settings.upstream.base_url == "http://127.0.0.1:8080/v1"
     assert settings.suite.resolve() == (ROOT / "benchmarks").resolve()
     assert settings.tools.required_tier["execute_command"] == Tier.LARGE
     raw = yaml.safe_load((EXAMPLES / "gatekeeper.yaml").read_text())
-    contract = {"upstream", "models", "suite", "store", "unknown_models", "unknown_tier", "wait_timeout_s", "tools",
-                "pins", "admin_key"}
+    contract = {
+        "upstream",
+        "models",
+        "suite",
+        "store",
+        "unknown_models",
+        "unknown_tier",
+        "wait_timeout_s",
+        "tools",
+        "pins",
+        "admin_key",
+    }
     assert contract <= set(raw)
     assert {"base_url", "api_key"} <= set(raw["upstream"])
     assert {"name", "litellm_model", "api_key"} <= set(raw["models"][0])
@@ -101,14 +138,25 @@ def test_agent_via_proxy_completes_a_tool_loop(model_server, proxy_url, tmp_path
     assert len(agent_calls) == 2
     # medium: write_note ("write_*") is offered, delete_note ("delete_*": large) is hidden by the proxy.
     assert offered(agent_calls[0]) == ["list_notes", "read_note", "write_note"]
-    assert agent_calls[1]["messages"][-1] == {"role": "tool", "tool_call_id": agent_calls[1]["messages"][-2][
-        "tool_calls"][0]["id"], "content": "saved note 'groceries'"}
+    assert agent_calls[1]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": agent_calls[1]["messages"][-2]["tool_calls"][0]["id"],
+        "content": "saved note 'groceries'",
+    }
 
 
 def test_agent_in_process_completes_a_tool_loop(model_server, example_env, tmp_path):
     notes = tmp_path / "notes"
-    result = run_example("agent_in_process.py", "--base-url", model_server.base_url, "--model", MODEL,
-                         "--notes-dir", str(notes), env=example_env)
+    result = run_example(
+        "agent_in_process.py",
+        "--base-url",
+        model_server.base_url,
+        "--model",
+        MODEL,
+        "--notes-dir",
+        str(notes),
+        env=example_env,
+    )
     assert result.returncode == 0, result.stderr
     assert "Done. The tool said: saved note 'groceries'" in result.stdout
     assert "tier medium (measured)" in result.stderr
@@ -130,8 +178,9 @@ def test_agent_in_process_refuses_a_hidden_tool_the_model_calls_anyway(tmp_path,
     notes = tmp_path / "notes"
     with ScriptedServer(stubborn) as server:
         env = os.environ | {"GATEKEEPER_STORE": str(store)}
-        result = run_example("agent_in_process.py", "--base-url", server.base_url, "--model", MODEL,
-                             "--notes-dir", str(notes), env=env)
+        result = run_example(
+            "agent_in_process.py", "--base-url", server.base_url, "--model", MODEL, "--notes-dir", str(notes), env=env
+        )
     assert result.returncode == 0, result.stderr
     assert offered(server.requests[0]) == ["list_notes", "read_note"]
     assert "error: tool 'write_note' requires tier 'medium'" in result.stdout
@@ -168,13 +217,19 @@ async def test_litellm_config_example_gates_through_litellm(model_server, exampl
     monkeypatch.setenv("GATEKEEPER_CONFIG", str(EXAMPLES / "gatekeeper.yaml"))
     monkeypatch.setattr(hook, "_gk", None)  # built from GATEKEEPER_CONFIG on first use, for this test only
     deployment = config["model_list"][0]
-    deployment = deployment | {"model_name": MODEL,
-                               "litellm_params": deployment["litellm_params"] | {"api_base": model_server.base_url}}
+    deployment = deployment | {
+        "model_name": MODEL,
+        "litellm_params": deployment["litellm_params"] | {"api_base": model_server.base_url},
+    }
     router = litellm.Router(model_list=[deployment])
     tools, _ = _example_tools()
     try:
-        data = await hook.async_pre_call_hook(UserAPIKeyAuth(), DualCache(), {
-            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": tools}, "acompletion")
+        data = await hook.async_pre_call_hook(
+            UserAPIKeyAuth(),
+            DualCache(),
+            {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": tools},
+            "acompletion",
+        )
         response = await router.acompletion(**data)
     finally:
         hook.gk.close()

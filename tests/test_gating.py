@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gatekeeper.gating import (RequestInvalid, ToolChoiceBlocked, ToolPolicy, enforce_choice, gate_request)
+from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked, ToolPolicy, enforce_choice, gate_request
 from gatekeeper.tiers import Tier
 
 POLICY = ToolPolicy({"execute_command": Tier.LARGE, "write_*": Tier.MEDIUM, "write_log": Tier.SMALL}, Tier.SMALL)
@@ -39,7 +39,10 @@ def test_gate_leaves_body_untouched_when_everything_is_allowed():
 
 
 def test_forced_choice_of_allowed_tool_passes():
-    body = {"tools": tools("read", "execute_command"), "tool_choice": {"type": "function", "function": {"name": "read"}}}
+    body = {
+        "tools": tools("read", "execute_command"),
+        "tool_choice": {"type": "function", "function": {"name": "read"}},
+    }
     gate_request(body, Tier.SMALL, POLICY)
     assert body["tool_choice"]["function"]["name"] == "read"
 
@@ -50,16 +53,19 @@ def test_legacy_function_call_forcing_hidden_function_is_blocked():
         gate_request(body, Tier.SMALL, POLICY)
 
 
-@pytest.mark.parametrize("bad", [{"tools": "x"}, {"tools": [1]}, {"tools": [{"function": {}}]},
-                                 {"tools": tools("a"), "tool_choice": 5}])
+@pytest.mark.parametrize(
+    "bad", [{"tools": "x"}, {"tools": [1]}, {"tools": [{"function": {}}]}, {"tools": tools("a"), "tool_choice": 5}]
+)
 def test_malformed_tool_fields_are_rejected(bad):
     with pytest.raises(RequestInvalid):
         gate_request(bad, Tier.LARGE, POLICY)
 
 
 def test_enforce_choice_keeps_allowed_calls_only():
-    choice = {"finish_reason": "tool_calls", "message": {"tool_calls": [
-        {"function": {"name": "read"}}, {"function": {"name": "ghost"}}]}}
+    choice = {
+        "finish_reason": "tool_calls",
+        "message": {"tool_calls": [{"function": {"name": "read"}}, {"function": {"name": "ghost"}}]},
+    }
     assert enforce_choice(choice, {"read"}) == ["ghost"]
     assert [c["function"]["name"] for c in choice["message"]["tool_calls"]] == ["read"]
     assert choice["finish_reason"] == "tool_calls"

@@ -16,7 +16,7 @@ def test_markdown_fence_with_language_is_removed():
 
 
 def test_markdown_fence_without_language_is_removed():
-    assert extract_json('```\n[1, 2]\n```') == [1, 2]
+    assert extract_json("```\n[1, 2]\n```") == [1, 2]
 
 
 def test_unclosed_fence_of_a_truncated_answer_is_repaired():
@@ -88,7 +88,7 @@ def test_dangling_backslash_at_the_truncation_is_dropped():
 
 
 def test_mismatched_closer_is_replaced_by_the_right_one():
-    assert extract_json('[1, 2}') == [1, 2]
+    assert extract_json("[1, 2}") == [1, 2]
 
 
 def test_bare_scalar_is_accepted_when_it_is_the_whole_text():

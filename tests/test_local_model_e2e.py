@@ -24,24 +24,21 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 import yaml
-
+from conftest import Proxy, running_proxy
 from local_model import local_server  # noqa: F401 - first: skips (or fails) without the model
+from scripted import ThreadedServer, free_port
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
 
-import openai  # noqa: E402
-from starlette.applications import Starlette  # noqa: E402
-from starlette.requests import Request  # noqa: E402
-from starlette.responses import Response, StreamingResponse  # noqa: E402
-from starlette.routing import Route  # noqa: E402
-
-from conftest import Proxy, running_proxy  # noqa: E402
-from scripted import ThreadedServer, free_port  # noqa: E402
-
-from gatekeeper.config import Settings  # noqa: E402
-from gatekeeper.localmodel import LocalModelServer  # noqa: E402
-from gatekeeper.suite import BENCHMARK_VERSION, CATEGORIES, DEFAULT_SUITE_DIR, load_suite, suite_hash  # noqa: E402
-from gatekeeper.tiers import Tier  # noqa: E402
+from gatekeeper.config import Settings
+from gatekeeper.localmodel import LocalModelServer
+from gatekeeper.suite import BENCHMARK_VERSION, CATEGORIES, DEFAULT_SUITE_DIR, load_suite, suite_hash
+from gatekeeper.tiers import Tier
 
 pytestmark = pytest.mark.local_model
 
@@ -54,11 +51,18 @@ AGENT_TIMEOUT_S = 1500
 
 
 def tool(name: str, **params: str) -> dict:
-    return {"type": "function", "function": {
-        "name": name, "description": f"The {name} tool.",
-        "parameters": {"type": "object", "required": list(params),
-                       "properties": {k: {"type": "string", "description": v} for k, v in params.items()}},
-    }}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"The {name} tool.",
+            "parameters": {
+                "type": "object",
+                "required": list(params),
+                "properties": {k: {"type": "string", "description": v} for k, v in params.items()},
+            },
+        },
+    }
 
 
 # One tool per rule of examples/local-model.yaml, with the tier the config requires for it.
@@ -69,8 +73,13 @@ AGENT_TOOLS = [
     tool("execute_command", command="The command line"),
     tool("delete_file", path="Path of the file"),
 ]
-REQUIRED = {"read_file": Tier.SMALL, "search_docs": Tier.SMALL, "write_file": Tier.MEDIUM,
-            "execute_command": Tier.LARGE, "delete_file": Tier.LARGE}
+REQUIRED = {
+    "read_file": Tier.SMALL,
+    "search_docs": Tier.SMALL,
+    "write_file": Tier.MEDIUM,
+    "execute_command": Tier.LARGE,
+    "delete_file": Tier.LARGE,
+}
 # llama.cpp shows the tools to the model only inside a system message (and only with tool_choice).
 MESSAGES = [
     {"role": "system", "content": "You are a coding agent. Use a function when one fits the request."},
@@ -86,8 +95,9 @@ def force(name: str) -> dict:
 
 # -- a recording passthrough between the proxy and the llama server ---------------------------
 
-_HOP = frozenset({"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade", "date",
-                  "server"})
+_HOP = frozenset(
+    {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade", "date", "server"}
+)
 
 
 @dataclass
@@ -135,9 +145,11 @@ class Recorder(ThreadedServer):
         exchange = Exchange(json.loads(content) if content else {}, headers)
         self.exchanges.append(exchange)
         upstream = await self._client.send(
-            self._client.build_request(request.method, f"{self.target}/{request.path_params['path']}",
-                                       content=content, headers=headers),
-            stream=True)
+            self._client.build_request(
+                request.method, f"{self.target}/{request.path_params['path']}", content=content, headers=headers
+            ),
+            stream=True,
+        )
         exchange.status = upstream.status_code
 
         async def relay() -> AsyncIterator[bytes]:
@@ -156,6 +168,7 @@ class Recorder(ThreadedServer):
 
 
 # -- module fixtures: one llama server, one proxy, one lazy measurement ----------------------------
+
 
 def demo_settings(upstream: str, store: Path) -> Settings:
     """examples/local-model.yaml with this run's upstream and store, as the demo writes it."""
@@ -213,8 +226,8 @@ def agent_call(client: openai.OpenAI, recorder: Recorder, local_server: LocalMod
     """The first agent request for the unknown model: `wait` holds it until the model is measured."""
     started = time.monotonic()
     raw = client.chat.completions.with_raw_response.create(
-        model=local_server.model, messages=MESSAGES, tools=AGENT_TOOLS, tool_choice="auto", temperature=0,
-        max_tokens=64)
+        model=local_server.model, messages=MESSAGES, tools=AGENT_TOOLS, tool_choice="auto", temperature=0, max_tokens=64
+    )
     seconds = time.monotonic() - started
     *measuring, forwarded = recorder.exchanges
     assert forwarded.body["messages"] == MESSAGES, "the agent request should be forwarded after the measurement"
@@ -228,8 +241,16 @@ def prime(server: LocalModelServer) -> None:
     already holds (a different evaluation split can flip a near tie: we saw arguments gain a
     space). Two requests each sent right after this one are evaluated the same way.
     """
-    response = httpx.post(f"{server.base_url}/chat/completions", timeout=120, json={
-        "model": server.model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 1, "temperature": 0})
+    response = httpx.post(
+        f"{server.base_url}/chat/completions",
+        timeout=120,
+        json={
+            "model": server.model,
+            "messages": [{"role": "user", "content": "Hello"}],
+            "max_tokens": 1,
+            "temperature": 0,
+        },
+    )
     response.raise_for_status()
 
 
@@ -254,8 +275,11 @@ def streamed(stream: Any) -> tuple[list[tuple[str, str]], str | None]:
 
 # -- the lazy measurement --------------------------------------------------------------------------
 
+
 def test_first_request_waits_for_the_measurement_and_a_valid_profile_is_stored(
-    agent_call: AgentCall, store: Path, local_server: LocalModelServer  # noqa: F811
+    agent_call: AgentCall,
+    store: Path,
+    local_server: LocalModelServer,  # noqa: F811
 ) -> None:
     assert agent_call.raw.headers["x-gatekeeper-profile"] == "measured"
     profile = json.loads(store.read_text())["profiles"][f"{local_server.model}@default"]
@@ -271,7 +295,9 @@ def test_first_request_waits_for_the_measurement_and_a_valid_profile_is_stored(
 
 
 def test_admin_api_shows_the_measured_profile_as_valid(
-    agent_call: AgentCall, proxy: Proxy, local_server: LocalModelServer  # noqa: F811
+    agent_call: AgentCall,
+    proxy: Proxy,
+    local_server: LocalModelServer,  # noqa: F811
 ) -> None:
     response = httpx.get(f"{proxy.url}/admin/profiles", headers={"authorization": f"Bearer {ADMIN_KEY}"})
     profile = response.json()["profiles"][f"{local_server.model}@default"]
@@ -294,23 +320,37 @@ def test_measurement_requests_let_llama_cpp_show_the_model_the_tools(agent_call:
 
 # -- gating and pass-through -------------------------------------------------------------------------
 
+
 def test_proxy_forwards_exactly_the_tools_allowed_for_the_measured_tier(agent_call: AgentCall) -> None:
     tier = Tier(agent_call.raw.headers["x-gatekeeper-tier"])
     forwarded = [t["function"]["name"] for t in agent_call.forwarded.body["tools"]]
     assert forwarded == [name for name, required in REQUIRED.items() if tier.allows(required)]
     others = {k: v for k, v in agent_call.forwarded.body.items() if k != "tools"}
-    assert others == {"model": others["model"], "messages": MESSAGES, "tool_choice": "auto", "temperature": 0,
-                      "max_tokens": 64}
+    assert others == {
+        "model": others["model"],
+        "messages": MESSAGES,
+        "tool_choice": "auto",
+        "temperature": 0,
+        "max_tokens": 64,
+    }
 
 
 def test_non_streamed_tool_call_passes_through_intact(
-    agent_call: AgentCall, client: openai.OpenAI, direct: openai.OpenAI, recorder: Recorder,
-    local_server: LocalModelServer  # noqa: F811
+    agent_call: AgentCall,
+    client: openai.OpenAI,
+    direct: openai.OpenAI,
+    recorder: Recorder,
+    local_server: LocalModelServer,  # noqa: F811
 ) -> None:
     prime(local_server)
     through_proxy = client.chat.completions.create(
-        model=local_server.model, messages=MESSAGES, tools=AGENT_TOOLS, tool_choice=force("search_docs"),
-        temperature=0, max_tokens=64).choices[0]
+        model=local_server.model,
+        messages=MESSAGES,
+        tools=AGENT_TOOLS,
+        tool_choice=force("search_docs"),
+        temperature=0,
+        max_tokens=64,
+    ).choices[0]
     sent = recorder.last().body  # the same request, as the proxy forwarded it: gated tools
     prime(local_server)
     straight = direct.chat.completions.create(**sent).choices[0]
@@ -321,13 +361,24 @@ def test_non_streamed_tool_call_passes_through_intact(
 
 
 def test_streamed_forced_tool_call_passes_through_intact(
-    agent_call: AgentCall, client: openai.OpenAI, direct: openai.OpenAI, recorder: Recorder,
-    local_server: LocalModelServer  # noqa: F811
+    agent_call: AgentCall,
+    client: openai.OpenAI,
+    direct: openai.OpenAI,
+    recorder: Recorder,
+    local_server: LocalModelServer,  # noqa: F811
 ) -> None:
     prime(local_server)
-    calls, finish = streamed(client.chat.completions.create(
-        model=local_server.model, messages=MESSAGES, tools=AGENT_TOOLS, tool_choice=force("read_file"),
-        temperature=0, max_tokens=64, stream=True))
+    calls, finish = streamed(
+        client.chat.completions.create(
+            model=local_server.model,
+            messages=MESSAGES,
+            tools=AGENT_TOOLS,
+            tool_choice=force("read_file"),
+            temperature=0,
+            max_tokens=64,
+            stream=True,
+        )
+    )
     sent = recorder.last().body
     assert sent["stream"] is True and sent["tool_choice"] == force("read_file")
     prime(local_server)
@@ -339,14 +390,24 @@ def test_streamed_forced_tool_call_passes_through_intact(
 
 
 def test_stream_cut_short_by_llama_cpp_gives_the_client_an_error_and_the_proxy_keeps_serving(
-    agent_call: AgentCall, client: openai.OpenAI, recorder: Recorder, proxy: Proxy,
-    local_server: LocalModelServer  # noqa: F811
+    agent_call: AgentCall,
+    client: openai.OpenAI,
+    recorder: Recorder,
+    proxy: Proxy,
+    local_server: LocalModelServer,  # noqa: F811
 ) -> None:
     # stream + tool_choice "auto": when the model picks a tool, llama.cpp answers 200 and an
     # empty body (docs/local-model-notes.md, "Streaming"); the proxy must not pass that on as
     # a normal end of stream.
-    stream = client.chat.completions.create(model=local_server.model, messages=MESSAGES, tools=AGENT_TOOLS,
-                                            tool_choice="auto", temperature=0, max_tokens=64, stream=True)
+    stream = client.chat.completions.create(
+        model=local_server.model,
+        messages=MESSAGES,
+        tools=AGENT_TOOLS,
+        tool_choice="auto",
+        temperature=0,
+        max_tokens=64,
+        stream=True,
+    )
     chunks: list[Any] = []
     error: openai.APIError | None = None
     try:
@@ -362,24 +423,35 @@ def test_stream_cut_short_by_llama_cpp_gives_the_client_an_error_and_the_proxy_k
     assert isinstance(error.body, dict) and error.body["code"] == "upstream_incomplete"
     assert "[DONE]" in error.message
 
-    after = client.chat.completions.create(model=local_server.model, messages=MESSAGES, tools=AGENT_TOOLS,
-                                           tool_choice="auto", temperature=0, max_tokens=64)
+    after = client.chat.completions.create(
+        model=local_server.model, messages=MESSAGES, tools=AGENT_TOOLS, tool_choice="auto", temperature=0, max_tokens=64
+    )
     assert after.choices[0].finish_reason in ("stop", "tool_calls", "length")
     assert httpx.get(f"{proxy.url}/healthz").status_code == 200
 
 
 def test_proxy_keeps_its_upstream_connections_usable_after_a_stream_cut_short(
-    agent_call: AgentCall, direct_proxy: Proxy, local_server: LocalModelServer  # noqa: F811
+    agent_call: AgentCall,
+    direct_proxy: Proxy,
+    local_server: LocalModelServer,  # noqa: F811
 ) -> None:
     client = openai.OpenAI(base_url=direct_proxy.url + "/v1", api_key="agent-key", max_retries=0, timeout=300)
     statuses = []
     for _ in range(5):  # a race with llama.cpp closing the socket: lost most of the time, not always
         with pytest.raises(openai.APIError):
-            list(client.chat.completions.create(model=local_server.model, messages=MESSAGES, tools=AGENT_TOOLS,
-                                                tool_choice="auto", temperature=0, max_tokens=64, stream=True))
+            list(
+                client.chat.completions.create(
+                    model=local_server.model,
+                    messages=MESSAGES,
+                    tools=AGENT_TOOLS,
+                    tool_choice="auto",
+                    temperature=0,
+                    max_tokens=64,
+                    stream=True,
+                )
+            )
         try:  # right away, as a busy agent would
-            client.chat.completions.create(model=local_server.model, messages=MESSAGES[1:], max_tokens=4,
-                                           temperature=0)
+            client.chat.completions.create(model=local_server.model, messages=MESSAGES[1:], max_tokens=4, temperature=0)
             statuses.append(200)
         except openai.APIStatusError as exc:
             statuses.append(exc.status_code)
@@ -387,15 +459,21 @@ def test_proxy_keeps_its_upstream_connections_usable_after_a_stream_cut_short(
 
 
 def test_a_client_request_id_that_is_not_a_uuid_does_not_break_the_request(
-    agent_call: AgentCall, proxy: Proxy, local_server: LocalModelServer  # noqa: F811
+    agent_call: AgentCall,
+    proxy: Proxy,
+    local_server: LocalModelServer,  # noqa: F811
 ) -> None:
-    response = httpx.post(f"{proxy.url}/v1/chat/completions", headers={"x-request-id": "agent-run-42"}, timeout=300,
-                          json={"model": local_server.model, "messages": MESSAGES[1:], "max_tokens": 8,
-                                "temperature": 0})
+    response = httpx.post(
+        f"{proxy.url}/v1/chat/completions",
+        headers={"x-request-id": "agent-run-42"},
+        timeout=300,
+        json={"model": local_server.model, "messages": MESSAGES[1:], "max_tokens": 8, "temperature": 0},
+    )
     assert response.status_code == 200, (response.status_code, response.text)
 
 
 # -- the demo ----------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def demo_store(agent_call: AgentCall, store: Path, tmp_path: Path) -> Path:
@@ -408,8 +486,9 @@ def demo_store(agent_call: AgentCall, store: Path, tmp_path: Path) -> Path:
 def _demo(run_dir: Path, *args: str) -> subprocess.Popen[str]:
     # TMPDIR: the demo's run directory (config and logs) goes under the test's tmp_path.
     env = os.environ | {"COLUMNS": "160", "TMPDIR": str(run_dir)}
-    return subprocess.Popen([sys.executable, str(DEMO), *args], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, str(DEMO), *args], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
 def _pids(stderr: str) -> list[int]:
@@ -427,7 +506,10 @@ def _gone(pid: int) -> bool:
 
 
 def test_demo_prints_the_profile_and_the_gating_then_exits(
-    agent_call: AgentCall, demo_store: Path, tmp_path: Path, local_server: LocalModelServer  # noqa: F811
+    agent_call: AgentCall,
+    demo_store: Path,
+    tmp_path: Path,
+    local_server: LocalModelServer,  # noqa: F811
 ) -> None:
     port = free_port()
     demo = _demo(tmp_path, "--no-serve", "--store", str(demo_store), "--port", str(port))

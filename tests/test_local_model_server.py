@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 
+import openai
 import pytest
-
 from local_model import local_server  # noqa: F401 - first: skips (or fails) without the model
 
-import openai  # noqa: E402
-
-from gatekeeper.localmodel import LocalModelServer  # noqa: E402
+from gatekeeper.localmodel import LocalModelServer
 
 pytestmark = pytest.mark.local_model
 
@@ -55,7 +53,8 @@ def test_plain_chat_completion_returns_text(local_server: LocalModelServer, clie
 
 
 def test_auto_tool_choice_with_system_message_calls_the_tool(
-    local_server: LocalModelServer, client: openai.OpenAI  # noqa: F811
+    local_server: LocalModelServer,  # noqa: F811 - the fixture, imported from local_model
+    client: openai.OpenAI,
 ) -> None:
     # chatml-function-calling shows the tools to the model only inside a system message,
     # and ignores `tools` altogether unless tool_choice is set.

@@ -24,8 +24,10 @@ from gatekeeper.sse import SSEParser
 from gatekeeper.tiers import Tier
 
 OFFERED = {"read_file"}
-TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
-         for n in ("read_file", "execute_command")]  # at tier small only read_file is offered
+TOOLS = [
+    {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+    for n in ("read_file", "execute_command")
+]  # at tier small only read_file is offered
 NAMES = st.sampled_from(["read_file", "execute_command", "ghost", "", "read_file ", "execute_"])
 JUNK = st.one_of(st.none(), st.integers(-1, 3), st.booleans(), st.text(max_size=3), st.lists(st.integers(), max_size=2))
 
@@ -64,10 +66,18 @@ def delta(draw: Any) -> Any:
 
 @st.composite
 def chunk(draw: Any) -> Any:
-    choice = {"index": maybe(draw, draw(st.integers(0, 1)), 12), "delta": maybe(draw, draw(delta()), 15),
-              "finish_reason": draw(st.sampled_from([None, None, "tool_calls", "stop", "function_call"]))}
-    doc = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-           "choices": maybe(draw, [choice], 15)}
+    choice = {
+        "index": maybe(draw, draw(st.integers(0, 1)), 12),
+        "delta": maybe(draw, draw(delta()), 15),
+        "finish_reason": draw(st.sampled_from([None, None, "tool_calls", "stop", "function_call"])),
+    }
+    doc = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": maybe(draw, [choice], 15),
+    }
     return maybe(draw, doc, 25)
 
 
@@ -78,8 +88,11 @@ def completion(draw: Any) -> Any:
         message["tool_calls"] = maybe(draw, draw(st.lists(tool_call(False), max_size=3)))
     if not draw(st.integers(0, 5)):
         message["function_call"] = maybe(draw, {"name": draw(NAMES), "arguments": "{}"})
-    choice = {"index": 0, "message": maybe(draw, message, 15),
-              "finish_reason": draw(st.sampled_from(["tool_calls", "stop", "function_call"]))}
+    choice = {
+        "index": 0,
+        "message": maybe(draw, message, 15),
+        "finish_reason": draw(st.sampled_from(["tool_calls", "stop", "function_call"])),
+    }
     doc = {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": maybe(draw, [choice], 15)}
     return maybe(draw, doc, 25)
 
@@ -144,8 +157,11 @@ def splits(draw: Any, raw: bytes) -> list[bytes]:
 @st.composite
 def upstream_answer(draw: Any) -> tuple[RawAnswer, bool]:
     raw = draw(st.one_of(sse_stream(), plain_body()))
-    content_type = draw(st.sampled_from(["text/event-stream", "Text/Event-Stream; charset=utf-8",
-                                         "application/json", "text/plain", None]))
+    content_type = draw(
+        st.sampled_from(
+            ["text/event-stream", "Text/Event-Stream; charset=utf-8", "application/json", "text/plain", None]
+        )
+    )
     status = draw(st.sampled_from([200] * 10 + [400, 500, 302]))
     return RawAnswer(splits(draw, raw), status=status, content_type=content_type), draw(st.booleans())
 
@@ -164,9 +180,11 @@ def test_no_hidden_name_survives_any_upstream_answer(rig: tuple[RawUpstream, Pro
     upstream, proxy = rig
     upstream.answer, stream = case
     with structlog.testing.capture_logs() as logs:
-        answer = httpx.post(proxy.url + "/v1/chat/completions", timeout=30,
-                            json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS,
-                                  "stream": stream})
+        answer = httpx.post(
+            proxy.url + "/v1/chat/completions",
+            timeout=30,
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, "stream": stream},
+        )
     sent = upstream.answer.status
     expected = {sent} if sent >= 400 else {502} if sent >= 300 else {200, 502}
     assert answer.status_code in expected  # never our own 500

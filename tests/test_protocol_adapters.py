@@ -23,10 +23,14 @@ from gatekeeper.adapters.litellm_hook import GatekeeperHook
 from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
 from gatekeeper.wrap import gate_agent, gated_prepare_tools
 
-FUNCTIONS = [{"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
-             for n in ("read_file", "write_file", "execute_command")]
-ANTHROPIC_TOOLS = [{"name": n, "input_schema": {"type": "object", "properties": {}}}
-                   for n in ("read_file", "write_file", "execute_command")]
+FUNCTIONS = [
+    {"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
+    for n in ("read_file", "write_file", "execute_command")
+]
+ANTHROPIC_TOOLS = [
+    {"name": n, "input_schema": {"type": "object", "properties": {}}}
+    for n in ("read_file", "write_file", "execute_command")
+]
 HI = [{"role": "user", "content": "hi"}]
 
 
@@ -41,6 +45,7 @@ def names(body: dict) -> list[str] | None:
 
 
 # -- OpenAI SDK: responses -----------------------------------------------------------------
+
 
 def test_openai_responses_create_sends_only_allowed_tools(upstream, gk):
     client = openai_sdk.gate_client(openai.OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), gk)
@@ -57,8 +62,12 @@ def test_openai_responses_create_sends_only_allowed_tools(upstream, gk):
 def test_openai_responses_forcing_a_hidden_tool_raises_before_sending(upstream, gk):
     client = openai_sdk.gate_client(openai.OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), gk)
     with pytest.raises(ToolChoiceBlocked, match="execute_command"):
-        client.responses.create(model="small-model", input="hi", tools=FUNCTIONS,
-                                tool_choice={"type": "function", "name": "execute_command"})
+        client.responses.create(
+            model="small-model",
+            input="hi",
+            tools=FUNCTIONS,
+            tool_choice={"type": "function", "name": "execute_command"},
+        )
     with pytest.raises(RequestInvalid, match="extra_body"):
         client.responses.create(model="small-model", input="hi", extra_body={"tools": FUNCTIONS})
     assert upstream.responses_requests == []
@@ -75,61 +84,95 @@ async def test_async_openai_responses_are_gated(upstream, gk):
 
 # -- Anthropic SDK -------------------------------------------------------------------------
 
+
 def test_anthropic_messages_create_and_stream_are_gated(upstream, gk):
-    client = anthropic_sdk.gate_client(anthropic.Anthropic(base_url=upstream.base_url[:-3], api_key="x",
-                                                           max_retries=0), gk)
+    client = anthropic_sdk.gate_client(
+        anthropic.Anthropic(base_url=upstream.base_url[:-3], api_key="x", max_retries=0), gk
+    )
     message = client.messages.create(model="medium-model", max_tokens=100, messages=HI, tools=ANTHROPIC_TOOLS)
     assert message.content[0].text == "ok"
     assert names(upstream.messages_requests[-1]) == ["read_file", "write_file"]
     with client.messages.stream(model="small-model", max_tokens=100, messages=HI, tools=ANTHROPIC_TOOLS) as stream:
         assert stream.get_final_message().content[0].text == "ok"
     assert names(upstream.messages_requests[-1]) == ["read_file"]
-    client.messages.create(model="effortful", max_tokens=100, messages=HI, tools=ANTHROPIC_TOOLS,
-                           thinking={"type": "enabled", "budget_tokens": 20000})  # -> effort high: medium tier
+    client.messages.create(
+        model="effortful",
+        max_tokens=100,
+        messages=HI,
+        tools=ANTHROPIC_TOOLS,
+        thinking={"type": "enabled", "budget_tokens": 20000},
+    )  # -> effort high: medium tier
     assert names(upstream.messages_requests[-1]) == ["read_file", "write_file"]
 
 
 def test_anthropic_count_tokens_counts_the_gated_tools(upstream, gk):
-    client = anthropic_sdk.gate_client(anthropic.Anthropic(base_url=upstream.base_url[:-3], api_key="x",
-                                                           max_retries=0), gk)
+    client = anthropic_sdk.gate_client(
+        anthropic.Anthropic(base_url=upstream.base_url[:-3], api_key="x", max_retries=0), gk
+    )
     count = client.messages.count_tokens(model="small-model", messages=HI, tools=ANTHROPIC_TOOLS)
     assert count.input_tokens == 15 and names(upstream.count_requests[-1]) == ["read_file"]
 
 
 async def test_async_anthropic_forcing_a_hidden_tool_raises(upstream, gk):
-    client = anthropic_sdk.gate_client(anthropic.AsyncAnthropic(base_url=upstream.base_url[:-3], api_key="x",
-                                                                max_retries=0), gk)
+    client = anthropic_sdk.gate_client(
+        anthropic.AsyncAnthropic(base_url=upstream.base_url[:-3], api_key="x", max_retries=0), gk
+    )
     with pytest.raises(ToolChoiceBlocked):
-        await client.messages.create(model="small-model", max_tokens=100, messages=HI, tools=ANTHROPIC_TOOLS,
-                                     tool_choice={"type": "tool", "name": "execute_command"})
+        await client.messages.create(
+            model="small-model",
+            max_tokens=100,
+            messages=HI,
+            tools=ANTHROPIC_TOOLS,
+            tool_choice={"type": "tool", "name": "execute_command"},
+        )
     with pytest.raises(ToolChoiceBlocked, match="every offered tool is hidden"):
-        await client.messages.create(model="small-model", max_tokens=100, messages=HI, tools=ANTHROPIC_TOOLS[2:],
-                                     tool_choice={"type": "any"})
-    async with client.messages.stream(model="small-model", max_tokens=100, messages=HI,
-                                      tools=ANTHROPIC_TOOLS) as stream:
+        await client.messages.create(
+            model="small-model", max_tokens=100, messages=HI, tools=ANTHROPIC_TOOLS[2:], tool_choice={"type": "any"}
+        )
+    async with client.messages.stream(
+        model="small-model", max_tokens=100, messages=HI, tools=ANTHROPIC_TOOLS
+    ) as stream:
         assert (await stream.get_final_message()).content[0].text == "ok"
     assert names(upstream.messages_requests[-1]) == ["read_file"]
 
 
 # -- LiteLLM hook --------------------------------------------------------------------------
 
+
 async def test_litellm_hook_gates_responses_and_anthropic_messages(gk):
     hook = GatekeeperHook(gk)
-    data = await hook.async_pre_call_hook(UserAPIKeyAuth(), DualCache(), {
-        "model": "small-model", "input": "hi", "tools": list(FUNCTIONS), "parallel_tool_calls": True}, "aresponses")
+    data = await hook.async_pre_call_hook(
+        UserAPIKeyAuth(),
+        DualCache(),
+        {"model": "small-model", "input": "hi", "tools": list(FUNCTIONS), "parallel_tool_calls": True},
+        "aresponses",
+    )
     assert names(data) == ["read_file"]
-    data = await hook.async_pre_call_hook(UserAPIKeyAuth(), DualCache(), {
-        "model": "medium-model", "messages": HI, "max_tokens": 10, "tools": list(ANTHROPIC_TOOLS)},
-        "anthropic_messages")
+    data = await hook.async_pre_call_hook(
+        UserAPIKeyAuth(),
+        DualCache(),
+        {"model": "medium-model", "messages": HI, "max_tokens": 10, "tools": list(ANTHROPIC_TOOLS)},
+        "anthropic_messages",
+    )
     assert names(data) == ["read_file", "write_file"]
     with pytest.raises(HTTPException) as info:
-        await hook.async_pre_call_hook(UserAPIKeyAuth(), DualCache(), {
-            "model": "small-model", "messages": HI, "max_tokens": 10, "tools": list(ANTHROPIC_TOOLS),
-            "tool_choice": {"type": "tool", "name": "execute_command"}}, "anthropic_messages")
+        await hook.async_pre_call_hook(
+            UserAPIKeyAuth(),
+            DualCache(),
+            {
+                "model": "small-model",
+                "messages": HI,
+                "max_tokens": 10,
+                "tools": list(ANTHROPIC_TOOLS),
+                "tool_choice": {"type": "tool", "name": "execute_command"},
+            },
+            "anthropic_messages",
+        )
     assert info.value.status_code == 400 and info.value.detail["error"]["code"] == "tool_not_allowed"
 
 
 # -- pydantic-ai and the OpenAI Agents SDK, in process -------------------------------------
+
 
 async def test_pydantic_ai_prepare_tools_hook_keeps_the_allowed_tools(upstream, gk):
     from pydantic_ai import Agent

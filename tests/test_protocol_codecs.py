@@ -13,8 +13,17 @@ from gatekeeper.protocols.messages import MessagesCodec
 from gatekeeper.protocols.responses import ResponsesCodec
 from gatekeeper.tiers import Tier
 
-POLICY = ToolPolicy({"execute_command": Tier.LARGE, "web_search": Tier.LARGE, "code_interpreter": Tier.LARGE,
-                     "danger": Tier.LARGE, "gh.delete_repo": Tier.LARGE, "bash": Tier.LARGE, "crm.drop": Tier.LARGE})
+POLICY = ToolPolicy(
+    {
+        "execute_command": Tier.LARGE,
+        "web_search": Tier.LARGE,
+        "code_interpreter": Tier.LARGE,
+        "danger": Tier.LARGE,
+        "gh.delete_repo": Tier.LARGE,
+        "bash": Tier.LARGE,
+        "crm.drop": Tier.LARGE,
+    }
+)
 R, M = ResponsesCodec(), MessagesCodec()
 
 
@@ -24,10 +33,19 @@ def fn(name: str) -> dict:
 
 # -- Responses requests --------------------------------------------------------------------
 
+
 def test_responses_gates_function_custom_and_builtin_tools():
-    body = {"model": "m", "tools": [fn("read_file"), fn("execute_command"), {"type": "custom", "name": "danger"},
-                                    {"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["v"]}],
-            "parallel_tool_calls": True}
+    body = {
+        "model": "m",
+        "tools": [
+            fn("read_file"),
+            fn("execute_command"),
+            {"type": "custom", "name": "danger"},
+            {"type": "web_search"},
+            {"type": "file_search", "vector_store_ids": ["v"]},
+        ],
+        "parallel_tool_calls": True,
+    }
     gated = R.gate(body, Tier.SMALL, POLICY)
     assert gated.hidden == ["execute_command", "danger", "web_search"]
     assert [t.get("name", t["type"]) for t in body["tools"]] == ["read_file", "file_search"]
@@ -42,12 +60,24 @@ def test_responses_all_hidden_drops_tools_choice_and_parallel_tool_calls():
 
 
 def test_responses_mcp_gated_per_server_and_narrowed_by_allowed_tools():
-    body = {"model": "m", "tools": [
-        {"type": "mcp", "server_label": "danger", "server_url": "https://x"},
-        {"type": "mcp", "server_label": "gh", "server_url": "https://y", "allowed_tools": ["list_repos", "delete_repo"]},
-        {"type": "mcp", "server_label": "docs", "server_url": "https://z",
-         "allowed_tools": {"tool_names": ["search"], "read_only": True}},
-    ]}
+    body = {
+        "model": "m",
+        "tools": [
+            {"type": "mcp", "server_label": "danger", "server_url": "https://x"},
+            {
+                "type": "mcp",
+                "server_label": "gh",
+                "server_url": "https://y",
+                "allowed_tools": ["list_repos", "delete_repo"],
+            },
+            {
+                "type": "mcp",
+                "server_label": "docs",
+                "server_url": "https://z",
+                "allowed_tools": {"tool_names": ["search"], "read_only": True},
+            },
+        ],
+    }
     gated = R.gate(body, Tier.SMALL, POLICY)
     assert gated.hidden == ["danger", "gh.delete_repo"]
     assert body["tools"][0]["allowed_tools"] == ["list_repos"]
@@ -56,19 +86,24 @@ def test_responses_mcp_gated_per_server_and_narrowed_by_allowed_tools():
 
 
 def test_responses_namespace_tools_gated_as_namespace_dot_name():
-    body = {"model": "m", "tools": [{"type": "namespace", "name": "crm", "description": "d",
-                                     "tools": [fn("read"), fn("drop")]}]}
+    body = {
+        "model": "m",
+        "tools": [{"type": "namespace", "name": "crm", "description": "d", "tools": [fn("read"), fn("drop")]}],
+    }
     R.gate(body, Tier.SMALL, POLICY)
     assert [t["name"] for t in body["tools"][0]["tools"]] == ["read"]
 
 
-@pytest.mark.parametrize("choice", [
-    {"type": "function", "name": "execute_command"},
-    {"type": "custom", "name": "danger"},
-    {"type": "web_search"},
-    {"type": "mcp", "server_label": "gh", "name": "delete_repo"},
-    {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "execute_command"}]},
-])
+@pytest.mark.parametrize(
+    "choice",
+    [
+        {"type": "function", "name": "execute_command"},
+        {"type": "custom", "name": "danger"},
+        {"type": "web_search"},
+        {"type": "mcp", "server_label": "gh", "name": "delete_repo"},
+        {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "execute_command"}]},
+    ],
+)
 def test_responses_tool_choice_forcing_hidden_tools_is_blocked(choice):
     body = {"model": "m", "tools": [fn("read_file"), fn("execute_command")], "tool_choice": choice}
     with pytest.raises(ToolChoiceBlocked):
@@ -87,8 +122,11 @@ def test_responses_required_with_every_tool_hidden_is_blocked_naming_them():
 
 
 def test_responses_allowed_tools_list_filtered():
-    choice = {"type": "allowed_tools", "mode": "required",
-              "tools": [{"type": "function", "name": "read_file"}, {"type": "function", "name": "execute_command"}]}
+    choice = {
+        "type": "allowed_tools",
+        "mode": "required",
+        "tools": [{"type": "function", "name": "read_file"}, {"type": "function", "name": "execute_command"}],
+    }
     body = {"model": "m", "tools": [fn("read_file"), fn("execute_command")], "tool_choice": choice}
     R.gate(body, Tier.SMALL, POLICY)
     assert body["tool_choice"]["tools"] == [{"type": "function", "name": "read_file"}]
@@ -108,10 +146,15 @@ def test_responses_effort_is_reasoning_effort():
         R.parse({"model": "m", "reasoning": "low"})
 
 
-@pytest.mark.parametrize("tools, message", [
-    ("x", "'tools' must be an array"), ([{"type": "function"}], r"tools\[0\].name"), ([{}], r"tools\[0\].type"),
-    ([{"type": "mcp"}], "server_label"),
-])
+@pytest.mark.parametrize(
+    "tools, message",
+    [
+        ("x", "'tools' must be an array"),
+        ([{"type": "function"}], r"tools\[0\].name"),
+        ([{}], r"tools\[0\].type"),
+        ([{"type": "mcp"}], "server_label"),
+    ],
+)
 def test_responses_malformed_tools_are_refused(tools, message):
     with pytest.raises(RequestInvalid, match=message):
         R.gate({"model": "m", "tools": tools}, Tier.SMALL, POLICY)
@@ -128,17 +171,19 @@ OFFERED = {"read_file": None, "gh.list_repos": None}
 
 
 def test_responses_answer_hidden_calls_removed():
-    doc = {"output": [
-        {"type": "reasoning", "id": "r", "summary": []},
-        {"type": "function_call", "name": "execute_command", "arguments": "{}", "call_id": "1"},
-        {"type": "function_call", "name": "read_file", "arguments": "{}", "call_id": "2"},
-        {"type": "mcp_call", "server_label": "gh", "name": "delete_repo", "arguments": "{}"},
-        {"type": "mcp_call", "server_label": "gh", "name": "list_repos", "arguments": "{}"},
-        {"type": "web_search_call", "id": "ws", "status": "completed"},
-        {"type": "custom_tool_call", "name": "danger", "input": "rm -rf", "call_id": "3"},
-        {"type": "brand_new_call", "id": "x"},
-        {"type": "message", "role": "assistant", "content": []},
-    ]}
+    doc = {
+        "output": [
+            {"type": "reasoning", "id": "r", "summary": []},
+            {"type": "function_call", "name": "execute_command", "arguments": "{}", "call_id": "1"},
+            {"type": "function_call", "name": "read_file", "arguments": "{}", "call_id": "2"},
+            {"type": "mcp_call", "server_label": "gh", "name": "delete_repo", "arguments": "{}"},
+            {"type": "mcp_call", "server_label": "gh", "name": "list_repos", "arguments": "{}"},
+            {"type": "web_search_call", "id": "ws", "status": "completed"},
+            {"type": "custom_tool_call", "name": "danger", "input": "rm -rf", "call_id": "3"},
+            {"type": "brand_new_call", "id": "x"},
+            {"type": "message", "role": "assistant", "content": []},
+        ]
+    }
     result = R.enforce(doc, OFFERED)
     assert result.removed == ["execute_command", "gh.delete_repo", "web_search_call", "danger", "brand_new_call"]
     assert [i["type"] for i in doc["output"]] == ["reasoning", "function_call", "mcp_call", "message"]
@@ -175,9 +220,13 @@ def responses_stream() -> list[Event]:
 def test_responses_stream_drops_removed_item_and_renumbers():
     flt = R.stream_filter(OFFERED)
     out = [json.loads(e.data) for event in responses_stream() for e in flt.feed(event)]
-    assert [d["type"] for d in out] == ["response.created", "response.output_item.added",
-                                        "response.function_call_arguments.delta", "response.output_item.done",
-                                        "response.completed"]
+    assert [d["type"] for d in out] == [
+        "response.created",
+        "response.output_item.added",
+        "response.function_call_arguments.delta",
+        "response.output_item.done",
+        "response.completed",
+    ]
     assert [d["output_index"] for d in out if "output_index" in d] == [0, 0, 0]
     assert [d["sequence_number"] for d in out] == [0, 1, 2, 3, 4]
     assert [i["name"] for i in out[-1]["response"]["output"]] == ["read_file"]
@@ -195,11 +244,14 @@ def test_responses_stream_rename_mid_item_is_invalid():
     item = {"type": "function_call", "name": "read_file", "arguments": "", "call_id": "c"}
     flt.feed(ev({"type": "response.output_item.added", "output_index": 0, "item": item}))
     with pytest.raises(AnswerInvalid):
-        flt.feed(ev({"type": "response.output_item.done", "output_index": 0, "item": item | {"name": "execute_command"}}))
+        flt.feed(
+            ev({"type": "response.output_item.done", "output_index": 0, "item": item | {"name": "execute_command"}})
+        )
 
 
-@pytest.mark.parametrize("data", ["{", "[]", '{"type": 1}', '{"type": "x", "item": {}}',
-                                  '{"type": "response.completed", "response": []}'])
+@pytest.mark.parametrize(
+    "data", ["{", "[]", '{"type": 1}', '{"type": "x", "item": {}}', '{"type": "response.completed", "response": []}']
+)
 def test_responses_stream_unreadable_event_is_invalid(data):
     with pytest.raises(AnswerInvalid):
         R.stream_filter(OFFERED).feed(Event(data=data))
@@ -213,15 +265,23 @@ def test_responses_stream_event_name_follows_data_type():
 
 # -- Messages requests ---------------------------------------------------------------------
 
+
 def tool(name: str, **extra) -> dict:
     return {"name": name, "input_schema": {"type": "object", "properties": {}}, **extra}
 
 
 def test_messages_gates_client_and_typed_tools_by_name():
-    body = {"model": "m", "messages": [], "tools": [tool("read_file"), tool("execute_command"),
-                                                     {"type": "bash_20250124", "name": "bash"},
-                                                     {"type": "web_search_20250305", "name": "web_search"},
-                                                     {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}]}
+    body = {
+        "model": "m",
+        "messages": [],
+        "tools": [
+            tool("read_file"),
+            tool("execute_command"),
+            {"type": "bash_20250124", "name": "bash"},
+            {"type": "web_search_20250305", "name": "web_search"},
+            {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+        ],
+    }
     gated = M.gate(body, Tier.SMALL, POLICY)
     assert gated.hidden == ["execute_command", "bash", "web_search"]
     assert set(M.offered(body)) == {"read_file", "str_replace_based_edit_tool"}
@@ -232,8 +292,11 @@ def test_messages_tool_choice_forms():
     with pytest.raises(ToolChoiceBlocked):
         M.gate(base | {"tool_choice": {"type": "tool", "name": "execute_command"}}, Tier.SMALL, POLICY)
     with pytest.raises(ToolChoiceBlocked, match="execute_command"):
-        M.gate({"model": "m", "messages": [], "tools": [tool("execute_command")], "tool_choice": {"type": "any"}},
-               Tier.SMALL, POLICY)
+        M.gate(
+            {"model": "m", "messages": [], "tools": [tool("execute_command")], "tool_choice": {"type": "any"}},
+            Tier.SMALL,
+            POLICY,
+        )
     body = dict(base, tool_choice={"type": "any"})
     M.gate(body, Tier.SMALL, POLICY)
     assert body["tool_choice"] == {"type": "any"}
@@ -245,44 +308,64 @@ def test_messages_tool_choice_forms():
 
 
 def test_messages_mcp_servers_gated_and_narrowed():
-    body = {"model": "m", "messages": [], "mcp_servers": [
-        {"type": "url", "url": "https://x", "name": "danger"},
-        {"type": "url", "url": "https://y", "name": "gh",
-         "tool_configuration": {"allowed_tools": ["list_repos", "delete_repo"]}}]}
+    body = {
+        "model": "m",
+        "messages": [],
+        "mcp_servers": [
+            {"type": "url", "url": "https://x", "name": "danger"},
+            {
+                "type": "url",
+                "url": "https://y",
+                "name": "gh",
+                "tool_configuration": {"allowed_tools": ["list_repos", "delete_repo"]},
+            },
+        ],
+    }
     gated = M.gate(body, Tier.SMALL, POLICY)
     assert gated.hidden == ["danger", "gh.delete_repo"]
-    assert body["mcp_servers"] == [{"type": "url", "url": "https://y", "name": "gh",
-                                    "tool_configuration": {"allowed_tools": ["list_repos"]}}]
+    assert body["mcp_servers"] == [
+        {"type": "url", "url": "https://y", "name": "gh", "tool_configuration": {"allowed_tools": ["list_repos"]}}
+    ]
 
 
-@pytest.mark.parametrize("body, effort", [
-    ({"output_config": {"effort": "medium"}}, "medium"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "low"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 8000}}, "medium"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 32000}}, "high"),
-    ({"thinking": {"type": "adaptive"}}, None),
-    ({"output_config": {"effort": "max"}, "thinking": {"type": "enabled", "budget_tokens": 1024}}, "max"),
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "body, effort",
+    [
+        ({"output_config": {"effort": "medium"}}, "medium"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "low"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 8000}}, "medium"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 32000}}, "high"),
+        ({"thinking": {"type": "adaptive"}}, None),
+        ({"output_config": {"effort": "max"}, "thinking": {"type": "enabled", "budget_tokens": 1024}}, "max"),
+        ({}, None),
+    ],
+)
 def test_messages_effort(body, effort):
     assert M.parse({"model": "m", "messages": []} | body).effort == effort
 
 
 def test_messages_error_shape():
     assert M.error_body(400, "nope", "invalid_request_error", "tool_not_allowed") == {
-        "type": "error", "error": {"type": "invalid_request_error", "message": "nope"}}
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "nope"},
+    }
     assert M.error_body(502, "bad", "upstream_error", None)["error"]["type"] == "api_error"
 
 
 # -- Messages answers ----------------------------------------------------------------------
 
+
 def test_messages_answer_hidden_tool_use_removed_and_stop_reason_fixed():
-    doc = {"type": "message", "stop_reason": "tool_use", "content": [
-        {"type": "text", "text": "hi"},
-        {"type": "tool_use", "id": "t1", "name": "execute_command", "input": {}},
-        {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}},
-        {"type": "web_search_tool_result", "tool_use_id": "s1", "content": []},
-    ]}
+    doc = {
+        "type": "message",
+        "stop_reason": "tool_use",
+        "content": [
+            {"type": "text", "text": "hi"},
+            {"type": "tool_use", "id": "t1", "name": "execute_command", "input": {}},
+            {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}},
+            {"type": "web_search_tool_result", "tool_use_id": "s1", "content": []},
+        ],
+    }
     result = M.enforce(doc, {"read_file": None})
     assert result.removed == ["execute_command", "web_search"]
     assert [b["type"] for b in doc["content"]] == ["text", "web_search_tool_result"]
@@ -291,17 +374,25 @@ def test_messages_answer_hidden_tool_use_removed_and_stop_reason_fixed():
 
 def messages_stream() -> list[Event]:
     docs = [
-        {"type": "message_start", "message": {"id": "msg", "type": "message", "role": "assistant", "content": [],
-                                              "stop_reason": None}},
+        {
+            "type": "message_start",
+            "message": {"id": "msg", "type": "message", "role": "assistant", "content": [], "stop_reason": None},
+        },
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}},
         {"type": "content_block_stop", "index": 0},
-        {"type": "content_block_start", "index": 1,
-         "content_block": {"type": "tool_use", "id": "t1", "name": "execute_command", "input": {}}},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": "t1", "name": "execute_command", "input": {}},
+        },
         {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{}"}},
         {"type": "content_block_stop", "index": 1},
-        {"type": "content_block_start", "index": 2,
-         "content_block": {"type": "tool_use", "id": "t2", "name": "read_file", "input": {}}},
+        {
+            "type": "content_block_start",
+            "index": 2,
+            "content_block": {"type": "tool_use", "id": "t2", "name": "read_file", "input": {}},
+        },
         {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "{}"}},
         {"type": "content_block_stop", "index": 2},
         {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
@@ -326,9 +417,16 @@ def test_messages_stream_only_hidden_call_ends_turn():
     assert out[-2]["delta"]["stop_reason"] == "end_turn"
 
 
-@pytest.mark.parametrize("data", ["nan", "[]", '{"type": "content_block_delta", "index": 0, "delta": {}}',
-                                  '{"type": "content_block_start", "index": "0", "content_block": {}}',
-                                  '{"type": "ping", "content_block": {"type": "tool_use", "name": "x"}}'])
+@pytest.mark.parametrize(
+    "data",
+    [
+        "nan",
+        "[]",
+        '{"type": "content_block_delta", "index": 0, "delta": {}}',
+        '{"type": "content_block_start", "index": "0", "content_block": {}}',
+        '{"type": "ping", "content_block": {"type": "tool_use", "name": "x"}}',
+    ],
+)
 def test_messages_stream_unreadable_event_is_invalid(data):
     with pytest.raises(AnswerInvalid):
         M.stream_filter({}).feed(Event(data=data))

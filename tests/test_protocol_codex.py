@@ -25,8 +25,9 @@ ANSWER = {"content": "hello from the model", "tool_calls": [{"name": "exec_comma
 def codex() -> Path:
     binary = CODEX / "node_modules" / ".bin" / "codex"
     if not binary.exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=CODEX, check=True, timeout=600,
-                       capture_output=True)
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund"], cwd=CODEX, check=True, timeout=600, capture_output=True
+        )
     return binary
 
 
@@ -39,10 +40,12 @@ def upstream() -> Iterator[NativeServer]:
 @pytest.fixture
 def proxy(upstream, store_path, default_suite) -> Iterator[Proxy]:
     seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
-    settings = settings_for(upstream.base_url, store_path,
-                            upstream={"base_url": upstream.base_url, "protocols": ["chat", "responses", "messages"]},
-                            tools={"default_tier": "small", "required_tier": {"exec_command": "large",
-                                                                              "write_stdin": "large"}})
+    settings = settings_for(
+        upstream.base_url,
+        store_path,
+        upstream={"base_url": upstream.base_url, "protocols": ["chat", "responses", "messages"]},
+        tools={"default_tier": "small", "required_tier": {"exec_command": "large", "write_stdin": "large"}},
+    )
     with running_proxy(settings) as running:
         yield running
 
@@ -59,9 +62,15 @@ def test_codex_through_the_proxy(codex, proxy, upstream, tmp_path):
     home.mkdir()
     config = readme_config().replace("http://127.0.0.1:8000", proxy.url).replace("my-model", "small-model")
     (home / "config.toml").write_text(config)
-    done = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "say hi"], cwd=tmp_path,
-                          env=os.environ | {"CODEX_HOME": str(home), "OPENAI_API_KEY": "k"},
-                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [str(codex), "exec", "--skip-git-repo-check", "say hi"],
+        cwd=tmp_path,
+        env=os.environ | {"CODEX_HOME": str(home), "OPENAI_API_KEY": "k"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "hello from the model" in done.stdout
     assert len(upstream.responses_requests) == 1  # no tool ran, so no second turn with its output

@@ -14,25 +14,25 @@ from upstreams import NativeServer
 from gatekeeper.tiers import Tier
 
 SNIPPETS = {
-    "agents": '''\
+    "agents": """\
 from agents import set_default_openai_client
 from openai import AsyncOpenAI
-set_default_openai_client(AsyncOpenAI(base_url="http://127.0.0.1:8000/v1", api_key="..."))''',
-    "pydantic-ai": '''\
+set_default_openai_client(AsyncOpenAI(base_url="http://127.0.0.1:8000/v1", api_key="..."))""",
+    "pydantic-ai": """\
 from pydantic_ai.models.openai import OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
-model = OpenAIResponsesModel("my-model", provider=OpenAIProvider(base_url="http://127.0.0.1:8000/v1", api_key="..."))''',
-    "langchain-openai": '''\
+model = OpenAIResponsesModel("my-model", provider=OpenAIProvider(base_url="http://127.0.0.1:8000/v1", api_key="..."))""",
+    "langchain-openai": """\
 from langchain_openai import ChatOpenAI
-llm = ChatOpenAI(model="my-model", base_url="http://127.0.0.1:8000/v1", api_key="...", use_responses_api=True)''',
-    "langchain-anthropic": '''\
+llm = ChatOpenAI(model="my-model", base_url="http://127.0.0.1:8000/v1", api_key="...", use_responses_api=True)""",
+    "langchain-anthropic": """\
 from langchain_anthropic import ChatAnthropic
-llm = ChatAnthropic(model="my-model", base_url="http://127.0.0.1:8000", api_key="...")''',
-    "anthropic": '''\
+llm = ChatAnthropic(model="my-model", base_url="http://127.0.0.1:8000", api_key="...")""",
+    "anthropic": """\
 import anthropic
-client = anthropic.Anthropic(base_url="http://127.0.0.1:8000", api_key="...")''',
-    "claude-code": '''\
-export ANTHROPIC_BASE_URL=http://127.0.0.1:8000''',
+client = anthropic.Anthropic(base_url="http://127.0.0.1:8000", api_key="...")""",
+    "claude-code": """\
+export ANTHROPIC_BASE_URL=http://127.0.0.1:8000""",
 }
 
 
@@ -52,8 +52,11 @@ def upstream() -> Iterator[NativeServer]:
 @pytest.fixture
 def proxy(upstream, store_path, default_suite) -> Iterator[Proxy]:
     seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
-    settings = settings_for(upstream.base_url, store_path,
-                            upstream={"base_url": upstream.base_url, "protocols": ["chat", "responses", "messages"]})
+    settings = settings_for(
+        upstream.base_url,
+        store_path,
+        upstream={"base_url": upstream.base_url, "protocols": ["chat", "responses", "messages"]},
+    )
     with running_proxy(settings) as running:
         yield running
 
@@ -118,10 +121,13 @@ def test_langchain_anthropic(proxy, upstream):
 
 def test_anthropic_sdk(proxy, upstream):
     client = run(SNIPPETS["anthropic"], proxy)["client"]
-    tools = [{"name": f.__name__, "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
-             for f in TOOLS]
-    message = client.messages.create(model="small-model", max_tokens=50, messages=[{"role": "user", "content": "hi"}],
-                                     tools=tools)
+    tools = [
+        {"name": f.__name__, "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
+        for f in TOOLS
+    ]
+    message = client.messages.create(
+        model="small-model", max_tokens=50, messages=[{"role": "user", "content": "hi"}], tools=tools
+    )
     assert message.content[0].text == "ok" and offered(upstream.messages_requests[-1]) == ["read_file"]
 
 
@@ -134,6 +140,7 @@ def test_claude_code_base_url_variable(proxy, upstream, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
     client = anthropic.Anthropic(max_retries=0)
     tools = [{"name": n, "input_schema": {"type": "object"}} for n in ("Read", "execute_command")]
-    client.messages.create(model="small-model", max_tokens=50, messages=[{"role": "user", "content": "hi"}],
-                           tools=tools)
+    client.messages.create(
+        model="small-model", max_tokens=50, messages=[{"role": "user", "content": "hi"}], tools=tools
+    )
     assert offered(upstream.messages_requests[-1]) == ["Read"]

@@ -17,8 +17,10 @@ from upstreams import NativeServer
 
 from gatekeeper.tiers import Tier
 
-FUNCTIONS = [{"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
-             for n in ("read_file", "execute_command")]
+FUNCTIONS = [
+    {"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
+    for n in ("read_file", "execute_command")
+]
 CLAUDE_TOOLS = [{"name": t["name"], "input_schema": t["parameters"]} for t in FUNCTIONS]
 HI = [{"role": "user", "content": "hi"}]
 HIDDEN = {"content": "x", "tool_calls": [{"name": "execute_command", "arguments": {}}]}
@@ -33,8 +35,11 @@ def native() -> Iterator[NativeServer]:
 @pytest.fixture
 def proxy(native, store_path, default_suite) -> Iterator[Proxy]:
     seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
-    settings = settings_for(native.base_url, store_path,
-                            upstream={"base_url": native.base_url, "protocols": ["chat", "responses", "messages"]})
+    settings = settings_for(
+        native.base_url,
+        store_path,
+        upstream={"base_url": native.base_url, "protocols": ["chat", "responses", "messages"]},
+    )
     with running_proxy(settings) as running:
         yield running
 
@@ -53,9 +58,15 @@ def test_crlf_framed_streams_are_filtered(proxy):
     assert [b.type for b in message.content] == ["text"] and message.stop_reason == "end_turn"
 
 
-@pytest.mark.parametrize("raw", [b'{"output": [{"type": "function_call", "name": "execute_command", "arguments": NaN}]}',
-                                 b'{"output": {"type": "function_call"}}', b'[{"type": "function_call"}]',
-                                 b'{"output": [{"type": "function\\u005fcall", "name": 1}]}'])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"output": [{"type": "function_call", "name": "execute_command", "arguments": NaN}]}',
+        b'{"output": {"type": "function_call"}}',
+        b'[{"type": "function_call"}]',
+        b'{"output": [{"type": "function\\u005fcall", "name": 1}]}',
+    ],
+)
 def test_unreadable_responses_answer_is_a_502(proxy, native, raw):
     native.responder = lambda body: {"raw": raw}
     with pytest.raises(openai.InternalServerError) as info:
@@ -64,8 +75,10 @@ def test_unreadable_responses_answer_is_a_502(proxy, native, raw):
 
 
 def test_unreadable_messages_answer_is_an_anthropic_502(proxy, native):
-    native.responder = lambda body: {"raw": b'{"content": [{"type": "tool\\u005fuse", "name": "execute_command"}], '
-                                            b'"stop_reason": "tool_use", "x": NaN}'}
+    native.responder = lambda body: {
+        "raw": b'{"content": [{"type": "tool\\u005fuse", "name": "execute_command"}], '
+        b'"stop_reason": "tool_use", "x": NaN}'
+    }
     client = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
     with pytest.raises(anthropic.APIStatusError) as info:
         client.messages.create(model="small-model", max_tokens=10, messages=HI, tools=CLAUDE_TOOLS)
@@ -73,19 +86,25 @@ def test_unreadable_messages_answer_is_an_anthropic_502(proxy, native):
 
 
 def test_escaped_item_type_is_read_and_removed(proxy, native):
-    native.responder = lambda body: {"raw": b'{"id": "r", "object": "response", "output": [{"type": "function\\u005fcall", '
-                                            b'"name": "execute\\u005fcommand", "arguments": "{}", "call_id": "c"}]}'}
+    native.responder = lambda body: {
+        "raw": b'{"id": "r", "object": "response", "output": [{"type": "function\\u005fcall", '
+        b'"name": "execute\\u005fcommand", "arguments": "{}", "call_id": "c"}]}'
+    }
     raw = proxy.client.responses.with_raw_response.create(model="small-model", input="hi", tools=FUNCTIONS)
     assert raw.parse().output == [] and raw.headers["x-gatekeeper-blocked-calls"] == "execute_command"
 
 
 def test_item_renamed_mid_stream_ends_the_stream_in_error(proxy, native):
     item = {"type": "function_call", "id": "fc", "call_id": "c", "name": "read_file", "arguments": ""}
-    native.responder = lambda body: {"media_type": "text/event-stream", "raw": sse(
-        {"type": "response.created", "response": {"id": "r", "output": []}},
-        {"type": "response.output_item.added", "output_index": 0, "item": item},
-        {"type": "response.output_item.done", "output_index": 0, "item": item | {"name": "execute_command"}},
-        {"type": "response.completed", "response": {"id": "r", "output": [item | {"name": "execute_command"}]}})}
+    native.responder = lambda body: {
+        "media_type": "text/event-stream",
+        "raw": sse(
+            {"type": "response.created", "response": {"id": "r", "output": []}},
+            {"type": "response.output_item.added", "output_index": 0, "item": item},
+            {"type": "response.output_item.done", "output_index": 0, "item": item | {"name": "execute_command"}},
+            {"type": "response.completed", "response": {"id": "r", "output": [item | {"name": "execute_command"}]}},
+        ),
+    }
     seen = []
     with pytest.raises(openai.APIError, match="changed"):
         for event in proxy.client.responses.create(model="small-model", input="hi", tools=FUNCTIONS, stream=True):
@@ -94,11 +113,24 @@ def test_item_renamed_mid_stream_ends_the_stream_in_error(proxy, native):
 
 
 def test_messages_delta_before_its_block_ends_the_stream_in_error(proxy, native):
-    native.responder = lambda body: {"media_type": "text/event-stream", "raw": sse(
-        {"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [],
-                                              "model": "x", "usage": {"input_tokens": 1, "output_tokens": 0}}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{}"}},
-        newline="\r")}
+    native.responder = lambda body: {
+        "media_type": "text/event-stream",
+        "raw": sse(
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "m",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [],
+                    "model": "x",
+                    "usage": {"input_tokens": 1, "output_tokens": 0},
+                },
+            },
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{}"}},
+            newline="\r",
+        ),
+    }
     client = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
     with pytest.raises(anthropic.APIStatusError, match="not open"):
         with client.messages.stream(model="small-model", max_tokens=10, messages=HI, tools=CLAUDE_TOOLS) as stream:
@@ -107,11 +139,34 @@ def test_messages_delta_before_its_block_ends_the_stream_in_error(proxy, native)
 
 def test_translated_chat_stream_that_renames_a_call_keeps_the_first_name(native, store_path, default_suite):
     """Chat-only upstream: a later delta naming another function must not rename the call."""
-    chunks = [{"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c", "type": "function",
-                                                                   "function": {"name": "read_file", "arguments": ""}}]}}]},
-              {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {
-                  "name": "execute_command", "arguments": "{}"}}]}}]},
-              {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]
+    chunks = [
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "c",
+                                "type": "function",
+                                "function": {"name": "read_file", "arguments": ""},
+                            }
+                        ]
+                    },
+                }
+            ]
+        },
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"name": "execute_command", "arguments": "{}"}}]},
+                }
+            ]
+        },
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    ]
     body = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
 
     seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))

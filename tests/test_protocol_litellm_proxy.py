@@ -21,8 +21,10 @@ from upstreams import NativeServer
 
 from gatekeeper.tiers import Tier
 
-FUNCTIONS = [{"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
-             for n in ("read_file", "write_file", "execute_command")]
+FUNCTIONS = [
+    {"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
+    for n in ("read_file", "write_file", "execute_command")
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +38,23 @@ def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[str, str, N
         (tmp / "litellm_config.yaml").write_text(yaml.safe_dump(config))
         key = f"sk-{secrets.token_hex(32)}"
         port = free_port()
-        env = os.environ | {"LITELLM_MASTER_KEY": key, "GATEKEEPER_CONFIG": "examples/gatekeeper.yaml",
-                            "GATEKEEPER_UPSTREAM": upstream.base_url, "GATEKEEPER_STORE": str(store),
-                            "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        env = os.environ | {
+            "LITELLM_MASTER_KEY": key,
+            "GATEKEEPER_CONFIG": "examples/gatekeeper.yaml",
+            "GATEKEEPER_UPSTREAM": upstream.base_url,
+            "GATEKEEPER_STORE": str(store),
+            "PYTHONPATH": str(ROOT),
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
         litellm = Path(sys.executable).parent / "litellm"
         log = (tmp / "log").open("wb")
-        process = subprocess.Popen([str(litellm), "--config", str(tmp / "litellm_config.yaml"), "--port", str(port)],
-                                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        process = subprocess.Popen(
+            [str(litellm), "--config", str(tmp / "litellm_config.yaml"), "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
         try:
             url = f"http://127.0.0.1:{port}"
             wait_serving(f"{url}/health/liveliness", process, timeout_s=120, log=(tmp / "log").read_text)
@@ -85,10 +97,18 @@ def test_messages_through_litellm_are_gated(litellm_proxy):
     url, key, upstream = litellm_proxy
     client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
     before = counts(upstream)
-    client.messages.create(model="local-model", max_tokens=50, messages=[{"role": "user", "content": "hi"}],
-                           tools=[{"name": t["name"], "input_schema": t["parameters"]} for t in FUNCTIONS])
+    client.messages.create(
+        model="local-model",
+        max_tokens=50,
+        messages=[{"role": "user", "content": "hi"}],
+        tools=[{"name": t["name"], "input_schema": t["parameters"]} for t in FUNCTIONS],
+    )
     assert sent_since(upstream, before) == ["read_file"]
     with pytest.raises(anthropic.BadRequestError, match="execute_command"):
-        client.messages.create(model="local-model", max_tokens=50, messages=[{"role": "user", "content": "hi"}],
-                               tools=[{"name": "execute_command", "input_schema": {"type": "object"}}],
-                               tool_choice={"type": "tool", "name": "execute_command"})
+        client.messages.create(
+            model="local-model",
+            max_tokens=50,
+            messages=[{"role": "user", "content": "hi"}],
+            tools=[{"name": "execute_command", "input_schema": {"type": "object"}}],
+            tool_choice={"type": "tool", "name": "execute_command"},
+        )

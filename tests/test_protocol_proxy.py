@@ -17,15 +17,27 @@ from upstreams import NativeServer
 
 from gatekeeper.tiers import Tier
 
-FUNCTIONS = [{"type": "function", "name": n, "description": f"the {n} tool",
-              "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}
-             for n in ("read_file", "write_file", "execute_command")]
-CLAUDE_TOOLS = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
-                for t in FUNCTIONS]
+FUNCTIONS = [
+    {
+        "type": "function",
+        "name": n,
+        "description": f"the {n} tool",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+    for n in ("read_file", "write_file", "execute_command")
+]
+CLAUDE_TOOLS = [
+    {"name": t["name"], "description": t["description"], "input_schema": t["parameters"]} for t in FUNCTIONS
+]
 HI = [{"role": "user", "content": "hi"}]
 # The upstream calls a hidden tool and an allowed one, with some text.
-BOTH = {"content": "on it", "tool_calls": [{"name": "execute_command", "arguments": {"path": "rm -rf /"}},
-                                           {"name": "read_file", "arguments": {"path": "a.txt"}}]}
+BOTH = {
+    "content": "on it",
+    "tool_calls": [
+        {"name": "execute_command", "arguments": {"path": "rm -rf /"}},
+        {"name": "read_file", "arguments": {"path": "a.txt"}},
+    ],
+}
 
 
 def offered(body: dict) -> list[str]:
@@ -45,11 +57,17 @@ def upstream_native(mode) -> Iterator[NativeServer]:
 
 @pytest.fixture
 def proxy(upstream_native, mode, store_path, default_suite) -> Iterator[Proxy]:
-    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite),
-               make_profile("medium-model", Tier.MEDIUM, default_suite))
+    seed_store(
+        store_path,
+        make_profile("small-model", Tier.SMALL, default_suite),
+        make_profile("medium-model", Tier.MEDIUM, default_suite),
+    )
     protocols = ["chat", "responses", "messages"] if mode == "native" else ["chat"]
-    settings = settings_for(upstream_native.base_url, store_path,
-                            upstream={"base_url": upstream_native.base_url, "api_key": "k", "protocols": protocols})
+    settings = settings_for(
+        upstream_native.base_url,
+        store_path,
+        upstream={"base_url": upstream_native.base_url, "api_key": "k", "protocols": protocols},
+    )
     with running_proxy(settings) as running:
         yield running
 
@@ -66,6 +84,7 @@ def anthropic_client(proxy: Proxy) -> anthropic.Anthropic:
 
 
 # -- Responses -----------------------------------------------------------------------------
+
 
 def test_responses_plain_gated_both_ways(proxy, upstream_native, mode):
     raw = proxy.client.responses.with_raw_response.create(model="medium-model", input="hi", tools=FUNCTIONS)
@@ -87,15 +106,20 @@ def test_responses_stream_gated_both_ways(proxy, upstream_native, mode):
     assert names == ["read_file"]
     assert "execute_command" not in json.dumps([e.model_dump() for e in events])
     assert [(i.name, i.arguments) for i in final.output if i.type == "function_call"] == [
-        ("read_file", json.dumps({"path": "a.txt"}))]
+        ("read_file", json.dumps({"path": "a.txt"}))
+    ]
     indexes = sorted({e.output_index for e in events if hasattr(e, "output_index")})
     assert indexes == list(range(len(final.output)))
 
 
 def test_responses_forcing_a_hidden_tool_is_a_400(proxy, upstream_native, mode):
     with pytest.raises(openai.BadRequestError) as info:
-        proxy.client.responses.create(model="small-model", input="hi", tools=FUNCTIONS,
-                                      tool_choice={"type": "function", "name": "execute_command"})
+        proxy.client.responses.create(
+            model="small-model",
+            input="hi",
+            tools=FUNCTIONS,
+            tool_choice={"type": "function", "name": "execute_command"},
+        )
     assert info.value.code == "tool_not_allowed" and "execute_command" in info.value.message
     with pytest.raises(openai.BadRequestError):
         proxy.client.responses.create(model="small-model", input="hi", tools=FUNCTIONS[2:], tool_choice="required")
@@ -104,9 +128,11 @@ def test_responses_forcing_a_hidden_tool_is_a_400(proxy, upstream_native, mode):
 
 # -- Messages ------------------------------------------------------------------------------
 
+
 def test_messages_plain_gated_both_ways(proxy, upstream_native, mode):
-    raw = anthropic_client(proxy).messages.with_raw_response.create(model="medium-model", max_tokens=100,
-                                                                    messages=HI, tools=CLAUDE_TOOLS)
+    raw = anthropic_client(proxy).messages.with_raw_response.create(
+        model="medium-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS
+    )
     message = raw.parse()
     assert offered(sent(upstream_native, mode, "messages")) == ["read_file", "write_file"]
     assert [(b.type, getattr(b, "name", None)) for b in message.content] == [("text", None), ("tool_use", "read_file")]
@@ -115,8 +141,9 @@ def test_messages_plain_gated_both_ways(proxy, upstream_native, mode):
 
 
 def test_messages_stream_gated_both_ways(proxy, upstream_native, mode):
-    with anthropic_client(proxy).messages.stream(model="small-model", max_tokens=100, messages=HI,
-                                                 tools=CLAUDE_TOOLS) as stream:
+    with anthropic_client(proxy).messages.stream(
+        model="small-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS
+    ) as stream:
         events = list(stream)
         final = stream.get_final_message()
     assert offered(sent(upstream_native, mode, "messages")) == ["read_file"]
@@ -129,8 +156,9 @@ def test_messages_only_hidden_call_ends_the_turn(upstream_native, mode, store_pa
     upstream_native.responder = lambda body: {"content": None, "tool_calls": BOTH["tool_calls"][:1]}
     seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
     protocols = ["chat", "responses", "messages"] if mode == "native" else ["chat"]
-    settings = settings_for(upstream_native.base_url, store_path,
-                            upstream={"base_url": upstream_native.base_url, "protocols": protocols})
+    settings = settings_for(
+        upstream_native.base_url, store_path, upstream={"base_url": upstream_native.base_url, "protocols": protocols}
+    )
     with running_proxy(settings) as proxy:
         client = anthropic_client(proxy)
         message = client.messages.create(model="small-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS)
@@ -143,13 +171,19 @@ def test_messages_only_hidden_call_ends_the_turn(upstream_native, mode, store_pa
 def test_messages_errors_are_anthropic_shaped(proxy, upstream_native, mode):
     client = anthropic_client(proxy)
     with pytest.raises(anthropic.BadRequestError) as info:
-        client.messages.create(model="small-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS,
-                               tool_choice={"type": "tool", "name": "execute_command"})
+        client.messages.create(
+            model="small-model",
+            max_tokens=100,
+            messages=HI,
+            tools=CLAUDE_TOOLS,
+            tool_choice={"type": "tool", "name": "execute_command"},
+        )
     assert info.value.body["type"] == "error" and info.value.body["error"]["type"] == "invalid_request_error"
     assert "execute_command" in info.value.body["error"]["message"]
     with pytest.raises(anthropic.BadRequestError, match="every offered tool is hidden"):
-        client.messages.create(model="small-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS[2:],
-                               tool_choice={"type": "any"})
+        client.messages.create(
+            model="small-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS[2:], tool_choice={"type": "any"}
+        )
 
 
 def test_count_tokens_counts_what_would_be_sent(proxy, upstream_native, mode):
@@ -165,6 +199,7 @@ def test_count_tokens_counts_what_would_be_sent(proxy, upstream_native, mode):
 
 
 # -- the OpenAI Agents SDK with its default model ------------------------------------------
+
 
 def agent_turns(body: dict) -> dict:
     """First turn: call a hidden and an allowed tool; once a tool result is back: answer."""
@@ -184,17 +219,22 @@ async def test_agents_sdk_default_model_runs_only_allowed_tools(mode, store_path
         def run(path: str) -> str:
             ran.append(name)
             return "hello"
+
         return function_tool(run, name_override=name)
 
     seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
     with NativeServer(agent_turns) as upstream:
         protocols = ["chat", "responses", "messages"] if mode == "native" else ["chat"]
-        settings = settings_for(upstream.base_url, store_path,
-                                upstream={"base_url": upstream.base_url, "protocols": protocols})
+        settings = settings_for(
+            upstream.base_url, store_path, upstream={"base_url": upstream.base_url, "protocols": protocols}
+        )
         with running_proxy(settings) as proxy:
             set_default_openai_client(openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="k"))
-            agent = Agent(name="reader", model="small-model",
-                          tools=[tool(n) for n in ("read_file", "write_file", "execute_command")])
+            agent = Agent(
+                name="reader",
+                model="small-model",
+                tools=[tool(n) for n in ("read_file", "write_file", "execute_command")],
+            )
             result = await Runner.run(agent, "read a.txt")
     assert result.final_output == "the file says hello"
     assert ran == ["read_file"]
@@ -230,13 +270,18 @@ async def test_agents_sdk_without_a_model_is_gated_at_unknown_tier(store_path, d
     monkeypatch.delenv("OPENAI_DEFAULT_MODEL", raising=False)
     seed_store(store_path)
     with NativeServer(agent_turns) as upstream:
-        settings = settings_for(upstream.base_url, store_path, unknown_models="fail_closed",
-                                upstream={"base_url": upstream.base_url,
-                                          "protocols": ["chat", "responses", "messages"]})
+        settings = settings_for(
+            upstream.base_url,
+            store_path,
+            unknown_models="fail_closed",
+            upstream={"base_url": upstream.base_url, "protocols": ["chat", "responses", "messages"]},
+        )
         with running_proxy(settings) as proxy:
             set_default_openai_client(openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="k"))
-            agent = Agent(name="reader", tools=[function_tool(lambda path: "hello", name_override=n)
-                                                for n in ("read_file", "execute_command")])
+            agent = Agent(
+                name="reader",
+                tools=[function_tool(lambda path: "hello", name_override=n) for n in ("read_file", "execute_command")],
+            )
             await Runner.run(agent, "read a.txt")
     first = upstream.responses_requests[0]
     assert first["model"] == get_default_model() and offered(first) == ["read_file"]

@@ -16,15 +16,19 @@ from upstreams import NativeServer
 from gatekeeper.tiers import Tier
 
 JS = ROOT / "tests" / "js"
-BOTH = {"content": "on it", "tool_calls": [{"name": "execute_command", "arguments": {"path": "x"}},
-                                           {"name": "read_file", "arguments": {"path": "a"}}]}
+BOTH = {
+    "content": "on it",
+    "tool_calls": [
+        {"name": "execute_command", "arguments": {"path": "x"}},
+        {"name": "read_file", "arguments": {"path": "a"}},
+    ],
+}
 
 
 @pytest.fixture(scope="module")
 def node_modules() -> Path:
     if not (JS / "node_modules" / "ai").is_dir():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS, check=True, timeout=600,
-                       capture_output=True)
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS, check=True, timeout=600, capture_output=True)
     return JS / "node_modules"
 
 
@@ -37,15 +41,23 @@ def upstream() -> Iterator[NativeServer]:
 @pytest.fixture
 def proxy(upstream, store_path, default_suite) -> Iterator[Proxy]:
     seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
-    settings = settings_for(upstream.base_url, store_path,
-                            upstream={"base_url": upstream.base_url, "protocols": ["chat", "responses", "messages"]})
+    settings = settings_for(
+        upstream.base_url,
+        store_path,
+        upstream={"base_url": upstream.base_url, "protocols": ["chat", "responses", "messages"]},
+    )
     with running_proxy(settings) as running:
         yield running
 
 
 def generate_text(proxy: Proxy, provider: str) -> dict:
-    done = subprocess.run(["node", "vercel_ai.mjs", proxy.url, "small-model", provider], cwd=JS,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["node", "vercel_ai.mjs", proxy.url, "small-model", provider],
+        cwd=JS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -61,8 +73,13 @@ def test_vercel_ai_sdk_through_the_proxy(node_modules, proxy, upstream, provider
 def test_vercel_lines_are_the_readme_lines():
     readme = (ROOT / "README.md").read_text()
     script = (JS / "vercel_ai.mjs").read_text()
-    for line in ('import { createOpenAI } from "@ai-sdk/openai";', 'import { createAnthropic } from "@ai-sdk/anthropic";'):
+    for line in (
+        'import { createOpenAI } from "@ai-sdk/openai";',
+        'import { createAnthropic } from "@ai-sdk/anthropic";',
+    ):
         assert line in readme and line in script
     for provider in ("createOpenAI", "createAnthropic"):
-        readme_line = next(line for line in readme.splitlines() if line.startswith(f"const {provider[6:].lower()} = {provider}("))
+        readme_line = next(
+            line for line in readme.splitlines() if line.startswith(f"const {provider[6:].lower()} = {provider}(")
+        )
         assert readme_line.replace('"http://127.0.0.1:8000/v1"', "`${base}/v1`") in script

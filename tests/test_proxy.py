@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -32,14 +31,18 @@ forwarded_tools = sent_tools
 
 def ask(proxy, model: str = "m", **extra):
     return proxy.client.chat.completions.with_raw_response.create(
-        model=model, messages=[{"role": "user", "content": "hi"}], **extra)
+        model=model, messages=[{"role": "user", "content": "hi"}], **extra
+    )
 
 
-@pytest.mark.parametrize(("tier", "expected"), [
-    (Tier.SMALL, ["read_file"]),
-    (Tier.MEDIUM, ["read_file", "write_file"]),
-    (Tier.LARGE, ["read_file", "write_file", "execute_command"]),
-])
+@pytest.mark.parametrize(
+    ("tier", "expected"),
+    [
+        (Tier.SMALL, ["read_file"]),
+        (Tier.MEDIUM, ["read_file", "write_file"]),
+        (Tier.LARGE, ["read_file", "write_file", "execute_command"]),
+    ],
+)
 def test_measured_profile_decides_forwarded_tools(upstream, store_path, default_suite, tier, expected):
     seed_store(store_path, make_profile("m", tier, default_suite))
     with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
@@ -50,8 +53,11 @@ def test_measured_profile_decides_forwarded_tools(upstream, store_path, default_
 
 
 def test_effort_is_part_of_the_key(upstream, store_path, default_suite):
-    seed_store(store_path, make_profile("m", Tier.LARGE, default_suite, effort="xhigh"),
-               make_profile("m", Tier.SMALL, default_suite, effort="low"))
+    seed_store(
+        store_path,
+        make_profile("m", Tier.LARGE, default_suite, effort="xhigh"),
+        make_profile("m", Tier.SMALL, default_suite, effort="low"),
+    )
     with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
         ask(proxy, tools=TOOLS, reasoning_effort="low")
         assert forwarded_tools(upstream) == ["read_file"]
@@ -88,6 +94,7 @@ def _suite_calls(server: ScriptedServer, default_suite) -> int:
             return script.locate(body)[1] == 0
         except (KeyError, StopIteration):
             return False
+
     return sum(1 for body in server.requests if first_step_of_a_test(body))
 
 
@@ -146,12 +153,16 @@ def test_fifty_concurrent_requests_for_an_unknown_pair_cause_one_benchmark(store
 
 def test_failed_measurement_is_not_retried_on_every_request(store_path, default_suite):
     with ScriptedServer(lambda body: {"status": 500, "error": "down"}) as upstream:
-        settings = settings_for(upstream.base_url, store_path,
-                                bench={"retry_after_s": 60, "max_retries": 0, "timeout_s": 10})
+        settings = settings_for(
+            upstream.base_url, store_path, bench={"retry_after_s": 60, "max_retries": 0, "timeout_s": 10}
+        )
         with running_proxy(settings) as proxy:
             with pytest.raises(openai.InternalServerError):
                 ask(proxy, tools=TOOLS)
-            time.sleep(0.5)  # the failed measurement lands
+            wait_until(
+                lambda: any(p.key == "m@default" and p.finished for p in proxy.gk.progress()),
+                "the failed measurement to land",
+            )
             measuring = sum(1 for b in upstream.requests if b["messages"][0]["content"] != "hi")
             for _ in range(5):
                 with pytest.raises(openai.InternalServerError):
@@ -166,12 +177,17 @@ def test_benchmark_uses_upstream_key_not_the_clients(store_path, default_suite):
         settings = settings_for(upstream.base_url, store_path, unknown_models="wait")
         with running_proxy(settings) as proxy:
             ask(proxy)
-    auth = {h["authorization"] for h, b in zip(upstream.headers, upstream.requests, strict=True) if b["messages"][0]["content"] != "hi"}
+    auth = {
+        h["authorization"]
+        for h, b in zip(upstream.headers, upstream.requests, strict=True)
+        if b["messages"][0]["content"] != "hi"
+    }
     assert auth == {"Bearer upstream-key"}
     assert upstream.headers[-1]["authorization"] == "Bearer client-key"
 
 
 # -- filtering details ---------------------------------------------------------------------
+
 
 def test_no_tools_left_drops_tools_and_tool_choice(upstream, store_path, default_suite):
     seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
@@ -202,8 +218,9 @@ def test_legacy_functions_are_filtered_too(upstream, store_path, default_suite):
 def test_unowned_fields_pass_through_untouched(upstream, store_path, default_suite):
     seed_store(store_path, make_profile("m", Tier.LARGE, default_suite))
     with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
-        ask(proxy, tools=TOOLS, temperature=0.3, seed=7, extra_body={"custom_field": {"a": [1, 2]}},
-            metadata={"k": "v"})
+        ask(
+            proxy, tools=TOOLS, temperature=0.3, seed=7, extra_body={"custom_field": {"a": [1, 2]}}, metadata={"k": "v"}
+        )
     body = upstream.requests[-1]
     assert body["temperature"] == 0.3 and body["seed"] == 7
     assert body["custom_field"] == {"a": [1, 2]} and body["metadata"] == {"k": "v"}
@@ -212,9 +229,13 @@ def test_unowned_fields_pass_through_untouched(upstream, store_path, default_sui
 
 # -- answers: pass-through and response-side enforcement --------------------------------
 
+
 def _calls_reply(*names: str) -> callable:
-    return lambda body: {"content": "calling", "tool_calls": [{"name": n, "arguments": {"path": "a \"b\"\nc", "n": 3}}
-                                                                for n in names], "completion_tokens": 11}
+    return lambda body: {
+        "content": "calling",
+        "tool_calls": [{"name": n, "arguments": {"path": 'a "b"\nc', "n": 3}} for n in names],
+        "completion_tokens": 11,
+    }
 
 
 def test_non_streaming_answer_passes_through_intact(store_path, default_suite):
@@ -225,7 +246,7 @@ def test_non_streaming_answer_passes_through_intact(store_path, default_suite):
     call = completion.choices[0].message.tool_calls[0]
     assert completion.choices[0].message.content == "calling"
     assert call.function.name == "read_file"
-    assert json.loads(call.function.arguments) == {"path": "a \"b\"\nc", "n": 3}
+    assert json.loads(call.function.arguments) == {"path": 'a "b"\nc', "n": 3}
     assert completion.choices[0].finish_reason == "tool_calls"
     assert completion.usage.completion_tokens == 11
 
@@ -234,15 +255,19 @@ def test_streaming_answer_passes_through_intact(store_path, default_suite):
     with ScriptedServer(_calls_reply("read_file")) as upstream:
         seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
         with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
-            with proxy.client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}],
-                                                      tools=TOOLS, stream_options={"include_usage": True}) as stream:
+            with proxy.client.chat.completions.stream(
+                model="m",
+                messages=[{"role": "user", "content": "hi"}],
+                tools=TOOLS,
+                stream_options={"include_usage": True},
+            ) as stream:
                 for _ in stream:
                     pass
                 final = stream.get_final_completion()
     message = final.choices[0].message
     assert message.content == "calling"
     assert [c.function.name for c in message.tool_calls] == ["read_file"]
-    assert json.loads(message.tool_calls[0].function.arguments) == {"path": "a \"b\"\nc", "n": 3}
+    assert json.loads(message.tool_calls[0].function.arguments) == {"path": 'a "b"\nc', "n": 3}
     assert final.usage.completion_tokens == 11
 
 
@@ -253,16 +278,19 @@ def test_calls_to_hidden_or_invented_tools_are_removed(store_path, default_suite
         with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
             blocked_before = metric(proxy.url, "gatekeeper_tool_calls_blocked_total")
             if stream:
-                with proxy.client.chat.completions.stream(model="m", tools=TOOLS,
-                                                          messages=[{"role": "user", "content": "hi"}]) as s:
+                with proxy.client.chat.completions.stream(
+                    model="m", tools=TOOLS, messages=[{"role": "user", "content": "hi"}]
+                ) as s:
                     for _ in s:
                         pass
                     completion = s.get_final_completion()
             else:
                 completion = ask(proxy, tools=TOOLS).parse()
             # A stream is counted once it is over on the proxy's side, which may be just after the client's [DONE].
-            blocked = wait_until(lambda: metric(proxy.url, "gatekeeper_tool_calls_blocked_total") - blocked_before,
-                                 "the blocked-calls counter")
+            blocked = wait_until(
+                lambda: metric(proxy.url, "gatekeeper_tool_calls_blocked_total") - blocked_before,
+                "the blocked-calls counter",
+            )
     assert [c.function.name for c in completion.choices[0].message.tool_calls] == ["read_file"]
     assert completion.choices[0].finish_reason == "tool_calls"
     assert blocked == 2  # execute_command (hidden) and made_up_tool (never offered)
@@ -274,8 +302,11 @@ def test_finish_reason_becomes_stop_when_every_call_is_removed(store_path, defau
         seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
         with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
             if stream:
-                chunks = list(proxy.client.chat.completions.create(
-                    model="m", tools=TOOLS, messages=[{"role": "user", "content": "hi"}], stream=True))
+                chunks = list(
+                    proxy.client.chat.completions.create(
+                        model="m", tools=TOOLS, messages=[{"role": "user", "content": "hi"}], stream=True
+                    )
+                )
                 assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
                 finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
                 assert finish == ["stop"]
@@ -287,19 +318,24 @@ def test_finish_reason_becomes_stop_when_every_call_is_removed(store_path, defau
 
 # -- bad input and upstream trouble --------------------------------------------------------
 
-@pytest.mark.parametrize(("body", "fragment"), [
-    (b"{not json", "not valid JSON"),
-    (b"[1, 2]", "must be a JSON object"),
-    (b'{"messages": []}', "'model' is required"),
-    (b'{"model": "m", "messages": [], "tools": {"a": 1}}', "'tools' must be an array"),
-    (b'{"model": "m", "messages": [], "tools": [{"type": "function"}]}', "tools[0].function.name"),
-    (b'{"model": "m", "messages": [], "tools": ["x"]}', "tools[0] must be an object"),
-])
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b'{"messages": []}', "'model' is required"),
+        (b'{"model": "m", "messages": [], "tools": {"a": 1}}', "'tools' must be an array"),
+        (b'{"model": "m", "messages": [], "tools": [{"type": "function"}]}', "tools[0].function.name"),
+        (b'{"model": "m", "messages": [], "tools": ["x"]}', "tools[0] must be an object"),
+    ],
+)
 def test_bad_requests_get_a_clear_400_and_the_proxy_keeps_serving(upstream, store_path, default_suite, body, fragment):
     seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
     with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
-        response = httpx.post(proxy.url + "/v1/chat/completions", content=body,
-                              headers={"content-type": "application/json"})
+        response = httpx.post(
+            proxy.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}
+        )
         assert response.status_code == 400
         assert fragment in response.json()["error"]["message"]
         assert ask(proxy).parse().choices[0].message.content == "ok"
@@ -338,8 +374,11 @@ def test_unreachable_upstream_is_a_502(store_path, default_suite):
 def test_slow_upstream_is_a_504(store_path, default_suite):
     with ScriptedServer(delay_s=1.0) as upstream:
         seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
-        settings = settings_for(upstream.base_url, store_path,
-                                upstream={"base_url": upstream.base_url, "api_key": "upstream-key", "timeout_s": 0.2})
+        settings = settings_for(
+            upstream.base_url,
+            store_path,
+            upstream={"base_url": upstream.base_url, "api_key": "upstream-key", "timeout_s": 0.2},
+        )
         with running_proxy(settings) as proxy:
             with pytest.raises(openai.APIStatusError) as info:
                 ask(proxy)
@@ -356,14 +395,18 @@ def test_truncated_upstream_stream_gives_the_client_an_error(store_path, default
     async def broken(request):
         async def events():
             yield b'data: {"choices": [{"index": 0, "delta": {"content": "par"}}]}\n\n'
+
         return StreamingResponse(events(), media_type="text/event-stream")
 
     seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
     with ThreadedServer(Starlette(routes=[Route("/v1/chat/completions", broken, methods=["POST"])])) as server:
         with running_proxy(settings_for(f"http://127.0.0.1:{server.port}/v1", store_path)) as proxy:
             with pytest.raises(openai.APIError) as info:
-                list(proxy.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
-                                                          stream=True))
+                list(
+                    proxy.client.chat.completions.create(
+                        model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+                    )
+                )
             assert "ended before [DONE]" in str(info.value)
             assert httpx.get(proxy.url + "/healthz").status_code == 200
 
@@ -374,6 +417,7 @@ def test_models_are_forwarded(upstream, store_path):
 
 
 # -- admin ---------------------------------------------------------------------------------
+
 
 def test_admin_api_refuses_without_the_key(upstream, store_path):
     with running_proxy(settings_for(upstream.base_url, store_path, admin_key="s3cret")) as proxy:
@@ -404,12 +448,18 @@ def test_admin_benchmark_and_invalidate(store_path, default_suite):
 
 # -- models routed through litellm ------------------------------------------------------------
 
+
 def test_configured_litellm_route_is_measured_and_served_through_litellm(store_path, default_suite):
     with measuring_upstream(default_suite) as upstream:
-        route = {"name": "routed", "litellm_model": "openai/behind-litellm", "api_base": upstream.base_url,
-                 "api_key": "route-key"}
-        settings = settings_for(f"http://127.0.0.1:{free_port()}/v1", store_path, models=[route],
-                                unknown_models="wait", wait_timeout_s=30)
+        route = {
+            "name": "routed",
+            "litellm_model": "openai/behind-litellm",
+            "api_base": upstream.base_url,
+            "api_key": "route-key",
+        }
+        settings = settings_for(
+            f"http://127.0.0.1:{free_port()}/v1", store_path, models=[route], unknown_models="wait", wait_timeout_s=30
+        )
         with running_proxy(settings) as proxy:
             raw = ask(proxy, model="routed", tools=TOOLS)
             assert raw.parse().choices[0].message.content == "agent answer"
@@ -441,7 +491,8 @@ def test_the_clients_request_id_is_echoed_but_not_forwarded(upstream, store_path
     seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
     with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
         raw = proxy.client.chat.completions.with_raw_response.create(
-            model="m", messages=[{"role": "user", "content": "hi"}], extra_headers={"x-request-id": "agent-run-42"})
+            model="m", messages=[{"role": "user", "content": "hi"}], extra_headers={"x-request-id": "agent-run-42"}
+        )
     assert raw.headers["x-request-id"] == "agent-run-42"
     assert "x-request-id" not in upstream.headers[-1]
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import make_profile
+from conftest import make_profile, wait_until
 from redis_server import RedisServer, require_server
 
 from gatekeeper.store import JsonFileStore, open_store
@@ -39,13 +38,6 @@ def stores(server: RedisServer) -> Iterator[Callable[[], RedisStore]]:
         store.close()
 
 
-def eventually(condition: Callable[[], object], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
-
-
 def test_profiles_and_recommendations_round_trip_in_the_seed_format(server, stores, default_suite):
     profile = make_profile("m", Tier.MEDIUM, default_suite, effort="low")
     stores().save([profile], {"m": "low"})
@@ -67,9 +59,9 @@ def test_a_bad_entry_is_skipped_and_left_untouched(server, stores, default_suite
 def test_a_save_on_one_replica_reaches_the_others(stores, default_suite):
     first, second = stores(), stores()
     first.save([make_profile("m", Tier.LARGE, default_suite)])
-    eventually(lambda: second.get("m@default") is not None)
+    wait_until(lambda: second.get("m@default") is not None, "the replicas to agree", timeout_s=10)
     assert second.delete("m@default") is True
-    eventually(lambda: first.get("m@default") is None)
+    wait_until(lambda: first.get("m@default") is None, "the replicas to agree", timeout_s=10)
 
 
 def test_change_listeners_hear_other_replicas(stores, default_suite):
@@ -77,7 +69,7 @@ def test_change_listeners_hear_other_replicas(stores, default_suite):
     heard: list[str] = []
     second.on_change(heard.append)
     first.save([make_profile("m", Tier.LARGE, default_suite)])
-    eventually(lambda: heard == ["m@default"])
+    wait_until(lambda: heard == ["m@default"], "the replicas to agree", timeout_s=10)
 
 
 def test_a_warm_lookup_costs_no_round_trip(server, stores, default_suite):
@@ -99,8 +91,10 @@ def test_redis_down_serves_last_known_profiles_and_writes_when_back(server, stor
     assert store.get("late@default").tier == Tier.MEDIUM
     assert not store.up
     server.start()
-    eventually(lambda: server.client().hget(PROFILES, "late@default") is not None)
-    eventually(lambda: store.up)
+    wait_until(
+        lambda: server.client().hget(PROFILES, "late@default") is not None, "the replicas to agree", timeout_s=10
+    )
+    wait_until(lambda: store.up, "the replicas to agree", timeout_s=10)
 
 
 def test_one_shot_commands_fail_loudly_when_redis_is_down(server):
@@ -112,20 +106,14 @@ def test_one_shot_commands_fail_loudly_when_redis_is_down(server):
         server.start()
 
 
-def acquire_eventually(coordinator, name: str, ttl_s: float):
-    deadline = time.monotonic() + 10
-    while (lease := coordinator.acquire(name, ttl_s)) is None:
-        assert time.monotonic() < deadline, f"{name}: lease never freed"
-        time.sleep(0.01)
-    return lease
-
-
 def test_a_lease_is_exclusive_until_it_expires_and_tokens_grow(stores):
     a, b = stores().coordinator(), stores().coordinator()
     first = a.acquire("m@default", 0.3)
     assert first is not None and b.acquire("m@default", 0.3) is None
     assert a.renew(first, 0.3)
-    second = acquire_eventually(b, "m@default", 5)  # first's holder stopped renewing
+    second = wait_until(
+        lambda: b.acquire("m@default", 5), "the lease to be freed", timeout_s=10
+    )  # first's holder stopped renewing
     assert second.token > first.token
     assert a.renew(first, 0.3) is False
     a.release(first)  # releasing a lost lease leaves the new holder's alone
@@ -136,7 +124,7 @@ def test_a_holder_that_lost_its_lease_cannot_overwrite_a_newer_result(stores, de
     store = stores()
     coordinator = store.coordinator()
     stale = coordinator.acquire("m@default", 0.2)
-    newer = acquire_eventually(coordinator, "m@default", 5)
+    newer = wait_until(lambda: coordinator.acquire("m@default", 5), "the lease to be freed", timeout_s=10)
     assert store.save([make_profile("m", Tier.SMALL, default_suite)], lease=newer) is True
     assert store.save([make_profile("m", Tier.LARGE, default_suite)], lease=stale) is False
     coordinator.release(newer)

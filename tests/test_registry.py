@@ -30,11 +30,15 @@ def registry(gk) -> ToolRegistry:
 
 # -- listing -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("model", "expected"), [
-    ("small-model", ["read_file", "write_note"]),
-    ("medium-model", ["read_file", "write_file", "write_note"]),
-    ("large-model", ["read_file", "write_file", "execute_command", "deploy", "write_note"]),
-])
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("small-model", ["read_file", "write_note"]),
+        ("medium-model", ["read_file", "write_file", "write_note"]),
+        ("large-model", ["read_file", "write_file", "execute_command", "deploy", "write_note"]),
+    ],
+)
 def test_each_measured_tier_sees_only_its_tools(registry, model, expected):
     assert names(registry.list_for_llm(model)) == expected
 
@@ -113,14 +117,21 @@ def test_sync_listing_does_not_block_while_an_unknown_model_is_measured(store_pa
 
 # -- the decorator -------------------------------------------------------------------------
 
+
 def test_decorator_derives_the_schema_from_signature_and_docstring(gk):
     registry = ToolRegistry(gk)
 
     @registry.tool(required_tier="medium")
-    def search_notes(query: str, limit: int = 5, score: float = 0.5, exact: bool = False,
-                     tags: list[str] | None = None, mode: Literal["fast", "deep"] = "fast",
-                     owner: Optional[str] = None,  # noqa: UP045 - the old spelling is supported too
-                     filters: dict[str, int] | None = None) -> list[str]:
+    def search_notes(
+        query: str,
+        limit: int = 5,
+        score: float = 0.5,
+        exact: bool = False,
+        tags: list[str] | None = None,
+        mode: Literal["fast", "deep"] = "fast",
+        owner: Optional[str] = None,  # noqa: UP045 - the old spelling is supported too
+        filters: dict[str, int] | None = None,
+    ) -> list[str]:
         """Search the notes
         by their text.
 
@@ -151,13 +162,21 @@ def test_decorator_derives_the_schema_from_signature_and_docstring(gk):
                     "limit": {"type": "integer", "description": "At most this many results.", "default": 5},
                     "score": {"type": "number", "default": 0.5},
                     "exact": {"type": "boolean", "default": False},
-                    "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}],
-                             "default": None},
-                    "mode": {"type": "string", "enum": ["fast", "deep"], "description": "How hard to look.",
-                             "default": "fast"},
+                    "tags": {
+                        "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}],
+                        "default": None,
+                    },
+                    "mode": {
+                        "type": "string",
+                        "enum": ["fast", "deep"],
+                        "description": "How hard to look.",
+                        "default": "fast",
+                    },
                     "owner": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
-                    "filters": {"anyOf": [{"type": "object", "additionalProperties": {"type": "integer"}},
-                                          {"type": "null"}], "default": None},
+                    "filters": {
+                        "anyOf": [{"type": "object", "additionalProperties": {"type": "integer"}}, {"type": "null"}],
+                        "default": None,
+                    },
                 },
                 "required": ["query"],
                 "additionalProperties": False,
@@ -181,13 +200,17 @@ def test_bare_decorator_uses_the_config_rule(gk):
 def test_unsupported_parameter_types_fail_at_decoration(gk):
     registry = ToolRegistry(gk)
     with pytest.raises(TypeError, match=r"parameter 'when'.*unsupported annotation"):
+
         @registry.tool
         def schedule(when: threading.Event) -> None:
             pass
+
     with pytest.raises(TypeError, match=r"\*args"):
+
         @registry.tool
         def variadic(*items: str) -> None:
             pass
+
     with pytest.raises(TypeError, match="pass name="):
         registry.tool(lambda: None)
     with pytest.raises(TypeError, match=r"registry.tool\(required_tier='medium'\)"):
@@ -198,11 +221,14 @@ def test_schema_without_docstring_or_parameters():
     def ping() -> str:
         return "pong"
 
-    assert function_schema(ping) == {"type": "function", "function": {
-        "name": "ping", "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}}
+    assert function_schema(ping) == {
+        "type": "function",
+        "function": {"name": "ping", "parameters": {"type": "object", "properties": {}, "additionalProperties": False}},
+    }
 
 
 # -- calling -------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def calls() -> list:
@@ -214,8 +240,9 @@ def typed(gk, calls) -> ToolRegistry:
     registry = ToolRegistry(gk)
 
     @registry.tool
-    def read_file(path: str, max_lines: int = 100, mode: Literal["text", "hex"] = "text",
-                  ranges: list[int] | None = None) -> str:
+    def read_file(
+        path: str, max_lines: int = 100, mode: Literal["text", "hex"] = "text", ranges: list[int] | None = None
+    ) -> str:
         """Read a file."""
         calls.append(("read_file", path, max_lines, mode, ranges))
         return f"contents of {path}"
@@ -258,19 +285,22 @@ def test_a_tool_without_handler_cannot_be_called(registry):
         registry.call("large-model", "deploy", "{}")
 
 
-@pytest.mark.parametrize(("arguments", "message"), [
-    ('{}', "missing required argument 'path'"),
-    ('{"path": "a", "colour": "red"}', "unknown argument 'colour' (expected: path, max_lines, mode, ranges)"),
-    ('{"path": "a", "max_lines": true}', "argument 'max_lines': expected integer, got boolean true"),
-    ('{"path": "a", "max_lines": "3"}', "argument 'max_lines': expected integer, got string \"3\""),
-    ('{"path": "a", "max_lines": 2.5}', "argument 'max_lines': expected integer, got number 2.5"),
-    ('{"path": 7}', "argument 'path': expected string, got integer 7"),
-    ('{"path": "a", "mode": "binary"}', "argument 'mode': \"binary\" is not one of [\"text\", \"hex\"]"),
-    ('{"path": "a", "ranges": [1, "2"]}', "argument 'ranges[1]': expected integer, got string \"2\""),
-    ('{"path": "a", "ranges": 5}', "argument 'ranges': expected array or null, got integer 5"),
-    ('{"path": ', "arguments are not valid JSON"),
-    ('["a"]', "arguments must be a JSON object, got array"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ("{}", "missing required argument 'path'"),
+        ('{"path": "a", "colour": "red"}', "unknown argument 'colour' (expected: path, max_lines, mode, ranges)"),
+        ('{"path": "a", "max_lines": true}', "argument 'max_lines': expected integer, got boolean true"),
+        ('{"path": "a", "max_lines": "3"}', "argument 'max_lines': expected integer, got string \"3\""),
+        ('{"path": "a", "max_lines": 2.5}', "argument 'max_lines': expected integer, got number 2.5"),
+        ('{"path": 7}', "argument 'path': expected string, got integer 7"),
+        ('{"path": "a", "mode": "binary"}', 'argument \'mode\': "binary" is not one of ["text", "hex"]'),
+        ('{"path": "a", "ranges": [1, "2"]}', "argument 'ranges[1]': expected integer, got string \"2\""),
+        ('{"path": "a", "ranges": 5}', "argument 'ranges': expected array or null, got integer 5"),
+        ('{"path": ', "arguments are not valid JSON"),
+        ('["a"]', "arguments must be a JSON object, got array"),
+    ],
+)
 def test_invalid_arguments_are_refused_naming_the_argument(typed, calls, arguments, message):
     with pytest.raises(ToolArgumentsInvalid) as info:
         typed.call("small-model", "read_file", arguments)
@@ -280,15 +310,21 @@ def test_invalid_arguments_are_refused_naming_the_argument(typed, calls, argumen
 
 def test_hand_written_schemas_are_validated_too(gk):
     registry = ToolRegistry(gk)
-    registry.register(tool("create_user", {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "role": {"enum": ["admin", "viewer"]},
-            "address": {"type": "object", "properties": {"zip": {"type": "string"}}, "required": ["zip"]},
-        },
-        "required": ["name"],
-    }), handler=lambda **kwargs: kwargs)
+    registry.register(
+        tool(
+            "create_user",
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "role": {"enum": ["admin", "viewer"]},
+                    "address": {"type": "object", "properties": {"zip": {"type": "string"}}, "required": ["zip"]},
+                },
+                "required": ["name"],
+            },
+        ),
+        handler=lambda **kwargs: kwargs,
+    )
     extra_allowed = {"name": "ada", "nickname": "a", "address": {"zip": "123", "city": "x"}}
     assert registry.call("small-model", "create_user", extra_allowed) == extra_allowed
     with pytest.raises(ToolArgumentsInvalid, match=r"missing required argument 'address\.zip'"):
@@ -345,37 +381,52 @@ async def test_acall_refuses_hidden_tools_and_bad_arguments(typed, calls):
 
 # -- constraints the schema states are enforced (jsonschema), or the tool is refused ------------
 
+
 @pytest.fixture
 def constrained(gk) -> ToolRegistry:
     registry = ToolRegistry(gk)
-    registry.register(tool("book", {
-        "type": "object",
-        "properties": {
-            "seats": {"type": "integer", "minimum": 1, "maximum": 8},
-            "code": {"type": "string", "pattern": "^[A-Z]+$", "maxLength": 3},
-            "cabin": {"type": "string", "enum": ["economy", "business"]},
-            "contact": {"type": "string", "format": "email"},
-            "when": {"type": "string", "format": "date-time"},
-            "passenger": {"$ref": "#/$defs/passenger"},
-        },
-        "$defs": {"passenger": {"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}},
-                                "required": ["age"]}},
-    }), handler=lambda **kwargs: kwargs)
+    registry.register(
+        tool(
+            "book",
+            {
+                "type": "object",
+                "properties": {
+                    "seats": {"type": "integer", "minimum": 1, "maximum": 8},
+                    "code": {"type": "string", "pattern": "^[A-Z]+$", "maxLength": 3},
+                    "cabin": {"type": "string", "enum": ["economy", "business"]},
+                    "contact": {"type": "string", "format": "email"},
+                    "when": {"type": "string", "format": "date-time"},
+                    "passenger": {"$ref": "#/$defs/passenger"},
+                },
+                "$defs": {
+                    "passenger": {
+                        "type": "object",
+                        "properties": {"age": {"type": "integer", "minimum": 0}},
+                        "required": ["age"],
+                    }
+                },
+            },
+        ),
+        handler=lambda **kwargs: kwargs,
+    )
     return registry
 
 
-@pytest.mark.parametrize(("arguments", "message"), [
-    ({"seats": 0}, "argument 'seats': 0 is less than the minimum of 1"),
-    ({"seats": 9}, "argument 'seats': 9 is greater than the maximum of 8"),
-    ({"seats": 3.0}, "argument 'seats': expected integer, got number 3.0"),
-    ({"code": "ab1"}, "argument 'code': 'ab1' does not match '^[A-Z]+$'"),
-    ({"code": "ABCD"}, "argument 'code': 'ABCD' is too long"),
-    ({"cabin": "first"}, "argument 'cabin': \"first\" is not one of [\"economy\", \"business\"]"),
-    ({"contact": "not-an-address"}, "argument 'contact': 'not-an-address' is not a 'email'"),
-    ({"when": "tomorrow"}, "argument 'when': 'tomorrow' is not a 'date-time'"),
-    ({"passenger": {"age": -1}}, "argument 'passenger.age': -1 is less than the minimum of 0"),
-    ({"passenger": {}}, "missing required argument 'passenger.age'"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"seats": 0}, "argument 'seats': 0 is less than the minimum of 1"),
+        ({"seats": 9}, "argument 'seats': 9 is greater than the maximum of 8"),
+        ({"seats": 3.0}, "argument 'seats': expected integer, got number 3.0"),
+        ({"code": "ab1"}, "argument 'code': 'ab1' does not match '^[A-Z]+$'"),
+        ({"code": "ABCD"}, "argument 'code': 'ABCD' is too long"),
+        ({"cabin": "first"}, 'argument \'cabin\': "first" is not one of ["economy", "business"]'),
+        ({"contact": "not-an-address"}, "argument 'contact': 'not-an-address' is not a 'email'"),
+        ({"when": "tomorrow"}, "argument 'when': 'tomorrow' is not a 'date-time'"),
+        ({"passenger": {"age": -1}}, "argument 'passenger.age': -1 is less than the minimum of 0"),
+        ({"passenger": {}}, "missing required argument 'passenger.age'"),
+    ],
+)
 def test_every_stated_constraint_is_enforced(constrained, arguments, message):
     with pytest.raises(ToolArgumentsInvalid) as info:
         constrained.call("small-model", "book", arguments)
@@ -383,18 +434,29 @@ def test_every_stated_constraint_is_enforced(constrained, arguments, message):
 
 
 def test_arguments_within_the_constraints_pass(constrained):
-    good = {"seats": 2, "code": "LHR", "cabin": "economy", "contact": "a@example.org",
-            "when": "2026-11-30T12:00:00Z", "passenger": {"age": 40}}
+    good = {
+        "seats": 2,
+        "code": "LHR",
+        "cabin": "economy",
+        "contact": "a@example.org",
+        "when": "2026-11-30T12:00:00Z",
+        "passenger": {"age": 40},
+    }
     assert constrained.call("small-model", "book", good) == good
 
 
-@pytest.mark.parametrize(("parameters", "message"), [
-    ({"type": "object", "properties": {"x": {"type": "string", "format": "credit-card"}}},
-     "format 'credit-card' cannot be checked here"),
-    ({"type": "object", "properties": {"x": {"$ref": "https://example.org/x.json"}}}, "does not resolve"),
-    ({"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}}, "does not resolve"),
-    ({"type": "object", "properties": {"x": {"type": "strin"}}}, "not a valid JSON schema"),
-])
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        (
+            {"type": "object", "properties": {"x": {"type": "string", "format": "credit-card"}}},
+            "format 'credit-card' cannot be checked here",
+        ),
+        ({"type": "object", "properties": {"x": {"$ref": "https://example.org/x.json"}}}, "does not resolve"),
+        ({"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}}, "does not resolve"),
+        ({"type": "object", "properties": {"x": {"type": "strin"}}}, "not a valid JSON schema"),
+    ],
+)
 def test_a_schema_that_cannot_be_enforced_is_refused_at_registration(gk, parameters, message):
     with pytest.raises(ValueError, match=message):
         ToolRegistry(gk).register(tool("risky", parameters))
@@ -428,16 +490,21 @@ def test_typed_function_constraints_and_types_come_from_its_signature(gk):
 
     parameters = registry.get("ship").parameters
     assert parameters["properties"]["count"] == {"type": "integer", "minimum": 1, "maximum": 10}
-    assert registry.call("small-model", "ship", {"count": 2, "address": {"street": "Main", "zip": "12345"},
-                                                 "priority": "high"}) == "shipped"
+    assert (
+        registry.call(
+            "small-model", "ship", {"count": 2, "address": {"street": "Main", "zip": "12345"}, "priority": "high"}
+        )
+        == "shipped"
+    )
     assert received == [(2, Address(street="Main", zip="12345"), Priority.HIGH)]  # converted to its types
     with pytest.raises(ToolArgumentsInvalid, match="argument 'count': 11 is greater than the maximum of 10"):
         registry.call("small-model", "ship", {"count": 11, "address": {"street": "Main", "zip": "12345"}})
     with pytest.raises(ToolArgumentsInvalid, match=r"argument 'address.zip': '1' does not match"):
         registry.call("small-model", "ship", {"count": 1, "address": {"street": "Main", "zip": "1"}})
     with pytest.raises(ToolArgumentsInvalid, match=r"argument 'priority': \"urgent\" is not one of"):
-        registry.call("small-model", "ship", {"count": 1, "address": {"street": "M", "zip": "12345"},
-                                              "priority": "urgent"})
+        registry.call(
+            "small-model", "ship", {"count": 1, "address": {"street": "M", "zip": "12345"}, "priority": "urgent"}
+        )
     assert len(received) == 1
 
 

@@ -26,8 +26,12 @@ HI = [{"role": "user", "content": "hi"}]
 
 
 def call(name: str, index: int = 0, arguments: str = "{}") -> dict:
-    return {"index": index, "id": f"call_{index}", "type": "function",
-            "function": {"name": name, "arguments": arguments}}
+    return {
+        "index": index,
+        "id": f"call_{index}",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
 
 
 def message_call(name: str) -> dict:
@@ -56,13 +60,16 @@ def final_names(proxy: Proxy) -> list[str]:
     return [c.function.name for c in message.tool_calls or []]
 
 
-HIDDEN_AND_ALLOWED = [chat_chunk({"role": "assistant", "content": ""}),
-                      chat_chunk({"tool_calls": [call("execute_command", 0)]}),
-                      chat_chunk({"tool_calls": [call("read_file", 1)]}),
-                      chat_chunk({}, "tool_calls")]
+HIDDEN_AND_ALLOWED = [
+    chat_chunk({"role": "assistant", "content": ""}),
+    chat_chunk({"tool_calls": [call("execute_command", 0)]}),
+    chat_chunk({"tool_calls": [call("read_file", 1)]}),
+    chat_chunk({}, "tool_calls"),
+]
 
 
 # -- High: SSE as the specification says ------------------------------------------------------------
+
 
 @pytest.mark.parametrize("newline", [b"\r\n", b"\r"], ids=["crlf", "cr"])
 def test_crlf_and_cr_framed_streams_are_filtered(store_path, default_suite, newline):
@@ -71,10 +78,17 @@ def test_crlf_and_cr_framed_streams_are_filtered(store_path, default_suite, newl
             assert final_names(proxy) == ["read_file"]
 
 
-@pytest.mark.parametrize("prefix,suffix", [
-    (b"id: 1\n", b""), (b": keep-alive\n", b""), (b"event: message\nretry: 10\n", b""),
-    (b"", b"id: 2\n"), (b"", b": trailing comment\n"),
-], ids=["id-before", "comment-before", "event-retry-before", "id-after", "comment-after"])
+@pytest.mark.parametrize(
+    "prefix,suffix",
+    [
+        (b"id: 1\n", b""),
+        (b": keep-alive\n", b""),
+        (b"event: message\nretry: 10\n", b""),
+        (b"", b"id: 2\n"),
+        (b"", b": trailing comment\n"),
+    ],
+    ids=["id-before", "comment-before", "event-retry-before", "id-after", "comment-after"],
+)
 def test_field_and_comment_lines_around_data_do_not_let_a_call_through(store_path, default_suite, prefix, suffix):
     hidden = b"data: " + json.dumps(chat_chunk({"tool_calls": [call("execute_command")]})).encode() + b"\n"
     body = prefix + hidden + suffix + b"\n" + sse(chat_chunk({}, "tool_calls"))
@@ -94,7 +108,7 @@ def test_an_event_whose_data_spans_several_lines_is_read_whole(store_path, defau
 
 def test_an_event_split_at_every_byte_is_filtered(store_path, default_suite):
     body = sse(*HIDDEN_AND_ALLOWED, newline=b"\r\n")
-    with RawUpstream(RawAnswer([body[i:i + 1] for i in range(len(body))], content_type="text/event-stream")) as up:
+    with RawUpstream(RawAnswer([body[i : i + 1] for i in range(len(body))], content_type="text/event-stream")) as up:
         with gate(up, store_path, default_suite) as proxy:
             assert final_names(proxy) == ["read_file"]
 
@@ -119,16 +133,20 @@ def test_an_unasked_stream_is_still_filtered(store_path, default_suite):
 HIDDEN_BODY = json.dumps(chat_completion({"tool_calls": [message_call("execute_command")]}, "tool_calls"))
 
 
-@pytest.mark.parametrize("body", [
-    HIDDEN_BODY.replace('"created": 0', '"created": NaN').encode(),
-    HIDDEN_BODY.replace('"created": 0', '"created": Infinity').encode(),
-    HIDDEN_BODY.replace('"content": null', '"content": "\xff"').encode("latin-1"),
-    HIDDEN_BODY.encode("utf-16"),
-    json.dumps(chat_completion({"tool_calls": {"0": message_call("execute_command")}})).encode(),
-    json.dumps([chat_completion({"tool_calls": [message_call("execute_command")]})]).encode(),
-    json.dumps(chat_completion({"tool_calls": [{"function": {"name": 7}}]})).encode(),
-    json.dumps(chat_completion({"tool_calls": ["execute_command"]})).encode(),
-], ids=["nan", "infinity", "invalid-utf8", "utf16", "calls-object", "top-level-list", "name-int", "call-string"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        HIDDEN_BODY.replace('"created": 0', '"created": NaN').encode(),
+        HIDDEN_BODY.replace('"created": 0', '"created": Infinity').encode(),
+        HIDDEN_BODY.replace('"content": null', '"content": "\xff"').encode("latin-1"),
+        HIDDEN_BODY.encode("utf-16"),
+        json.dumps(chat_completion({"tool_calls": {"0": message_call("execute_command")}})).encode(),
+        json.dumps([chat_completion({"tool_calls": [message_call("execute_command")]})]).encode(),
+        json.dumps(chat_completion({"tool_calls": [{"function": {"name": 7}}]})).encode(),
+        json.dumps(chat_completion({"tool_calls": ["execute_command"]})).encode(),
+    ],
+    ids=["nan", "infinity", "invalid-utf8", "utf16", "calls-object", "top-level-list", "name-int", "call-string"],
+)
 def test_an_unreadable_plain_answer_is_a_502_upstream_invalid(store_path, default_suite, body):
     with RawUpstream(RawAnswer(body)) as up:
         with gate(up, store_path, default_suite) as proxy:
@@ -150,11 +168,15 @@ def test_an_escaped_key_is_read_enforced_and_never_relayed_raw(store_path, defau
     assert raw.headers["x-gatekeeper-blocked-calls"] == "execute_command"
 
 
-@pytest.mark.parametrize("bad", [
-    '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"execute_command"}}]}}],"x":NaN}',
-    '{"choices":[{"index":0,"delta":{"tool_calls":{"index":0,"function":{"name":"execute_command"}}}}]}',
-    '[{"choices":[{"delta":{"tool_calls":[]}}]}]',
-], ids=["nan", "calls-object", "top-level-list"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"execute_command"}}]}}],"x":NaN}',
+        '{"choices":[{"index":0,"delta":{"tool_calls":{"index":0,"function":{"name":"execute_command"}}}}]}',
+        '[{"choices":[{"delta":{"tool_calls":[]}}]}]',
+    ],
+    ids=["nan", "calls-object", "top-level-list"],
+)
 def test_an_unreadable_event_ends_the_stream_with_a_framed_error_event(store_path, default_suite, bad):
     body = sse(chat_chunk({"content": "a"}), bad)
     with RawUpstream(RawAnswer(body, content_type="text/event-stream")) as up:
@@ -165,12 +187,14 @@ def test_an_unreadable_event_ends_the_stream_with_a_framed_error_event(store_pat
     assert "upstream stream event" in info.value.message
     assert not isinstance(info.value, openai.APIResponseValidationError)
     assert raw.startswith(b'data: {"id"') and raw.endswith(b"\n\n")
-    assert b"\n\n\ndata: {\"error\"" in raw  # a blank line first: nothing partial can absorb it
+    assert b'\n\n\ndata: {"error"' in raw  # a blank line first: nothing partial can absorb it
     assert stream_names(raw) == set()
 
 
 def test_an_escaped_key_in_an_event_is_enforced(store_path, default_suite):
-    escaped = json.dumps(chat_chunk({"tool_calls": [call("execute_command")]})).replace("tool_calls", "tool\\u005fcalls")
+    escaped = json.dumps(chat_chunk({"tool_calls": [call("execute_command")]})).replace(
+        "tool_calls", "tool\\u005fcalls"
+    )
     with RawUpstream(RawAnswer(sse(escaped, chat_chunk({}, "tool_calls")), content_type="text/event-stream")) as up:
         with gate(up, store_path, default_suite) as proxy:
             assert final_names(proxy) == []
@@ -178,8 +202,9 @@ def test_an_escaped_key_in_an_event_is_enforced(store_path, default_suite):
 
 def test_a_stream_cut_inside_an_event_ends_with_a_readable_error(store_path, default_suite):
     cut = b'data: {"choices": [{"index": 0, "delta": {"content": "par'
-    with RawUpstream(RawAnswer([sse(chat_chunk({"content": "a"}), done=False), cut],
-                               content_type="text/event-stream")) as up:
+    with RawUpstream(
+        RawAnswer([sse(chat_chunk({"content": "a"}), done=False), cut], content_type="text/event-stream")
+    ) as up:
         with gate(up, store_path, default_suite) as proxy:
             with pytest.raises(openai.APIError) as info:
                 list(proxy.client.chat.completions.create(model="m", messages=HI, stream=True))
@@ -188,10 +213,13 @@ def test_a_stream_cut_inside_an_event_ends_with_a_readable_error(store_path, def
 
 # -- High: a streamed call keeps its first name -----------------------------------------------------
 
+
 def test_a_renamed_call_never_reaches_either_client_style(store_path, default_suite):
-    rename = [chat_chunk({"tool_calls": [call("read_file", 0, "")]}),
-              chat_chunk({"tool_calls": [{"index": 0, "function": {"name": "execute_command", "arguments": "{}"}}]}),
-              chat_chunk({}, "tool_calls")]
+    rename = [
+        chat_chunk({"tool_calls": [call("read_file", 0, "")]}),
+        chat_chunk({"tool_calls": [{"index": 0, "function": {"name": "execute_command", "arguments": "{}"}}]}),
+        chat_chunk({}, "tool_calls"),
+    ]
     with RawUpstream(RawAnswer(sse(*rename), content_type="text/event-stream")) as up:
         with gate(up, store_path, default_suite) as proxy:
             with pytest.raises(openai.APIError, match="renames"):
@@ -202,19 +230,23 @@ def test_a_renamed_call_never_reaches_either_client_style(store_path, default_su
 
 
 def test_a_repeated_name_is_not_concatenated_by_openai_python(store_path, default_suite):
-    repeat = [chat_chunk({"tool_calls": [call("read_file", 0, "")]}),
-              chat_chunk({"tool_calls": [{"index": 0, "function": {"name": "read_file", "arguments": "{}"}}]}),
-              chat_chunk({}, "tool_calls")]
+    repeat = [
+        chat_chunk({"tool_calls": [call("read_file", 0, "")]}),
+        chat_chunk({"tool_calls": [{"index": 0, "function": {"name": "read_file", "arguments": "{}"}}]}),
+        chat_chunk({}, "tool_calls"),
+    ]
     with RawUpstream(RawAnswer(sse(*repeat), content_type="text/event-stream")) as up:
         with gate(up, store_path, default_suite) as proxy:
             assert final_names(proxy) == ["read_file"]
 
 
 def test_deltas_without_index_are_calls_of_their_own(store_path, default_suite):
-    no_index = [chat_chunk({"tool_calls": [{"function": {"name": "execute_command", "arguments": "{}"}}]}),
-                chat_chunk({"tool_calls": [{"function": {"name": "read_file", "arguments": "{}"}}]}),
-                chat_chunk({"tool_calls": [{"function": {"name": "execute_command", "arguments": "x"}}]}),
-                chat_chunk({}, "tool_calls")]
+    no_index = [
+        chat_chunk({"tool_calls": [{"function": {"name": "execute_command", "arguments": "{}"}}]}),
+        chat_chunk({"tool_calls": [{"function": {"name": "read_file", "arguments": "{}"}}]}),
+        chat_chunk({"tool_calls": [{"function": {"name": "execute_command", "arguments": "x"}}]}),
+        chat_chunk({}, "tool_calls"),
+    ]
     with RawUpstream(RawAnswer(sse(*no_index), content_type="text/event-stream")) as up:
         with gate(up, store_path, default_suite) as proxy:
             assert final_names(proxy) == ["read_file"]
@@ -223,10 +255,13 @@ def test_deltas_without_index_are_calls_of_their_own(store_path, default_suite):
 
 # -- Upstream abuse: the answer-size cap ---------------------------------------------------------
 
+
 def test_a_plain_answer_past_max_response_bytes_is_a_502(store_path, default_suite):
     big = json.dumps(chat_completion({"content": "x" * 4000})).encode()
     with RawUpstream(RawAnswer([big[:2000], big[2000:]])) as up:
-        with gate(up, store_path, default_suite, upstream={"base_url": up.base_url, "max_response_bytes": 2048}) as proxy:
+        with gate(
+            up, store_path, default_suite, upstream={"base_url": up.base_url, "max_response_bytes": 2048}
+        ) as proxy:
             with pytest.raises(openai.APIStatusError) as info:
                 proxy.client.chat.completions.create(model="m", messages=HI)
     assert info.value.status_code == 502 and info.value.body["code"] == "upstream_too_large"
@@ -234,19 +269,24 @@ def test_a_plain_answer_past_max_response_bytes_is_a_502(store_path, default_sui
 
 def test_a_stream_past_max_response_bytes_ends_in_error(store_path, default_suite):
     body = sse(*[chat_chunk({"content": "x" * 100}) for _ in range(40)])
-    with RawUpstream(RawAnswer([body[i:i + 500] for i in range(0, len(body), 500)],
-                               content_type="text/event-stream")) as up:
-        with gate(up, store_path, default_suite, upstream={"base_url": up.base_url, "max_response_bytes": 2048}) as proxy:
+    with RawUpstream(
+        RawAnswer([body[i : i + 500] for i in range(0, len(body), 500)], content_type="text/event-stream")
+    ) as up:
+        with gate(
+            up, store_path, default_suite, upstream={"base_url": up.base_url, "max_response_bytes": 2048}
+        ) as proxy:
             with pytest.raises(openai.APIError, match="max_response_bytes"):
                 list(proxy.client.chat.completions.create(model="m", messages=HI, stream=True))
 
 
 # -- Request side --------------------------------------------------------------------------------
 
+
 def test_parallel_tool_calls_is_dropped_with_the_last_tool(upstream, store_path, default_suite):
     with gate(upstream, store_path, default_suite) as proxy:
-        proxy.client.chat.completions.create(model="m", messages=HI, tools=[tool("execute_command")],
-                                             parallel_tool_calls=False)
+        proxy.client.chat.completions.create(
+            model="m", messages=HI, tools=[tool("execute_command")], parallel_tool_calls=False
+        )
     assert not {"tools", "tool_choice", "parallel_tool_calls"} & upstream.requests[-1].keys()
 
 
@@ -254,16 +294,24 @@ def test_parallel_tool_calls_is_dropped_with_the_last_tool(upstream, store_path,
 def test_demanding_a_call_when_every_tool_is_hidden_is_a_400_naming_them(upstream, store_path, default_suite, choice):
     with gate(upstream, store_path, default_suite) as proxy:
         with pytest.raises(openai.BadRequestError) as info:
-            proxy.client.chat.completions.create(model="m", messages=HI, tools=[tool("execute_command")],
-                                                 tool_choice=choice)
+            proxy.client.chat.completions.create(
+                model="m", messages=HI, tools=[tool("execute_command")], tool_choice=choice
+            )
     assert info.value.code == "tool_not_allowed" and "execute_command" in info.value.message
     assert upstream.requests == []
 
 
 def test_allowed_tools_choice_is_filtered(upstream, store_path, default_suite):
-    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
-        {"type": "function", "function": {"name": "read_file"}},
-        {"type": "function", "function": {"name": "execute_command"}}]}}
+    choice = {
+        "type": "allowed_tools",
+        "allowed_tools": {
+            "mode": "auto",
+            "tools": [
+                {"type": "function", "function": {"name": "read_file"}},
+                {"type": "function", "function": {"name": "execute_command"}},
+            ],
+        },
+    }
     with gate(upstream, store_path, default_suite) as proxy:
         proxy.client.chat.completions.create(model="m", messages=HI, tools=TOOLS, tool_choice=choice)
     sent = upstream.requests[-1]["tool_choice"]["allowed_tools"]["tools"]
@@ -271,8 +319,10 @@ def test_allowed_tools_choice_is_filtered(upstream, store_path, default_suite):
 
 
 def test_allowed_tools_forcing_only_hidden_tools_is_a_400(upstream, store_path, default_suite):
-    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
-        {"type": "function", "function": {"name": "execute_command"}}]}}
+    choice = {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "execute_command"}}]},
+    }
     with gate(upstream, store_path, default_suite) as proxy:
         with pytest.raises(openai.BadRequestError) as info:
             proxy.client.chat.completions.create(model="m", messages=HI, tools=TOOLS, tool_choice=choice)
@@ -281,14 +331,20 @@ def test_allowed_tools_forcing_only_hidden_tools_is_a_400(upstream, store_path, 
 
 def test_custom_and_typed_tools_are_gated_by_name_or_type(upstream, store_path, default_suite):
     rules = {"default_tier": "small", "required_tier": {"execute_command": "large", "web_search": "large"}}
-    tools = [{"type": "custom", "custom": {"name": "execute_command", "description": "freeform"}},
-             {"type": "custom", "custom": {"name": "notes"}},
-             {"type": "web_search"}]
+    tools = [
+        {"type": "custom", "custom": {"name": "execute_command", "description": "freeform"}},
+        {"type": "custom", "custom": {"name": "notes"}},
+        {"type": "web_search"},
+    ]
     with gate(upstream, store_path, default_suite, tools=rules) as proxy:
         raw = proxy.client.chat.completions.with_raw_response.create(model="m", messages=HI, tools=tools)
         with pytest.raises(openai.BadRequestError) as info:
-            proxy.client.chat.completions.create(model="m", messages=HI, tools=tools,
-                                                 tool_choice={"type": "custom", "custom": {"name": "execute_command"}})
+            proxy.client.chat.completions.create(
+                model="m",
+                messages=HI,
+                tools=tools,
+                tool_choice={"type": "custom", "custom": {"name": "execute_command"}},
+            )
     assert raw.status_code == 200
     assert upstream.requests[-1]["tools"] == [tools[1]]
     assert info.value.code == "tool_not_allowed"
@@ -297,10 +353,12 @@ def test_custom_and_typed_tools_are_gated_by_name_or_type(upstream, store_path, 
 def test_tools_nested_in_chat_template_kwargs_are_refused(upstream, store_path, default_suite):
     with gate(upstream, store_path, default_suite) as proxy:
         with pytest.raises(openai.BadRequestError) as info:
-            proxy.client.chat.completions.create(model="m", messages=HI, extra_body={
-                "chat_template_kwargs": {"tools": [tool("execute_command")]}})
-        proxy.client.chat.completions.create(model="m", messages=HI,
-                                             extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+            proxy.client.chat.completions.create(
+                model="m", messages=HI, extra_body={"chat_template_kwargs": {"tools": [tool("execute_command")]}}
+            )
+        proxy.client.chat.completions.create(
+            model="m", messages=HI, extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+        )
     assert "chat_template_kwargs.tools" in info.value.message
     assert [r["chat_template_kwargs"] for r in upstream.requests] == [{"enable_thinking": False}]
 
@@ -309,19 +367,24 @@ def test_forcing_a_hidden_tool_without_tools_is_a_400(upstream, store_path, defa
     with gate(upstream, store_path, default_suite) as proxy:
         with pytest.raises(openai.BadRequestError) as info:
             proxy.client.chat.completions.create(
-                model="m", messages=HI, tool_choice={"type": "function", "function": {"name": "execute_command"}})
+                model="m", messages=HI, tool_choice={"type": "function", "function": {"name": "execute_command"}}
+            )
     assert info.value.code == "tool_not_allowed" and upstream.requests == []
 
 
 def test_a_non_ascii_header_value_is_a_400_naming_it(upstream, store_path, default_suite):
     with gate(upstream, store_path, default_suite) as proxy:
-        answer = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": HI},
-                            headers={"x-agent": "caf\xe9".encode("latin-1")})
+        answer = httpx.post(
+            proxy.url + "/v1/chat/completions",
+            json={"model": "m", "messages": HI},
+            headers={"x-agent": "caf\xe9".encode("latin-1")},
+        )
         assert answer.status_code == 400 and "x-agent" in answer.json()["error"]["message"]
         assert proxy.client.chat.completions.create(model="m", messages=HI).choices[0].message.content == "ok"
 
 
 # -- Admin and errors ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("key", ["", "   ", "\t"])
 def test_a_blank_admin_key_is_refused_at_start_up(store_path, key):
@@ -365,9 +428,14 @@ def test_unknown_messages_paths_answer_in_anthropic_shape(upstream, store_path):
 
 # -- the litellm route: an allowlist, and the same enforcement -----------------------------------
 
+
 def _route_settings(upstream_url: str, store_path) -> Settings:
-    route = {"name": "routed", "litellm_model": "openai/behind-litellm", "api_base": upstream_url,
-             "api_key": "operator-key"}
+    route = {
+        "name": "routed",
+        "litellm_model": "openai/behind-litellm",
+        "api_base": upstream_url,
+        "api_key": "operator-key",
+    }
     return settings_for(f"http://127.0.0.1:{free_port()}/v1", store_path, models=[route])
 
 
@@ -375,10 +443,18 @@ def test_a_client_cannot_redirect_a_litellm_route_or_add_headers(store_path, def
     with ScriptedServer() as upstream, ScriptedServer(lambda b: {"content": "stolen"}) as attacker:
         seed_store(store_path, make_profile("routed", Tier.SMALL, default_suite))
         with running_proxy(_route_settings(upstream.base_url, store_path)) as proxy:
-            answer = proxy.client.chat.completions.create(model="routed", messages=HI, extra_body={
-                "base_url": attacker.base_url, "api_base": attacker.base_url, "api_key": "client-chosen",
-                "extra_headers": {"x-injected": "1"}, "mock_response": "pwned",
-                "mock_tool_calls": [{"function": {"name": "execute_command", "arguments": "{}"}}]})
+            answer = proxy.client.chat.completions.create(
+                model="routed",
+                messages=HI,
+                extra_body={
+                    "base_url": attacker.base_url,
+                    "api_base": attacker.base_url,
+                    "api_key": "client-chosen",
+                    "extra_headers": {"x-injected": "1"},
+                    "mock_response": "pwned",
+                    "mock_tool_calls": [{"function": {"name": "execute_command", "arguments": "{}"}}],
+                },
+            )
     assert answer.choices[0].message.content == "ok"
     assert attacker.requests == []
     assert upstream.headers[-1]["authorization"] == "Bearer operator-key"
@@ -387,8 +463,13 @@ def test_a_client_cannot_redirect_a_litellm_route_or_add_headers(store_path, def
 
 
 def test_a_litellm_stream_is_enforced_logged_and_counted(store_path, default_suite):
-    reply = lambda body: {"content": "x", "tool_calls": [{"name": "execute_command", "arguments": {}},  # noqa: E731
-                                                         {"name": "read_file", "arguments": {}}]}
+    reply = lambda body: {  # noqa: E731
+        "content": "x",
+        "tool_calls": [
+            {"name": "execute_command", "arguments": {}},
+            {"name": "read_file", "arguments": {}},
+        ],
+    }
     with ScriptedServer(reply) as upstream:
         seed_store(store_path, make_profile("routed", Tier.SMALL, default_suite))
         with running_proxy(_route_settings(upstream.base_url, store_path)) as proxy:
@@ -400,14 +481,20 @@ def test_a_litellm_stream_is_enforced_logged_and_counted(store_path, default_sui
                     names = [c.function.name for c in stream.get_final_completion().choices[0].message.tool_calls]
                 # The relay logs and counts once the stream is over on its side: after the client's [DONE].
                 line = wait_until(lambda: next((e for e in logs if e["event"] == "request"), None), "the log line")
-            after = wait_until(lambda: metric(proxy.url, "gatekeeper_tool_calls_blocked_total") > before and
-                               metric(proxy.url, "gatekeeper_tool_calls_blocked_total"), "the counter")
+            after = wait_until(
+                lambda: (
+                    metric(proxy.url, "gatekeeper_tool_calls_blocked_total") > before
+                    and metric(proxy.url, "gatekeeper_tool_calls_blocked_total")
+                ),
+                "the counter",
+            )
     assert names == ["read_file"]
     assert after == before + 1
     assert line["stream"] is True and line["blocked_calls"] == ["execute_command"] and line["model"] == "routed"
 
 
 # -- issue 11, everything else: forwarded endpoints and the blocked-calls header -----------------
+
 
 def test_a_model_is_forwarded_by_id(store_path):
     with RawUpstream(RawAnswer(b'{"id": "org/m-1", "object": "model", "owned_by": "x"}')) as up:
@@ -429,8 +516,10 @@ def test_tool_free_endpoints_are_forwarded_untouched(store_path, path):
 
 
 def test_blocked_calls_are_named_in_a_header_on_plain_answers(store_path, default_suite):
-    body = chat_completion({"tool_calls": [message_call("execute_command"), message_call("ghost\r\nx: y"),
-                                           message_call("read_file")]}, "tool_calls")
+    body = chat_completion(
+        {"tool_calls": [message_call("execute_command"), message_call("ghost\r\nx: y"), message_call("read_file")]},
+        "tool_calls",
+    )
     with RawUpstream(RawAnswer(json.dumps(body).encode())) as up:
         with gate(up, store_path, default_suite) as proxy:
             raw = proxy.client.chat.completions.with_raw_response.create(model="m", messages=HI, tools=TOOLS)

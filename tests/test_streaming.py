@@ -19,17 +19,19 @@ def parse_all(raw: bytes, step: int | None = None) -> list[Event]:
         events += parser.feed(raw)
     else:
         for i in range(0, len(raw), step):
-            events += parser.feed(raw[i:i + step])
+            events += parser.feed(raw[i : i + step])
     return events + parser.finish()
 
 
 # -- the parser ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
 @pytest.mark.parametrize("step", [None, 1, 2, 3, 7])
 def test_every_line_ending_and_every_split_give_the_same_events(newline, step):
-    raw = newline.join([b": comment", b"event: delta", b"id: 7", b"retry: 10", b"data: {\"a\":", b"data: 1}", b"",
-                        b"data:x", b"", b""])
+    raw = newline.join(
+        [b": comment", b"event: delta", b"id: 7", b"retry: 10", b'data: {"a":', b"data: 1}", b"", b"data:x", b"", b""]
+    )
     events = parse_all(raw, step)
     assert events == [Event('{"a":\n1}', "delta", "7", 10), Event("x")]
 
@@ -63,6 +65,7 @@ def test_encode_frames_multiline_data_and_fields():
 
 
 # -- the chat stream filter ------------------------------------------------------------------------
+
 
 def chunk(delta: dict, finish: str | None = None, index: int = 0) -> Event:
     return Event(json.dumps({"choices": [{"index": index, "delta": delta, "finish_reason": finish}]}))
@@ -113,7 +116,8 @@ def test_a_blocked_call_renamed_to_an_allowed_name_stays_blocked():
 def test_a_delta_without_index_is_a_call_of_its_own():
     f = ChatStreamFilter({"read": None})
     assert calls(f.feed(chunk({"tool_calls": [call(None, "read", "{}")]}))) == [
-        {"index": 0, "function": {"arguments": "{}", "name": "read"}}]
+        {"index": 0, "function": {"arguments": "{}", "name": "read"}}
+    ]
     assert f.feed(chunk({"tool_calls": [call(None, None, "more")]})) == []
     assert f.feed(chunk({"tool_calls": [call(None, "rm")]})) == []
 
@@ -124,14 +128,17 @@ def test_an_escaped_key_is_enforced_and_sent_plainly():
     assert f.feed(event) == []
 
 
-@pytest.mark.parametrize("data", [
-    '{"choices":[{"index":0,"delta":{"tool_calls":{"index":0}}}]}',
-    '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":1}}]}}]}',
-    '{"choices":{"delta":{"tool_calls":[]}}}',
-    '[{"tool_calls": []}]',
-    '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":NaN}]}}]}',
-    '{"choices":[{"index":true,"delta":{"tool_calls":[]}}]}',
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        '{"choices":[{"index":0,"delta":{"tool_calls":{"index":0}}}]}',
+        '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":1}}]}}]}',
+        '{"choices":{"delta":{"tool_calls":[]}}}',
+        '[{"tool_calls": []}]',
+        '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":NaN}]}}]}',
+        '{"choices":[{"index":true,"delta":{"tool_calls":[]}}]}',
+    ],
+)
 def test_wrong_types_where_a_call_could_be_are_unreadable(data):
     with pytest.raises(AnswerInvalid):
         ChatStreamFilter({"read": None}).feed(Event(data))
@@ -140,7 +147,7 @@ def test_wrong_types_where_a_call_could_be_are_unreadable(data):
 def test_legacy_function_call_deltas_follow_the_first_decision():
     f = ChatStreamFilter({"read": None})
     assert f.feed(chunk({"function_call": {"name": "rm", "arguments": ""}})) == []
-    assert f.feed(chunk({"function_call": {"arguments": "{\"path\": \"/\"}"}})) == []
+    assert f.feed(chunk({"function_call": {"arguments": '{"path": "/"}'}})) == []
     out = f.feed(chunk({}, "function_call"))
     assert json.loads(out[0].data)["choices"][0]["finish_reason"] == "stop"
 
@@ -158,7 +165,7 @@ def test_a_stream_without_done_is_unreadable_and_events_after_done_are_dropped()
 def test_kept_call_arguments_are_accumulated_for_the_record():
     f = ChatStreamFilter({"read": None})
     f.feed(chunk({"tool_calls": [call(0, "read", '{"a"')]}))
-    f.feed(chunk({"tool_calls": [call(0, arguments=': 1}')]}))
+    f.feed(chunk({"tool_calls": [call(0, arguments=": 1}")]}))
     f.feed(Event("[DONE]"))
     f.finish()
     assert [(c.name, c.arguments, c.offered) for c in f.result.calls] == [("read", '{"a": 1}', True)]

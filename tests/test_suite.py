@@ -83,10 +83,13 @@ def test_unknown_key_names_the_file_and_the_key(tmp_path: Path):
 
 
 def test_python_field_name_tool_result_is_an_unknown_key_in_a_file(tmp_path: Path):
-    data = {**{k: v for k, v in VALID.items() if k not in ("prompt", "checks")}, "steps": [
-        {"prompt": "go", "checks": []},
-        {"tool_result": "ok", "checks": []},
-    ]}
+    data = {
+        **{k: v for k, v in VALID.items() if k not in ("prompt", "checks")},
+        "steps": [
+            {"prompt": "go", "checks": []},
+            {"tool_result": "ok", "checks": []},
+        ],
+    }
     message = load_error(tmp_path, data)
     assert "10_bad.json" in message and "tool_result: unknown key" in message
 
@@ -252,8 +255,12 @@ def test_perfect_has_no_answer_for_an_unknown_test():
 RANDOM: dict[str, Any] = {
     "name": "r",
     "category": "json",
-    "vars": {"item": {"choice": ["bolts", "nuts", "rivets"]}, "n": {"int": [2, 99]}, "id": {"id": "CUS-####?"},
-             "w": {"word": [5, 7]}},
+    "vars": {
+        "item": {"choice": ["bolts", "nuts", "rivets"]},
+        "n": {"int": [2, 99]},
+        "id": {"id": "CUS-####?"},
+        "w": {"word": [5, 7]},
+    },
     "prompt": "Item {{item}} ({{id}}) has {{n}} units, word {{w}}. Reply with JSON: total = n + 3.",
     "checks": [
         {"type": "json_path_equals", "path": "total", "value": "{{n + 3}}"},
@@ -285,7 +292,10 @@ def test_different_seeds_and_samples_draw_different_instances(tmp_path: Path):
 def test_placeholders_render_in_prompts_and_check_values_with_arithmetic(tmp_path: Path):
     (test,) = random_suite(tmp_path).instance(7)
     v = test.bindings
-    assert test.prompt == f"Item {v['item']} ({v['id']}) has {v['n']} units, word {v['w']}. Reply with JSON: total = n + 3."
+    assert (
+        test.prompt
+        == f"Item {v['item']} ({v['id']}) has {v['n']} units, word {v['w']}. Reply with JSON: total = n + 3."
+    )
     total, label, contains, regex = test.checks
     assert total.value == v["n"] + 3 and isinstance(total.value, int)  # a whole placeholder keeps its type
     assert label.value == f"{v['item']}-{v['n'] * 2}"  # inside a longer string it is text
@@ -294,8 +304,12 @@ def test_placeholders_render_in_prompts_and_check_values_with_arithmetic(tmp_pat
 
 
 def test_string_variables_of_a_file_never_repeat_a_value(tmp_path: Path):
-    data = {**RANDOM, "vars": {"a": {"choice": ["x", "y"]}, "b": {"choice": ["x", "y"]}},
-            "prompt": "{{a}} {{b}}", "checks": [{"type": "contains", "value": "{{a}}"}]}
+    data = {
+        **RANDOM,
+        "vars": {"a": {"choice": ["x", "y"]}, "b": {"choice": ["x", "y"]}},
+        "prompt": "{{a}} {{b}}",
+        "checks": [{"type": "contains", "value": "{{a}}"}],
+    }
     suite = random_suite(tmp_path, data)
     assert all(t.bindings["a"] != t.bindings["b"] for seed in range(20) for t in suite.instance(seed))
 
@@ -314,17 +328,20 @@ def test_a_file_without_vars_is_the_same_test_at_every_seed():
     assert not suite.randomised and suite.instance(1) == suite.instance(2) == suite.tests
 
 
-@pytest.mark.parametrize(("change", "expected"), [
-    ({"prompt": "{{m}} units"}, "prompt: template '{{m}}' uses unknown variable 'm'"),
-    ({"prompt": "{{item + 1}} {{n}} {{id}} {{w}}"}, "does arithmetic on variable 'item', which is not an integer"),
-    ({"vars": {**RANDOM["vars"], "spare": {"int": [1, 2]}}}, "vars.spare: declared but never used"),
-    ({"prompt": "{{n} {{item}} {{id}} {{w}}"}, "prompt: "),
-    ({"prompt": "{{__import__('os')}} {{n}} {{item}} {{id}} {{w}}"}, "may only use variables, integers"),
-    ({"vars": {**RANDOM["vars"], "n": {"int": [9, 2]}}}, "vars.n: 'int' range is empty"),
-    ({"vars": {**RANDOM["vars"], "n": {"int": [1, 2], "word": [3, 4]}}}, "vars.n: give exactly one of"),
-    ({"vars": {**RANDOM["vars"], "id": {"id": "CUS-0000"}}}, "vars.id: 'id' pattern 'CUS-0000' has no '#'"),
-    ({"vars": []}, "vars: expected a non-empty object"),
-])
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"prompt": "{{m}} units"}, "prompt: template '{{m}}' uses unknown variable 'm'"),
+        ({"prompt": "{{item + 1}} {{n}} {{id}} {{w}}"}, "does arithmetic on variable 'item', which is not an integer"),
+        ({"vars": {**RANDOM["vars"], "spare": {"int": [1, 2]}}}, "vars.spare: declared but never used"),
+        ({"prompt": "{{n} {{item}} {{id}} {{w}}"}, "prompt: "),
+        ({"prompt": "{{__import__('os')}} {{n}} {{item}} {{id}} {{w}}"}, "may only use variables, integers"),
+        ({"vars": {**RANDOM["vars"], "n": {"int": [9, 2]}}}, "vars.n: 'int' range is empty"),
+        ({"vars": {**RANDOM["vars"], "n": {"int": [1, 2], "word": [3, 4]}}}, "vars.n: give exactly one of"),
+        ({"vars": {**RANDOM["vars"], "id": {"id": "CUS-0000"}}}, "vars.id: 'id' pattern 'CUS-0000' has no '#'"),
+        ({"vars": []}, "vars: expected a non-empty object"),
+    ],
+)
 def test_a_wrong_template_names_the_file_and_the_variable(tmp_path: Path, change: dict, expected: str):
     message = load_error(tmp_path, {**RANDOM, **change}, name="10_r.json")
     assert message.startswith(str(tmp_path / "10_r.json") + ": ")
@@ -342,8 +359,13 @@ def test_suite_validate_names_the_file_and_the_variable(tmp_path: Path):
     import sys
 
     write(tmp_path, "10_r.json", {**RANDOM, "prompt": "{{count}} {{n}} {{item}} {{id}} {{w}}"})
-    done = subprocess.run([sys.executable, "-m", "gatekeeper", "suite", "validate", str(tmp_path)],
-                          check=False, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "gatekeeper", "suite", "validate", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1
     assert "10_r.json" in done.stderr and "unknown variable 'count'" in done.stderr
 
@@ -364,5 +386,8 @@ def test_wrong_distractor_fails_only_the_carried_id_of_the_random_chain():
 
 def test_the_default_suite_has_randomised_tests_in_every_category():
     suite = load_suite(DEFAULT_SUITE)
-    assert {suite.templates and t.category for t in suite.tests if t.name in suite.templates} == \
-        {"instruction", "json", "toolCalling"}
+    assert {suite.templates and t.category for t in suite.tests if t.name in suite.templates} == {
+        "instruction",
+        "json",
+        "toolCalling",
+    }

@@ -5,15 +5,18 @@ import pytest
 from gatekeeper.tiers import Thresholds, Tier, compute_tier
 
 
-@pytest.mark.parametrize(("scores", "tier"), [
-    ({"toolCalling": 0.9, "instruction": 0.85, "json": 0.85}, Tier.LARGE),
-    ({"toolCalling": 0.8999, "instruction": 1, "json": 1}, Tier.MEDIUM),
-    ({"toolCalling": 1, "instruction": 0.8499, "json": 1}, Tier.MEDIUM),
-    ({"toolCalling": 0.6, "instruction": 0, "json": 0.5}, Tier.MEDIUM),
-    ({"toolCalling": 0.5999, "instruction": 1, "json": 1}, Tier.SMALL),
-    ({"toolCalling": 1, "instruction": 1, "json": 0.4999}, Tier.SMALL),
-    ({}, Tier.SMALL),
-])
+@pytest.mark.parametrize(
+    ("scores", "tier"),
+    [
+        ({"toolCalling": 0.9, "instruction": 0.85, "json": 0.85}, Tier.LARGE),
+        ({"toolCalling": 0.8999, "instruction": 1, "json": 1}, Tier.MEDIUM),
+        ({"toolCalling": 1, "instruction": 0.8499, "json": 1}, Tier.MEDIUM),
+        ({"toolCalling": 0.6, "instruction": 0, "json": 0.5}, Tier.MEDIUM),
+        ({"toolCalling": 0.5999, "instruction": 1, "json": 1}, Tier.SMALL),
+        ({"toolCalling": 1, "instruction": 1, "json": 0.4999}, Tier.SMALL),
+        ({}, Tier.SMALL),
+    ],
+)
 def test_seed_thresholds(scores, tier):
     assert compute_tier(scores) == tier
 

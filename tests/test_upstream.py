@@ -8,24 +8,29 @@ import json
 import socket
 import socketserver
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import openai
 import pytest
+from conftest import make_profile, running_proxy, seed_store, settings_for
+from scripted import ThreadedServer
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from conftest import make_profile, running_proxy, seed_store, settings_for
-from scripted import ThreadedServer
 from gatekeeper.tiers import Tier
 
 
 def completion(message: dict) -> dict:
-    return {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": "stop"}]}
+    return {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": "stop"}],
+    }
 
 
 TEXT = completion({"content": "hello"})
@@ -33,7 +38,8 @@ TEXT = completion({"content": "hello"})
 
 def ask(proxy, **extra):
     return proxy.client.chat.completions.with_raw_response.create(
-        model="m", messages=[{"role": "user", "content": "hi"}], **extra)
+        model="m", messages=[{"role": "user", "content": "hi"}], **extra
+    )
 
 
 @pytest.fixture
@@ -54,8 +60,11 @@ def test_an_upstream_cookie_never_reaches_another_request(seeded):
     with ThreadedServer(Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])) as server:
         with running_proxy(settings_for(f"http://127.0.0.1:{server.port}/v1", seeded)) as proxy:
             for client in range(10):  # ten clients, each with no cookie of its own (and enough to reuse a pool)
-                answer = httpx.post(f"{proxy.url}/v1/chat/completions", json=request,
-                                    headers={"authorization": f"Bearer client-{client}"})
+                answer = httpx.post(
+                    f"{proxy.url}/v1/chat/completions",
+                    json=request,
+                    headers={"authorization": f"Bearer client-{client}"},
+                )
                 assert answer.status_code == 200
     assert len(seen) == 10
     assert [h for h in seen if "cookie" in h] == []
@@ -70,6 +79,7 @@ def test_a_redirect_is_never_followed(seeded):
         return JSONResponse(TEXT)
 
     with ThreadedServer(Starlette(routes=[Route("/steal", steal, methods=["POST"])])) as thief:
+
         async def chat(request: Request) -> Response:
             return Response(status_code=307, headers={"location": f"http://127.0.0.1:{thief.port}/steal"})
 
@@ -83,12 +93,21 @@ def test_a_redirect_is_never_followed(seeded):
 
 def test_a_compressed_answer_is_decoded_before_enforcement(seeded):
     """gzip must not hide a call to a hidden tool from the enforcer."""
-    hidden_call = completion({"content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "execute_command", "arguments": "{}"}}]})
+    hidden_call = completion(
+        {
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "execute_command", "arguments": "{}"}}
+            ],
+        }
+    )
 
     async def chat(request: Request) -> Response:
-        return Response(gzip.compress(json.dumps(hidden_call).encode()), media_type="application/json",
-                        headers={"content-encoding": "gzip"})
+        return Response(
+            gzip.compress(json.dumps(hidden_call).encode()),
+            media_type="application/json",
+            headers={"content-encoding": "gzip"},
+        )
 
     with ThreadedServer(Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])) as server:
         with running_proxy(settings_for(f"http://127.0.0.1:{server.port}/v1", seeded)) as proxy:
@@ -115,8 +134,14 @@ class RawUpstream:
                         if not line:
                             return
                         head += line
-                    length = next((int(h.split(b":")[1]) for h in head.lower().split(b"\r\n")
-                                   if h.startswith(b"content-length:")), 0)
+                    length = next(
+                        (
+                            int(h.split(b":")[1])
+                            for h in head.lower().split(b"\r\n")
+                            if h.startswith(b"content-length:")
+                        ),
+                        0,
+                    )
                     stream.read(length)
                     outer.count += 1
                     self.request.sendall(answer(outer.count))
@@ -148,8 +173,10 @@ def raw_upstream() -> Iterator[Callable[[Callable[[int], bytes], bool], RawUpstr
 
 
 def http_answer(body: bytes, declared: int | None = None) -> bytes:
-    return (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-            % (len(body) if declared is None else declared, body))
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+        len(body) if declared is None else declared,
+        body,
+    )
 
 
 def test_a_plain_answer_cut_short_is_an_error_never_a_partial_answer(seeded, raw_upstream):

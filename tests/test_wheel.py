@@ -46,8 +46,9 @@ def _closure(requirements: list[str]) -> list[metadata.Distribution]:
         if requirement.marker and not any(requirement.marker.evaluate({"extra": e}) for e in extras):
             continue
         dist = metadata.distribution(requirement.name)  # PackageNotFoundError: the env lacks a dependency
-        assert dist.version in requirement.specifier or not requirement.specifier, \
+        assert dist.version in requirement.specifier or not requirement.specifier, (
             f"{requirement} is not met by the installed {dist.version}"
+        )
         name = dist.metadata["Name"].lower()
         if name in found and not requirement.extras:
             continue
@@ -70,8 +71,8 @@ def _link_dependencies(requirements: list[str], into: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("wheel")
+def wheel(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("build")
     source = work / "source"
     source.mkdir()
     for name in SOURCES:
@@ -80,10 +81,27 @@ def venv(tmp_path_factory) -> Path:
             shutil.copytree(path, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(path, source / name)
-    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "-w", work / "dist", source, env=_clean_env())
-    (wheel,) = (work / "dist").glob("gatekeeper-*.whl")
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "-w",
+        work / "dist",
+        source,
+        env=_clean_env(),
+    )
+    (built,) = (work / "dist").glob("gatekeeper-*.whl")
+    return built
 
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory, wheel: Path) -> Path:
+    work = tmp_path_factory.mktemp("wheel")
     env = work / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", env)
     python = env / "bin" / "python"
@@ -95,14 +113,42 @@ def venv(tmp_path_factory) -> Path:
     _link_dependencies(requirements, work / "deps")
     # A site dir of its own (not a plain path), so the dependencies' own .pth files still run.
     (site / "gatekeeper-test-deps.pth").write_text(f"import site; site.addsitedir({str(work / 'deps')!r})\n")
-    _run(sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps", "--no-index", wheel,
-         env=_clean_env())
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-index",
+        wheel,
+        env=_clean_env(),
+    )
     return env
 
 
 def _clean_env() -> dict[str, str]:
     """The environment of a user's shell: nothing pointing at this checkout."""
     return {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}}
+
+
+def test_the_wheel_holds_every_file_of_the_package(wheel):
+    """Modules, the suite, the adapters and package data (the console's templates and assets)."""
+    package = ROOT / "gatekeeper"
+    expected = {
+        "gatekeeper/" + (Path(folder) / name).relative_to(package).as_posix()
+        for folder, _, files in os.walk(package, followlinks=True)  # into adapters/, benchmarks/
+        for name in files
+        if "__pycache__" not in folder and not name.endswith(".pyc")
+    }
+    assert "gatekeeper/benchmarks/10_instruction_sentence.json" in expected
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {n for n in archive.namelist() if n.startswith("gatekeeper/")}
+        top_level = {n.split("/")[0] for n in archive.namelist() if ".dist-info/" not in n}
+    assert sorted(expected - shipped) == []
+    assert top_level == {"gatekeeper"}
 
 
 def test_the_wheel_ships_the_suite_the_adapters_and_no_top_level_adapters(venv, tmp_path):
@@ -133,9 +179,22 @@ print(json.dumps({
 def test_the_installed_command_measures_a_model_with_the_shipped_suite(venv, tmp_path, default_suite):
     store = tmp_path / "models_profile.json"
     with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as upstream:
-        out = _run(venv / "bin" / "gatekeeper", "bench", "scripted", "--base-url", upstream.base_url,
-                   "--api-key", "upstream-key", "--store", store, "--effort", "default", "--json",
-                   cwd=tmp_path, env=_clean_env())
+        out = _run(
+            venv / "bin" / "gatekeeper",
+            "bench",
+            "scripted",
+            "--base-url",
+            upstream.base_url,
+            "--api-key",
+            "upstream-key",
+            "--store",
+            store,
+            "--effort",
+            "default",
+            "--json",
+            cwd=tmp_path,
+            env=_clean_env(),
+        )
     (result,) = json.loads(out)["results"]
     (profile,) = result["profiles"]
     assert profile["tier"] == "large" and profile["testsHash"] == suite_hash(ROOT / "benchmarks")

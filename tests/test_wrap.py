@@ -5,16 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-
 from conftest import names, tool
+
 from gatekeeper import gated
 
-
 TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
-
-
-
-
 
 
 def test_wrapping_a_sync_listing_by_keyword_model(gk):

@@ -49,22 +49,50 @@ class NativeServer(ScriptedServer):
     def _output(self, reply: dict[str, Any]) -> list[dict[str, Any]]:
         output: list[dict[str, Any]] = []
         if reply.get("content"):
-            output.append({"type": "message", "id": f"msg_{uuid.uuid4().hex[:8]}", "status": "completed",
-                           "role": "assistant", "content": [{"type": "output_text", "text": reply["content"],
-                                                              "annotations": []}]})
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{uuid.uuid4().hex[:8]}",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": reply["content"], "annotations": []}],
+                }
+            )
         for call in reply.get("tool_calls") or []:
-            output.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:8]}",
-                           "call_id": f"call_{uuid.uuid4().hex[:8]}", "name": call["name"],
-                           "arguments": _arguments(call), "status": "completed"})
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{uuid.uuid4().hex[:8]}",
+                    "call_id": f"call_{uuid.uuid4().hex[:8]}",
+                    "name": call["name"],
+                    "arguments": _arguments(call),
+                    "status": "completed",
+                }
+            )
         return output + list(reply.get("items") or [])
 
     @staticmethod
     def _response(body: dict[str, Any], output: list[dict[str, Any]], status: str = "completed") -> dict[str, Any]:
-        return {"id": "resp_native", "object": "response", "created_at": 0, "status": status, "model": body["model"],
-                "output": output, "parallel_tool_calls": True, "tool_choice": body.get("tool_choice", "auto"),
-                "tools": body.get("tools", []), "error": None, "incomplete_details": None,
-                "usage": {"input_tokens": 10, "output_tokens": 7, "total_tokens": 17,
-                          "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}}
+        return {
+            "id": "resp_native",
+            "object": "response",
+            "created_at": 0,
+            "status": status,
+            "model": body["model"],
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools", []),
+            "error": None,
+            "incomplete_details": None,
+            "usage": {
+                "input_tokens": 10,
+                "output_tokens": 7,
+                "total_tokens": 17,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            },
+        }
 
     async def _responses(self, request: Request) -> Response:
         body = json.loads(await request.body())
@@ -74,8 +102,10 @@ class NativeServer(ScriptedServer):
         if "raw" in reply:
             return Response(reply["raw"], media_type=reply.get("media_type", "application/json"))
         if "status" in reply:
-            return JSONResponse({"error": {"message": reply["error"], "type": "scripted_error", "code": None}},
-                                status_code=reply["status"])
+            return JSONResponse(
+                {"error": {"message": reply["error"], "type": "scripted_error", "code": None}},
+                status_code=reply["status"],
+            )
         output = self._output(reply)
         if body.get("stream"):
             return StreamingResponse(self._responses_stream(body, output), media_type="text/event-stream")
@@ -94,26 +124,63 @@ class NativeServer(ScriptedServer):
         for index, item in enumerate(output):
             if item["type"] == "message":
                 text = item["content"][0]["text"]
-                yield event("response.output_item.added", output_index=index, item=item | {"content": [],
-                                                                                           "status": "in_progress"})
-                yield event("response.content_part.added", item_id=item["id"], output_index=index, content_index=0,
-                            part={"type": "output_text", "text": "", "annotations": []})
+                yield event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item=item | {"content": [], "status": "in_progress"},
+                )
+                yield event(
+                    "response.content_part.added",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part={"type": "output_text", "text": "", "annotations": []},
+                )
                 for i in range(0, len(text), 5):
-                    yield event("response.output_text.delta", item_id=item["id"], output_index=index, content_index=0,
-                                delta=text[i:i + 5], logprobs=[])
-                yield event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
-                            text=text, logprobs=[])
-                yield event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
-                            part=item["content"][0])
+                    yield event(
+                        "response.output_text.delta",
+                        item_id=item["id"],
+                        output_index=index,
+                        content_index=0,
+                        delta=text[i : i + 5],
+                        logprobs=[],
+                    )
+                yield event(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                )
+                yield event(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=item["content"][0],
+                )
             elif item["type"] == "function_call":
-                yield event("response.output_item.added", output_index=index,
-                            item=item | {"arguments": "", "status": "in_progress"})
+                yield event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item=item | {"arguments": "", "status": "in_progress"},
+                )
                 arguments = item["arguments"]
                 for i in range(0, len(arguments), 4):
-                    yield event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
-                                delta=arguments[i:i + 4])
-                yield event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                            arguments=arguments, name=item["name"])
+                    yield event(
+                        "response.function_call_arguments.delta",
+                        item_id=item["id"],
+                        output_index=index,
+                        delta=arguments[i : i + 4],
+                    )
+                yield event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    arguments=arguments,
+                    name=item["name"],
+                )
             else:
                 yield event("response.output_item.added", output_index=index, item=item)
             yield event("response.output_item.done", output_index=index, item=item)
@@ -127,8 +194,9 @@ class NativeServer(ScriptedServer):
             content.append({"type": "text", "text": reply["content"]})
         for call in reply.get("tool_calls") or []:
             arguments = call["arguments"] if isinstance(call["arguments"], dict) else json.loads(call["arguments"])
-            content.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:8]}", "name": call["name"],
-                            "input": arguments})
+            content.append(
+                {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:8]}", "name": call["name"], "input": arguments}
+            )
         return content + list(reply.get("items") or [])
 
     async def _messages(self, request: Request) -> Response:
@@ -139,37 +207,64 @@ class NativeServer(ScriptedServer):
         if "raw" in reply:
             return Response(reply["raw"], media_type=reply.get("media_type", "application/json"))
         if "status" in reply:
-            return JSONResponse({"type": "error", "error": {"type": "invalid_request_error", "message": reply["error"]}},
-                                status_code=reply["status"])
+            return JSONResponse(
+                {"type": "error", "error": {"type": "invalid_request_error", "message": reply["error"]}},
+                status_code=reply["status"],
+            )
         content = self._content(reply)
         stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
         if body.get("stream"):
             return StreamingResponse(self._messages_stream(body, content, stop), media_type="text/event-stream")
-        return JSONResponse({"id": "msg_native", "type": "message", "role": "assistant", "model": body["model"],
-                             "content": content, "stop_reason": stop, "stop_sequence": None,
-                             "usage": {"input_tokens": 10, "output_tokens": 7}})
+        return JSONResponse(
+            {
+                "id": "msg_native",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": content,
+                "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 7},
+            }
+        )
 
-    async def _messages_stream(self, body: dict[str, Any], content: list[dict[str, Any]],
-                               stop: str) -> AsyncIterator[bytes]:
+    async def _messages_stream(
+        self, body: dict[str, Any], content: list[dict[str, Any]], stop: str
+    ) -> AsyncIterator[bytes]:
         def event(kind: str, **fields: Any) -> bytes:
             return _sse(kind, {"type": kind, **fields}, self.newline)
 
-        yield event("message_start", message={"id": "msg_native", "type": "message", "role": "assistant",
-                                              "model": body["model"], "content": [], "stop_reason": None,
-                                              "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 0}})
+        yield event(
+            "message_start",
+            message={
+                "id": "msg_native",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 10, "output_tokens": 0},
+            },
+        )
         yield event("ping")
         for index, block in enumerate(content):
             if block["type"] == "text":
                 yield event("content_block_start", index=index, content_block={"type": "text", "text": ""})
                 text = block["text"]
                 for i in range(0, len(text), 5):
-                    yield event("content_block_delta", index=index, delta={"type": "text_delta", "text": text[i:i + 5]})
+                    yield event(
+                        "content_block_delta", index=index, delta={"type": "text_delta", "text": text[i : i + 5]}
+                    )
             elif block["type"] == "tool_use":
                 yield event("content_block_start", index=index, content_block=block | {"input": {}})
                 arguments = json.dumps(block["input"])
                 for i in range(0, len(arguments), 4):
-                    yield event("content_block_delta", index=index,
-                                delta={"type": "input_json_delta", "partial_json": arguments[i:i + 4]})
+                    yield event(
+                        "content_block_delta",
+                        index=index,
+                        delta={"type": "input_json_delta", "partial_json": arguments[i : i + 4]},
+                    )
             else:
                 yield event("content_block_start", index=index, content_block=block)
             yield event("content_block_stop", index=index)

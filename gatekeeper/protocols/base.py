@@ -50,7 +50,7 @@ class Call:
 
     name: str
     arguments: str | None  # the raw argument text as sent; None when the protocol sends objects
-    offered: bool          # was this name among the tools the request offered after gating?
+    offered: bool  # was this name among the tools the request offered after gating?
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Enforced:
     """The outcome of enforcing one answer (plain) or one stream (accumulated)."""
 
     removed: list[str] = field(default_factory=list)  # names of calls removed
-    calls: list[Call] = field(default_factory=list)   # every call seen, kept or removed
+    calls: list[Call] = field(default_factory=list)  # every call seen, kept or removed
 
 
 class Event(NamedTuple):
@@ -88,8 +88,8 @@ Offered = dict[str, "dict[str, Any] | None"]
 
 
 class Codec(Protocol):
-    name: str            # "chat" | "responses" | "messages"
-    upstream_path: str   # appended to upstream.base_url: "/chat/completions", "/responses", "/messages"
+    name: str  # "chat" | "responses" | "messages"
+    upstream_path: str  # appended to upstream.base_url: "/chat/completions", "/responses", "/messages"
     markers: tuple[bytes, ...]  # byte strings without which an answer cannot carry a call
 
     def parse(self, body: dict[str, Any]) -> RequestInfo:

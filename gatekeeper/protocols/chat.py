@@ -95,8 +95,9 @@ class ChatCodec:
                 result.calls.append(Call(name, arguments if isinstance(arguments, str) else None, name in offered))
             if legacy is not None:
                 args = legacy.get("arguments")
-                result.calls.append(Call(legacy["name"], args if isinstance(args, str) else None,
-                                         legacy["name"] in offered))
+                result.calls.append(
+                    Call(legacy["name"], args if isinstance(args, str) else None, legacy["name"] in offered)
+                )
             result.removed += enforce_choice(choice, offered)
         return result
 
@@ -151,8 +152,8 @@ class ChatStreamFilter:
         self._index: dict[tuple[int, int | None], int | None] = {}  # (choice, upstream index) -> client index
         self._names: dict[tuple[int, int | None], str] = {}
         self._arguments: dict[tuple[int, int | None], tuple[int, list[str]]] = {}  # -> (calls position, parts)
-        self._kept: dict[int, int] = {}       # choice -> calls kept so far
-        self._decided: set[int] = set()       # choices that had any call
+        self._kept: dict[int, int] = {}  # choice -> calls kept so far
+        self._decided: set[int] = set()  # choices that had any call
         self._anonymous = 0
 
     def feed(self, event: Event) -> list[Event]:
@@ -169,11 +170,16 @@ class ChatStreamFilter:
         for choice in _choices(doc, "upstream stream event"):
             self._choice(choice)
         if isinstance(doc.get("choices"), list):
-            doc["choices"] = [c for c in doc["choices"] if c.get("delta") or c.get("finish_reason")
-                              or c.get("logprobs") or "delta" not in c]
-            if not doc["choices"] and "usage" not in doc and not (doc.keys() - {"choices", "id", "object",
-                                                                                 "created", "model",
-                                                                                 "system_fingerprint"}):
+            doc["choices"] = [
+                c
+                for c in doc["choices"]
+                if c.get("delta") or c.get("finish_reason") or c.get("logprobs") or "delta" not in c
+            ]
+            if (
+                not doc["choices"]
+                and "usage" not in doc
+                and not (doc.keys() - {"choices", "id", "object", "created", "model", "system_fingerprint"})
+            ):
                 return []
         return [Event(orjson.dumps(doc).decode(), event.event, event.id, event.retry)]
 
@@ -208,16 +214,20 @@ class ChatStreamFilter:
                 del delta["tool_calls"]
         legacy = delta.get("function_call")
         if legacy is not None:
-            if not isinstance(legacy, dict) or any(legacy.get(k) is not None and not isinstance(legacy[k], str)
-                                                   for k in ("name", "arguments")):
+            if not isinstance(legacy, dict) or any(
+                legacy.get(k) is not None and not isinstance(legacy[k], str) for k in ("name", "arguments")
+            ):
                 raise AnswerInvalid("upstream stream event: 'delta.function_call' must be an object of strings")
             verdict = self._decide(ci, -1, legacy.get("name"), legacy.get("arguments"))
             if verdict is None:
                 del delta["function_call"]
             elif verdict is False:
                 delta["function_call"] = {k: v for k, v in legacy.items() if k != "name"}
-        if ci in self._decided and choice.get("finish_reason") in ("tool_calls", "function_call") \
-                and not self._kept.get(ci):
+        if (
+            ci in self._decided
+            and choice.get("finish_reason") in ("tool_calls", "function_call")
+            and not self._kept.get(ci)
+        ):
             choice["finish_reason"] = "stop"
 
     def _call(self, ci: int, call: dict[str, Any]) -> dict[str, Any] | None:
@@ -227,8 +237,11 @@ class ChatStreamFilter:
             ui = -1 - self._anonymous  # its own call; never continued by another delta
         elif not _is_int(ui) or ui < 0:
             raise AnswerInvalid("upstream stream event: 'tool_calls[].index' must be a non-negative integer")
-        names = {inner["name"] for key in ("function", "custom") if isinstance(inner := call.get(key), dict)
-                 and isinstance(inner.get("name"), str)}
+        names = {
+            inner["name"]
+            for key in ("function", "custom")
+            if isinstance(inner := call.get(key), dict) and isinstance(inner.get("name"), str)
+        }
         if len(names) > 1:
             raise AnswerInvalid("upstream stream event: a tool call delta gives two different names")
         inner = call.get("function") or call.get("custom") or {}

@@ -37,8 +37,9 @@ from gatekeeper.protocols.base import Call, Enforced, Event, RequestInfo
 from gatekeeper.tiers import Tier
 
 # Content block types that carry no call.
-_NOT_CALLS = frozenset({"text", "thinking", "redacted_thinking", "container_upload", "compaction",
-                        "document", "image", "search_result"})
+_NOT_CALLS = frozenset(
+    {"text", "thinking", "redacted_thinking", "container_upload", "compaction", "document", "image", "search_result"}
+)
 _CALLS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
 _MCP_ANY = "*"
 
@@ -47,9 +48,15 @@ _BUDGET_EFFORT = ((16384, "high"), (4096, "medium"), (0, "low"))
 
 # HTTP status -> Anthropic error type (https://docs.anthropic.com/en/api/errors); the SDK maps the
 # status to its exception class and reads `error.type` / `error.message`.
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                529: "overloaded_error"}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
 
 
 def effort_of(body: dict[str, Any]) -> str | None:
@@ -122,10 +129,13 @@ class MessagesCodec:
             elif kind == "any":
                 if not any_kept and gated.hidden:
                     names = ",".join(gated.hidden)
-                    exc = ToolChoiceBlocked(names, max((policy.required_tier(n) for n in gated.hidden),
-                                                       key=lambda t: t.rank), tier)
-                    exc.args = (f"tool_choice 'any' demands a tool call, but every offered tool is hidden at "
-                                f"tier {tier.value!r}: {names}",)
+                    exc = ToolChoiceBlocked(
+                        names, max((policy.required_tier(n) for n in gated.hidden), key=lambda t: t.rank), tier
+                    )
+                    exc.args = (
+                        f"tool_choice 'any' demands a tool call, but every offered tool is hidden at "
+                        f"tier {tier.value!r}: {names}",
+                    )
                     raise exc
             elif kind not in ("auto", "none"):
                 raise RequestInvalid(f"'tool_choice.type' must be 'auto', 'any', 'tool' or 'none', got {kind!r}")
@@ -171,6 +181,7 @@ class MessagesCodec:
 
 # -- request gating ------------------------------------------------------------------------
 
+
 def _tool_name(tool: Any, where: str) -> str:
     if not isinstance(tool, dict):
         raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
@@ -214,8 +225,11 @@ def _gate_servers(body: dict[str, Any], tier: Tier, policy: ToolPolicy, gated: G
         gated.kept += [f"{label}.{n}" for n in names]
         gated.hidden += [f"{label}.{n}" for n in allowed if n not in names]
         if names:
-            kept.append(server if len(names) == len(allowed)
-                        else server | {"tool_configuration": config | {"allowed_tools": names}})
+            kept.append(
+                server
+                if len(names) == len(allowed)
+                else server | {"tool_configuration": config | {"allowed_tools": names}}
+            )
     if kept:
         body["mcp_servers"] = kept
     else:
@@ -224,6 +238,7 @@ def _gate_servers(body: dict[str, Any], tier: Tier, policy: ToolPolicy, gated: G
 
 
 # -- answer enforcement --------------------------------------------------------------------
+
 
 def _call_key(block: dict[str, Any], offered: dict[str, dict[str, Any] | None]) -> tuple[str, bool] | None:
     kind = block.get("type")

@@ -28,11 +28,23 @@ from gatekeeper.protocols.base import Call, Enforced, Event, RequestInfo
 from gatekeeper.tiers import Tier
 
 # Output item types that carry no call (a message, reasoning, or the output of an earlier call).
-_NOT_CALLS = frozenset({
-    "message", "reasoning", "compaction", "additional_tools", "function_call_output", "computer_call_output",
-    "local_shell_call_output", "shell_call_output", "apply_patch_call_output", "custom_tool_call_output",
-    "mcp_approval_response", "tool_search_output", "program_output",
-})
+_NOT_CALLS = frozenset(
+    {
+        "message",
+        "reasoning",
+        "compaction",
+        "additional_tools",
+        "function_call_output",
+        "computer_call_output",
+        "local_shell_call_output",
+        "shell_call_output",
+        "apply_patch_call_output",
+        "custom_tool_call_output",
+        "mcp_approval_response",
+        "tool_search_output",
+        "program_output",
+    }
+)
 # Built-in call item type -> the tool types that offer it (a tool type starting with one of them:
 # `web_search` covers `web_search_preview` and dated variants such as `web_search_2025_08_26`).
 _BUILTIN_CALLS: dict[str, tuple[str, ...]] = {
@@ -48,8 +60,16 @@ _BUILTIN_CALLS: dict[str, tuple[str, ...]] = {
     "program": ("programmatic_tool_calling",),
 }
 # Events about the whole response: their `response.output` is enforced like a plain answer.
-_RESPONSE_EVENTS = frozenset({"response.created", "response.in_progress", "response.completed",
-                              "response.incomplete", "response.failed", "response.queued"})
+_RESPONSE_EVENTS = frozenset(
+    {
+        "response.created",
+        "response.in_progress",
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+        "response.queued",
+    }
+)
 _MCP_ANY = ".*"  # offered-key suffix: every tool of an MCP server offered without allowed_tools
 
 
@@ -84,8 +104,10 @@ class ResponsesCodec:
     def gate(self, body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
         if body.get("prompt") is not None:
             # A stored prompt can bring its own tools, which gatekeeper cannot see: refuse it.
-            raise RequestInvalid("'prompt' (a stored prompt template) may carry tools gatekeeper cannot gate; "
-                                 "send the instructions and tools in the request instead")
+            raise RequestInvalid(
+                "'prompt' (a stored prompt template) may carry tools gatekeeper cannot gate; "
+                "send the instructions and tools in the request instead"
+            )
         gated = Gated()
         tools = body.get("tools")
         kept: list[Any] = []
@@ -143,8 +165,13 @@ class ResponsesCodec:
     def stream_error(self, message: str, kind: str, code: str | None) -> Event:
         # The Responses `error` event's own fields, plus an `error` object: openai-python raises
         # APIError on a streamed event whose data carries one.
-        doc = {"type": "error", "code": code, "message": message, "param": None,
-               "error": {"type": kind, "code": code, "message": message}}
+        doc = {
+            "type": "error",
+            "code": code,
+            "message": message,
+            "param": None,
+            "error": {"type": kind, "code": code, "message": message},
+        }
         return Event(data=orjson.dumps(doc).decode(), event="error")
 
 
@@ -244,8 +271,9 @@ def _all_hidden(gated: Gated, tier: Tier, policy: ToolPolicy, what: str) -> Tool
     names = ",".join(gated.hidden) or "(no tools offered)"
     required = max((policy.required_tier(n) for n in gated.hidden), key=lambda t: t.rank, default=tier)
     exc = ToolChoiceBlocked(names, required, tier)
-    exc.args = (f"tool_choice {what} demands a tool call, but every offered tool is hidden at tier "
-                f"{tier.value!r}: {names}",)
+    exc.args = (
+        f"tool_choice {what} demands a tool call, but every offered tool is hidden at tier {tier.value!r}: {names}",
+    )
     return exc
 
 
@@ -291,10 +319,12 @@ def _gate_choice(choice: Any, tier: Tier, policy: ToolPolicy, gated: Gated, any_
             return _KEEP if not hidden else choice | {"tools": kept}
         if mode == "required":
             names = ",".join(hidden) or "(none)"
-            exc = ToolChoiceBlocked(names, max((policy.required_tier(n) for n in hidden), key=lambda t: t.rank,
-                                               default=tier), tier)
-            exc.args = (f"tool_choice allowed_tools (mode 'required') lists only tools hidden at tier "
-                        f"{tier.value!r}: {names}",)
+            exc = ToolChoiceBlocked(
+                names, max((policy.required_tier(n) for n in hidden), key=lambda t: t.rank, default=tier), tier
+            )
+            exc.args = (
+                f"tool_choice allowed_tools (mode 'required') lists only tools hidden at tier {tier.value!r}: {names}",
+            )
             raise exc
         # mode auto, nothing left to allow: the model may call none of them (not "any other tool").
         return "none" if any_kept else _DROP
@@ -305,6 +335,7 @@ def _gate_choice(choice: Any, tier: Tier, policy: ToolPolicy, gated: Gated, any_
 
 
 # -- answer enforcement --------------------------------------------------------------------
+
 
 def _call_key(item: dict[str, Any], offered: dict[str, dict[str, Any] | None]) -> tuple[str, bool] | None:
     """(name, offered?) for an item that calls a tool; None for an item that calls nothing."""
@@ -347,8 +378,7 @@ def _arguments(item: dict[str, Any]) -> str | None:
     return None
 
 
-def _enforce_response(response: dict[str, Any], offered: dict[str, dict[str, Any] | None],
-                      result: Enforced) -> None:
+def _enforce_response(response: dict[str, Any], offered: dict[str, dict[str, Any] | None], result: Enforced) -> None:
     output = response.get("output")
     if output is None:
         return
@@ -451,8 +481,10 @@ class ResponsesStreamFilter:
         decided_type, decided_name = self._items[index]
         if item is not None:
             if (item.get("type"), item.get("name")) != (decided_type, decided_name):
-                raise AnswerInvalid(f"output_index {index} changed from {decided_type}/{decided_name} to "
-                                    f"{item.get('type')}/{item.get('name')} mid-stream")
+                raise AnswerInvalid(
+                    f"output_index {index} changed from {decided_type}/{decided_name} to "
+                    f"{item.get('type')}/{item.get('name')} mid-stream"
+                )
             call = _call_key(item, self.offered)  # the same name, but a changed server_label or namespace?
             if call is not None and (self._index[index] is None) == call[1]:
                 raise AnswerInvalid(f"output_index {index} changed what it calls mid-stream")

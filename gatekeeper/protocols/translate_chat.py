@@ -45,8 +45,10 @@ def _usage(doc: dict[str, Any]) -> dict[str, int]:
     usage = doc.get("usage")
     if not isinstance(usage, dict):
         return {"prompt_tokens": 0, "completion_tokens": 0}
-    return {k: v if isinstance(v, int) and not isinstance(v, bool) else 0
-            for k, v in ((k, usage.get(k)) for k in ("prompt_tokens", "completion_tokens"))}
+    return {
+        k: v if isinstance(v, int) and not isinstance(v, bool) else 0
+        for k, v in ((k, usage.get(k)) for k in ("prompt_tokens", "completion_tokens"))
+    }
 
 
 def read_answer(doc: Any) -> ChatAnswer:
@@ -67,9 +69,13 @@ def read_answer(doc: Any) -> ChatAnswer:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict):
             raise AnswerInvalid(f"chat answer: tool_calls[{i}].function must be an object")
-        calls.append(ChatCall(id=_str(call.get("id") or f"call_{i}", f"tool_calls[{i}].id"),
-                              name=_str(function.get("name"), f"tool_calls[{i}].function.name"),
-                              arguments=_str(function.get("arguments", ""), f"tool_calls[{i}].function.arguments")))
+        calls.append(
+            ChatCall(
+                id=_str(call.get("id") or f"call_{i}", f"tool_calls[{i}].id"),
+                name=_str(function.get("name"), f"tool_calls[{i}].function.name"),
+                arguments=_str(function.get("arguments", ""), f"tool_calls[{i}].function.arguments"),
+            )
+        )
     legacy = message.get("function_call")
     if legacy is not None and not calls:
         # A legacy-only upstream: its one call. Next to `tool_calls` the legacy field is ignored:
@@ -77,11 +83,21 @@ def read_answer(doc: Any) -> ChatAnswer:
         # answer is built from what is read, so an ignored field never reaches the client.
         if not isinstance(legacy, dict):
             raise AnswerInvalid("chat answer: 'function_call' must be an object")
-        calls.append(ChatCall(id="call_legacy", name=_str(legacy.get("name"), "function_call.name"),
-                              arguments=_str(legacy.get("arguments", ""), "function_call.arguments")))
-    return ChatAnswer(id=_str(doc.get("id", "chatcmpl"), "id"), text=_str(message.get("content"), "content", True),
-                      calls=calls, finish_reason=_str(choices[0].get("finish_reason"), "finish_reason", True),
-                      usage=_usage(doc), model=doc.get("model") if isinstance(doc.get("model"), str) else None)
+        calls.append(
+            ChatCall(
+                id="call_legacy",
+                name=_str(legacy.get("name"), "function_call.name"),
+                arguments=_str(legacy.get("arguments", ""), "function_call.arguments"),
+            )
+        )
+    return ChatAnswer(
+        id=_str(doc.get("id", "chatcmpl"), "id"),
+        text=_str(message.get("content"), "content", True),
+        calls=calls,
+        finish_reason=_str(choices[0].get("finish_reason"), "finish_reason", True),
+        usage=_usage(doc),
+        model=doc.get("model") if isinstance(doc.get("model"), str) else None,
+    )
 
 
 @dataclass
@@ -110,8 +126,10 @@ def read_chunk(event: Event) -> ChatDelta:
         error = doc["error"]
         message = error.get("message") if isinstance(error, dict) else error
         return ChatDelta(error=str(message))
-    out = ChatDelta(usage=_usage(doc) if isinstance(doc.get("usage"), dict) else None,
-                    model=doc.get("model") if isinstance(doc.get("model"), str) else None)
+    out = ChatDelta(
+        usage=_usage(doc) if isinstance(doc.get("usage"), dict) else None,
+        model=doc.get("model") if isinstance(doc.get("model"), str) else None,
+    )
     choices = doc.get("choices") or []
     if not isinstance(choices, list):
         raise AnswerInvalid("chat stream: 'choices' must be an array")
@@ -139,9 +157,14 @@ def read_chunk(event: Event) -> ChatDelta:
             function = call.get("function") or {}
             if not isinstance(function, dict):
                 raise AnswerInvalid("chat stream: a tool call's 'function' must be an object")
-            out.calls.append((call["index"], _str(call.get("id"), "tool_calls.id", True),
-                              _str(function.get("name"), "function.name", True),
-                              _str(function.get("arguments") or "", "function.arguments")))
+            out.calls.append(
+                (
+                    call["index"],
+                    _str(call.get("id"), "tool_calls.id", True),
+                    _str(function.get("name"), "function.name", True),
+                    _str(function.get("arguments") or "", "function.arguments"),
+                )
+            )
     return out
 
 

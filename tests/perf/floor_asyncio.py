@@ -25,7 +25,7 @@ import uvloop
 class Upstream(asyncio.Protocol):
     """One kept-alive upstream connection, serving one client request at a time."""
 
-    def __init__(self, pool: "Pool") -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
@@ -35,7 +35,7 @@ class Upstream(asyncio.Protocol):
         self.content_type = b"application/json"
 
     # -- used by the front end
-    def send(self, client: "Front", request: bytes) -> None:
+    def send(self, client: Front, request: bytes) -> None:
         self.client, self.chunks, self.streamed, self.content_type = client, [], False, b"application/json"
         self.transport.write(request)  # type: ignore[union-attr]
 
@@ -57,8 +57,10 @@ class Upstream(asyncio.Protocol):
         # A chunked answer (a stream) is relayed as it arrives; a sized one is sent whole.
         if self.parser.get_status_code() == 200 and self.content_type.startswith(b"text/event-stream"):
             self.streamed = True
-            self.client.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"  # type: ignore[union-attr]
-                              b"transfer-encoding: chunked\r\n\r\n")
+            self.client.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"  # type: ignore[union-attr]
+                b"transfer-encoding: chunked\r\n\r\n"
+            )
 
     def on_body(self, body: bytes) -> None:
         if self.streamed:
@@ -73,8 +75,10 @@ class Upstream(asyncio.Protocol):
         else:
             body = b"".join(self.chunks)
             status = self.parser.get_status_code()
-            client.write(b"HTTP/1.1 %d OK\r\ncontent-type: %b\r\ncontent-length: %d\r\n\r\n%b"  # type: ignore[union-attr]
-                         % (status, self.content_type, len(body), body))
+            client.write(
+                b"HTTP/1.1 %d OK\r\ncontent-type: %b\r\ncontent-length: %d\r\n\r\n%b"  # type: ignore[union-attr]
+                % (status, self.content_type, len(body), body)
+            )
         if self.parser.should_keep_alive():
             self.pool.idle.append(self)
         else:
@@ -94,18 +98,19 @@ class Upstream(asyncio.Protocol):
 class Pool:
     def __init__(self, host: str, port: int, path: str) -> None:
         self.host, self.port = host, port
-        self.head = (f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
-                     f"content-length: ").encode()
+        self.head = (
+            f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\ncontent-length: "
+        ).encode()
         self.idle: list[Upstream] = []
 
-    def forward(self, client: "Front", body: bytes) -> None:
+    def forward(self, client: Front, body: bytes) -> None:
         request = b"%b%d\r\n\r\n%b" % (self.head, len(body), body)
         if self.idle:
             self.idle.pop().send(client, request)
         else:
             asyncio.get_running_loop().create_task(self._connect_and_send(client, request))
 
-    async def _connect_and_send(self, client: "Front", request: bytes) -> None:
+    async def _connect_and_send(self, client: Front, request: bytes) -> None:
         try:
             _, conn = await asyncio.get_running_loop().create_connection(lambda: Upstream(self), self.host, self.port)
         except OSError:

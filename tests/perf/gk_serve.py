@@ -38,13 +38,42 @@ def main() -> None:
     if args.server == "granian":
         os.environ["GK_PERF_CONFIG"] = str(Path(args.config).resolve())
         granian = str(Path(sys.executable).parent / "granian")
-        os.execv(granian, [granian, "--interface", "asgi", "--factory", "--host", "127.0.0.1", "--port",
-                           str(args.port), "--loop", "uvloop", "--http", "1", "--no-ws", "--workers", "1",
-                           "--log-level", "warning", "--working-dir", str(Path(__file__).parent), "gk_serve:from_env"])
+        os.execv(
+            granian,
+            [
+                granian,
+                "--interface",
+                "asgi",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(args.port),
+                "--loop",
+                "uvloop",
+                "--http",
+                "1",
+                "--no-ws",
+                "--workers",
+                "1",
+                "--log-level",
+                "warning",
+                "--working-dir",
+                str(Path(__file__).parent),
+                "gk_serve:from_env",
+            ],
+        )
     import uvicorn
 
-    uvicorn.run(app(args.config), host="127.0.0.1", port=args.port, loop="uvloop", http="httptools",
-                access_log=False, log_level="warning")
+    uvicorn.run(
+        app(args.config),
+        host="127.0.0.1",
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+    )
 
 
 if __name__ == "__main__":

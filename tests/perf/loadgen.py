@@ -17,8 +17,10 @@ from urllib.parse import urlsplit
 
 def request_bytes(url: str, body: bytes) -> tuple[str, int, bytes]:
     parts = urlsplit(url)
-    head = (f"POST {parts.path} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-type: application/json\r\n"
-            f"authorization: Bearer sk-perf\r\ncontent-length: {len(body)}\r\n\r\n").encode()
+    head = (
+        f"POST {parts.path} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-type: application/json\r\n"
+        f"authorization: Bearer sk-perf\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
     return parts.hostname or "127.0.0.1", parts.port or 80, head + body
 
 
@@ -35,7 +37,7 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
                 return status
     start = lower.find(b"content-length:")
     if start >= 0:
-        await reader.readexactly(int(lower[start + 15: lower.find(b"\r\n", start)]))
+        await reader.readexactly(int(lower[start + 15 : lower.find(b"\r\n", start)]))
     return status
 
 
@@ -71,8 +73,13 @@ async def load(url: str, body: bytes, concurrency: int, seconds: float) -> dict:
     def pct(p: float) -> float:
         return latencies[min(len(latencies) - 1, int(len(latencies) * p / 100))] * 1000 if latencies else float("nan")
 
-    return {"p50_ms": pct(50), "p99_ms": pct(99), "rps": len(latencies) / elapsed, "requests": len(latencies),
-            "errors": errors}
+    return {
+        "p50_ms": pct(50),
+        "p99_ms": pct(99),
+        "rps": len(latencies) / elapsed,
+        "requests": len(latencies),
+        "errors": errors,
+    }
 
 
 async def stream_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, raw: bytes) -> tuple[float, float]:
@@ -96,12 +103,12 @@ async def post_once(url: str, body: bytes, timeout: float = 5.0) -> int | None:
     host, port, raw = request_bytes(url, body)
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return None
     try:
         writer.write(raw)
         return await asyncio.wait_for(_read_response(reader), timeout)
-    except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError):
+    except (TimeoutError, OSError, asyncio.IncompleteReadError):
         return None
     finally:
         writer.close()
@@ -111,6 +118,7 @@ if __name__ == "__main__":
     url, body_file, concurrency, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     try:
         import uvloop
+
         uvloop.install()
     except ImportError:
         pass

@@ -37,16 +37,28 @@ from gatekeeper.suite import DEFAULT_SUITE_DIR, load_suite  # noqa: E402
 
 def serve(workdir: Path, upstream: str, concurrency: int) -> tuple[subprocess.Popen, str]:
     config = workdir / f"gatekeeper-{concurrency}.yaml"
-    config.write_text(json.dumps({  # JSON is YAML
-        "upstream": {"base_url": upstream, "api_key": "sk-none", "timeout_s": 600},
-        "suite": str(DEFAULT_SUITE_DIR), "store": str(workdir / f"store-{concurrency}.json"),
-        "unknown_models": "wait", "wait_timeout_s": 3600, "bench": {"concurrency": concurrency},
-        "tools": {"default_tier": "small", "required_tier": RULES}}))
+    config.write_text(
+        json.dumps(
+            {  # JSON is YAML
+                "upstream": {"base_url": upstream, "api_key": "sk-none", "timeout_s": 600},
+                "suite": str(DEFAULT_SUITE_DIR),
+                "store": str(workdir / f"store-{concurrency}.json"),
+                "unknown_models": "wait",
+                "wait_timeout_s": 3600,
+                "bench": {"concurrency": concurrency},
+                "tools": {"default_tier": "small", "required_tier": RULES},
+            }
+        )
+    )
     port = free_port()
     exe = str(Path(sys.executable).parent / "gatekeeper")
-    log = open(workdir / f"serve-{concurrency}.log", "wb")
-    process = subprocess.Popen([exe, "serve", "--config", str(config), "--port", str(port)], stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    log = open(workdir / f"serve-{concurrency}.log", "wb")  # noqa: SIM115 - the server's log outlives this call
+    process = subprocess.Popen(
+        [exe, "serve", "--config", str(config), "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while asyncio.run(get_status(f"{url}/healthz")) != 200:
@@ -94,8 +106,11 @@ def run(upstream: str, model: str, rounds: int, label: str) -> None:
                 workdir.mkdir()
                 result = first_request(upstream, model, concurrency, workdir)
                 times[concurrency].append(result)
-                print(f"round {rnd + 1} concurrency {concurrency}: first request {result[0]:.2f} s "
-                      f"(HTTP {result[2]}), next {result[1] * 1000:.1f} ms", file=sys.stderr)
+                print(
+                    f"round {rnd + 1} concurrency {concurrency}: first request {result[0]:.2f} s "
+                    f"(HTTP {result[2]}), next {result[1] * 1000:.1f} ms",
+                    file=sys.stderr,
+                )
     seq = statistics.median(t[0] for t in times[1])
     par = statistics.median(t[0] for t in times[default])
     print(f"{label}: default suite ({len(suite.tests)} tests, one level: model@default), median of {rounds} round(s)")

@@ -14,12 +14,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import answers  # noqa: E402
-from scripted import ScriptedServer, SuiteScript  # noqa: E402
+import answers
+from scripted import ScriptedServer, SuiteScript
 
-from gatekeeper.backends import OpenAIBackend  # noqa: E402
-from gatekeeper.runner import DEFAULT_EFFORTS, RunSettings, sweep  # noqa: E402
-from gatekeeper.suite import DEFAULT_SUITE_DIR, load_suite  # noqa: E402
+from gatekeeper.backends import OpenAIBackend
+from gatekeeper.runner import DEFAULT_EFFORTS, RunSettings, sweep
+from gatekeeper.suite import DEFAULT_SUITE_DIR, load_suite
 
 
 def timed_sweep(server: ScriptedServer, suite, concurrency: int) -> tuple[float, int]:
@@ -45,8 +45,10 @@ def main() -> None:
     with ScriptedServer(SuiteScript(suite).responder(answers.perfect), delay_s=args.delay_ms / 1000) as server:
         sequential, calls = timed_sweep(server, suite, 1)
         concurrent, _ = timed_sweep(server, suite, default)
-    print(f"default suite: {len(suite.tests)} tests x {len(DEFAULT_EFFORTS)} effort levels = {calls} calls, "
-          f"{args.delay_ms:.0f} ms added per call")
+    print(
+        f"default suite: {len(suite.tests)} tests x {len(DEFAULT_EFFORTS)} effort levels = {calls} calls, "
+        f"{args.delay_ms:.0f} ms added per call"
+    )
     print(f"{'concurrency':>12} {'wall s':>8}")
     print(f"{1:>12} {sequential:>8.2f}")
     print(f"{default:>12} {concurrent:>8.2f}")

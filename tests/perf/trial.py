@@ -19,8 +19,8 @@ import signal
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 PERF = Path(__file__).resolve().parent
 sys.path.insert(0, str(PERF))
@@ -32,21 +32,43 @@ PY = sys.executable
 
 
 def floor(server: str, client: str, framework: str = "starlette") -> Callable[[str, Path, int], list[str]]:
-    return lambda upstream, workdir, port: [PY, str(PERF / "floor.py"), "--port", str(port), "--upstream", upstream,
-                                            "--block", ",".join(BLOCKED), "--server", server, "--client", client,
-                                            "--framework", framework]
+    return lambda upstream, workdir, port: [
+        PY,
+        str(PERF / "floor.py"),
+        "--port",
+        str(port),
+        "--upstream",
+        upstream,
+        "--block",
+        ",".join(BLOCKED),
+        "--server",
+        server,
+        "--client",
+        client,
+        "--framework",
+        framework,
+    ]
 
 
 def gatekeeper(server: str) -> Callable[[str, Path, int], list[str]]:
     def command(upstream: str, workdir: Path, port: int) -> list[str]:
         config = compare.seed_gatekeeper(workdir, upstream)
         return [PY, str(PERF / "gk_serve.py"), "--config", str(config), "--port", str(port), "--server", server]
+
     return command
 
 
 VARIANTS: dict[str, Callable[[str, Path, int], list[str]]] = {
-    "floor-asyncio": lambda upstream, workdir, port: [PY, str(PERF / "floor_asyncio.py"), "--port", str(port),
-                                                      "--upstream", upstream, "--block", ",".join(BLOCKED)],
+    "floor-asyncio": lambda upstream, workdir, port: [
+        PY,
+        str(PERF / "floor_asyncio.py"),
+        "--port",
+        str(port),
+        "--upstream",
+        upstream,
+        "--block",
+        ",".join(BLOCKED),
+    ],
     "starlette-uvicorn-httpx": floor("uvicorn", "httpx"),
     "starlette-granian-httpx": floor("granian", "httpx"),
     "starlette-uvicorn-aiohttp": floor("uvicorn", "aiohttp"),
@@ -60,8 +82,12 @@ VARIANTS: dict[str, Callable[[str, Path, int], list[str]]] = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("variants", nargs="+", metavar="VARIANT[@SOURCE_TREE]",
-                        help=f"one of {sorted(VARIANTS)}; `@DIR` runs it with PYTHONPATH=DIR (another checkout)")
+    parser.add_argument(
+        "variants",
+        nargs="+",
+        metavar="VARIANT[@SOURCE_TREE]",
+        help=f"one of {sorted(VARIANTS)}; `@DIR` runs it with PYTHONPATH=DIR (another checkout)",
+    )
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=float, default=1.0)
@@ -84,8 +110,9 @@ def main() -> None:
         wrk_script.write_text(compare.WRK_SCRIPT % body_file)
     upstream_port = free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
-    mock = Target("direct", [PY, str(PERF / "mock_upstream.py"), "--port", str(upstream_port), "--gap-ms", "2"],
-                  upstream_port)
+    mock = Target(
+        "direct", [PY, str(PERF / "mock_upstream.py"), "--port", str(upstream_port), "--gap-ms", "2"], upstream_port
+    )
     targets = []
     for i, name in enumerate(args.variants):
         variant, _, tree = name.partition("@")
@@ -94,8 +121,11 @@ def main() -> None:
         port = free_port()
         vdir = workdir / str(i)
         vdir.mkdir()
-        targets.append(Target(name, VARIANTS[variant](upstream, vdir, port), port,
-                              env=env | ({"PYTHONPATH": tree} if tree else {})))
+        targets.append(
+            Target(
+                name, VARIANTS[variant](upstream, vdir, port), port, env=env | ({"PYTHONPATH": tree} if tree else {})
+            )
+        )
     results: dict[tuple[str, int], list[dict]] = {}
     ttfb: dict[str, list[float]] = {}
     try:
@@ -113,8 +143,11 @@ def main() -> None:
                     run_load(t.url, body_file, c, args.warmup, client_cpu, wrk_script)
                     r = run_load(t.url, body_file, c, args.duration, client_cpu, wrk_script)
                     results.setdefault((t.name, c), []).append(r)
-                    print(f"round {rnd + 1} c={c} {t.name}: p50 {r['p50_ms']:.2f} ms {r['rps']:.0f} req/s "
-                          f"errors {r['errors']}", file=sys.stderr)
+                    print(
+                        f"round {rnd + 1} c={c} {t.name}: p50 {r['p50_ms']:.2f} ms {r['rps']:.0f} req/s "
+                        f"errors {r['errors']}",
+                        file=sys.stderr,
+                    )
                     t.signal(signal.SIGSTOP)
             for t in order:
                 t.signal(signal.SIGCONT)
@@ -136,8 +169,12 @@ def main() -> None:
     for t in targets:
         row = [t.name] + [f"{med(r['p50_ms'] for r in results[t.name, c]):.2f}" for c in concurrency]
         row += [f"{med(r['rps'] for r in results[t.name, c]):.0f}" for c in concurrency]
-        row += [f"{med(ttfb[t.name]):.2f}", f"{t.rss_mib:.0f}", f"{t.startup_s:.2f}",
-                " / ".join(f"{r['rps']:.0f}" for r in results[t.name, concurrency[-1]])]
+        row += [
+            f"{med(ttfb[t.name]):.2f}",
+            f"{t.rss_mib:.0f}",
+            f"{t.startup_s:.2f}",
+            " / ".join(f"{r['rps']:.0f}" for r in results[t.name, concurrency[-1]]),
+        ]
         print("| " + " | ".join(row) + " |")
 
 
