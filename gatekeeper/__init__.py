@@ -13,6 +13,7 @@ runtime's SDK).
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.core import Gatekeeper, Resolution
 from gatekeeper.errors import (
+    AnswerIncomplete,
     AnswerInvalid,
     BackendError,
     ConfigError,
@@ -63,6 +64,7 @@ __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     "LocalModelError",
     "NotMeasured",
     "RequestInvalid",
+    "AnswerIncomplete",
     "AnswerInvalid",
     "ToolChoiceBlocked",
     "ToolNotAllowed",
