@@ -10,6 +10,12 @@ other runtimes live in `gatekeeper.adapters` (each imported on its own: they pul
 runtime's SDK).
 """
 
+import os
+
+# litellm fetches its model price map from GitHub when imported; gatekeeper never downloads at
+# run time (offline hosts, and no surprise egress from a security control): use its bundled copy.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.core import Gatekeeper, Resolution
 from gatekeeper.errors import (
