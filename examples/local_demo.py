@@ -575,6 +575,13 @@ def serve_demo(
         )
     print_profile(out, key, profile, settings, measuring, held_s)
     print_request(out, raw, proxy.request_line(request_id), settings)
+    # The same agent over the Responses and Messages APIs: this upstream speaks only chat, so the
+    # proxy translates both ways and gates them like the chat request.
+    from protocol_requests import send_protocol_requests  # examples/ is on sys.path (run as a script)
+
+    out.print("\n[bold]The same agent over the other protocols[/bold] (translated to chat)")
+    for line in send_protocol_requests(proxy.url, server.model, AGENT_TOOLS, AGENT_MESSAGES):
+        out.print(line, highlight=False)
     if args.no_serve:
         return 0
 

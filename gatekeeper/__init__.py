@@ -10,9 +10,16 @@ other runtimes live in `gatekeeper.adapters` (each imported on its own: they pul
 runtime's SDK).
 """
 
+import os
+
+# litellm fetches its model price map from GitHub when imported; gatekeeper never downloads at
+# run time (offline hosts, and no surprise egress from a security control): use its bundled copy.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.core import Gatekeeper, Resolution
 from gatekeeper.errors import (
+    AnswerIncomplete,
     AnswerInvalid,
     BackendError,
     ConfigError,
@@ -63,6 +70,7 @@ __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     "LocalModelError",
     "NotMeasured",
     "RequestInvalid",
+    "AnswerIncomplete",
     "AnswerInvalid",
     "ToolChoiceBlocked",
     "ToolNotAllowed",

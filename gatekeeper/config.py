@@ -121,6 +121,15 @@ class Settings(_Section):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
+    @field_validator("admin_key")
+    @classmethod
+    def _real_key(cls, value: str | None) -> str | None:
+        # Empty is what `${GATEKEEPER_ADMIN_KEY:-}` gives when the variable is unset: no admin API.
+        # Whitespace is a mistake that would make `Bearer   ` a password: refused.
+        if value is not None and value and not value.strip():
+            raise ValueError("blank (whitespace only); set a real key, or leave it empty to disable the admin API")
+        return value or None
+
     @field_validator("store", mode="before")
     @classmethod
     def _store_location(cls, value: Any) -> Path | str:

@@ -62,6 +62,10 @@ class AnswerInvalid(GatekeeperError, ValueError):
     """An upstream answer (plain or streamed) cannot be read with certainty: it never passes raw."""
 
 
+class AnswerIncomplete(AnswerInvalid):
+    """An upstream stream ended before its protocol's end marker (chat: `[DONE]`)."""
+
+
 class ToolChoiceBlocked(GatekeeperError, ValueError):
     """`tool_choice` forces a tool the model's tier does not allow."""
 

@@ -40,6 +40,7 @@ from gatekeeper.admin import admin_routes
 from gatekeeper.core import Gatekeeper, Resolution
 from gatekeeper.drift_monitor import DriftMonitor
 from gatekeeper.errors import (
+    AnswerIncomplete,
     AnswerInvalid,
     ConfigError,
     GatekeeperError,
@@ -307,6 +308,9 @@ async def _relay(
             for converted in converter.finish() if converter is not None else ():
                 out.extend(encode(kept) for kept in stream_filter.feed(converted))
             out.extend(encode(kept) for kept in stream_filter.finish())
+        except AnswerIncomplete as exc:
+            metrics.UPSTREAM_ERRORS.labels("stream_incomplete").inc()
+            error = (str(exc), "upstream_incomplete")
         except AnswerInvalid as exc:
             metrics.UPSTREAM_ERRORS.labels("invalid").inc()
             error = (str(exc), "upstream_invalid")

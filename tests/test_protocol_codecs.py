@@ -430,3 +430,30 @@ def test_messages_stream_only_hidden_call_ends_turn():
 def test_messages_stream_unreadable_event_is_invalid(data):
     with pytest.raises(AnswerInvalid):
         M.stream_filter({}).feed(Event(data=data))
+
+
+def test_messages_calls_carry_their_input_as_json_text_for_the_drift_tracker():
+    doc = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "t1", "name": "read_file", "input": {"count": "5"}}],
+        "stop_reason": "tool_use",
+    }
+    result = M.enforce(doc, {"read_file": None})
+    assert [(c.name, json.loads(c.arguments)) for c in result.calls] == [("read_file", {"count": "5"})]
+
+
+def test_messages_stream_calls_carry_their_streamed_input():
+    events = messages_stream()
+    split = [
+        ev({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": p}})
+        for p in ('{"path": ', '"a.txt"}')
+    ]
+    events = events[:8] + split + events[9:]  # index 2's input arrives in two parts
+    flt = M.stream_filter({"read_file": None})
+    for event in events:
+        flt.feed(event)
+    assert [(c.name, c.arguments) for c in flt.result.calls] == [
+        ("execute_command", "{}"),
+        ("read_file", '{"path": "a.txt"}'),
+    ]

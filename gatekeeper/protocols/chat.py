@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from gatekeeper.errors import AnswerInvalid, RequestInvalid
+from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
 from gatekeeper.gating import Gated, ToolPolicy, call_name, enforce_choice, gate_request, tool_name
 from gatekeeper.protocols.base import Call, Enforced, Event, Offered, RequestInfo
 from gatekeeper.tiers import Tier
@@ -188,7 +188,7 @@ class ChatStreamFilter:
             call = self.result.calls[position]
             self.result.calls[position] = Call(call.name, "".join(parts), call.offered)
         if not self.done:
-            raise AnswerInvalid("upstream stream ended before [DONE]")
+            raise AnswerIncomplete("upstream stream ended before [DONE]")
         return []
 
     def _choice(self, choice: dict[str, Any]) -> None:

@@ -275,7 +275,9 @@ def _enforce_message(message: dict[str, Any], offered: dict[str, dict[str, Any] 
             kept.append(block)
             continue
         name, ok = call
-        result.calls.append(Call(name=name, arguments=None, offered=ok))
+        # `input` arrives parsed; its JSON text is what the drift tracker validates.
+        arguments = orjson.dumps(block["input"]).decode() if "input" in block else None
+        result.calls.append(Call(name=name, arguments=arguments, offered=ok))
         if ok:
             kept.append(block)
         else:
@@ -299,6 +301,7 @@ class MessagesStreamFilter:
         self._open: set[int] = set()
         self._next = 0
         self._tool_uses_kept = 0
+        self._arguments: dict[int, tuple[int, list[str]]] = {}  # index -> (position in calls, input parts)
 
     def feed(self, event: Event) -> list[Event]:
         try:
@@ -343,6 +346,7 @@ class MessagesStreamFilter:
             ok = True
             if call is not None:
                 name, ok = call
+                self._arguments[index] = (len(self.result.calls), [])
                 self.result.calls.append(Call(name=name, arguments=None, offered=ok))
                 if not ok:
                     self.result.removed.append(name)
@@ -355,8 +359,17 @@ class MessagesStreamFilter:
         elif kind in ("content_block_delta", "content_block_stop"):
             if index not in self._open:
                 raise AnswerInvalid(f"a {kind!r} event for block {index}, which is not open")
+            delta = doc.get("delta")
+            if index in self._arguments and isinstance(delta, dict) and delta.get("type") == "input_json_delta":
+                part = delta.get("partial_json")
+                if isinstance(part, str):
+                    self._arguments[index][1].append(part)
             if kind == "content_block_stop":
                 self._open.discard(index)
+                if index in self._arguments:  # the streamed input, for the drift tracker
+                    position, parts = self._arguments.pop(index)
+                    seen = self.result.calls[position]
+                    self.result.calls[position] = Call(seen.name, "".join(parts) or "{}", seen.offered)
         else:
             raise AnswerInvalid(f"unknown content block event {kind!r}")
         client_index = self._index[index]

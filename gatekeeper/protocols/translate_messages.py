@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from gatekeeper.errors import AnswerInvalid, RequestInvalid
+from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
 from gatekeeper.jsonrepair import extract_json
 from gatekeeper.protocols.base import Event
 from gatekeeper.protocols.messages import effort_of
@@ -294,7 +294,7 @@ class MessagesFromChat:
     def finish(self) -> list[Event]:
         if self._ended:
             return []
-        raise AnswerInvalid("chat stream ended before [DONE]")
+        raise AnswerIncomplete("chat stream ended before [DONE]")
 
 
 class MessagesTranslator:

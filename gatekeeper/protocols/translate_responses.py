@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from gatekeeper.errors import AnswerInvalid, RequestInvalid
+from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
 from gatekeeper.protocols.base import Event
 from gatekeeper.protocols.translate_chat import ChatAnswer, read_answer, read_chunk, text_of
 
@@ -388,7 +388,7 @@ class ResponsesFromChat:
         """The upstream stream ended: [DONE] must have completed the response already."""
         if self._ended:
             return []
-        raise AnswerInvalid("chat stream ended before [DONE]")
+        raise AnswerIncomplete("chat stream ended before [DONE]")
 
 
 class ResponsesTranslator:
