@@ -29,5 +29,7 @@ def configure(level: str = "info", json: bool = True) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=factory,
-        cache_logger_on_first_use=True,
+        # Caching binds every module logger to this configuration for good: worth it on a server's
+        # hot path, not in CLI commands (which tests also run in-process, next to capture_logs).
+        cache_logger_on_first_use=json,
     )
