@@ -8,7 +8,7 @@ import pytest
 
 from gatekeeper.errors import AnswerInvalid
 from gatekeeper.protocols.base import Event
-from gatekeeper.protocols.chat import ChatStreamFilter
+from gatekeeper.protocols.chat import ChatCodec, ChatStreamFilter
 from gatekeeper.sse import SSEParser, encode
 
 
@@ -169,3 +169,14 @@ def test_kept_call_arguments_are_accumulated_for_the_record():
     f.feed(Event("[DONE]"))
     f.finish()
     assert [(c.name, c.arguments, c.offered) for c in f.result.calls] == [("read", '{"a": 1}', True)]
+
+
+def test_calls_in_the_other_shapes_field_are_refused_not_relayed():
+    # A stream chunk with a whole `message`, or a plain answer with a `delta`, carrying a call:
+    # no client accumulates those fields, but one reading raw JSON would see the hidden name.
+    call = {"tool_calls": [{"index": 0, "function": {"name": "execute_command", "arguments": "{}"}}]}
+    chunk = json.dumps({"choices": [{"index": 0, "message": call}]})
+    with pytest.raises(AnswerInvalid, match="message"):
+        ChatCodec().stream_filter({"read_file": None}).feed(Event(data=chunk))
+    with pytest.raises(AnswerInvalid, match="delta"):
+        ChatCodec().enforce({"choices": [{"index": 0, "delta": call}]}, {"read_file": None})

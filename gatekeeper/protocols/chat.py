@@ -79,6 +79,7 @@ class ChatCodec:
     def enforce(self, doc: Any, offered: Offered) -> Enforced:
         result = Enforced()
         for choice in _choices(doc, "upstream answer"):
+            _refuse_calls_in(choice.get("delta"), "a plain answer's 'delta'")
             message = choice.get("message")
             if message is None:
                 continue
@@ -121,6 +122,13 @@ def _choices(doc: Any, what: str) -> list[dict[str, Any]]:
     if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
         raise AnswerInvalid(f"{what}: 'choices' must be an array of objects")
     return choices
+
+
+def _refuse_calls_in(part: Any, where: str) -> None:
+    """Calls in the other shape's field (a `message` in a stream chunk, a `delta` in a plain answer)
+    are not what clients accumulate, but a client reading raw JSON would see them: never relayed."""
+    if part is not None and (not isinstance(part, dict) or "tool_calls" in part or "function_call" in part):
+        raise AnswerInvalid(f"upstream answer: {where} carries tool calls where none belong")
 
 
 def _check_calls(calls: Any, where: str, what: str = "upstream answer") -> None:
@@ -195,6 +203,7 @@ class ChatStreamFilter:
         ci = choice.get("index", 0)
         if not _is_int(ci):
             raise AnswerInvalid("upstream stream event: 'choices[].index' must be an integer")
+        _refuse_calls_in(choice.get("message"), "a stream event's 'message'")
         delta = choice.get("delta")
         if delta is None:
             return  # clients accumulate deltas only
