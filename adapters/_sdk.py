@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gatekeeper.core import Gatekeeper
+from gatekeeper.core.gatekeeper import Gatekeeper
 
 GATED_CALLS = frozenset({"create", "parse", "stream", "count_tokens"})
 _VIEWS = frozenset({"with_raw_response", "with_streaming_response"})

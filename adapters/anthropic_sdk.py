@@ -19,7 +19,7 @@ import anthropic
 
 from gatekeeper.adapters._sdk import GatedClient
 from gatekeeper.adapters.openai_sdk import _agate, _gate
-from gatekeeper.core import Gatekeeper
+from gatekeeper.core.gatekeeper import Gatekeeper
 
 _ROUTES = {("messages",): "messages", ("beta", "messages"): "messages"}
 

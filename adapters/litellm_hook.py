@@ -26,10 +26,10 @@ from typing import Any
 import structlog
 from litellm.integrations.custom_logger import CustomLogger
 
-from gatekeeper.core import Gatekeeper
+from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.errors import ConfigError, GatekeeperError, NotMeasured
 from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked
-from gatekeeper.wrap import agate_body
+from gatekeeper.inprocess.wrap import agate_body
 
 log = structlog.get_logger("gatekeeper.litellm_hook")
 

@@ -19,9 +19,9 @@ from typing import Any
 import openai
 
 from gatekeeper.adapters._sdk import GatedClient
-from gatekeeper.core import Gatekeeper
+from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.errors import RequestInvalid
-from gatekeeper.wrap import agate_body, gate_body
+from gatekeeper.inprocess.wrap import agate_body, gate_body
 
 # The request fields that carry tools (or could: a stored prompt), per protocol.
 TOOL_FIELDS = {

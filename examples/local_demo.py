@@ -45,9 +45,9 @@ from gatekeeper import logs
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import GatekeeperError
 from gatekeeper.gating import ToolPolicy
-from gatekeeper.localmodel import LocalModelServer, model_path
-from gatekeeper.profiles import profile_key
-from gatekeeper.suite import load_suite
+from gatekeeper.measuring.localmodel import LocalModelServer, model_path
+from gatekeeper.store.profile import profile_key
+from gatekeeper.suite.loader import load_suite
 
 TEMPLATE = Path(__file__).resolve().with_name("local-model.yaml")
 DEFAULT_PORT = 8000

@@ -5,7 +5,7 @@
     registry = ToolRegistry(gk)
 
 This module is the public API: what is imported here is what users rely on. Everything else
-(`gatekeeper.proxy`, `gatekeeper.runner`, ...) is internal and may change. Integrations for
+(`gatekeeper.server.app`, `gatekeeper.measuring.runner`, ...) is internal and may change. Integrations for
 other runtimes live in `gatekeeper.adapters` (each imported on its own: they pull in their
 runtime's SDK).
 """
@@ -17,7 +17,7 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.core import Gatekeeper, Resolution
+from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
 from gatekeeper.errors import (
     AnswerIncomplete,
     AnswerInvalid,
@@ -37,11 +37,12 @@ from gatekeeper.errors import (
     ToolNotAllowed,
     WriteFenced,
 )
-from gatekeeper.profiles import JsonFileStore, Profile, ProfileStore
-from gatekeeper.registry import RegisteredTool, ToolRegistry, function_schema
-from gatekeeper.suite import Suite, load_suite
+from gatekeeper.inprocess.registry import RegisteredTool, ToolRegistry, function_schema
+from gatekeeper.inprocess.wrap import gated
+from gatekeeper.store import JsonFileStore, ProfileStore
+from gatekeeper.store.profile import Profile
+from gatekeeper.suite.loader import Suite, load_suite
 from gatekeeper.tiers import Tier
-from gatekeeper.wrap import gated
 
 __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     # the core and its front ends

@@ -14,14 +14,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from gatekeeper import logs
-from gatekeeper.confidence import show
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import BackendError, GatekeeperError
-from gatekeeper.measure import MeasurementService, ModelResult
-from gatekeeper.profiles import Profile
-from gatekeeper.runner import DEFAULT_EFFORTS
+from gatekeeper.measuring.confidence import show
+from gatekeeper.measuring.runner import DEFAULT_EFFORTS
+from gatekeeper.measuring.service import MeasurementService, ModelResult
 from gatekeeper.store import ProfileStore, open_store
-from gatekeeper.suite import DEFAULT_SUITE_DIR, Suite, load_suite, suite_hash
+from gatekeeper.store.profile import Profile
+from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, Suite, load_suite, suite_hash
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure models; gate the tools they see.")
 suite_app = typer.Typer(no_args_is_help=True, help="Check the benchmark suite.")
@@ -29,7 +29,7 @@ app.add_typer(suite_app, name="suite")
 err = Console(stderr=True)
 
 if TYPE_CHECKING:
-    from gatekeeper.core import Gatekeeper
+    from gatekeeper.core.gatekeeper import Gatekeeper
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -218,8 +218,8 @@ def serve(
     """Run the OpenAI-compatible gating proxy. SIGHUP re-reads the config (pins, tool rules ...)."""
     import uvicorn
 
-    from gatekeeper.core import Gatekeeper
-    from gatekeeper.proxy import create_app
+    from gatekeeper.core.gatekeeper import Gatekeeper
+    from gatekeeper.server.app import create_app
 
     settings = _settings(config)
     logs.configure(settings.log_level)
@@ -393,7 +393,7 @@ def tools(
     tools_file: Path | None = typer.Option(None, "--tools", help="JSON file with an OpenAI tools array."),
 ) -> None:
     """Which tools MODEL gets: its tier, and each configured tool rule allowed or hidden."""
-    from gatekeeper.core import Gatekeeper
+    from gatekeeper.core.gatekeeper import Gatekeeper
 
     settings = _settings(config)
     logs.configure("warning", json=False)

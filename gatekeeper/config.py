@@ -11,9 +11,9 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gatekeeper.drift import DriftSettings
+from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
-from gatekeeper.suite import CATEGORIES, DEFAULT_SUITE_DIR
+from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR
 from gatekeeper.tiers import Thresholds, Tier
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")

@@ -24,8 +24,8 @@ import uvicorn
 from playwright.sync_api import sync_playwright
 
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.core import Gatekeeper
-from gatekeeper.proxy import create_app
+from gatekeeper.core.gatekeeper import Gatekeeper
+from gatekeeper.server.app import create_app
 
 FLAGS = [
     "--headless",

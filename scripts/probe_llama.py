@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Probe llama-cpp-python's OpenAI-compatible server with the bundled Gemma 3 270M.
 
-Checks, against a real server started with gatekeeper.localmodel.LocalModelServer, the
+Checks, against a real server started with gatekeeper.measuring.localmodel.LocalModelServer, the
 claims recorded in docs/local-model-notes.md, and writes every measurement as JSON:
 
     . .venv/bin/activate
@@ -27,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gatekeeper.localmodel import LocalModelServer
+from gatekeeper.measuring.localmodel import LocalModelServer
 
 SYSTEM = "You are a helpful assistant. Use a function when one fits the request."
 WEATHER_TOOL = {

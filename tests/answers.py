@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from gatekeeper.suite import BenchTest
+from gatekeeper.suite.loader import BenchTest
 
 Message = dict[str, Any]
 Behaviour = Callable[[BenchTest, int], Message]

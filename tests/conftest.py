@@ -27,10 +27,11 @@ import answers
 from scripted import ScriptedServer, SuiteScript, ThreadedServer
 
 from gatekeeper.config import Settings
-from gatekeeper.core import Gatekeeper
-from gatekeeper.profiles import JsonFileStore, Profile
-from gatekeeper.proxy import create_app
-from gatekeeper.suite import DEFAULT_SUITE_DIR, Suite, load_suite
+from gatekeeper.core.gatekeeper import Gatekeeper
+from gatekeeper.server.app import create_app
+from gatekeeper.store import JsonFileStore
+from gatekeeper.store.profile import Profile
+from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, Suite, load_suite
 from gatekeeper.tiers import Tier
 
 ROOT = Path(__file__).resolve().parent.parent

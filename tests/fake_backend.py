@@ -15,9 +15,9 @@ from collections import Counter
 import answers
 from scripted import SuiteScript
 
-from gatekeeper.backends import Completion, parse_message
 from gatekeeper.errors import BackendError
-from gatekeeper.suite import Suite
+from gatekeeper.measuring.backends import Completion, parse_message
+from gatekeeper.suite.loader import Suite
 
 
 class FakeBackends:

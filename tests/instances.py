@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gatekeeper.suite import BenchTest, Suite, render_test
-from gatekeeper.templates import Template
+from gatekeeper.suite.loader import BenchTest, Suite, render_test
+from gatekeeper.suite.templates import Template
 
 _PLACEHOLDER = re.compile(r"\{\{([^{}]*)\}\}")
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")

@@ -27,7 +27,7 @@ for _module, _install in _NEEDS.items():
             raise RuntimeError(f"the real local model is required here, but {_why}")
         pytest.skip(_why, allow_module_level=True)
 
-from gatekeeper.localmodel import LocalModelServer  # noqa: E402
+from gatekeeper.measuring.localmodel import LocalModelServer  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gatekeeper.suite import BenchTest, Suite, load_suite
+from gatekeeper.suite.loader import BenchTest, Suite, load_suite
 
 Responder = Callable[[dict], dict]
 

@@ -12,7 +12,7 @@ import openai
 from conftest import ROOT, make_profile, seed_store, wait_serving
 from scripted import ScriptedServer, free_port
 
-from gatekeeper.suite import suite_hash
+from gatekeeper.suite.loader import suite_hash
 from gatekeeper.tiers import Tier
 
 

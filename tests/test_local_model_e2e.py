@@ -36,8 +36,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from gatekeeper.config import Settings
-from gatekeeper.localmodel import LocalModelServer
-from gatekeeper.suite import BENCHMARK_VERSION, CATEGORIES, DEFAULT_SUITE_DIR, load_suite, suite_hash
+from gatekeeper.measuring.localmodel import LocalModelServer
+from gatekeeper.suite.loader import BENCHMARK_VERSION, CATEGORIES, DEFAULT_SUITE_DIR, load_suite, suite_hash
 from gatekeeper.tiers import Tier
 
 pytestmark = pytest.mark.local_model

@@ -25,7 +25,7 @@ from conftest import ROOT
 from packaging.requirements import Requirement
 from scripted import ScriptedServer, SuiteScript
 
-from gatekeeper.suite import suite_hash
+from gatekeeper.suite.loader import suite_hash
 
 # What a wheel build reads: everything else in the checkout (tests, .venv, build/) stays out.
 SOURCES = ("pyproject.toml", "README.md", "gatekeeper", "adapters", "benchmarks")
@@ -155,7 +155,7 @@ def test_the_wheel_ships_the_suite_the_adapters_and_no_top_level_adapters(venv, 
     probe = """
 import importlib.util, json, sys
 import gatekeeper, gatekeeper.adapters.openai_sdk, gatekeeper.adapters.litellm_hook
-from gatekeeper.suite import DEFAULT_SUITE_DIR, load_suite, suite_hash
+from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, load_suite, suite_hash
 print(json.dumps({
     "gatekeeper": gatekeeper.__file__,
     "adapters": gatekeeper.adapters.openai_sdk.__file__,

@@ -291,12 +291,3 @@ class ChatStreamFilter:
 
 
 CODEC = ChatCodec()
-
-
-def _register() -> None:
-    from gatekeeper.protocols import register
-
-    register(CODEC)
-
-
-_register()

@@ -383,13 +383,3 @@ class MessagesStreamFilter:
 
 
 CODEC = MessagesCodec()
-
-
-def _register() -> None:
-    from gatekeeper.protocols import register
-    from gatekeeper.protocols.translate_messages import MessagesTranslator
-
-    register(CODEC, MessagesTranslator())
-
-
-_register()

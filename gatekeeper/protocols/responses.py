@@ -497,13 +497,3 @@ class ResponsesStreamFilter:
 
 
 CODEC = ResponsesCodec()
-
-
-def _register() -> None:
-    from gatekeeper.protocols import register
-    from gatekeeper.protocols.translate_responses import ResponsesTranslator
-
-    register(CODEC, ResponsesTranslator())
-
-
-_register()

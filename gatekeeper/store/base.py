@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import structlog
 from pydantic import ValidationError
 
-from gatekeeper.profiles import Profile
+from gatekeeper.store.profile import Profile
 
 log = structlog.get_logger("gatekeeper.store")
 

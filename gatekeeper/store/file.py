@@ -18,8 +18,8 @@ from cachetools import TTLCache
 from filelock import FileLock
 
 from gatekeeper.errors import StoreError
-from gatekeeper.profiles import Profile
 from gatekeeper.store.base import ChangeListener, Lease, StoreData, backoff_delay, read_entries
+from gatekeeper.store.profile import Profile
 
 log = structlog.get_logger("gatekeeper.store")
 

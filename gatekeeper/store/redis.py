@@ -31,9 +31,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from gatekeeper.errors import StoreError
-from gatekeeper.profiles import Profile
 from gatekeeper.store.base import ChangeListener, Lease, StoreData, read_entries, read_entry
 from gatekeeper.store.file import owner_id
+from gatekeeper.store.profile import Profile
 
 log = structlog.get_logger("gatekeeper.store")
 

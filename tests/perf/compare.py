@@ -292,8 +292,9 @@ def seed_gatekeeper(
 
     `store` (a redis URL) replaces the file store: the profile is copied there with
     `gatekeeper store copy`. `extra` adds top-level config sections (drift, upstream keys)."""
-    from gatekeeper.profiles import JsonFileStore, Profile
-    from gatekeeper.suite import DEFAULT_SUITE_DIR, load_suite
+    from gatekeeper.store import JsonFileStore
+    from gatekeeper.store.profile import Profile
+    from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, load_suite
 
     suite = load_suite(DEFAULT_SUITE_DIR)
     file_store = workdir / f"{name}-profiles.json"
@@ -346,7 +347,7 @@ def import_cost(block: str | None = None) -> tuple[float, float]:
         "import sys, time, resource\n"
         f"if {block!r}: sys.modules[{block!r}] = None\n"
         "t = time.process_time()\n"
-        "import gatekeeper.cli, gatekeeper.proxy, uvicorn\n"
+        "import gatekeeper.cli, gatekeeper.server.app, uvicorn\n"
         "print(time.process_time() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -17,8 +17,8 @@ from pathlib import Path
 def app(config: str):
     from gatekeeper import logs
     from gatekeeper.config import load_settings
-    from gatekeeper.core import Gatekeeper
-    from gatekeeper.proxy import create_app
+    from gatekeeper.core.gatekeeper import Gatekeeper
+    from gatekeeper.server.app import create_app
 
     settings = load_settings(Path(config))
     logs.configure(settings.log_level)

@@ -32,7 +32,7 @@ import loadgen  # noqa: E402
 from compare import RULES, free_port, request_body  # noqa: E402
 
 from gatekeeper.config import BenchSettings  # noqa: E402
-from gatekeeper.suite import DEFAULT_SUITE_DIR, load_suite  # noqa: E402
+from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, load_suite  # noqa: E402
 
 
 def serve(workdir: Path, upstream: str, concurrency: int) -> tuple[subprocess.Popen, str]:
@@ -145,7 +145,7 @@ def main() -> None:
             run(server.base_url, "lazy-model", args.rounds, f"scripted upstream, {args.delay_ms:.0f} ms added per call")
             print(f"({len(server.requests)} calls in all)")
         return
-    from gatekeeper.localmodel import LocalModelServer
+    from gatekeeper.measuring.localmodel import LocalModelServer
 
     with LocalModelServer() as server:
         run(server.base_url, server.model, args.rounds, f"real local model ({server.model}, llama_cpp.server)")

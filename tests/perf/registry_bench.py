@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gatekeeper import Gatekeeper, JsonFileStore, Profile, Settings, ToolRegistry
 from gatekeeper.logs import configure as configure_logs
-from gatekeeper.suite import DEFAULT_SUITE_DIR, load_suite
+from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, load_suite
 from gatekeeper.tiers import Tier
 
 GOAL_S = 0.001

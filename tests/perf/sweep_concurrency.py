@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import answers
 from scripted import ScriptedServer, SuiteScript
 
-from gatekeeper.backends import OpenAIBackend
-from gatekeeper.runner import DEFAULT_EFFORTS, RunSettings, sweep
-from gatekeeper.suite import DEFAULT_SUITE_DIR, load_suite
+from gatekeeper.measuring.backends import OpenAIBackend
+from gatekeeper.measuring.runner import DEFAULT_EFFORTS, RunSettings, sweep
+from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, load_suite
 
 
 def timed_sweep(server: ScriptedServer, suite, concurrency: int) -> tuple[float, int]:

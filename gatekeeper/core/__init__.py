@@ -1,0 +1,1 @@
+"""The core every front end talks to: `Gatekeeper` and the tier resolver."""

@@ -1,0 +1,366 @@
+"""The Gatekeeper facade: what the proxy, the CLI, ToolRegistry and the adapters talk to.
+
+It holds one immutable snapshot of the settings (settings, suite, tool policy, tier resolver)
+and swaps it whole on `reload()`; each call reads the snapshot once, so a request that started
+under the old settings finishes under them. The jobs live in one-concept parts:
+
+    gatekeeper.core.resolver   which tier applies to a pair (pins, valid profiles)
+    gatekeeper.measuring.scheduler  when a pair is measured (single flight, leases, cap, backoff, limits)
+    gatekeeper.measuring.service    how a pair is measured (backends, run settings, saving, recommending)
+    gatekeeper.store      where profiles live (JSON file or Redis)
+    gatekeeper.gating     what a tier lets through (pure)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import structlog
+
+from gatekeeper.config import Settings, load_settings
+from gatekeeper.core.resolver import Resolution, Source, TierResolver
+from gatekeeper.drift.monitor import DemotionBoard, DriftMonitor
+from gatekeeper.errors import ConfigError, MeasurementFailed, NotMeasured, SuiteError
+from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
+from gatekeeper.measuring.backends import Backend
+from gatekeeper.measuring.runner import Progress
+from gatekeeper.measuring.scheduler import Limits, MeasurementScheduler
+from gatekeeper.measuring.service import MeasurementService
+from gatekeeper.store import Lease, ProfileStore, is_redis_url, open_store
+from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key, split_key
+from gatekeeper.suite.loader import Suite, load_suite
+from gatekeeper.tiers import Tier
+
+log = structlog.get_logger("gatekeeper.core.gatekeeper")
+
+__all__ = ["Gatekeeper", "NotMeasured", "ProfileEntry", "Resolution", "Source"]
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """Everything derived from one version of the settings."""
+
+    settings: Settings
+    suite: Suite
+    policy: ToolPolicy
+    resolver: TierResolver
+    measurements: MeasurementService
+
+
+@dataclass(frozen=True)
+class ProfileEntry:
+    """One stored entry as the admin API shows it."""
+
+    key: str
+    profile: Profile | None  # None: the entry is not a readable profile (kept in the store as found)
+    raw: Any
+    valid: bool  # measured by the running suite (benchmarkVersion and testsHash match)
+    source: str  # "measured" | "pinned" (a pin overrides it) | "stale" | "invalid"
+
+    def to_json(self) -> dict[str, Any]:
+        doc = dict(self.profile.to_json()) if self.profile is not None else {"raw": self.raw}
+        return doc | {"valid": self.valid, "source": self.source}
+
+
+class Gatekeeper:
+    """Decides a model's tier and filters its tools. Build it from a config file or from Settings.
+
+    Use it as a context manager, or call `close()`: whoever creates a Gatekeeper closes it.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        store: ProfileStore | None = None,
+        suite: Suite | None = None,
+        backend_factory: Callable[[str], Backend] | None = None,
+        config_path: str | Path | None = None,
+    ) -> None:
+        """`backend_factory(model) -> Backend` replaces the configured backends (tests inject a
+        fake one, as httpx tests inject a MockTransport); `store` and `suite` replace the
+        configured ones; `config_path` is what `reload()` re-reads."""
+        settings = settings or Settings()
+        self._config_path = Path(config_path) if config_path else None
+        self._fixed_suite = suite
+        self._owns_store = store is None
+        self.store: ProfileStore = store or open_store(settings.store)
+        self._backend_factory = backend_factory
+        # Live drift: fed the calls of relayed answers; may demote a measured pair one tier. Its
+        # settings are the ones at start-up (a reload keeps the running monitor).
+        self.drift = DriftMonitor(
+            settings.drift,
+            remeasure=self._remeasure_drifting,
+            changed=self._forget,
+            board=self._demotion_board(settings),
+        )
+        self._snapshot = self._build(settings)
+        self._scheduler = MeasurementScheduler(self.store, self._measure, Limits.of(settings, self._snapshot.suite))
+        self.store.on_change(self._changed)
+        self._closed = False
+        self._reload_lock = threading.Lock()
+
+    @staticmethod
+    def _demotion_board(settings: Settings) -> DemotionBoard | None:
+        """Replicas on one Redis share demotions too (drift_board); a file store keeps them local."""
+        if not is_redis_url(settings.store):
+            return None
+        from gatekeeper.drift.board import RedisDemotionBoard
+
+        return RedisDemotionBoard(str(settings.store))
+
+    @classmethod
+    def from_config(cls, path: str | Path, **kwargs: Any) -> Gatekeeper:
+        return cls(load_settings(path), config_path=path, **kwargs)
+
+    def _build(self, settings: Settings) -> _Snapshot:
+        suite = self._fixed_suite or load_suite(settings.suite)
+        return _Snapshot(
+            settings,
+            suite,
+            ToolPolicy(settings.tools.required_tier, settings.tools.default_tier),
+            TierResolver(settings, suite, self.store, self.drift.demotion),
+            MeasurementService(settings, suite, self.store, self._backend_factory),
+        )
+
+    # -- the current settings ----------------------------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        return self._snapshot.settings
+
+    @property
+    def suite(self) -> Suite:
+        return self._snapshot.suite
+
+    @property
+    def policy(self) -> ToolPolicy:
+        return self._snapshot.policy
+
+    @property
+    def measurements(self) -> MeasurementService:
+        """How pairs are measured under the current settings (backends, run settings, saving)."""
+        return self._snapshot.measurements
+
+    def reload(self, path: str | Path | None = None) -> Settings:
+        """Re-read the config file and replace the settings atomically; returns the new settings.
+
+        A config that fails validation raises ConfigError (naming the key's path) and the old
+        settings stay in force. The store cannot change without a restart. Requests that started
+        before the swap finish under the settings they started with.
+        """
+        with self._reload_lock:
+            path = Path(path) if path else self._config_path
+            if path is None:
+                raise ConfigError("reload: this Gatekeeper was not built from a config file; give a path")
+            settings = load_settings(path)
+            old = self._snapshot
+            if str(settings.store) != str(old.settings.store):
+                raise ConfigError(
+                    f"{path}: store: cannot change from {old.settings.store} to {settings.store} without a restart"
+                )
+            try:
+                snapshot = self._build(settings)
+            except SuiteError as exc:
+                raise ConfigError(f"{path}: suite: {exc}") from None
+            self._snapshot = snapshot
+            self._scheduler.limits = Limits.of(settings, snapshot.suite)
+            self.drift.reconfigure(settings.drift)  # windows resized, demotions kept
+            self._config_path = path
+        log.info(
+            "config_reloaded",
+            path=str(path),
+            pins=len(settings.pins),
+            tool_rules=len(settings.tools.required_tier),
+            suite_hash=snapshot.suite.hash,
+        )
+        return settings
+
+    # -- tier resolution ---------------------------------------------------------------------
+
+    def lookup(self, model: str, effort: str | None = None) -> Resolution | None:
+        """Pin or valid measured profile for the pair, without side effects; None when neither."""
+        return self._snapshot.resolver.lookup(model, effort)
+
+    def resolve(self, model: str, effort: str | None = None) -> Resolution:
+        """Sync tier resolution. Under `wait` this blocks up to `wait_timeout_s`."""
+        return self._resolve(self._snapshot, model, effort)
+
+    async def aresolve(self, model: str, effort: str | None = None) -> Resolution:
+        """Async tier resolution; never blocks the calling event loop."""
+        return await self._aresolve(self._snapshot, model, effort)
+
+    def _resolve(self, snap: _Snapshot, model: str, effort: str | None) -> Resolution:
+        found, flight = self._find_or_start(snap, model, effort)
+        if found is None and flight is not None and snap.settings.unknown_models == "wait":
+            with contextlib.suppress(Exception):  # timeout or failed measurement: fail closed below
+                flight.result(timeout=snap.settings.wait_timeout_s)
+            found = snap.resolver.lookup(model, effort)
+        return found or self._unknown(snap, profile_key(model, effort), flight)
+
+    async def _aresolve(self, snap: _Snapshot, model: str, effort: str | None) -> Resolution:
+        found, flight = self._find_or_start(snap, model, effort)
+        if found is None and flight is not None and snap.settings.unknown_models == "wait":
+            with contextlib.suppress(Exception):  # timeout or failed measurement: fail closed below
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(flight)), snap.settings.wait_timeout_s)
+            found = snap.resolver.lookup(model, effort)
+        return found or self._unknown(snap, profile_key(model, effort), flight)
+
+    def _find_or_start(
+        self, snap: _Snapshot, model: str, effort: str | None
+    ) -> tuple[Resolution | None, concurrent.futures.Future[Profile] | None]:
+        found = snap.resolver.lookup(model, effort)
+        if found is not None:
+            return found, None
+        return None, self._scheduler.start(model, effort or DEFAULT_EFFORT)
+
+    def _unknown(self, snap: _Snapshot, key: str, flight: concurrent.futures.Future[Profile] | None) -> Resolution:
+        source: Source = "pending" if flight is not None and not flight.done() else "unmeasured"
+        if snap.settings.unknown_models == "reject":
+            raise NotMeasured(f"model {key!r} has not been measured yet ({source}); retry later")
+        log.debug("fail_closed", key=key, tier=snap.settings.unknown_tier.value, source=source)
+        return Resolution(snap.settings.unknown_tier, source, key)
+
+    def tier_for(self, model: str, effort: str | None = None) -> tuple[Tier, Source]:
+        resolution = self.resolve(model, effort)
+        return resolution.tier, resolution.source
+
+    async def atier_for(self, model: str, effort: str | None = None) -> tuple[Tier, Source]:
+        resolution = await self.aresolve(model, effort)
+        return resolution.tier, resolution.source
+
+    # -- the tool policy -----------------------------------------------------------------------
+
+    def filter_tools(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The tools (OpenAI schemas) this model may see at its tier."""
+        snap = self._snapshot
+        return self._allowed(snap, self._resolve(snap, model, effort).tier, tools)
+
+    async def afilter_tools(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        snap = self._snapshot
+        return self._allowed(snap, (await self._aresolve(snap, model, effort)).tier, tools)
+
+    def allowed(self, tier: Tier, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return self._allowed(self._snapshot, tier, tools)
+
+    @staticmethod
+    def _allowed(snap: _Snapshot, tier: Tier, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [t for i, t in enumerate(tools) if snap.policy.allows(tier, tool_name(t, f"tools[{i}]"))]
+
+    def gate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
+        """Resolve the pair and gate a Chat Completions request body in place (see `gate_request`).
+
+        Raises NotMeasured (policy `reject`), RequestInvalid and ToolChoiceBlocked.
+        """
+        snap = self._snapshot
+        return self._gate(snap, body, self._resolve(snap, model, effort))
+
+    async def agate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
+        """`gate` for async code."""
+        snap = self._snapshot
+        return self._gate(snap, body, await self._aresolve(snap, model, effort))
+
+    @staticmethod
+    def _gate(snap: _Snapshot, body: dict[str, Any], resolution: Resolution) -> tuple[Resolution, Gated]:
+        try:
+            return resolution, gate_request(body, resolution.tier, snap.policy)
+        except ToolChoiceBlocked as exc:
+            raise ToolChoiceBlocked(exc.tool, exc.required, exc.tier, resolution.source) from None
+
+    # -- profiles (for the admin API and the CLI) --------------------------------------------
+
+    def profiles(self) -> dict[str, ProfileEntry]:
+        """Every stored entry with its validity and what it counts for now."""
+        snap = self._snapshot
+        data = self.store.load()
+        entries: dict[str, ProfileEntry] = {}
+        for key, profile in sorted(data.profiles.items()):
+            valid = profile.is_valid_for(snap.suite)
+            pinned = snap.settings.pin_for(profile.model, profile.reasoning_effort) is not None
+            source = "pinned" if pinned else "measured" if valid else "stale"
+            entries[key] = ProfileEntry(key, profile, profile.to_json(), valid, source)
+        for key, raw in sorted(data.invalid.items()):
+            entries[key] = ProfileEntry(key, None, raw, False, "invalid")
+        return entries
+
+    def recommendations(self) -> dict[str, str]:
+        return dict(self.store.load().recommendations)
+
+    # -- measurement -----------------------------------------------------------------------
+
+    def measure(self, model: str, effort: str | None = None) -> concurrent.futures.Future[Profile]:
+        """Start (or join) the measurement of a pair, ignoring backoff and the lazy limits."""
+        flight = self._scheduler.start(model, effort or DEFAULT_EFFORT, force=True)
+        if flight is None:
+            raise MeasurementFailed(f"{profile_key(model, effort)}: this Gatekeeper is closed")
+        return flight
+
+    def progress(self) -> list[Progress]:
+        """The running measurements, and the latest finished one of each recently measured pair."""
+        return self._scheduler.progress()
+
+    def invalidate(self, model: str, effort: str | None = None) -> bool:
+        """Remove the pair's profile (everywhere the store is shared); the next request re-measures it."""
+        key = profile_key(model, effort)
+        self._scheduler.forget_failures(key)
+        removed = self.store.delete(key)
+        self._snapshot.resolver.forget()
+        log.info("profile_invalidated", key=key, existed=removed)
+        return removed
+
+    def _changed(self, key: str) -> None:
+        """Store listener: a profile landed or was removed (here or in another replica)."""
+        self._forget()
+
+    def _forget(self) -> None:
+        self._snapshot.resolver.forget()
+
+    def _remeasure_drifting(self, key: str) -> None:
+        model, effort = split_key(key)
+        self.measure(model, effort)
+
+    async def _measure(self, model: str, effort: str, lease: Lease, progress: Progress) -> Profile:
+        """The scheduler's measure step: the measurement service of the settings in force, saving
+        fenced by the pair's lease."""
+        profile = await self._snapshot.measurements.measure(model, effort, lease=lease, progress=progress)
+        self.drift.profile_landed(profile.key, profile)  # the new profile decides, not a demotion
+        self._snapshot.resolver.forget()  # a re-measured pair must not keep its old tier
+        return profile
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Cancel running measurements (releasing their leases) and close the store if we opened it.
+
+        Safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        self.drift.close()
+        self._scheduler.close()
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> Gatekeeper:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Gatekeeper:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await asyncio.to_thread(self.close)

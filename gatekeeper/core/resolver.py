@@ -1,0 +1,95 @@
+"""Tier resolution: which tier applies to `model@effort`, and why (a pin, or a valid profile)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from cachetools import TTLCache
+
+from gatekeeper.config import Settings
+from gatekeeper.store import ProfileStore
+from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key
+from gatekeeper.suite.loader import Suite
+from gatekeeper.tiers import Tier
+
+if TYPE_CHECKING:
+    from gatekeeper.drift.monitor import Demotion
+
+Source = Literal["measured", "pinned", "pending", "unmeasured", "demoted"]
+
+# How long a found Resolution is reused per (model, effort) before pins and the store are asked
+# again. The proxy asks on every request; a landed or removed profile clears it at once (in this
+# process, and in every replica through the Redis store's events). It only matters for a JSON
+# store shared with other processes, whose writes this process sees within this long.
+RESOLUTION_TTL_S = 1.0
+_CACHE_MAX = 4096  # model names come from clients: bound the cache
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The tier applied to one `model@effort`, and where it came from."""
+
+    tier: Tier
+    source: Source
+    key: str
+    profile: Profile | None = None
+
+
+class TierResolver:
+    """Pins first, then a profile measured by the running suite; nothing else counts.
+
+    One resolver belongs to one set of settings: a reload builds a new one, so a request that
+    started under the old settings finishes under them.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        suite: Suite,
+        store: ProfileStore,
+        demotion: Callable[[str, Profile], Demotion | None] | None = None,
+    ) -> None:
+        """`demotion(key, profile)`: live drift's verdict on a measured pair (gatekeeper.drift.monitor)."""
+        self.settings, self.suite, self.store = settings, suite, store
+        self._demotion = demotion
+        # Bounded (model names come from clients) and expiring: cachetools, like every cache here.
+        self._cache: TTLCache[tuple[str, str], Resolution] = TTLCache(
+            maxsize=_CACHE_MAX, ttl=RESOLUTION_TTL_S, timer=time.monotonic
+        )
+        self._lock = threading.Lock()  # a TTLCache is not thread-safe; threads resolve too (ToolRegistry)
+
+    def lookup(self, model: str, effort: str | None = None) -> Resolution | None:
+        """Pin or valid measured profile for the pair, without side effects; None when neither."""
+        effort = effort or DEFAULT_EFFORT
+        with self._lock:
+            cached = self._cache.get((model, effort))
+        if cached is not None:
+            return cached
+        found = self._find(model, effort)
+        # Only answers are cached: a miss must see a measurement the moment it lands.
+        if found is not None:
+            with self._lock:
+                self._cache[(model, effort)] = found
+        return found
+
+    def _find(self, model: str, effort: str) -> Resolution | None:
+        key = profile_key(model, effort)
+        pin = self.settings.pin_for(model, effort)
+        if pin is not None:
+            return Resolution(pin, "pinned", key)
+        profile = self.store.get(key)
+        if profile is not None and profile.is_valid_for(self.suite):
+            demoted = self._demotion(key, profile) if self._demotion is not None else None
+            if demoted is not None:
+                return Resolution(demoted.to_tier, "demoted", key, profile)
+            return Resolution(profile.tier, "measured", key, profile)
+        return None
+
+    def forget(self) -> None:
+        """Drop cached answers (a profile landed or was removed)."""
+        with self._lock:
+            self._cache.clear()

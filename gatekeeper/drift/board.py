@@ -1,0 +1,163 @@
+"""Demotions shared by the replicas of a gateway, through the Redis that holds their profiles.
+
+Each replica judges the traffic it relays (its windows stay local: counters in Redis would put
+a round trip on every answer); a demotion decided by any of them applies to all of them:
+
+    {gatekeeper}:demotions   hash     model@effort -> demotion JSON (those in force)
+    {gatekeeper}:drift       pub/sub  {"op": "demoted", "demotion": {...}} | {"op": "ended", "key", "why"}
+
+Every replica mirrors the hash (loaded on connect, kept fresh by the channel), so resolving a
+tier never waits on Redis. While Redis is down each replica keeps its own demotions, queues what
+it must tell the others, and says so in the log; on reconnect it sends the queue, then resyncs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import structlog
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+log = structlog.get_logger("gatekeeper.drift.window")
+
+DEMOTIONS, CHANNEL = "{gatekeeper}:demotions", "{gatekeeper}:drift"
+_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+Record = dict[str, Any]  # a demotion as stored (see `DriftMonitor` for its fields)
+
+
+class RedisDemotionBoard:
+    """Publishes this replica's demotions and their ends; mirrors everyone's."""
+
+    def __init__(self, url: str, *, timeout_s: float = 1.0) -> None:
+        self.location = url
+        self.origin = uuid.uuid4().hex[:12]
+        # Short timeouts, no retries: the worker thread must never hang on Redis.
+        self._redis = redis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=5,
+        )
+        self._pending: list[tuple[str, Any]] = []  # ("demoted", record) | ("ended", (key, why)) while down
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._on_demoted: Callable[[Record], None] = lambda record: None
+        self._on_ended: Callable[[str, str], None] = lambda key, why: None
+        self._on_sync: Callable[[dict[str, Record]], None] = lambda records: None
+
+    def start(
+        self,
+        on_demoted: Callable[[Record], None],
+        on_ended: Callable[[str, str], None],
+        on_sync: Callable[[dict[str, Record]], None],
+    ) -> None:
+        """Listen: `on_demoted`/`on_ended` for other replicas' events, `on_sync` with every
+        demotion in force after each (re)connect."""
+        self._on_demoted, self._on_ended, self._on_sync = on_demoted, on_ended, on_sync
+        self._thread = threading.Thread(target=self._listen, name="gatekeeper-drift-redis", daemon=True)
+        self._thread.start()
+
+    def publish(self, record: Record) -> None:
+        self._send("demoted", record)
+
+    def retract(self, key: str, why: str) -> None:
+        self._send("ended", (key, why))
+
+    def close(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._pending:
+            log.error("drift_events_lost", count=len(self._pending), reason="closed while Redis was unavailable")
+        with contextlib.suppress(Exception):  # closing a broken connection may fail; nothing to do
+            self._redis.close()
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _send(self, op: str, what: Any) -> None:
+        try:
+            self._write(op, what)
+        except _ERRORS as exc:
+            with self._lock:
+                self._pending.append((op, what))
+            log.warning("drift_event_queued", op=op, reason=f"redis unavailable: {exc}")
+
+    def _write(self, op: str, what: Any) -> None:
+        pipe = self._redis.pipeline(transaction=True)
+        if op == "demoted":
+            pipe.hset(DEMOTIONS, what["key"], json.dumps(what))
+            pipe.publish(CHANNEL, json.dumps({"op": op, "origin": self.origin, "demotion": what}))
+        else:
+            key, why = what
+            pipe.hdel(DEMOTIONS, key)
+            pipe.publish(CHANNEL, json.dumps({"op": op, "origin": self.origin, "key": key, "why": why}))
+        pipe.execute()
+
+    # -- listening --------------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        failures = 0
+        while not self._stopped.is_set():
+            pubsub = self._redis.pubsub()  # type: ignore[no-untyped-call]
+            try:
+                pubsub.subscribe(CHANNEL)
+                while not self._stopped.is_set():
+                    message = pubsub.get_message(timeout=0.5)
+                    if message is None:
+                        continue
+                    if message["type"] == "subscribe":
+                        self._resync()
+                        failures = 0
+                    elif message["type"] == "message":
+                        self._on_message(message["data"])
+            except _ERRORS as exc:
+                if failures == 0:
+                    log.error(
+                        "drift_redis_unavailable",
+                        store=self.location,
+                        error=str(exc),
+                        serving="this replica's own demotions",
+                    )
+                failures += 1
+            except Exception as exc:  # noqa: BLE001 - the listener must outlive any surprise
+                log.error("drift_listener_error", error=repr(exc))
+                failures += 1
+            finally:
+                with contextlib.suppress(Exception):  # closing a broken connection may fail
+                    pubsub.close()
+            self._stopped.wait(min(0.05 * 2 ** min(failures, 6), 2.0))  # reconnect with backoff
+
+    def _resync(self) -> None:
+        while True:  # first what this replica could not tell the others while Redis was down
+            with self._lock:
+                if not self._pending:
+                    break
+                op, what = self._pending[0]
+            self._write(op, what)  # an error leaves it queued and sends us round the reconnect loop
+            with self._lock:
+                self._pending.pop(0)
+        raw: dict[bytes, bytes] = self._redis.hgetall(DEMOTIONS)  # type: ignore[assignment]
+        records = {k.decode(): json.loads(v) for k, v in raw.items()}
+        self._on_sync(records)
+
+    def _on_message(self, raw: bytes) -> None:
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            return
+        if not isinstance(event, dict) or event.get("origin") == self.origin:
+            return
+        if event.get("op") == "demoted" and isinstance(event.get("demotion"), dict):
+            self._on_demoted(event["demotion"])
+        elif event.get("op") == "ended" and isinstance(event.get("key"), str):
+            self._on_ended(event["key"], str(event.get("why") or "ended on another replica"))

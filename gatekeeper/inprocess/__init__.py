@@ -1,0 +1,1 @@
+"""The in-process front ends: `ToolRegistry`, tool schemas, the `gated` wrapper."""

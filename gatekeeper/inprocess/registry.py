@@ -1,0 +1,245 @@
+"""ToolRegistry: the in-process front end. Register tools once; each model sees only its tier's tools.
+
+    registry = ToolRegistry(gk)
+
+    @registry.tool(required_tier="medium")
+    def write_file(path: str, content: str) -> str:
+        '''Write a text file.
+
+        Args:
+            path: Where to write, relative to the workspace.
+            content: The text to write.
+        '''
+
+    tools = registry.list_for_llm("some-model", effort="low")        # OpenAI tool schemas
+    result = registry.call("some-model", "write_file", call.function.arguments)
+
+Tier resolution and the config's tool rules come from the `Gatekeeper` core; schemas and the
+check of a call's arguments come from `gatekeeper.inprocess.tool_schema` (pydantic + jsonschema). This
+module adds the registry: who may see and run which tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from jsonschema.protocols import Validator
+
+from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
+from gatekeeper.errors import GatekeeperError, ToolNotAllowed
+from gatekeeper.gating import tool_name
+from gatekeeper.inprocess.tool_schema import FunctionTool, Handler, check_arguments, compile_schema, function_tool
+from gatekeeper.tiers import Tier
+
+log = structlog.get_logger("gatekeeper.inprocess.registry")
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    """One tool: its OpenAI schema, the tier it requires, and what runs it (if anything)."""
+
+    name: str
+    schema: dict[str, Any]
+    required_tier: Tier
+    handler: Handler | None
+    validator: Validator  # the schema's `parameters`, compiled once at registration
+    function: FunctionTool | None = None  # set for a typed function: converts checked arguments
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        parameters: dict[str, Any] = self.schema["function"].get("parameters") or {"type": "object", "properties": {}}
+        return parameters
+
+    def arguments(self, arguments: str | dict[str, Any] | None) -> dict[str, Any]:
+        """The handler's keyword arguments from a call's arguments; `ToolArgumentsInvalid` if they do not fit."""
+        checked = check_arguments(self.name, self.validator, arguments)
+        return self.function.to_kwargs(self.name, checked) if self.function else checked
+
+
+class ToolRegistry:
+    """The tools an application offers, gated per model by a `Gatekeeper`.
+
+    A tool's required tier is the one given to `register`/`tool`, else the config's rule
+    (`tools.required_tier`, then `tools.default_tier`). Lists returned by `list_for_llm` share
+    the registered schema dicts: treat them as read-only.
+    """
+
+    def __init__(self, gk: Gatekeeper) -> None:
+        self.gk = gk
+        self._tools: dict[str, RegisteredTool] = {}
+        self._lock = threading.Lock()
+        # The visible list per tier, rebuilt lazily after each register (see _visible_for).
+        self._visible: dict[Tier, list[dict[str, Any]]] = {}
+
+    # -- registering -----------------------------------------------------------------------
+
+    def register(
+        self, schema: dict[str, Any], required_tier: Tier | str | None = None, handler: Handler | None = None
+    ) -> RegisteredTool:
+        """Add an OpenAI tool schema (`{"type": "function", "function": {...}}`).
+
+        `required_tier` overrides the config's rule for this tool. `handler(**arguments)` is what
+        `call`/`acall` run; without one the tool can be listed but not called through the registry.
+        A schema whose constraints cannot all be enforced (see `tool_schema`) is refused here.
+        """
+        return self._add(schema, required_tier, handler, None)
+
+    def _add(
+        self,
+        schema: dict[str, Any],
+        required_tier: Tier | str | None,
+        handler: Handler | None,
+        function: FunctionTool | None,
+    ) -> RegisteredTool:
+        name = tool_name(schema, "tool schema")
+        parameters = schema["function"].get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise ValueError(f"tool {name!r}: function.parameters must be a JSON schema object")
+        schema = copy.deepcopy(schema)  # the caller's dict may change later; ours may not
+        validator = compile_schema(name, schema["function"].get("parameters") or {"type": "object"})
+        required = Tier(required_tier) if required_tier is not None else self.gk.policy.required_tier(name)
+        tool = RegisteredTool(name, schema, required, handler, validator, function)
+        with self._lock:
+            if name in self._tools:
+                raise ValueError(f"tool {name!r} is already registered")
+            self._tools[name] = tool
+            self._visible = {}  # after the tool is in: a reader that sees the new dict sees the tool
+        return tool
+
+    def tool(
+        self,
+        fn: Handler | None = None,
+        *,
+        required_tier: Tier | str | None = None,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> Any:
+        """Decorator: register a typed function as a tool, its schema derived by pydantic (`function_schema`).
+
+        Use as `@registry.tool` or `@registry.tool(required_tier="medium")`; the function is
+        returned unchanged.
+        """
+
+        def decorate(func: Handler) -> Handler:
+            function = function_tool(func, name=name, description=description)
+            self._add(function.schema, required_tier, func, function)
+            return func
+
+        if fn is not None and not callable(fn):
+            raise TypeError(f"@registry.tool got {fn!r}: write @registry.tool(required_tier={fn!r})")
+        return decorate(fn) if fn is not None else decorate
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def get(self, name: str) -> RegisteredTool | None:
+        return self._tools.get(name)
+
+    # -- listing ---------------------------------------------------------------------------
+
+    def list_for_llm(self, model: str, effort: str | None = None) -> list[dict[str, Any]]:
+        """The OpenAI tool schemas `model` may see at `effort`, in registration order.
+
+        Follows the core's `unknown_models` policy: under `fail_closed` (the default) an unmeasured
+        model gets `unknown_tier` at once while it is measured in the background; `wait` blocks up to
+        `wait_timeout_s` (use `alist_for_llm` in async code); `reject` raises `NotMeasured`.
+        """
+        return self.tools_for_tier(self.gk.resolve(model, effort).tier)
+
+    async def alist_for_llm(self, model: str, effort: str | None = None) -> list[dict[str, Any]]:
+        """`list_for_llm` for async code: never blocks the event loop."""
+        return self.tools_for_tier((await self.gk.aresolve(model, effort)).tier)
+
+    def tools_for_tier(self, tier: Tier) -> list[dict[str, Any]]:
+        """The schemas a model at `tier` may see (a new list each call)."""
+        visible = self._visible  # read the dict before the tools: see register
+        tools = visible.get(tier)
+        if tools is None:
+            tools = [t.schema for t in list(self._tools.values()) if tier.allows(t.required_tier)]
+            visible[tier] = tools
+        return list(tools)
+
+    # -- calling ---------------------------------------------------------------------------
+
+    def call(
+        self, model: str, name: str, arguments: str | dict[str, Any] | None = None, effort: str | None = None
+    ) -> Any:
+        """Run tool `name` for `model` if its tier allows the tool and the arguments fit the schema.
+
+        `arguments` is the model's JSON string (or a dict). Raises `ToolNotAllowed` for a tool the
+        model may not see (or that is not registered) and `ToolArgumentsInvalid` naming the argument.
+        An async handler is run to completion here when no event loop is running.
+        """
+        tool = self._callable(name)
+        self._authorize(tool, self.gk.resolve(model, effort))
+        kwargs = tool.arguments(arguments)
+        handler = tool.handler
+        if not _is_async(handler):
+            return handler(**kwargs)  # type: ignore[misc]
+        if _loop_running():
+            raise GatekeeperError(f"tool {name!r} has an async handler: use `await registry.acall(...)` here")
+        return asyncio.run(handler(**kwargs))  # type: ignore[misc]
+
+    async def acall(
+        self, model: str, name: str, arguments: str | dict[str, Any] | None = None, effort: str | None = None
+    ) -> Any:
+        """`call` for async code. Async handlers are awaited; sync handlers run in a worker thread."""
+        tool = self._callable(name)
+        self._authorize(tool, await self.gk.aresolve(model, effort))
+        kwargs = tool.arguments(arguments)
+        handler = tool.handler
+        if _is_async(handler):
+            return await handler(**kwargs)  # type: ignore[misc]
+        result = await asyncio.to_thread(handler, **kwargs)  # type: ignore[arg-type]
+        return await result if inspect.isawaitable(result) else result
+
+    def _callable(self, name: str) -> RegisteredTool:
+        tool = self._tools.get(name)
+        if tool is None:
+            # The registered names are not listed: the message often goes back to the model.
+            raise ToolNotAllowed(f"unknown tool {name!r}: no tool of that name is registered")
+        if tool.handler is None:
+            raise GatekeeperError(f"tool {name!r} was registered without a handler; nothing to run")
+        return tool
+
+    def _authorize(self, tool: RegisteredTool, resolution: Resolution) -> None:
+        if resolution.tier.allows(tool.required_tier):
+            return
+        log.warning(
+            "tool_call_refused",
+            tool=tool.name,
+            required_tier=tool.required_tier.value,
+            key=resolution.key,
+            tier=resolution.tier.value,
+            source=resolution.source,
+        )
+        raise ToolNotAllowed(
+            f"tool {tool.name!r} requires tier {tool.required_tier.value!r}; model {resolution.key!r} has tier "
+            f"{resolution.tier.value!r} ({resolution.source}), so the tool was hidden from it and is not run"
+        )
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _is_async(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004 - an async __call__
+
+
+def function_schema(fn: Handler, *, name: str | None = None, description: str | None = None) -> dict[str, Any]:
+    """The OpenAI tool schema pydantic derives from a typed function (what `@registry.tool` registers)."""
+    return function_tool(fn, name=name, description=description).schema

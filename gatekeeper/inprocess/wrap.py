@@ -1,0 +1,226 @@
+"""`gated`: put gatekeeper in front of an agent runtime's own tool listing.
+
+    list_for_llm = gated(gk, runtime.list_for_llm)     # or, on your own function:
+
+    @gated(gk)
+    async def list_for_llm(model: str, effort: str | None = None) -> list[dict]: ...
+
+The wrapped callable returns the same list minus the tools the model's tier may not see. The
+model is the argument named `model` (else the first positional argument), the effort the one
+named `effort`. Tier resolution and the tool rules are the `Gatekeeper` core's.
+
+Forms for agent frameworks whose tool hooks have their own signatures:
+
+    # pydantic-ai: its tool-preparation hook takes (run context, tool definitions)
+    from pydantic_ai.capabilities import PrepareTools
+    agent = Agent(model, tools=[...], capabilities=[PrepareTools(gated_prepare_tools(gk))])
+
+    # OpenAI Agents SDK: every tool of the agent gated by the tier of `agent.model` at each turn
+    agent = gate_agent(gk, Agent(name="a", model="m", tools=[...]))
+
+And the request step of the proxy, in process, for a body of any client protocol:
+
+    resolution, gated = gate_body(gk, "responses", body)   # or await agate_body(...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
+from gatekeeper.errors import ToolChoiceBlocked
+from gatekeeper.gating import Gated, tool_name
+from gatekeeper.tiers import Tier
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def gated(
+    gk: Gatekeeper,
+    fn: F | None = None,
+    *,
+    name_of: Callable[[Any], str] | None = None,
+    model_arg: str = "model",
+    effort_arg: str = "effort",
+) -> Any:
+    """Wrap `fn` (sync or async, returning a list of tools) so it returns only the allowed tools.
+
+    Tools may be OpenAI schemas (`{"type": "function", "function": {"name": ...}}`), legacy
+    function dicts (`{"name": ...}`) or objects with a `name` attribute; pass `name_of` for
+    anything else. Usable as `gated(gk, fn)`, `@gated(gk)` or `@gated(gk, name_of=...)`.
+    """
+    if fn is None:
+        return functools.partial(gated, gk, name_of=name_of, model_arg=model_arg, effort_arg=effort_arg)
+    name = name_of or default_tool_name
+    locate = _argument_finder(fn, model_arg, effort_arg)
+
+    def keep(tier: Tier, tools: Iterable[Any] | None) -> list[Any] | None:
+        if tools is None:
+            return None
+        return [t for t in tools if gk.policy.allows(tier, name(t))]
+
+    if _is_async(fn):
+
+        @functools.wraps(fn)
+        async def gated_async(*args: Any, **kwargs: Any) -> Any:
+            model, effort = locate(args, kwargs)
+            tools = await fn(*args, **kwargs)
+            return keep((await gk.aresolve(model, effort)).tier, tools)
+
+        return gated_async
+
+    @functools.wraps(fn)
+    def gated_sync(*args: Any, **kwargs: Any) -> Any:
+        model, effort = locate(args, kwargs)
+        tools = fn(*args, **kwargs)
+        # Under fail_closed this never blocks: an unmeasured model gets unknown_tier at once.
+        return keep(gk.resolve(model, effort).tier, tools)
+
+    return gated_sync
+
+
+def default_tool_name(tool: Any) -> str:
+    """The name of an OpenAI tool schema, a legacy function dict, or an object with `.name`."""
+    if isinstance(tool, dict):
+        if "function" in tool:
+            return tool_name(tool, "tool")
+        name = tool.get("name")
+        if isinstance(name, str):
+            return name
+    elif isinstance(name := getattr(tool, "name", None), str):
+        return name
+    raise TypeError(f"cannot tell the name of tool {tool!r}: pass name_of= to gated()")
+
+
+def _argument_finder(
+    fn: Callable[..., Any], model_arg: str, effort_arg: str
+) -> Callable[[tuple[Any, ...], dict[str, Any]], tuple[str, str | None]]:
+    try:
+        signature: inspect.Signature | None = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins and C callables have none
+        signature = None
+
+    def locate(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str | None]:
+        named = dict(kwargs)
+        if signature is not None:
+            with contextlib.suppress(TypeError):  # let fn itself report the bad call
+                named = signature.bind_partial(*args, **kwargs).arguments | named
+        model = named.get(model_arg)
+        if model is None and args and model_arg not in named:
+            model = args[0]
+        if not isinstance(model, str) or not model:
+            raise TypeError(
+                f"gated {getattr(fn, '__qualname__', fn)!r}: cannot find the model name; pass it as "
+                f"{model_arg}= or as the first argument"
+            )
+        effort = named.get(effort_arg)
+        return model, effort if isinstance(effort, str) else None
+
+    return locate
+
+
+def _is_async(fn: Any) -> bool:
+    # an object whose __call__ is a coroutine function is async too (callable() cannot tell)
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
+
+
+# -- one request body of a client protocol ---------------------------------------------------
+
+
+def _codec(protocol: str) -> Any:
+    from gatekeeper.protocols import table as protocols
+
+    codec = protocols.codec(protocol)
+    if codec is None:
+        raise ValueError(f"unknown protocol {protocol!r}: expected one of {protocols.served()}")
+    return codec
+
+
+def _gate_with(gk: Gatekeeper, codec: Any, body: dict[str, Any], resolution: Resolution) -> tuple[Resolution, Gated]:
+    try:
+        return resolution, codec.gate(body, resolution.tier, gk.policy)
+    except ToolChoiceBlocked as exc:
+        exc.source = resolution.source
+        raise
+
+
+def gate_body(gk: Gatekeeper, protocol: str, body: dict[str, Any]) -> tuple[Resolution, Gated]:
+    """Gate (in place) a request body of `protocol` ("chat" | "responses" | "messages") with the
+    proxy's codec for it.
+
+    Raises RequestInvalid, ToolChoiceBlocked and NotMeasured like the proxy's request step."""
+    codec = _codec(protocol)
+    info = codec.parse(body)
+    return _gate_with(gk, codec, body, gk.resolve(info.model, info.effort))
+
+
+async def agate_body(gk: Gatekeeper, protocol: str, body: dict[str, Any]) -> tuple[Resolution, Gated]:
+    """`gate_body` for async code."""
+    codec = _codec(protocol)
+    info = codec.parse(body)
+    return _gate_with(gk, codec, body, await gk.aresolve(info.model, info.effort))
+
+
+# -- pydantic-ai ----------------------------------------------------------------------------
+
+
+def gated_prepare_tools(gk: Gatekeeper, effort: str | None = None) -> Callable[..., Any]:
+    """A pydantic-ai `ToolsPrepareFunc` (`(ctx: RunContext, tool_defs) -> tool_defs`): keeps the
+    tool definitions the tier of `ctx.model.model_name` at `effort` allows. Without `effort`, the
+    run's `model_settings["thinking"]` (pydantic-ai's unified effort level) is used when it is a
+    string, else the `default` level."""
+
+    async def prepare_tools(ctx: Any, tool_defs: list[Any]) -> list[Any]:
+        model = getattr(ctx.model, "model_name", None)
+        if not isinstance(model, str) or not model:
+            raise TypeError(f"gated_prepare_tools: cannot tell the model name of {ctx.model!r}")
+        level = effort
+        settings = getattr(ctx, "model_settings", None) or {}
+        if level is None and isinstance(settings.get("thinking"), str):
+            level = settings["thinking"]
+        tier = (await gk.aresolve(model, level)).tier
+        return [t for t in tool_defs if gk.policy.allows(tier, t.name)]
+
+    return prepare_tools
+
+
+# -- OpenAI Agents SDK ----------------------------------------------------------------------
+
+
+def gate_agent(gk: Gatekeeper, agent: Any) -> Any:
+    """A clone of an OpenAI Agents SDK `Agent` whose function tools are enabled only when the tier
+    of the agent's model (at `model_settings.reasoning.effort`) allows them, decided at each turn;
+    its hosted tools (web search, code interpreter, ...) are gated once, by their name, here."""
+    import dataclasses
+
+    from agents import FunctionTool  # the Agents SDK: only needed by this form
+
+    model = agent.model if isinstance(agent.model, str) else getattr(agent.model, "model", None)
+    if not isinstance(model, str) or not model:
+        raise TypeError(f"gate_agent: agent {agent.name!r} needs a model name (agent.model)")
+    reasoning = getattr(agent.model_settings, "reasoning", None)
+    effort = getattr(reasoning, "effort", None) if reasoning is not None else None
+
+    def enabled(name: str, original: Any) -> Callable[..., Any]:
+        async def is_enabled(ctx: Any, current: Any) -> bool:
+            if not gk.policy.allows((await gk.aresolve(model, effort)).tier, name):
+                return False
+            if isinstance(original, bool):
+                return original
+            result = original(ctx, current)
+            return bool(await result) if inspect.isawaitable(result) else bool(result)
+
+        return is_enabled
+
+    tier = gk.resolve(model, effort).tier
+    tools = []
+    for tool in agent.tools:
+        if isinstance(tool, FunctionTool):
+            tools.append(dataclasses.replace(tool, is_enabled=enabled(tool.name, tool.is_enabled)))
+        elif gk.policy.allows(tier, getattr(tool, "name", type(tool).__name__)):
+            tools.append(tool)
+    return agent.clone(tools=tools)

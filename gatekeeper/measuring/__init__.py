@@ -1,0 +1,1 @@
+"""Measuring a model: the runner, confidence bounds, backends, the service and its scheduler."""

@@ -1,0 +1,293 @@
+"""Model backends behind one protocol: OpenAI-compatible over httpx, and litellm for the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+import structlog
+
+from gatekeeper.errors import BackendError
+from gatekeeper.types import Answer, ToolCall, strip_reasoning
+
+log = structlog.get_logger("gatekeeper.measuring.backends")
+
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    """How benchmark requests are made: as repeatable as the backend allows."""
+
+    temperature: float | None = 0.0
+    max_tokens: int | None = 512
+    timeout_s: float = 120.0
+    max_retries: int = 3
+    backoff_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class Completion:
+    answer: Answer
+    completion_tokens: int
+    seconds: float
+    effort_applied: bool
+
+
+class Backend(Protocol):
+    """Something that answers chat completions for the benchmark runner."""
+
+    provider: str
+
+    async def complete(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+    ) -> Completion: ...
+
+    async def list_models(self) -> list[str]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _Retry(Exception):
+    """A failure worth another attempt (rate limit, server error, connection trouble)."""
+
+
+class _EffortRejected(Exception):
+    """The backend refused the `reasoning_effort` field."""
+
+
+async def _with_retries(
+    what: str, settings: RequestSettings, attempt: Callable[[], Awaitable[Completion]]
+) -> Completion:
+    for n in range(settings.max_retries + 1):
+        try:
+            return await attempt()
+        except _Retry as exc:
+            if n == settings.max_retries:
+                raise BackendError(f"{what}: giving up after {n + 1} attempts: {exc}") from None
+            delay = settings.backoff_s * 2**n * (0.5 + random.random())
+            log.warning("backend_retry", what=what, attempt=n + 1, error=str(exc), delay_s=round(delay, 2))
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def _body(
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    effort: str | None,
+    settings: RequestSettings,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": messages}
+    if settings.temperature is not None:
+        body["temperature"] = settings.temperature
+    if settings.max_tokens is not None:
+        body["max_tokens"] = settings.max_tokens
+    if tools:
+        # Some servers (llama.cpp's among them) ignore `tools` unless `tool_choice` is set.
+        body["tools"] = tools
+        body["tool_choice"] = "auto"
+    if effort is not None:
+        body["reasoning_effort"] = effort
+    return body
+
+
+def parse_message(message: dict[str, Any], finish_reason: str | None = None) -> Answer:
+    """An OpenAI assistant message -> Answer (arguments kept as the raw JSON string).
+
+    Reasoning is not the answer: `reasoning_content` / `reasoning` fields are not read, and
+    `<think>` blocks in the content are removed (see `strip_reasoning`), as the seed system does.
+    """
+    calls = []
+    for i, call in enumerate(message.get("tool_calls") or []):
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments if arguments is not None else {})
+        calls.append(ToolCall(id=call.get("id") or f"call_{i}", name=function.get("name") or "", arguments=arguments))
+    content = message.get("content")
+    return Answer(
+        content=strip_reasoning(content if isinstance(content, str) else ""),
+        tool_calls=tuple(calls),
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+    )
+
+
+class OpenAIBackend:
+    """Any server that speaks OpenAI Chat Completions at `base_url` (llama.cpp, vLLM, OpenAI ...)."""
+
+    provider = "openai-compatible"
+
+    def __init__(self, base_url: str, api_key: str | None = None, settings: RequestSettings | None = None) -> None:
+        self.settings = settings or RequestSettings()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base_url = base_url.rstrip("/")
+        self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.settings.timeout_s)
+
+    async def complete(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+    ) -> Completion:
+        what = f"{self.base_url} model {model!r}"
+        try:
+            return await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, effort))
+        except _EffortRejected:
+            log.warning("effort_rejected", model=model, effort=effort)
+            completion = await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, None))
+            return Completion(completion.answer, completion.completion_tokens, completion.seconds, effort_applied=False)
+
+    async def _once(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+    ) -> Completion:
+        body = _body(model, messages, tools, effort, self.settings)
+        started = time.perf_counter()
+        try:
+            response = await self._client.post("/chat/completions", json=body)
+        except httpx.TimeoutException as exc:
+            raise _Retry(f"timed out after {self.settings.timeout_s}s ({type(exc).__name__})") from None
+        except httpx.TransportError as exc:
+            raise _Retry(f"connection failed: {type(exc).__name__}: {exc}") from None
+        seconds = time.perf_counter() - started
+        if response.status_code in RETRY_STATUSES:
+            raise _Retry(f"HTTP {response.status_code}: {response.text[:200]}")
+        if response.status_code >= 400:
+            if effort is not None and response.status_code in (400, 422) and "reasoning" in response.text.lower():
+                raise _EffortRejected()
+            raise BackendError(f"{self.base_url} model {model!r}: HTTP {response.status_code}: {response.text[:300]}")
+        try:
+            doc = response.json()
+            choice = doc["choices"][0]
+            answer = parse_message(choice["message"], choice.get("finish_reason"))
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise _Retry(f"malformed response ({type(exc).__name__}: {exc}): {response.text[:200]}") from None
+        tokens = int(((doc.get("usage") or {}).get("completion_tokens")) or 0)
+        return Completion(answer, tokens, seconds, effort_applied=True)
+
+    async def list_models(self) -> list[str]:
+        try:
+            response = await self._client.get("/models")
+            response.raise_for_status()
+            return [m["id"] for m in response.json()["data"]]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            raise BackendError(f"{self.base_url}/models: cannot list models: {exc}") from None
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class LiteLLMBackend:
+    """Providers that are not OpenAI-compatible (`anthropic/...`, `ollama/...`), through litellm."""
+
+    provider = "litellm"
+
+    def __init__(
+        self,
+        litellm_model: str,
+        api_key: str | None = None,
+        api_base: str | None = None,
+        settings: RequestSettings | None = None,
+    ) -> None:
+        self.litellm_model = litellm_model
+        self.api_key = api_key
+        self.api_base = api_base
+        self.settings = settings or RequestSettings()
+
+    async def complete(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+    ) -> Completion:
+        what = f"litellm {self.litellm_model!r}"
+        try:
+            return await _with_retries(what, self.settings, lambda: self._once(messages, tools, effort))
+        except _EffortRejected:
+            log.warning("effort_rejected", model=model, effort=effort)
+            completion = await _with_retries(what, self.settings, lambda: self._once(messages, tools, None))
+            return Completion(completion.answer, completion.completion_tokens, completion.seconds, effort_applied=False)
+
+    async def _once(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+    ) -> Completion:
+        import litellm  # heavy: imported only when a litellm route is used
+
+        errors = litellm.exceptions  # the names litellm re-exports, where they are defined
+
+        body = _body(self.litellm_model, messages, tools, effort, self.settings)
+        extra = {k: v for k, v in (("api_key", self.api_key), ("api_base", self.api_base)) if v}
+        started = time.perf_counter()
+        try:
+            response = await litellm.acompletion(**body, **extra, timeout=self.settings.timeout_s, num_retries=0)
+        except (
+            errors.RateLimitError,
+            errors.APIConnectionError,
+            errors.Timeout,
+            errors.InternalServerError,
+            errors.ServiceUnavailableError,
+        ) as exc:
+            raise _Retry(f"{type(exc).__name__}: {exc}") from None
+        except (errors.BadRequestError, errors.UnsupportedParamsError) as exc:
+            if effort is not None and "reasoning" in str(exc).lower():
+                raise _EffortRejected() from None
+            raise BackendError(f"litellm {self.litellm_model!r}: {type(exc).__name__}: {exc}") from None
+        except errors.APIError as exc:
+            raise BackendError(f"litellm {self.litellm_model!r}: {type(exc).__name__}: {exc}") from None
+        seconds = time.perf_counter() - started
+        doc = response.model_dump()
+        choice = doc["choices"][0]
+        answer = parse_message(choice["message"], choice.get("finish_reason"))
+        tokens = int(((doc.get("usage") or {}).get("completion_tokens")) or 0)
+        return Completion(answer, tokens, seconds, effort_applied=True)
+
+    async def list_models(self) -> list[str]:
+        return [self.litellm_model]
+
+    async def aclose(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class BackendRequest:
+    """One benchmark call as a MockBackend's handler sees it."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    effort: str | None
+
+
+Handler = Callable[[BackendRequest], "Answer | Completion"]
+
+
+class MockBackend:
+    """A backend answered by a plain function, for tests (the idea of httpx's MockTransport).
+
+    Inject it through the measurement service's backend factory: core and service tests then need
+    neither HTTP nor sleeps. A handler returning an Answer gets 7 completion tokens per call.
+    """
+
+    provider = "mock"
+
+    def __init__(self, handler: Handler, models: list[str] | None = None) -> None:
+        self.handler = handler
+        self.models = models or []
+        self.requests: list[BackendRequest] = []
+        self.closed = False
+
+    async def complete(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+    ) -> Completion:
+        request = BackendRequest(model, [dict(m) for m in messages], tools, effort)
+        self.requests.append(request)
+        result = self.handler(request)
+        if isinstance(result, Completion):
+            return result
+        return Completion(result, completion_tokens=7, seconds=0.01, effort_applied=True)
+
+    async def list_models(self) -> list[str]:
+        return list(self.models)
+
+    async def aclose(self) -> None:
+        self.closed = True

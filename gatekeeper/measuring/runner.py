@@ -1,0 +1,398 @@
+"""Runs a suite through a Backend: conversations -> check results -> scores -> Profile.
+
+One measurement of a model runs one or more effort levels; each level runs the suite up to
+`samples` times (a sample = every test once), stopping early once the tier is settled (see
+`confidence.settled`). Randomised tests are drawn from one seed per measurement, the same
+instances at every level, so levels are compared on identical prompts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from gatekeeper.measuring.backends import Backend
+from gatekeeper.measuring.confidence import Estimate, TestScores, estimates, settled
+from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, TestResult
+from gatekeeper.suite.checks import run_check
+from gatekeeper.suite.loader import CATEGORIES, BenchTest, Suite
+from gatekeeper.tiers import Thresholds, Tier, compute_tier
+from gatekeeper.types import Answer
+
+log = structlog.get_logger("gatekeeper.measuring.runner")
+
+# `default` (no effort field) is what most clients send, so it is measured too; the
+# recommendation still chooses among the explicit levels.
+DEFAULT_EFFORTS = ("default", "none", "low", "medium", "xhigh")
+# Known reasoning levels, cheapest first; unknown levels keep the order they were given in.
+EFFORT_COST = ("none", "minimal", "low", "medium", "high", "xhigh")
+# A level whose answers are at least this often empty and cut at max_tokens measured nothing:
+# "almost all", leaving room for the few short answers a thinking model still finishes.
+INCONCLUSIVE_FRACTION = 0.75
+
+ProgressFn = Callable[[str, str, str], None]  # (model, effort, test name) after each test
+
+
+@dataclass
+class Progress:
+    """Calls answered out of the calls a measurement will make; read live by the admin console.
+
+    `total` starts at every step of every test of every sample and level, and shrinks when a
+    tool chain breaks or a level stops early (settled, inconclusive), since those calls are
+    never made. Written by one event loop; plain ints, so readers in other threads need no lock.
+    """
+
+    key: str
+    answered: int = 0
+    total: int = 0
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    error: str | None = None
+    tier: str | None = None
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    concurrency: int = 8
+    system_prompt: str | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    samples: int = 1  # runs of each test per level (sequential stopping may run fewer)
+
+
+@dataclass
+class TestRun:
+    """One test's conversation: the answer at each step it reached."""
+
+    __test__ = False  # not a pytest class
+
+    test: BenchTest
+    answers: list[Answer] = field(default_factory=list)
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    effort_applied: bool = True
+
+
+@dataclass
+class Level:
+    """What one effort level of a measurement produced."""
+
+    effort: str
+    samples: list[list[TestRun]] = field(default_factory=list)  # [sample][test]
+    finished_s: float = 0.0  # when its last test ended, from the start of the measurement
+    calls_saved: int = 0  # calls sequential stopping did not make
+    inconclusive: str | None = None  # why nothing can be concluded from it
+
+
+@dataclass
+class Measured:
+    """A measurement of one model: its profiles, and what the levels told apart."""
+
+    profiles: list[Profile]
+    inconclusive: dict[str, str]  # effort -> reason (no profile for it)
+    effort_ignored: bool  # every level gave identical answers: the backend ignores the effort
+    calls: int
+    calls_saved: int
+    seed: int
+
+
+def score_test(test: BenchTest, answers: list[Answer]) -> float:
+    """Weighted fraction of passed checks over all steps; steps never reached score 0 but still count."""
+    total = passed = 0.0
+    for i, step in enumerate(test.all_steps):
+        for check in step.checks:
+            total += check.weight
+            if i < len(answers) and run_check(check, answers[i]):
+                passed += check.weight
+    return passed / total if total else 0.0
+
+
+def category_scores(results: list[tuple[BenchTest, float]]) -> dict[str, float]:
+    """Weighted mean of test scores per category; a category with no tests scores 0 (fail closed)."""
+    scores: dict[str, float] = {}
+    for category in CATEGORIES:
+        weighted = [(t.weight, s) for t, s in results if t.category == category]
+        total = sum(w for w, _ in weighted)
+        scores[category] = sum(w * s for w, s in weighted) / total if total else 0.0
+    return scores
+
+
+def recommend(profiles: list[Profile]) -> str | None:
+    """The cheapest explicit effort level reaching the highest tier seen among explicit levels.
+
+    `default` (no effort field) is never recommended: a recommendation is a level to send.
+    """
+    explicit = [p for p in profiles if p.reasoning_effort != DEFAULT_EFFORT]
+    if not explicit:
+        return None
+    best = max(p.tier.rank for p in explicit)
+    candidates = [p for p in explicit if p.tier.rank == best]
+    known = {effort: i for i, effort in enumerate(EFFORT_COST)}
+    order = {p.reasoning_effort: i for i, p in enumerate(explicit)}
+    candidates.sort(key=lambda p: (known.get(p.reasoning_effort, len(known)), order[p.reasoning_effort]))
+    return candidates[0].reasoning_effort
+
+
+async def run_test(
+    backend: Backend,
+    model: str,
+    test: BenchTest,
+    effort: str | None,
+    settings: RunSettings,
+    progress: Progress | None = None,
+) -> TestRun:
+    """Play a test's steps as one conversation. A `toolResult` answers the previous step's first
+    tool call; when there is none the chain is broken and the remaining steps are not played."""
+    run = TestRun(test)
+    messages: list[dict[str, Any]] = (
+        [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []
+    )
+    for i, step in enumerate(test.all_steps):
+        if i > 0:
+            previous = run.answers[-1]
+            if step.tool_result is not None:
+                if not previous.tool_calls:
+                    log.info("chain_broken", model=model, effort=effort, test=test.name, step=i)
+                    if progress is not None:
+                        progress.total -= len(test.all_steps) - i
+                    break
+                call = previous.tool_calls[0]
+                # content "" rather than null: llama.cpp's server rejects a null assistant content.
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": previous.content,
+                        "tool_calls": [
+                            {
+                                "id": call.id,
+                                "type": "function",
+                                "function": {"name": call.name, "arguments": call.arguments},
+                            }
+                        ],
+                    }
+                )
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": step.tool_result})
+            else:
+                messages.append({"role": "assistant", "content": previous.content})
+        if step.prompt is not None:
+            messages.append({"role": "user", "content": step.prompt})
+        completion = await backend.complete(model, messages, test.tools, effort)
+        run.answers.append(completion.answer)
+        if progress is not None:
+            progress.answered += 1
+        run.completion_tokens += completion.completion_tokens
+        run.seconds += completion.seconds
+        run.effort_applied = run.effort_applied and completion.effort_applied
+    return run
+
+
+def per_test_scores(samples: list[list[TestRun]]) -> list[TestScores]:
+    """Each test's scores across samples (tests matched by name: instances differ per sample)."""
+    by_name: dict[str, list[float]] = {}
+    first: dict[str, BenchTest] = {}
+    for runs in samples:
+        for run in runs:
+            by_name.setdefault(run.test.name, []).append(score_test(run.test, run.answers))
+            first.setdefault(run.test.name, run.test)
+    return [TestScores(first[n].category, first[n].weight, tuple(s)) for n, s in by_name.items()]
+
+
+def decide_tier(found: dict[str, Estimate], thresholds: Thresholds) -> tuple[dict[str, float], Tier]:
+    """The scores the tier is decided on: the means for one sample, the lower bounds for more."""
+    several = any(e.samples > 1 for e in found.values())
+    basis = {c: (e.low if several else e.mean) for c, e in found.items()}
+    return basis, compute_tier(basis, thresholds)
+
+
+def inconclusive_reason(runs: list[TestRun]) -> str | None:
+    """Why a sample's answers say nothing about the model, or None when they do.
+
+    Almost every answer empty and cut by `length` is a model that spent its whole token budget
+    (typically thinking), not a model that failed: scoring it would store a false `small`.
+    """
+    answers = [a for run in runs for a in run.answers]
+    empty = sum(1 for a in answers if a.empty_by_length)
+    if answers and empty / len(answers) >= INCONCLUSIVE_FRACTION:
+        return (
+            f"{empty} of {len(answers)} answers were empty and cut at the token limit (finish_reason "
+            f"'length'): a reasoning model spending bench.max_tokens on thinking looks like this; "
+            f"raise bench.max_tokens. Nothing stored"
+        )
+    return None
+
+
+def build_profile(model: str, provider: str, suite: Suite, level: Level, thresholds: Thresholds, seed: int) -> Profile:
+    runs = [run for sample in level.samples for run in sample]
+    found = estimates(per_test_scores(level.samples), CATEGORIES)
+    _, tier = decide_tier(found, thresholds)
+    last = level.samples[-1]
+    tokens = sum(run.completion_tokens for run in runs)
+    seconds = sum(run.seconds for run in runs)
+    calls = sum(len(run.answers) for run in runs)
+    several = len(level.samples) > 1
+    # testResults keep the seed's shape: one score per test, its mean over the samples.
+    test_scores: dict[str, list[float]] = {run.test.name: [] for run in last}
+    categories = {run.test.name: run.test.category for run in last}
+    for sample in level.samples:
+        for run in sample:
+            test_scores[run.test.name].append(score_test(run.test, run.answers))
+    return Profile(
+        model=model,
+        provider=provider,
+        tier=tier,
+        scores={c: round(e.mean, 4) for c, e in found.items()},
+        tokens_per_second=round(tokens / seconds, 2) if seconds else 0.0,
+        tested_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        benchmark_version=suite.version,
+        tests_hash=suite.hash,
+        test_results=[
+            TestResult(name=n, category=categories[n], score=round(sum(s) / len(s), 4)) for n, s in test_scores.items()
+        ],
+        reasoning_effort=level.effort,
+        avg_completion_tokens=round(tokens / calls, 1) if calls else 0.0,
+        effort_applied=all(run.effort_applied for run in runs),
+        duration_s=round(level.finished_s, 2),
+        samples=len(level.samples) if several else None,
+        score_intervals={c: [round(e.low, 4), round(e.high, 4)] for c, e in found.items()} if several else None,
+        instance_seed=seed if suite.randomised else None,
+    )
+
+
+def _signature(level: Level, samples: int) -> list[list[tuple[Any, ...]]]:
+    """What must match for two levels to count as the same behaviour: texts, calls, tokens."""
+    return [
+        sorted(
+            (
+                run.test.name,
+                run.completion_tokens,
+                tuple((a.content, tuple((c.name, c.arguments) for c in a.tool_calls)) for a in run.answers),
+            )
+            for run in sample
+        )
+        for sample in level.samples[:samples]
+    ]
+
+
+def effort_ignored(levels: list[Level]) -> bool:
+    """True when at least two levels, one of them an explicit effort, gave identical answers
+    (same texts, same calls, equal completion tokens) in every sample they share: the backend
+    does not apply the effort, whatever it accepts."""
+    if len(levels) < 2 or all(level.effort == DEFAULT_EFFORT for level in levels):
+        return False
+    shared = min(len(level.samples) for level in levels)
+    if shared == 0:
+        return False
+    first = _signature(levels[0], shared)
+    return all(_signature(level, shared) == first for level in levels[1:])
+
+
+async def sweep(
+    backend: Backend,
+    model: str,
+    suite: Suite,
+    efforts: list[str],
+    settings: RunSettings | None = None,
+    on_progress: ProgressFn | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> Measured:
+    """Run the suite at each effort level, all tests of all levels sharing one concurrency bound.
+
+    Any backend failure propagates (BackendError): a broken backend must never read as a weak model.
+    A level whose answers are almost all empty-by-length is inconclusive: no profile, a reason.
+    The level `default` sends no effort field.
+    """
+    settings = settings or RunSettings()
+    gate = asyncio.Semaphore(max(1, settings.concurrency))
+    started = time.perf_counter()
+    wanted = max(1, settings.samples)
+    steps = sum(len(test.all_steps) for test in suite.tests)
+    if progress is not None:
+        progress.total = len(efforts) * wanted * steps
+
+    async def one(test: BenchTest, level: Level) -> TestRun:
+        async with gate:
+            effort = None if level.effort == DEFAULT_EFFORT else level.effort
+            run = await run_test(backend, model, test, effort, settings, progress)
+        level.finished_s = time.perf_counter() - started
+        if on_progress:
+            on_progress(model, level.effort, test.name)
+        return run
+
+    async def measure_level(level: Level) -> None:
+        await run_samples(level)
+        if progress is not None:  # samples not run (stopped early) are calls never made
+            progress.total -= (wanted - len(level.samples)) * steps
+
+    async def run_samples(level: Level) -> None:
+        for k in range(wanted):
+            tests = suite.instance(seed, k)
+            level.samples.append(list(await asyncio.gather(*(one(test, level) for test in tests))))
+            level.inconclusive = inconclusive_reason(level.samples[-1])
+            if level.inconclusive:
+                return
+            if 2 <= len(level.samples) < wanted and settled(
+                estimates(per_test_scores(level.samples), CATEGORIES), settings.thresholds
+            ):
+                calls = sum(len(run.answers) for sample in level.samples for run in sample)
+                level.calls_saved = round(calls / len(level.samples) * (wanted - len(level.samples)))
+                log.info(
+                    "sampling_stopped",
+                    model=model,
+                    effort=level.effort,
+                    samples=len(level.samples),
+                    of=wanted,
+                    calls_saved=level.calls_saved,
+                )
+                return
+
+    levels = [Level(effort) for effort in efforts]
+    jobs = [asyncio.ensure_future(measure_level(level)) for level in levels]
+    try:
+        await asyncio.gather(*jobs)
+    except BaseException:
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
+        raise
+    conclusive = [level for level in levels if level.inconclusive is None]
+    ignored = effort_ignored(conclusive)
+    profiles = []
+    for level in conclusive:
+        profile = build_profile(model, backend.provider, suite, level, settings.thresholds, seed)
+        if ignored and level.effort != DEFAULT_EFFORT:
+            profile = profile.model_copy(update={"effort_applied": False})
+        profiles.append(profile)
+        log.info(
+            "profile_measured",
+            model=model,
+            effort=profile.reasoning_effort,
+            tier=profile.tier.value,
+            scores=profile.scores,
+            intervals=profile.score_intervals,
+            samples=len(level.samples),
+            tokens_per_second=profile.tokens_per_second,
+        )
+    for level in levels:
+        if level.inconclusive:
+            log.error("measurement_inconclusive", model=model, effort=level.effort, reason=level.inconclusive)
+    if ignored:
+        log.warning(
+            "effort_ignored",
+            model=model,
+            efforts=[level.effort for level in conclusive],
+            reason="identical answers and completion tokens at every level",
+        )
+    return Measured(
+        profiles=profiles,
+        inconclusive={level.effort: level.inconclusive for level in levels if level.inconclusive},
+        effort_ignored=ignored,
+        calls=sum(len(run.answers) for level in levels for sample in level.samples for run in sample),
+        calls_saved=sum(level.calls_saved for level in levels),
+        seed=seed,
+    )

@@ -1,0 +1,1 @@
+"""Translation of Responses and Messages to chat, for chat-only upstreams."""

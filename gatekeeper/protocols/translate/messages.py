@@ -1,0 +1,317 @@
+"""Anthropic Messages API <-> Chat Completions, for upstreams that speak only chat.
+
+`to_chat` turns a gated Messages request into a chat request, `from_chat` a chat answer into a
+Messages answer, `MessagesFromChat` a chat stream into Messages stream events. What chat cannot
+express (typed server/client tools such as `bash_...`, MCP servers, documents) is refused with
+RequestInvalid naming the field. Enforcement runs after translation, on what the client reads.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import orjson
+
+from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
+from gatekeeper.protocols.base import Event
+from gatekeeper.protocols.messages import effort_of
+from gatekeeper.protocols.translate.chat import read_answer, read_chunk, text_of
+from gatekeeper.suite.jsonrepair import extract_json
+
+_STOP = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
+
+
+def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    if body.get("mcp_servers"):
+        raise RequestInvalid("'mcp_servers' cannot be sent to a chat-only upstream")
+    chat: dict[str, Any] = {
+        k: body[k]
+        for k in ("model", "temperature", "top_p", "top_k", "stream", "max_tokens")
+        if body.get(k) is not None
+    }
+    messages: list[dict[str, Any]] = []
+    if body.get("system"):
+        messages.append({"role": "system", "content": text_of(body["system"], "system")})
+    for i, message in enumerate(body.get("messages") or []):
+        _add_message(messages, message, f"messages[{i}]")
+    chat["messages"] = messages
+    if body.get("tools"):
+        chat["tools"] = [_function_tool(t, f"tools[{i}]") for i, t in enumerate(body["tools"])]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        kind: Any = choice.get("type")
+        chat["tool_choice"] = (
+            {"type": "function", "function": {"name": choice.get("name")}}
+            if kind == "tool"
+            else {"any": "required"}.get(kind, kind)
+        )
+        if choice.get("disable_parallel_tool_use") and chat.get("tools"):
+            chat["parallel_tool_calls"] = False
+        if "tools" not in chat:
+            chat.pop("tool_choice")
+    if body.get("stop_sequences"):
+        chat["stop"] = body["stop_sequences"]
+    effort = effort_of(body)
+    if effort is not None:
+        chat["reasoning_effort"] = effort
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
+        chat["user"] = metadata["user_id"]
+    if chat.get("stream"):
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+def _add_message(messages: list[dict[str, Any]], message: Any, where: str) -> None:
+    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+        raise RequestInvalid(f"{where} must be an object with role 'user' or 'assistant'")
+    role, content = message["role"], message.get("content")
+    if isinstance(content, str):
+        messages.append({"role": role, "content": content})
+        return
+    if not isinstance(content, list):
+        raise RequestInvalid(f"{where}.content must be a string or an array of blocks")
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for i, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, dict) else None
+        at = f"{where}.content[{i}]"
+        if kind == "text":
+            parts.append({"type": "text", "text": block.get("text", "")})
+        elif kind == "image":
+            parts.append({"type": "image_url", "image_url": {"url": _image_url(block.get("source"), at)}})
+        elif kind == "tool_use" and role == "assistant":
+            calls.append(
+                {
+                    "id": block.get("id"),
+                    "type": "function",
+                    "function": {"name": block.get("name"), "arguments": orjson.dumps(block.get("input", {})).decode()},
+                }
+            )
+        elif kind == "tool_result" and role == "user":
+            result = block.get("content", "")
+            text = result if isinstance(result, str) else text_of(result, f"{at}.content")
+            # Tool results answer the previous assistant turn: they go before the user's own text.
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": block.get("tool_use_id"),
+                    "content": f"Error: {text}" if block.get("is_error") else text,
+                }
+            )
+        elif kind in ("thinking", "redacted_thinking"):
+            continue  # chat upstreams cannot take thinking blocks back
+        else:
+            raise RequestInvalid(f"{at} of type {kind!r} cannot be sent to a chat-only upstream")
+    if not parts and not calls:
+        return
+    text_only = all(p["type"] == "text" for p in parts)
+    out: dict[str, Any] = {"role": role, "content": "".join(p["text"] for p in parts) if text_only else parts}
+    if calls:
+        out["tool_calls"] = calls
+        out["content"] = out["content"] or None
+    messages.append(out)
+
+
+def _image_url(source: Any, where: str) -> str:
+    if isinstance(source, dict) and source.get("type") == "base64":
+        return f"data:{source.get('media_type')};base64,{source.get('data')}"
+    if isinstance(source, dict) and source.get("type") == "url":
+        return str(source.get("url"))
+    raise RequestInvalid(f"{where}.source must be a base64 or url image source")
+
+
+def _function_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    if tool.get("type") not in (None, "custom"):
+        raise RequestInvalid(
+            f"{where} of type {tool.get('type')!r} cannot be sent to a chat-only upstream "
+            "(only client tools with an input_schema translate)"
+        )
+    function = {"name": tool["name"], "parameters": tool.get("input_schema") or {"type": "object", "properties": {}}}
+    if tool.get("description"):
+        function["description"] = tool["description"]
+    return {"type": "function", "function": function}
+
+
+# -- answers -------------------------------------------------------------------------------
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def _input(arguments: str, name: str) -> dict[str, Any]:
+    """A chat call's argument text as the object Messages requires (small models' near-JSON repaired)."""
+    try:
+        value = orjson.loads(arguments or "{}")
+    except orjson.JSONDecodeError:
+        value = extract_json(arguments)
+    if not isinstance(value, dict):
+        raise AnswerInvalid(f"chat answer: the arguments of tool call {name!r} are not a JSON object")
+    return value
+
+
+def from_chat(doc: Any, request: dict[str, Any]) -> dict[str, Any]:
+    answer = read_answer(doc)
+    content: list[dict[str, Any]] = []
+    if answer.text:
+        content.append({"type": "text", "text": answer.text})
+    for call in answer.calls:
+        content.append(
+            {"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call.arguments, call.name)}
+        )
+    stop = _STOP.get(answer.finish_reason or "stop", "end_turn")
+    if answer.calls:
+        stop = "tool_use"
+    return {
+        "id": _new_id("msg"),
+        "type": "message",
+        "role": "assistant",
+        "model": request.get("model") or answer.model,
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": answer.usage.get("prompt_tokens", 0),
+            "output_tokens": answer.usage.get("completion_tokens", 0),
+        },
+    }
+
+
+class MessagesFromChat:
+    """Chat stream events in, Messages stream events out. One content block is open at a time
+    (as Anthropic streams them); a chat tool call keeps the name its first delta gave it, and a
+    delta for a call whose block is already closed cannot be translated (AnswerInvalid)."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        self.request = request
+        self._blocks = 0
+        self._open: tuple[str, int] | None = None  # ("text", -1) or ("tool", chat index)
+        self._calls: set[int] = set()
+        self._finish: str | None = None
+        self._usage: dict[str, int] = {}
+        self._started = False
+        self._ended = False
+
+    @staticmethod
+    def _emit(kind: str, **fields: Any) -> Event:
+        return Event(data=orjson.dumps({"type": kind, **fields}).decode(), event=kind)
+
+    def feed(self, event: Event) -> list[Event]:
+        if self._ended:
+            return []
+        delta = read_chunk(event)
+        out: list[Event] = []
+        if not self.request.get("model") and delta.model:
+            self.request = self.request | {"model": delta.model}
+        if not self._started:
+            self._started = True
+            out.append(
+                self._emit(
+                    "message_start",
+                    message={
+                        "id": _new_id("msg"),
+                        "type": "message",
+                        "role": "assistant",
+                        "model": self.request.get("model"),
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {"input_tokens": 0, "output_tokens": 0},
+                    },
+                )
+            )
+        if delta.error is not None:
+            self._ended = True
+            return out + [self._emit("error", error={"type": "api_error", "message": delta.error})]
+        if delta.done:
+            return out + self._complete()
+        if delta.text:
+            if self._open != ("text", -1):
+                out += self._close() + self._start({"type": "text", "text": ""})
+                self._open = ("text", -1)
+            out.append(
+                self._emit(
+                    "content_block_delta", index=self._blocks - 1, delta={"type": "text_delta", "text": delta.text}
+                )
+            )
+        for index, call_id, name, arguments in delta.calls:
+            if index not in self._calls:
+                if not name:
+                    raise AnswerInvalid(f"chat stream: tool call {index} starts without a function name")
+                self._calls.add(index)
+                out += self._close() + self._start(
+                    {"type": "tool_use", "id": call_id or _new_id("toolu"), "name": name, "input": {}}
+                )
+                self._open = ("tool", index)
+            elif self._open != ("tool", index):
+                raise AnswerInvalid(f"chat stream: tool call {index} continues after another block began")
+            if arguments:
+                out.append(
+                    self._emit(
+                        "content_block_delta",
+                        index=self._blocks - 1,
+                        delta={"type": "input_json_delta", "partial_json": arguments},
+                    )
+                )
+        if delta.finish_reason:
+            self._finish = delta.finish_reason
+        if delta.usage:
+            self._usage = delta.usage
+        return out
+
+    def _start(self, block: dict[str, Any]) -> list[Event]:
+        self._blocks += 1
+        return [self._emit("content_block_start", index=self._blocks - 1, content_block=block)]
+
+    def _close(self) -> list[Event]:
+        if self._open is None:
+            return []
+        self._open = None
+        return [self._emit("content_block_stop", index=self._blocks - 1)]
+
+    def _complete(self) -> list[Event]:
+        if self._finish is None:
+            raise AnswerInvalid("chat stream ended without a finish_reason")
+        self._ended = True
+        stop = "tool_use" if self._calls else _STOP.get(self._finish, "end_turn")
+        return self._close() + [
+            self._emit(
+                "message_delta",
+                delta={"stop_reason": stop, "stop_sequence": None},
+                usage={"output_tokens": self._usage.get("completion_tokens", 0)},
+            ),
+            self._emit("message_stop"),
+        ]
+
+    def finish(self) -> list[Event]:
+        if self._ended:
+            return []
+        raise AnswerIncomplete("chat stream ended before [DONE]")
+
+
+class MessagesTranslator:
+    """The Translator the pipeline uses (see protocols/base.py)."""
+
+    def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        return to_chat(body)
+
+    def from_chat(self, doc: dict[str, Any], request: dict[str, Any] | None = None) -> dict[str, Any]:
+        return from_chat(doc, request or {})
+
+    def stream_from_chat(self, request: dict[str, Any] | None = None) -> MessagesFromChat:
+        return MessagesFromChat(request or {})
+
+    def count_tokens(self, body: dict[str, Any]) -> dict[str, Any]:
+        """An estimate for `/v1/messages/count_tokens` when the upstream cannot count: ~4 bytes a
+        token over the chat request gatekeeper would send (the gated tools included)."""
+        chat = to_chat(body | {"stream": False})
+        size = len(orjson.dumps({k: chat[k] for k in ("messages", "tools") if k in chat}))
+        return {"input_tokens": max(1, size // 4)}

@@ -1,0 +1,405 @@
+"""Responses API <-> Chat Completions, for upstreams that speak only chat (llama.cpp's server).
+
+`to_chat` turns a gated Responses request into a chat request; `from_chat` a chat answer into a
+Responses answer; `ResponsesFromChat` a chat stream into Responses stream events. What chat cannot
+express (built-in tools, stored state via `previous_response_id`, non-function tools) is refused
+with RequestInvalid naming the field, never dropped silently. Enforcement runs after translation,
+on the Responses answer the client will read.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
+from gatekeeper.protocols.base import Event
+from gatekeeper.protocols.translate.chat import ChatAnswer, read_answer, read_chunk, text_of
+
+_STATEFUL = ("previous_response_id", "conversation", "background")
+_PASSED = ("model", "temperature", "top_p", "user", "parallel_tool_calls", "stream", "top_logprobs")
+
+
+def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    for key in _STATEFUL:
+        if body.get(key):
+            raise RequestInvalid(f"'{key}' needs server-side state that a chat-only upstream does not keep")
+    chat: dict[str, Any] = {k: body[k] for k in _PASSED if body.get(k) is not None}
+    messages: list[dict[str, Any]] = []
+    if body.get("instructions"):
+        messages.append({"role": "system", "content": text_of(body["instructions"], "instructions")})
+    items = body.get("input", [])
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise RequestInvalid("'input' must be a string or an array")
+    for i, item in enumerate(items):
+        _add_item(messages, item, f"input[{i}]")
+    chat["messages"] = messages
+    if body.get("tools"):
+        chat["tools"] = [_function_tool(t, f"tools[{i}]") for i, t in enumerate(body["tools"])]
+    choice = body.get("tool_choice")
+    if choice is not None:
+        _set_choice(chat, choice)
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, dict) and reasoning.get("effort"):
+        chat["reasoning_effort"] = reasoning["effort"]
+    text = body.get("text")
+    if isinstance(text, dict) and isinstance(text.get("format"), dict):
+        fmt = text["format"]
+        if fmt.get("type") == "json_schema":
+            chat["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt},
+            }
+        elif fmt.get("type") == "json_object":
+            chat["response_format"] = {"type": "json_object"}
+    if chat.get("stream"):
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+def _add_item(messages: list[dict[str, Any]], item: Any, where: str) -> None:
+    if not isinstance(item, dict):
+        raise RequestInvalid(f"{where} must be an object")
+    kind = item.get("type", "message")
+    if kind == "message":
+        role = item.get("role")
+        if role not in ("user", "assistant", "system", "developer"):
+            raise RequestInvalid(f"{where}.role must be user, assistant, system or developer, got {role!r}")
+        messages.append(
+            {
+                "role": "system" if role == "developer" else role,
+                "content": _content(item.get("content"), f"{where}.content"),
+            }
+        )
+    elif kind == "function_call":
+        call = {
+            "id": item.get("call_id"),
+            "type": "function",
+            "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
+        }
+        last = messages[-1] if messages else None
+        if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+            last["tool_calls"].append(call)
+        else:
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif kind == "function_call_output":
+        output = item.get("output")
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": item.get("call_id"),
+                "content": output if isinstance(output, str) else text_of(output, f"{where}.output"),
+            }
+        )
+    elif kind == "reasoning":
+        return  # the chat upstream cannot take reasoning items back; they carry no instruction
+    else:
+        raise RequestInvalid(f"{where} of type {kind!r} cannot be sent to a chat-only upstream")
+
+
+def _content(content: Any, where: str) -> Any:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise RequestInvalid(f"{where} must be a string or an array")
+    parts: list[dict[str, Any]] = []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text"):
+            parts.append({"type": "text", "text": part.get("text", "")})
+        elif kind == "refusal":
+            parts.append({"type": "text", "text": part.get("refusal", "")})
+        elif kind == "input_image" and isinstance(part.get("image_url"), str):
+            parts.append({"type": "image_url", "image_url": {"url": part["image_url"]}})
+        else:
+            raise RequestInvalid(f"{where}[{i}] of type {kind!r} cannot be sent to a chat-only upstream")
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def _function_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
+    if tool.get("type") != "function":
+        raise RequestInvalid(
+            f"{where} of type {tool.get('type')!r} cannot be sent to a chat-only upstream "
+            "(only function tools translate)"
+        )
+    function = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
+    for key in ("description", "strict"):
+        if tool.get(key) is not None:
+            function[key] = tool[key]
+    return {"type": "function", "function": function}
+
+
+def _set_choice(chat: dict[str, Any], choice: Any) -> None:
+    if isinstance(choice, str):
+        chat["tool_choice"] = choice
+    elif choice.get("type") == "function":
+        chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+    elif choice.get("type") == "allowed_tools":
+        # Chat servers rarely know allowed_tools: offer only the allowed ones instead.
+        names = {t.get("name") for t in choice.get("tools", [])}
+        chat["tools"] = [t for t in chat.get("tools", []) if t["function"]["name"] in names]
+        chat["tool_choice"] = choice.get("mode", "auto")
+        if not chat["tools"]:
+            chat.pop("tools")
+            chat["tool_choice"] = "none"
+    else:
+        raise RequestInvalid(f"tool_choice of type {choice.get('type')!r} cannot be sent to a chat-only upstream")
+
+
+# -- answers -------------------------------------------------------------------------------
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def _usage(usage: dict[str, int]) -> dict[str, Any]:
+    prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + completion,
+    }
+
+
+def _message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+    }
+
+
+def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+def _response(
+    request: dict[str, Any],
+    response_id: str,
+    output: list[dict[str, Any]],
+    status: str,
+    usage: dict[str, Any] | None,
+    created: int,
+) -> dict[str, Any]:
+    incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "error": None,
+        "incomplete_details": incomplete,
+        "instructions": request.get("instructions"),
+        "max_output_tokens": request.get("max_output_tokens"),
+        "model": request.get("model"),
+        "output": output,
+        "parallel_tool_calls": request.get("parallel_tool_calls", True),
+        "previous_response_id": None,
+        "reasoning": request.get("reasoning") or {"effort": None, "summary": None},
+        "store": False,
+        "temperature": request.get("temperature", 1.0),
+        "text": request.get("text") or {"format": {"type": "text"}},
+        "tool_choice": request.get("tool_choice", "auto"),
+        "tools": request.get("tools", []),
+        "top_p": request.get("top_p", 1.0),
+        "truncation": "disabled",
+        "usage": usage,
+        "metadata": request.get("metadata") or {},
+    }
+
+
+def from_chat(doc: Any, request: dict[str, Any]) -> dict[str, Any]:
+    answer: ChatAnswer = read_answer(doc)
+    output = []
+    if answer.text:
+        output.append(_message_item(_new_id("msg"), answer.text))
+    for call in answer.calls:
+        output.append(_call_item(_new_id("fc"), call.id, call.name, call.arguments))
+    status = "incomplete" if answer.finish_reason == "length" else "completed"
+    request = request if request.get("model") else request | {"model": answer.model}
+    return _response(request, _new_id("resp"), output, status, _usage(answer.usage), int(time.time()))
+
+
+class ResponsesFromChat:
+    """Chat stream events in, Responses stream events out (created, in_progress, item events,
+    completed). A tool call keeps the name its first delta gave it."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        self.request = request
+        self.id = _new_id("resp")
+        self.created = int(time.time())
+        self._sequence = 0
+        self._output: list[dict[str, Any]] = []  # items in output order, as they stand
+        self._message: int | None = None  # output index of the open message item
+        self._calls: dict[int, int] = {}  # chat tool-call index -> output index
+        self._finish: str | None = None
+        self._usage: dict[str, int] = {}
+        self._started = False
+        self._ended = False
+
+    def _emit(self, kind: str, **fields: Any) -> Event:
+        doc = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return Event(data=orjson.dumps(doc).decode(), event=kind)
+
+    def _snapshot(self, status: str, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        return _response(self.request, self.id, list(self._output), status, usage, self.created)
+
+    def feed(self, event: Event) -> list[Event]:
+        if self._ended:
+            return []
+        delta = read_chunk(event)
+        out: list[Event] = []
+        if not self.request.get("model") and delta.model:
+            self.request = self.request | {"model": delta.model}
+        if not self._started:
+            self._started = True
+            out += [
+                self._emit("response.created", response=self._snapshot("in_progress")),
+                self._emit("response.in_progress", response=self._snapshot("in_progress")),
+            ]
+        if delta.error is not None:
+            self._ended = True
+            return [*out, self._emit("error", code="upstream_error", message=delta.error, param=None)]
+        if delta.done:
+            return out + self._complete()
+        if delta.text:
+            if self._message is None:
+                out += self._open_message()
+            item = self._output[self._message]  # type: ignore[index]
+            item["content"][0]["text"] += delta.text
+            out.append(
+                self._emit(
+                    "response.output_text.delta",
+                    item_id=item["id"],
+                    output_index=self._message,
+                    content_index=0,
+                    delta=delta.text,
+                    logprobs=[],
+                )
+            )
+        for index, call_id, name, arguments in delta.calls:
+            if index not in self._calls:
+                if not name:
+                    raise AnswerInvalid(f"chat stream: tool call {index} starts without a function name")
+                out += self._close_message()
+                self._calls[index] = len(self._output)
+                item = _call_item(_new_id("fc"), call_id or _new_id("call"), name, "", "in_progress")
+                self._output.append(item)
+                out.append(self._emit("response.output_item.added", output_index=self._calls[index], item=item))
+            item = self._output[self._calls[index]]
+            if arguments:
+                item["arguments"] += arguments
+                out.append(
+                    self._emit(
+                        "response.function_call_arguments.delta",
+                        item_id=item["id"],
+                        output_index=self._calls[index],
+                        delta=arguments,
+                    )
+                )
+        if delta.finish_reason:
+            self._finish = delta.finish_reason
+        if delta.usage:
+            self._usage = delta.usage
+        return out
+
+    def _open_message(self) -> list[Event]:
+        self._message = len(self._output)
+        item = _message_item(_new_id("msg"), "", "in_progress")
+        self._output.append(item)
+        part = item["content"][0]
+        return [
+            self._emit("response.output_item.added", output_index=self._message, item=item | {"content": []}),
+            self._emit(
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=self._message,
+                content_index=0,
+                part=part | {"text": ""},
+            ),
+        ]
+
+    def _close_message(self) -> list[Event]:
+        if self._message is None:
+            return []
+        index, self._message = self._message, None
+        item = self._output[index]
+        item["status"] = "completed"
+        part = item["content"][0]
+        return [
+            self._emit(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=part["text"],
+                logprobs=[],
+            ),
+            self._emit(
+                "response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part
+            ),
+            self._emit("response.output_item.done", output_index=index, item=item),
+        ]
+
+    def _complete(self) -> list[Event]:
+        if self._finish is None:
+            raise AnswerInvalid("chat stream ended without a finish_reason")
+        self._ended = True
+        out = self._close_message()
+        for index in self._calls.values():
+            item = self._output[index]
+            item["status"] = "completed"
+            out += [
+                self._emit(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    arguments=item["arguments"],
+                ),
+                self._emit("response.output_item.done", output_index=index, item=item),
+            ]
+        status = "incomplete" if self._finish == "length" else "completed"
+        out.append(self._emit(f"response.{status}", response=self._snapshot(status, _usage(self._usage))))
+        return out
+
+    def finish(self) -> list[Event]:
+        """The upstream stream ended: [DONE] must have completed the response already."""
+        if self._ended:
+            return []
+        raise AnswerIncomplete("chat stream ended before [DONE]")
+
+
+class ResponsesTranslator:
+    """The Translator the pipeline uses (see protocols/base.py); `request` is the gated client
+    request, which lets the answer echo its instructions, tools and model (optional)."""
+
+    def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        return to_chat(body)
+
+    def from_chat(self, doc: dict[str, Any], request: dict[str, Any] | None = None) -> dict[str, Any]:
+        return from_chat(doc, request or {})
+
+    def stream_from_chat(self, request: dict[str, Any] | None = None) -> ResponsesFromChat:
+        return ResponsesFromChat(request or {})

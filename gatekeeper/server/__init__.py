@@ -1,0 +1,1 @@
+"""The network front end: the ASGI app, the upstream pool, SSE, the admin API and console."""

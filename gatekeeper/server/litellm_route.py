@@ -1,0 +1,104 @@
+"""Models configured under `models:`, answered through litellm instead of the upstream.
+
+The route is a chat upstream like any other: the proxy's pipeline gates the request and enforces
+the answer (plain and streamed), logs and counts it. This module only calls litellm.
+
+Only the OpenAI Chat Completions fields below reach `litellm.acompletion`. Everything else in
+the client's body (`base_url`, `api_base`, `api_key`, `extra_headers`, `mock_response`, any
+litellm-only or provider-specific key) is dropped and logged: a client must never redirect the
+route, add headers to the provider call or swap the operator's key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import litellm
+import orjson
+import structlog
+
+from gatekeeper import metrics
+from gatekeeper.config import ModelRoute
+from gatekeeper.errors import ProxyError
+from gatekeeper.protocols.base import Event
+
+log = structlog.get_logger("gatekeeper.server.app")
+
+# Fields of an OpenAI chat request that gatekeeper understands (tools ones already gated).
+ALLOWED_FIELDS = frozenset(
+    {
+        "messages",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "functions",
+        "function_call",
+        "temperature",
+        "top_p",
+        "n",
+        "stream",
+        "stream_options",
+        "stop",
+        "max_tokens",
+        "max_completion_tokens",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "user",
+        "seed",
+        "response_format",
+        "reasoning_effort",
+    }
+)
+
+
+@dataclass
+class LiteLLMAnswer:
+    body: bytes | None = None  # a plain answer (chat JSON)
+    events: AsyncIterator[list[Event]] | None = None  # a streamed one (chat events)
+
+    async def aclose(self) -> None:
+        if self.events is not None:
+            await self.events.aclose()  # type: ignore[attr-defined]
+
+
+def request_fields(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The allowed fields of `body`, and the names of those dropped."""
+    kept = {k: v for k, v in body.items() if k in ALLOWED_FIELDS}
+    dropped = sorted(k for k in body if k not in ALLOWED_FIELDS and k != "model")
+    return kept, dropped
+
+
+async def complete(route: ModelRoute, body: dict[str, Any], stream: bool) -> LiteLLMAnswer:
+    request, dropped = request_fields(body)
+    if dropped:
+        log.warning("litellm_fields_dropped", fields=dropped)
+    operator = {k: v for k, v in (("api_key", route.api_key), ("api_base", route.api_base)) if v}
+    try:
+        response = await litellm.acompletion(model=route.litellm_model, **request, **operator)
+    except Exception as exc:  # noqa: BLE001 - litellm raises many kinds; the client gets a clear error
+        raise _upstream_error(route, exc) from None
+    if stream or request.get("stream"):
+        return LiteLLMAnswer(events=_events(route, response))
+    return LiteLLMAnswer(body=orjson.dumps(response.model_dump()))
+
+
+async def _events(route: ModelRoute, response: Any) -> AsyncIterator[list[Event]]:
+    try:
+        async for chunk in response:
+            yield [Event(orjson.dumps(chunk.model_dump(exclude_none=True)).decode())]
+    except Exception as exc:  # noqa: BLE001
+        raise _upstream_error(route, exc) from None
+    yield [Event("[DONE]")]
+
+
+def _upstream_error(route: ModelRoute, exc: Exception) -> ProxyError:
+    status = getattr(exc, "status_code", None)
+    if not isinstance(status, int) or not 400 <= status < 600:
+        status = 502
+    metrics.UPSTREAM_ERRORS.labels(str(status) if status != 502 else "litellm").inc()
+    return ProxyError(status, f"{route.litellm_model}: {type(exc).__name__}: {exc}", None, "upstream_error")

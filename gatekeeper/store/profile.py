@@ -1,0 +1,84 @@
+"""Capability profiles: what one measurement of one `model@effort` found, and how pairs are keyed.
+
+Where profiles are kept is `gatekeeper.store`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from gatekeeper.errors import RequestInvalid
+from gatekeeper.suite.loader import Suite
+from gatekeeper.tiers import Tier
+
+DEFAULT_EFFORT = "default"
+
+
+def profile_key(model: str, effort: str | None) -> str:
+    """`model@effort`; a request with no effort is keyed `model@default`.
+
+    Model names may contain `@` (Vertex ids such as `claude-3-5-sonnet@20240620`), so a key is
+    split on its last `@`; an effort containing `@` would make that ambiguous and is refused.
+    """
+    effort = effort or DEFAULT_EFFORT
+    if "@" in effort:
+        raise RequestInvalid(f"reasoning effort {effort!r} contains '@', which would make the key ambiguous")
+    return f"{model}@{effort}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """`model@effort` -> (model, effort), split on the last `@`; no `@` means the default effort."""
+    model, sep, effort = key.rpartition("@")
+    return (model, effort) if sep else (key, DEFAULT_EFFORT)
+
+
+class _Camel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class TestResult(_Camel):
+    __test__ = False  # not a pytest class
+
+    name: str
+    category: str
+    score: float
+
+
+class Profile(_Camel):
+    """What one benchmark run measured for one `model@effort`."""
+
+    model: str
+    provider: str
+    tier: Tier
+    scores: dict[str, float]
+    tokens_per_second: float
+    tested_at: str
+    benchmark_version: int
+    tests_hash: str
+    test_results: list[TestResult] = Field(default_factory=list)
+    reasoning_effort: str = DEFAULT_EFFORT
+    avg_completion_tokens: float = 0.0
+    # False when the backend refused the reasoning_effort field and the suite ran without it.
+    effort_applied: bool = True
+    duration_s: float = 0.0
+    # Confidence (absent in the seed's format = one sample): samples run, 95% interval per category,
+    # and the seed the randomised tests were drawn from (replays the measurement exactly).
+    samples: int | None = None
+    score_intervals: dict[str, list[float]] | None = None
+    instance_seed: int | None = None
+
+    @property
+    def key(self) -> str:
+        return profile_key(self.model, self.reasoning_effort)
+
+    def is_valid_for(self, suite: Suite) -> bool:
+        """A profile counts only if measured by this benchmark version on these exact test files."""
+        return self.benchmark_version == suite.version and self.tests_hash == suite.hash
+
+    def to_json(self) -> dict[str, Any]:
+        # The optional confidence fields are left out when unset, so a one-sample profile of a
+        # fixed suite is written in exactly the seed's format.
+        unset = {k for k in ("samples", "score_intervals", "instance_seed") if getattr(self, k) is None}
+        return self.model_dump(mode="json", by_alias=True, exclude=unset)

@@ -1,0 +1,1 @@
+"""The suite DSL, pure: loading and hashing test files, templates, checks, lenient JSON."""

@@ -1,0 +1,653 @@
+"""`gatekeeper bench` and the runner against the scripted server, over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import answers
+import pytest
+from conftest import ROOT, SEED_SUITE, needs_seed_suite, wait_until
+from scripted import ScriptedServer, SuiteScript
+
+from gatekeeper.config import Settings
+from gatekeeper.core.gatekeeper import Gatekeeper
+from gatekeeper.errors import BackendError, InconclusiveMeasurement
+from gatekeeper.measuring.backends import (
+    BackendRequest,
+    Completion,
+    MockBackend,
+    OpenAIBackend,
+    RequestSettings,
+    parse_message,
+)
+from gatekeeper.measuring.runner import RunSettings, sweep
+from gatekeeper.measuring.service import MeasurementService
+from gatekeeper.store import JsonFileStore
+from gatekeeper.store.profile import Profile
+from gatekeeper.suite.loader import load_suite
+from gatekeeper.types import Answer, ToolCall, strip_reasoning
+
+FIXTURE_SUITE = ROOT / "tests" / "fixtures" / "seed_format_suite"
+WIDE = os.environ | {"COLUMNS": "200"}  # rich tables wrap at 80 columns when not on a terminal
+
+
+def bench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gatekeeper", "bench", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=WIDE,
+    )
+
+
+def run_sweep(server: ScriptedServer, suite, efforts=("default",), **request) -> list:
+    backend = OpenAIBackend(server.base_url, settings=RequestSettings(**({"max_retries": 0} | request)))
+    return asyncio.run(sweep(backend, "m", suite, list(efforts), RunSettings())).profiles
+
+
+def test_perfect_model_scores_one_in_every_category_of_the_default_suite(default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        (profile,) = run_sweep(server, default_suite)
+    assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}
+    assert profile.tier == "large"
+    assert all(r.score == 1.0 for r in profile.test_results)
+
+
+def test_requests_are_repeatable_and_offer_tools_with_tool_choice_auto(default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        run_sweep(server, default_suite)
+    assert all(b["temperature"] == 0 and b["max_tokens"] == 512 for b in server.requests)
+    with_tools = [b for b in server.requests if "tools" in b]
+    assert with_tools and all(b["tool_choice"] == "auto" for b in with_tools)
+    assert not any("reasoning_effort" in b for b in server.requests)
+
+
+def test_fenced_json_is_repaired_and_still_scores(default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.fenced_json)) as server:
+        (profile,) = run_sweep(server, default_suite)
+    assert profile.scores["json"] == 1.0
+
+
+def test_broken_chain_scores_remaining_steps_zero_but_counts_them(default_suite):
+    chain = next(t for t in default_suite.tests if len(t.all_steps) > 1 and t.all_steps[1].tool_result)
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.no_tool_calls)) as server:
+        (profile,) = run_sweep(server, default_suite)
+    result = next(r for r in profile.test_results if r.name == chain.name)
+    first_step_weight = sum(c.weight for c in chain.all_steps[0].checks)
+    total_weight = sum(c.weight for s in chain.all_steps for c in s.checks)
+    assert result.score <= first_step_weight / total_weight
+    assert profile.scores["toolCalling"] < 0.6 and profile.tier == "small"
+    # The chain stopped: no request ever carried a tool result for that test.
+    chain_bodies = [b for b in server.requests if b["messages"][0]["content"] == chain.all_steps[0].prompt]
+    assert len(chain_bodies) == 1
+
+
+def test_wrong_distractor_id_loses_the_chain_points(default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.wrong_distractor)) as server:
+        (profile,) = run_sweep(server, default_suite)
+    assert 0 < profile.scores["toolCalling"] < 1
+    assert profile.tier != "large"
+
+
+def test_integer_sent_as_string_fails_the_integer_check(default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.string_integer)) as server:
+        (profile,) = run_sweep(server, default_suite)
+    assert min(r.score for r in profile.test_results if r.category == "toolCalling") < 1
+
+
+def test_tool_result_answers_the_first_tool_call_of_the_previous_step(default_suite):
+    chain = next(t for t in default_suite.tests if len(t.all_steps) > 1 and t.all_steps[1].tool_result)
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        run_sweep(server, default_suite)
+    second = next(
+        b
+        for b in server.requests
+        if b["messages"][0]["content"] == chain.all_steps[0].prompt and len(b["messages"]) > 1
+    )
+    assistant, tool_message = second["messages"][1], second["messages"][2]
+    assert tool_message == {
+        "role": "tool",
+        "tool_call_id": assistant["tool_calls"][0]["id"],
+        "content": chain.all_steps[1].tool_result,
+    }
+
+
+def test_seed_format_suite_loads_and_scores_unchanged():
+    suite = load_suite(FIXTURE_SUITE)
+    with ScriptedServer(SuiteScript(suite).responder(answers.perfect)) as server:
+        (profile,) = run_sweep(server, suite)
+    assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}
+
+
+@needs_seed_suite
+def test_the_seed_systems_own_suite_scores_unchanged():
+    suite = load_suite(SEED_SUITE)
+    with ScriptedServer(SuiteScript(suite).responder(answers.perfect)) as server:
+        (profile,) = run_sweep(server, suite)
+    assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}
+
+
+def test_effort_levels_are_measured_separately(default_suite):
+    def by_effort(body: dict) -> dict:
+        behaviour = answers.perfect if body.get("reasoning_effort") == "xhigh" else answers.no_tool_calls
+        return SuiteScript(default_suite).responder(behaviour)(body)
+
+    with ScriptedServer(by_effort) as server:
+        low, xhigh = run_sweep(server, default_suite, efforts=("low", "xhigh"))
+    assert (low.reasoning_effort, low.tier) == ("low", "small")
+    assert (xhigh.reasoning_effort, xhigh.tier) == ("xhigh", "large")
+    assert {b.get("reasoning_effort") for b in server.requests} == {"low", "xhigh"}
+
+
+def test_rejected_effort_field_is_recorded_as_not_applied(default_suite):
+    script = SuiteScript(default_suite).responder(answers.perfect)
+
+    def no_effort(body: dict) -> dict:
+        if "reasoning_effort" in body:
+            return {"status": 400, "error": "Unrecognized request argument supplied: reasoning_effort"}
+        return script(body)
+
+    with ScriptedServer(no_effort) as server:
+        (profile,) = run_sweep(server, default_suite, efforts=("low",))
+    assert profile.effort_applied is False and profile.reasoning_effort == "low"
+    assert profile.tier == "large"
+
+
+def test_retries_a_flaky_backend_then_succeeds(default_suite):
+    script = SuiteScript(default_suite).responder(answers.perfect)
+    seen: set[str] = set()
+
+    def flaky(body: dict) -> dict:
+        # Every request fails once, then succeeds when retried (whatever the interleaving).
+        key = json.dumps(body, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            return {"status": 503, "error": "busy"}
+        return script(body)
+
+    with ScriptedServer(flaky) as server:
+        (profile,) = run_sweep(server, default_suite, max_retries=3, backoff_s=0.01)
+    assert profile.tier == "large"
+
+
+def test_backend_that_keeps_failing_raises_instead_of_scoring(default_suite):
+    with ScriptedServer(lambda body: {"status": 500, "error": "broken"}) as server:
+        with pytest.raises(BackendError, match="HTTP 500"):
+            run_sweep(server, default_suite, max_retries=1, backoff_s=0.01)
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def test_bench_command_sweeps_default_and_four_levels_stores_profiles_and_recommends(tmp_path, default_suite):
+    def cheap_is_weak(body: dict) -> dict:
+        weak = body.get("reasoning_effort") in ("none", "low")
+        behaviour = answers.no_tool_calls if weak else answers.perfect
+        return SuiteScript(default_suite).responder(behaviour)(body)
+
+    store = tmp_path / "profiles.json"
+    with ScriptedServer(cheap_is_weak) as server:
+        done = bench("m", "--base-url", server.base_url, "--store", str(store), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)["results"][0]
+    # `default` (no effort field, what most clients send) is measured too, but never recommended.
+    assert [p["reasoningEffort"] for p in result["profiles"]] == ["default", "none", "low", "medium", "xhigh"]
+    assert all(p["durationS"] > 0 for p in result["profiles"])
+    assert result["recommendedEffort"] == "medium"
+    saved = json.loads(store.read_text())
+    assert set(saved["profiles"]) == {"m@default", "m@none", "m@low", "m@medium", "m@xhigh"}
+    assert saved["recommendations"] == {"m": "medium"}
+    assert saved["profiles"]["m@medium"]["testsHash"] == default_suite.hash
+    assert {
+        "tokensPerSecond",
+        "avgCompletionTokens",
+        "testedAt",
+        "benchmarkVersion",
+        "testResults",
+        "provider",
+        "scores",
+        "tier",
+    } <= set(saved["profiles"]["m@medium"])
+
+
+def test_bench_all_measures_every_listed_model(tmp_path, default_suite):
+    store = tmp_path / "profiles.json"
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect), models=("a", "b")) as server:
+        done = bench("--all", "--effort", "default", "--base-url", server.base_url, "--store", str(store), "--json")
+    assert done.returncode == 0, done.stderr
+    assert [r["model"] for r in json.loads(done.stdout)["results"]] == ["a", "b"]
+    assert set(json.loads(store.read_text())["profiles"]) == {"a@default", "b@default"}
+
+
+def test_failed_backend_exits_nonzero_and_stores_nothing(tmp_path):
+    store = tmp_path / "profiles.json"
+    with ScriptedServer(lambda body: {"status": 500, "error": "kaput"}) as server:
+        config = tmp_path / "gk.yaml"
+        config.write_text(f"upstream:\n  base_url: {server.base_url}\nbench:\n  max_retries: 1\n")
+        done = bench("m", "--config", str(config), "--store", str(store), "--effort", "low")
+    assert done.returncode != 0
+    assert "backend failed, no profile stored" in done.stderr and "HTTP 500" in done.stderr
+    assert not store.exists()
+
+
+def test_unreachable_backend_is_a_clear_error(tmp_path):
+    from scripted import free_port
+
+    done = bench(
+        "m", "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--store", str(tmp_path / "p.json"), "--effort", "low"
+    )
+    assert done.returncode != 0 and "connection failed" in done.stderr
+
+
+def test_editing_a_suite_file_invalidates_stored_profiles(tmp_path, default_suite):
+    suite_dir = tmp_path / "suite"
+    shutil.copytree(FIXTURE_SUITE, suite_dir)
+    config = tmp_path / "gk.yaml"
+    store = tmp_path / "profiles.json"
+    with ScriptedServer(SuiteScript(load_suite(suite_dir)).responder(answers.perfect)) as server:
+        config.write_text(f"upstream:\n  base_url: {server.base_url}\nsuite: suite\nstore: profiles.json\n")
+        assert bench("m", "--config", str(config), "--effort", "default").returncode == 0
+    settings = Settings.model_validate({"suite": str(suite_dir), "store": str(store)})
+    assert Gatekeeper(settings).lookup("m").source == "measured"
+    first = sorted(suite_dir.glob("*.json"))[0]
+    first.write_bytes(first.read_bytes() + b"\n")  # same meaning, different bytes
+    gk = Gatekeeper(settings)
+    assert gk.lookup("m") is None
+    assert JsonFileStore(store).get("m@default").tests_hash != gk.suite.hash
+
+
+def test_bench_will_not_overwrite_a_file_that_is_not_a_store(tmp_path, default_suite):
+    other = tmp_path / "notes.txt"
+    other.write_text("not json, not ours\n")
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        done = bench("m", "--effort", "default", "--base-url", server.base_url, "--store", str(other))
+    assert done.returncode != 0 and "refusing to replace it" in done.stderr
+    assert other.read_text() == "not json, not ours\n"
+
+
+# -- the measurement service (one path for bench, core, admin), with an injected fake backend --
+
+
+def mock_answering(script: SuiteScript, behaviour) -> MockBackend:
+    """A MockBackend giving `behaviour`'s message for each suite conversation (no HTTP)."""
+
+    def handle(request: BackendRequest) -> Answer:
+        test, step = script.locate({"messages": request.messages})
+        message = behaviour(test, step)
+        calls = tuple(
+            ToolCall(f"call_{i}", c["name"], json.dumps(c["arguments"])) for i, c in enumerate(message["tool_calls"])
+        )
+        return Answer(message["content"] or "", calls)
+
+    return MockBackend(handle)
+
+
+def test_service_sweep_saves_profiles_and_recommendation_through_an_injected_backend(tmp_path, default_suite):
+    backends: list[MockBackend] = []
+
+    def factory(model: str) -> MockBackend:
+        backends.append(mock_answering(SuiteScript(default_suite), answers.perfect))
+        return backends[-1]
+
+    store = JsonFileStore(tmp_path / "p.json")
+    service = MeasurementService(Settings(), default_suite, store, factory)
+    result = asyncio.run(service.sweep("m", ["low", "medium"]))
+    assert [p.tier for p in result.profiles] == ["large", "large"]
+    assert result.recommended == "low"
+    assert store.load().recommendations == {"m": "low"}
+    assert backends[0].closed and {r.effort for r in backends[0].requests} == {"low", "medium"}
+
+
+def test_lazy_path_goes_through_the_service_and_saves_a_recommendation(tmp_path, default_suite):
+    settings = Settings.model_validate({"store": str(tmp_path / "p.json")})
+    gk = Gatekeeper(settings, backend_factory=lambda model: mock_answering(SuiteScript(default_suite), answers.perfect))
+    try:
+        profile = gk.measure("m", "low").result(timeout=30)
+    finally:
+        gk.close()
+    assert profile.tier == "large" and profile.reasoning_effort == "low"
+    assert JsonFileStore(settings.store).load().recommendations == {"m": "low"}
+
+
+def test_measurement_uses_the_configured_upstream_key_never_another(tmp_path, default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        settings = Settings.model_validate(
+            {"upstream": {"base_url": server.base_url, "api_key": "operator-key"}, "store": str(tmp_path / "p.json")}
+        )
+        service = MeasurementService(settings, default_suite, JsonFileStore(settings.store))
+        asyncio.run(service.measure("m"))
+    assert {h["authorization"] for h in server.headers} == {"Bearer operator-key"}
+
+
+# -- reasoning is not the answer (issue 16) ----------------------------------------------------
+
+
+def thinking_aloud(test, step: int) -> dict:
+    """Perfect, but every text answer starts with a think block full of wrong words and JSON."""
+    message = answers.perfect(test, step)
+    if message["content"]:
+        message["content"] = (
+            '<think>Maybe {"total": 1}? Start with "Wrong", use commas, call delete_file.\n'
+            "Lines\nand\nlines.</think>\n" + message["content"]
+        )
+    return message
+
+
+def test_think_blocks_are_removed_before_checks_so_a_thinking_model_scores_as_it_answers(default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(thinking_aloud)) as server:
+        (profile,) = run_sweep(server, default_suite)
+    assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}
+
+
+def test_reasoning_fields_and_think_blocks_never_reach_the_checks():
+    message = {
+        "role": "assistant",
+        "content": "<think>no, 12</think>\n42",
+        "reasoning_content": "7 * 6 = 42",
+        "reasoning": "long thoughts",
+    }
+    answer = parse_message(message, "stop")
+    assert answer == Answer("42", (), "stop")
+
+
+@pytest.mark.parametrize(
+    ("content", "answer"),
+    [
+        ("<think>a</think>b<think>c</think>d", "bd"),
+        ("Answer: 42<think>and then I ran out", "Answer: 42"),  # cut while thinking again
+        ("<think>only thoughts, cut at max_tokens", ""),
+        ("thoughts whose opening tag was in the prompt</think>\nParis", "Paris"),
+        ("  no reasoning at all \n", "  no reasoning at all \n"),  # untouched: scored as sent
+    ],
+)
+def test_strip_reasoning(content, answer):
+    assert strip_reasoning(content) == answer
+
+
+# -- inconclusive measurements (issue 9) --------------------------------------------------------
+
+
+def spent_thinking(request: BackendRequest) -> Completion:
+    """A reasoning model whose whole bench.max_tokens went to thinking: HTTP 200, nothing said."""
+    return Completion(Answer("", (), "length"), completion_tokens=512, seconds=0.01, effort_applied=True)
+
+
+def test_almost_all_empty_answers_cut_at_the_limit_are_inconclusive_and_store_nothing(tmp_path, default_suite):
+    store = JsonFileStore(tmp_path / "p.json")
+    service = MeasurementService(Settings(), default_suite, store, lambda model: MockBackend(spent_thinking))
+    with pytest.raises(InconclusiveMeasurement, match=r"bench\.max_tokens"):
+        asyncio.run(service.measure("thinker"))
+    assert store.load().profiles == {} and not store.path.exists()
+
+
+def test_an_inconclusive_lazy_measurement_backs_off_like_a_failure(tmp_path, default_suite):
+    backends: list[MockBackend] = []
+
+    def factory(model: str) -> MockBackend:
+        backends.append(MockBackend(spent_thinking))
+        return backends[-1]
+
+    settings = Settings.model_validate({"store": str(tmp_path / "p.json"), "bench": {"retry_after_s": 3600}})
+    gk = Gatekeeper(settings, backend_factory=factory)
+    try:
+        flight = gk.measure("thinker")
+        with pytest.raises(InconclusiveMeasurement):
+            flight.result(timeout=30)
+        # the failure is recorded as it lands
+        wait_until(lambda: gk.tier_for("thinker")[1] == "unmeasured", "the failure to be recorded")
+        assert gk.lookup("thinker") is None
+        assert len(backends) == 1  # backing off: the request above did not start another one
+    finally:
+        gk.close()
+
+
+def test_a_few_empty_answers_are_scored_not_treated_as_inconclusive(tmp_path, default_suite):
+    script = SuiteScript(default_suite)
+    short_ones = {t.name for t in default_suite.tests[:2]}
+
+    def mostly_fine(request: BackendRequest) -> Answer:
+        test, step = script.locate({"messages": request.messages})
+        if test.name in short_ones:
+            return Answer("", (), "length")
+        message = answers.perfect(test, step)
+        return Answer(
+            message["content"] or "",
+            tuple(
+                ToolCall(f"c{i}", c["name"], json.dumps(c["arguments"])) for i, c in enumerate(message["tool_calls"])
+            ),
+        )
+
+    service = MeasurementService(
+        Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda model: MockBackend(mostly_fine)
+    )
+    profile = asyncio.run(service.measure("m"))
+    assert profile.scores["instruction"] < 1.0
+
+
+# -- samples, intervals, sequential stopping (issue 16) ----------------------------------------
+
+
+def sampled(samples: int) -> Settings:
+    return Settings.model_validate({"bench": {"samples": samples}})
+
+
+def calls_per_pass(suite) -> int:
+    return sum(len(t.all_steps) for t in suite.tests)
+
+
+def test_a_confident_model_stops_sampling_early_and_reports_the_calls_saved(tmp_path, default_suite):
+    backend = mock_answering(SuiteScript(default_suite), answers.perfect)
+    service = MeasurementService(sampled(5), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    result = asyncio.run(service.sweep("m", ["low"]))
+    (profile,) = result.profiles
+    assert profile.samples == 2 and profile.tier == "large"
+    assert profile.score_intervals == {"instruction": [1.0, 1.0], "json": [1.0, 1.0], "toolCalling": [1.0, 1.0]}
+    assert len(backend.requests) == 2 * calls_per_pass(default_suite)
+    assert result.calls_saved == 3 * calls_per_pass(default_suite)
+
+
+def test_a_model_that_passes_by_luck_is_tiered_on_its_lower_bound(tmp_path, default_suite):
+    seen: dict[str, int] = {}
+
+    def once_wrong(test, step):
+        # integer_argument: no call at all in the first of its samples, perfect afterwards.
+        if test.name == "integer_argument":
+            seen[test.name] = seen.get(test.name, 0) + 1
+            if seen[test.name] == 1:
+                return answers.no_tool_calls(test, step)
+        return answers.perfect(test, step)
+
+    backend = mock_answering(SuiteScript(default_suite), once_wrong)
+    service = MeasurementService(sampled(3), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    (profile,) = asyncio.run(service.sweep("m", ["low"])).profiles
+    low, _ = profile.score_intervals["toolCalling"]
+    assert profile.samples == 3  # the spread kept the 0.9 threshold inside the interval
+    assert profile.scores["toolCalling"] >= 0.9 > low  # the mean alone would have made it large
+    assert profile.tier == "medium"
+    assert profile.scores["instruction"] == 1.0 and profile.score_intervals["instruction"] == [1.0, 1.0]
+
+
+def test_bench_and_profiles_show_scores_with_their_interval(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        done = bench("m", "--effort", "low", "--samples", "3", "--base-url", server.base_url, "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    assert "1.00 ± 0.00" in done.stdout and "sequential stopping saved" in done.stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "gatekeeper", "profiles", "--store", str(store)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=WIDE,
+    )
+    assert "1.00 ± 0.00" in shown.stdout
+
+
+def test_a_seed_format_profile_reads_as_one_sample(default_suite):
+    doc = {
+        "model": "m",
+        "provider": "p",
+        "tier": "medium",
+        "scores": {"instruction": 0.5, "json": 0.7, "toolCalling": 0.7},
+        "tokensPerSecond": 1,
+        "testedAt": "2026-01-01T00:00:00+00:00",
+        "benchmarkVersion": 1,
+        "testsHash": "abcd1234",
+        "testResults": [],
+        "reasoningEffort": "low",
+        "avgCompletionTokens": 3,
+    }
+    profile = Profile.model_validate(doc)
+    assert (profile.samples, profile.score_intervals, profile.instance_seed) == (None, None, None)
+    assert profile.to_json() == doc | {"effortApplied": True, "durationS": 0.0}  # nothing added on write
+
+
+# -- the default sweep and a backend that ignores the effort (issue 16) ----------------------------
+
+
+def test_a_backend_that_ignores_the_effort_is_recognised(tmp_path, default_suite):
+    backend = mock_answering(SuiteScript(default_suite), answers.perfect)  # same answers whatever the effort
+    service = MeasurementService(Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    result = asyncio.run(service.sweep("m"))
+    assert [p.reasoning_effort for p in result.profiles] == ["default", "none", "low", "medium", "xhigh"]
+    assert result.effort_ignored and "levels made no difference" in result.note
+    assert [p.effort_applied for p in result.profiles] == [True, False, False, False, False]
+    assert result.recommended == "none"  # still an explicit level, but stated as no difference
+    assert result.to_json()["effortIgnored"] is True
+
+
+def test_levels_that_differ_only_in_completion_tokens_are_not_called_ignored(tmp_path, default_suite):
+    script = SuiteScript(default_suite)
+
+    def more_tokens_when_thinking(request: BackendRequest) -> Completion:
+        test, step = script.locate({"messages": request.messages})
+        message = answers.perfect(test, step)
+        answer = Answer(
+            message["content"] or "",
+            tuple(
+                ToolCall(f"c{i}", c["name"], json.dumps(c["arguments"])) for i, c in enumerate(message["tool_calls"])
+            ),
+        )
+        return Completion(answer, 7 if request.effort in (None, "none") else 70, 0.01, True)
+
+    service = MeasurementService(
+        Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: MockBackend(more_tokens_when_thinking)
+    )
+    result = asyncio.run(service.sweep("m", ["none", "low"]))
+    assert not result.effort_ignored and all(p.effort_applied for p in result.profiles)
+
+
+def test_bench_says_when_the_levels_made_no_difference(tmp_path, default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        done = bench("m", "--effort", "none,low", "--base-url", server.base_url, "--store", str(tmp_path / "p.json"))
+    assert done.returncode == 0, done.stderr
+    assert "levels made no difference" in done.stdout.replace("\n", " ")
+
+
+# -- randomised tests (issue 16) ------------------------------------------------------------------
+
+
+def random_prompts(server: ScriptedServer) -> set[str]:
+    return {
+        b["messages"][0]["content"]
+        for b in server.requests
+        if "customer" in b["messages"][0]["content"] and "our customer" in b["messages"][0]["content"]
+    }
+
+
+def test_each_seed_draws_a_new_instance_that_a_perfect_answerer_still_passes(tmp_path, default_suite):
+    prompts = []
+    for seed in (1, 2):
+        with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+            service = MeasurementService(
+                Settings.model_validate({"upstream": {"base_url": server.base_url}}),
+                default_suite,
+                JsonFileStore(tmp_path / f"{seed}.json"),
+            )
+            profile = asyncio.run(service.measure("m", seed=seed))
+        assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}
+        assert profile.instance_seed == seed
+        prompts.append(random_prompts(server))
+    assert prompts[0] and prompts[0] != prompts[1]
+
+
+def test_a_recorded_seed_replays_the_same_requests(tmp_path, default_suite):
+    bodies = []
+    for _ in range(2):
+        with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+            done = bench(
+                "m",
+                "--effort",
+                "default",
+                "--seed",
+                "77",
+                "--json",
+                "--concurrency",
+                "1",
+                "--base-url",
+                server.base_url,
+                "--store",
+                str(tmp_path / "p.json"),
+            )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["results"][0]["profiles"][0]["instanceSeed"] == 77
+        # What the model was given (the scripted server's call ids are random, the inputs must not be).
+        bodies.append(
+            sorted(
+                json.dumps([[m["role"], m["content"]] for m in b["messages"] if m["role"] != "assistant"])
+                for b in server.requests
+            )
+        )
+    assert bodies[0] == bodies[1]
+
+
+def test_without_a_seed_every_measurement_draws_one_and_keeps_it(tmp_path, default_suite):
+    backend = mock_answering(SuiteScript(default_suite), answers.perfect)
+    service = MeasurementService(Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    seeds = {asyncio.run(service.measure("m")).instance_seed for _ in range(3)}
+    assert None not in seeds and len(seeds) > 1
+    assert JsonFileStore(tmp_path / "p.json").get("m@default").instance_seed in seeds
+
+
+def test_wrong_distractor_id_in_a_random_chain_loses_its_points(tmp_path, default_suite):
+    backend = mock_answering(SuiteScript(default_suite), answers.wrong_distractor)
+    service = MeasurementService(Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    profile = asyncio.run(service.measure("m", seed=5))
+    scores = {r.name: r.score for r in profile.test_results}
+    assert scores["tool_chain_random_ids"] < 1.0 and scores["tool_chain_distractor_ids"] < 1.0
+
+
+def test_admin_api_shows_scores_with_their_interval(store_path, default_suite):
+    import httpx
+    from conftest import running_proxy, settings_for
+
+    auth = {"authorization": "Bearer k"}
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as upstream:
+        settings = settings_for(
+            upstream.base_url, store_path, admin_key="k", bench={"samples": 3, "max_retries": 0, "timeout_s": 10}
+        )
+        with running_proxy(settings) as proxy:
+            assert httpx.post(proxy.url + "/admin/profiles/m@low/benchmark", headers=auth).status_code == 202
+            # generous: 2 cores shared by many test runs
+            wait_until(lambda: proxy.gk.lookup("m", "low"), "the measurement to land", timeout_s=180)
+            listed = httpx.get(proxy.url + "/admin/profiles", headers=auth).json()["profiles"]["m@low"]
+    assert listed["samples"] == 2 and listed["scoreIntervals"]["json"] == [1.0, 1.0]
+    assert listed["shown"] == {"instruction": "1.00 ± 0.00", "json": "1.00 ± 0.00", "toolCalling": "1.00 ± 0.00"}
+
+
+@pytest.mark.parametrize("seed", [*range(12), 513248310])  # 513248310 draws the preview's chain names
+def test_a_scripted_perfect_answerer_passes_every_drawn_instance(tmp_path, default_suite, seed):
+    backend = mock_answering(SuiteScript(default_suite), answers.perfect)
+    service = MeasurementService(Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    profile = asyncio.run(service.measure("m", seed=seed))
+    assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}

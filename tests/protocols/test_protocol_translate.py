@@ -1,0 +1,257 @@
+"""Translation of Responses and Messages requests/answers to and from Chat Completions (pure)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gatekeeper.errors import AnswerInvalid, RequestInvalid
+from gatekeeper.protocols.base import Event
+from gatekeeper.protocols.messages import MessagesCodec
+from gatekeeper.protocols.responses import ResponsesCodec
+from gatekeeper.protocols.translate.messages import MessagesTranslator
+from gatekeeper.protocols.translate.responses import ResponsesTranslator
+
+RT, MT = ResponsesTranslator(), MessagesTranslator()
+FN = {
+    "type": "function",
+    "name": "read_file",
+    "description": "read",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+}
+
+
+def chat_answer(content: str | None, calls: list[tuple[str, str]] = (), finish: str = "stop") -> dict:
+    message = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(calls)
+        ]
+    return {
+        "id": "c",
+        "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4},
+    }
+
+
+def chat_stream(content: str, calls: list[tuple[str, str]]) -> list[Event]:
+    chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+    chunks += [{"choices": [{"index": 0, "delta": {"content": content[i : i + 3]}}]} for i in range(0, len(content), 3)]
+    for i, (name, arguments) in enumerate(calls):
+        chunks.append(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {
+                            "tool_calls": [
+                                {
+                                    "index": i,
+                                    "id": f"call_{i}",
+                                    "type": "function",
+                                    "function": {"name": name, "arguments": ""},
+                                }
+                            ]
+                        },
+                    }
+                ]
+            }
+        )
+        chunks.append(
+            {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": i, "function": {"arguments": arguments}}]}}]}
+        )
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls" if calls else "stop"}]})
+    chunks.append({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}})
+    return [Event(data=json.dumps(c)) for c in chunks] + [Event(data="[DONE]")]
+
+
+def test_responses_request_to_chat():
+    body = {
+        "model": "m",
+        "instructions": "be brief",
+        "reasoning": {"effort": "low"},
+        "max_output_tokens": 50,
+        "tools": [FN],
+        "tool_choice": {"type": "function", "name": "read_file"},
+        "stream": True,
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "function_call", "call_id": "c1", "name": "read_file", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "data"},
+        ],
+    }
+    chat = RT.to_chat(body)
+    assert chat["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "data"},
+    ]
+    assert chat["tools"][0]["function"]["name"] == "read_file"
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "read_file"}}
+    assert chat["reasoning_effort"] == "low" and chat["max_tokens"] == 50
+    assert chat["stream_options"] == {"include_usage": True}
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"tools": [{"type": "web_search"}]}, "tools"),
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "input"),
+    ],
+)
+def test_responses_untranslatable_request_is_refused(body, field):
+    with pytest.raises(RequestInvalid, match=field):
+        RT.to_chat({"model": "m", "input": "hi"} | body)
+
+
+def test_responses_answer_from_chat():
+    doc = RT.from_chat(chat_answer("hello", [("read_file", '{"path": "a"}')], "tool_calls"), {"model": "m"})
+    assert [i["type"] for i in doc["output"]] == ["message", "function_call"]
+    assert doc["output"][1]["arguments"] == '{"path": "a"}' and doc["output"][1]["call_id"] == "call_0"
+    assert doc["usage"]["total_tokens"] == 7 and doc["status"] == "completed"
+
+
+def test_responses_stream_from_chat_then_filtered():
+    converter = RT.stream_from_chat({"model": "m"})
+    flt = ResponsesCodec().stream_filter({"read_file": None})
+    events = [
+        e
+        for chunk in chat_stream("hello", [("execute_command", "{}"), ("read_file", '{"p": 1}')])
+        for e in converter.feed(chunk)
+    ] + converter.finish()
+    out = [json.loads(e.data) for event in events for e in flt.feed(event)]
+    final = out[-1]
+    assert final["type"] == "response.completed"
+    assert [(i["type"], i.get("name")) for i in final["response"]["output"]] == [
+        ("message", None),
+        ("function_call", "read_file"),
+    ]
+    assert final["response"]["output"][1]["arguments"] == '{"p": 1}'
+    assert {d["output_index"] for d in out if "output_index" in d} == {0, 1}
+    assert flt.result.removed == ["execute_command"]
+    assert [d["sequence_number"] for d in out] == list(range(len(out)))
+
+
+def test_stream_without_finish_reason_is_invalid():
+    converter = RT.stream_from_chat({"model": "m"})
+    converter.feed(Event(data=json.dumps({"choices": [{"index": 0, "delta": {"content": "hi"}}]})))
+    with pytest.raises(AnswerInvalid):
+        converter.finish()
+
+
+def test_messages_request_to_chat():
+    body = {
+        "model": "m",
+        "max_tokens": 100,
+        "system": [{"type": "text", "text": "sys"}],
+        "tools": [{"name": "read_file", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+        "thinking": {"type": "enabled", "budget_tokens": 2000},
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "ok"},
+                    {"type": "tool_use", "id": "t1", "name": "read_file", "input": {"path": "a"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "data"},
+                    {"type": "text", "text": "go on"},
+                ],
+            },
+        ],
+    }
+    chat = MT.to_chat(body)
+    assert chat["messages"] == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": "ok",
+            "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "read_file", "arguments": '{"path":"a"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "t1", "content": "data"},
+        {"role": "user", "content": "go on"},
+    ]
+    assert chat["tool_choice"] == "required" and chat["parallel_tool_calls"] is False
+    assert chat["reasoning_effort"] == "low" and chat["max_tokens"] == 100
+
+
+def test_messages_typed_tool_cannot_be_translated():
+    with pytest.raises(RequestInvalid, match="bash_20250124"):
+        MT.to_chat({"model": "m", "messages": [], "tools": [{"type": "bash_20250124", "name": "bash"}]})
+
+
+def test_messages_answer_from_chat():
+    doc = MT.from_chat(chat_answer("hi", [("read_file", '{"path": "a"}')], "tool_calls"), {"model": "m"})
+    assert doc["content"] == [
+        {"type": "text", "text": "hi"},
+        {"type": "tool_use", "id": "call_0", "name": "read_file", "input": {"path": "a"}},
+    ]
+    assert doc["stop_reason"] == "tool_use" and doc["usage"] == {"input_tokens": 3, "output_tokens": 4}
+
+
+def test_messages_answer_with_non_object_arguments_is_invalid():
+    with pytest.raises(AnswerInvalid):
+        MT.from_chat(chat_answer(None, [("read_file", "[1, 2]")], "tool_calls"), {"model": "m"})
+
+
+def test_messages_stream_from_chat_then_filtered():
+    converter = MT.stream_from_chat({"model": "m"})
+    flt = MessagesCodec().stream_filter({"read_file": None})
+    events = [e for chunk in chat_stream("hello", [("execute_command", "{}")]) for e in converter.feed(chunk)]
+    events += converter.finish()
+    out = [json.loads(e.data) for event in events for e in flt.feed(event)]
+    assert [d["type"] for d in out] == [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert out[-2]["delta"]["stop_reason"] == "end_turn"
+
+
+def test_count_tokens_estimate_counts_gated_tools():
+    small = MT.count_tokens({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    large = MT.count_tokens(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"name": "read_file", "input_schema": {"type": "object"}}],
+        }
+    )
+    assert large["input_tokens"] > small["input_tokens"] >= 1
+
+
+def test_legacy_function_call_next_to_tool_calls_is_ignored():
+    """llama.cpp sends a stale legacy `function_call` next to the real `tool_calls`."""
+    doc = chat_answer(None, [("read_file", "{}")], "tool_calls")
+    doc["choices"][0]["message"]["function_call"] = {"name": "get_time:", "arguments": "{}"}
+    assert [i["name"] for i in RT.from_chat(doc)["output"]] == ["read_file"]
+    assert [b["name"] for b in MT.from_chat(doc)["content"]] == ["read_file"]
+
+
+def test_legacy_only_function_call_is_translated_and_then_gated():
+    doc = chat_answer(None, [], "function_call")
+    doc["choices"][0]["message"]["function_call"] = {"name": "execute_command", "arguments": "{}"}
+    answer = RT.from_chat(doc)
+    assert ResponsesCodec().enforce(answer, {"read_file": None}).removed == ["execute_command"]
+    assert answer["output"] == []
