@@ -69,6 +69,13 @@ class Profile(_Camel):
     score_intervals: dict[str, list[float]] | None = None
     instance_seed: int | None = None
 
+    def lower_bound(self, category: str) -> float | None:
+        """The bound the tier was decided on for `category`: the lower end of its stored interval
+        (a one-sided bound at the level `bench.risk` states). None when the profile stores no
+        interval (the seed's one-sample format): a requirement judged on bounds is then unmet."""
+        interval = (self.score_intervals or {}).get(category)
+        return interval[0] if interval else None
+
     @property
     def key(self) -> str:
         return profile_key(self.model, self.reasoning_effort)
