@@ -5,7 +5,7 @@
 #   ./demo.sh --no-serve   # print the measurement and the gating, then exit (CI)
 #   ./demo.sh --fresh      # forget the stored profile and measure again
 #
-# Installs what is missing (.venv, gatekeeper with its test extra, llama-cpp-python built
+# Installs what is missing (.venv, gatekeeper with its `local` extra, llama-cpp-python built
 # for this CPU, the Gemma 3 270M weights; quick when everything is there), then runs
 # examples/local_demo.py with the given options (--help lists them).
 set -euo pipefail

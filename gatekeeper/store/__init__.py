@@ -6,6 +6,7 @@ anything else is a path to a `models_profile.json`.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from gatekeeper.errors import StoreError, WriteFenced
@@ -43,9 +44,16 @@ def is_redis_url(location: str | Path) -> bool:
     return isinstance(location, str) and location.startswith(("redis://", "rediss://", "unix://"))
 
 
+def require_redis() -> None:
+    """A redis:// store needs the `redis` extra; say so instead of failing on an import."""
+    if importlib.util.find_spec("redis") is None:
+        raise StoreError("store: a Redis store needs the redis extra: pip install 'gatekeeper[redis]'")
+
+
 def open_store(location: str | Path, *, listen: bool = True) -> ProfileStore:
     """The store at `location`. `listen=False` for one-shot commands: no background listener."""
     if is_redis_url(location):
+        require_redis()
         from gatekeeper.store.redis import RedisStore  # redis is only imported when used
 
         return RedisStore(str(location), listen=listen)

@@ -1,0 +1,128 @@
+"""The shape of the package, checked from its imports: no import circle between modules, and no
+import from a lower layer to a higher one (docs/architecture.md draws the same layers)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import gatekeeper
+
+PACKAGE = Path(gatekeeper.__file__).parent
+
+# Lowest first. A module may import its own layer and the layers below, never one above.
+LAYERS: list[set[str]] = [
+    {"errors", "types", "tiers", "metrics", "logs", "telemetry", "redact"},  # contracts, observability
+    {"suite"},  # the DSL, pure
+    {"store"},  # profiles and where they are kept
+    {"gating"},  # which tool a tier may see: protocol-free rules
+    {"protocols"},  # one codec per client protocol
+    {"drift"},  # live evidence
+    {"config"},  # the YAML config -> typed settings
+    {"measuring"},  # runner, confidence, backends, service, scheduler
+    {"core", "routing"},  # the Gatekeeper facade, resolver, capability routing
+    {"inprocess", "mcp"},  # in-process front ends; the MCP gateway
+    {"server"},  # the proxy app, upstream, admin, console
+    {"cli", "__init__", "__main__", "adapters"},  # the command and the public API
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool, modules: set[str]) -> set[str]:
+    """Every gatekeeper module `tree` imports, at any depth (lazy imports count), except under
+    `if TYPE_CHECKING:` (annotations only: no import at run time). `from a import b` imports the
+    module `a.b` when there is one, else a name of `a`."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("gatekeeper"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base if is_package else base[:-1]
+                base = base[: len(base) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if target.startswith("gatekeeper"):
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    found.add(sub if sub in modules else target)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    # gatekeeper/adapters is a symlink to the top-level adapters/, which rglob does not follow
+    for path in (PACKAGE / "adapters").glob("*.py"):
+        files["gatekeeper.adapters" + ("" if path.stem == "__init__" else f".{path.stem}")] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        raw = _imports(ast.parse(path.read_text()), name, path.name == "__init__.py", set(files))
+        graph[name] = {t for t in raw if t in files and t != name}
+    return graph
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if module.count(".") else "__init__"
+    for index, layer in enumerate(LAYERS):
+        if top in layer:
+            return index
+    raise AssertionError(f"{module}: its folder {top!r} is in no layer of tests/test_architecture.py")
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    upward = [
+        f"{src} -> {dst}"
+        for src, targets in _graph().items()
+        for dst in sorted(targets)
+        if _layer(dst) > _layer(src) and src.split(".")[:2] != dst.split(".")[:2]
+    ]
+    assert upward == []
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    graph = _graph()
+    # A package's __init__ re-exporting its submodules is not a circle: the edge from a submodule
+    # to its own package's __init__ is how Python loads it, not a dependency.
+    edges = {src: {d for d in dsts if not src.startswith(d + ".")} for src, dsts in graph.items()}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def walk(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                walk(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            walk(node, [])
+    assert cycles == []
