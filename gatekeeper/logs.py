@@ -1,12 +1,52 @@
-"""structlog configuration, in one place: JSON lines on stderr."""
+"""structlog configuration, in one place: JSON lines on stderr for `gatekeeper serve`, readable
+text for the CLI, and silence for a library.
+
+Every module takes its logger from `get_logger`. Until structlog is configured (by `configure`
+below, which `gatekeeper serve` and the CLI call, or by the application itself), a line goes to
+stdlib `logging` under the module's name (`gatekeeper.store`, ...), where the package logger's
+`NullHandler` keeps it quiet unless the application configures logging: the convention httpx
+follows, so importing gatekeeper never writes to stdout or stderr on its own.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import orjson
 import structlog
+
+logging.getLogger("gatekeeper").addHandler(logging.NullHandler())
+
+# Lines sent to stdlib logging: skipped before any work when the level is off, then one JSON text.
+_TO_STDLIB: list[structlog.typing.Processor] = [
+    structlog.stdlib.filter_by_level,
+    structlog.contextvars.merge_contextvars,
+    structlog.processors.JSONRenderer(),
+]
+
+
+class _Logger:
+    """A module's logger: structlog's own once structlog is configured (checked at every call, so
+    `structlog.testing.capture_logs` sees the lines too), stdlib logging before that."""
+
+    __slots__ = ("_configured", "_unconfigured")
+
+    def __init__(self, name: str) -> None:
+        self._configured = structlog.get_logger(name)
+        self._unconfigured = structlog.wrap_logger(
+            logging.getLogger(name), processors=_TO_STDLIB, wrapper_class=structlog.stdlib.BoundLogger
+        )
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._configured if structlog.is_configured() else self._unconfigured, attr)
+
+
+def get_logger(name: str) -> Any:
+    """The logger of module `name` (e.g. "gatekeeper.store"); use it for every log line."""
+    return _Logger(name)
+
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 

@@ -1,0 +1,62 @@
+"""OpenTelemetry spans: named and attributed per the GenAI conventions where they apply, recorded
+by the SDK's in-memory exporter; nothing is recorded without a tracer provider."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from gatekeeper import telemetry
+
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    # The global provider can be set once per process: the first test sets it, the rest share it.
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        trace.set_tracer_provider(provider)
+    _EXPORTER.clear()
+    return _EXPORTER
+
+
+def test_a_span_carries_the_genai_names_and_gatekeeper_decisions(spans: InMemorySpanExporter) -> None:
+    with telemetry.span("chat", "gpt-4o", protocol="chat", tier="small", tools_hidden=["execute_command"]) as s:
+        s.set("gatekeeper.calls.blocked", ["execute_command"])
+    (done,) = spans.get_finished_spans()
+    assert done.name == "chat gpt-4o"
+    assert done.attributes is not None
+    assert done.attributes["gen_ai.operation.name"] == "chat"
+    assert done.attributes["gen_ai.request.model"] == "gpt-4o"
+    assert done.attributes["gatekeeper.tier"] == "small"
+    assert tuple(done.attributes["gatekeeper.tools.hidden"]) == ("execute_command",)
+    assert tuple(done.attributes["gatekeeper.calls.blocked"]) == ("execute_command",)
+
+
+def test_an_error_marks_the_span_and_still_propagates(spans: InMemorySpanExporter) -> None:
+    with pytest.raises(ValueError), telemetry.span("measure", "m"):
+        raise ValueError("boom")
+    (done,) = spans.get_finished_spans()
+    assert done.status.status_code == trace.StatusCode.ERROR
+    assert done.attributes is not None and done.attributes["error.type"] == "ValueError"
+
+
+def test_without_a_tracer_provider_nothing_is_recorded() -> None:
+    # A fresh interpreter: the API's default provider makes non-recording spans, and `set` is free.
+    code = (
+        "from gatekeeper import telemetry\n"
+        "with telemetry.span('chat', 'm', tier='small') as s:\n"
+        "    s.set('gatekeeper.x', 1)\n"
+        "    print(type(s).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "_NoSpan"
+    assert out.stderr == ""
