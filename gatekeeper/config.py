@@ -34,6 +34,9 @@ class Upstream(_Section):
     # An answer (plain body or whole stream) larger than this is a 502: a hostile or broken
     # upstream must not make the proxy buffer without bound. Generous: long answers are ~1 MB.
     max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    # A request field the client protocol's codec does not know (protocols/fields.py): refused
+    # with a 400 naming it, or dropped (and logged) before the request goes upstream.
+    unknown_fields: Literal["refuse", "drop"] = "refuse"
 
     @field_validator("base_url")
     @classmethod

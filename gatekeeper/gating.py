@@ -1,4 +1,5 @@
-"""Which tools a tier may see, and Chat Completions request gating. Pure: no I/O.
+"""Which tools a tier may see (typed tool identity, the built-in family table, the tier rules),
+and Chat Completions request gating. Pure: no I/O.
 
 A request field that could carry tools is understood and gated, or refused (RequestInvalid):
 `tools` (function, custom and typed built-in tools), legacy `functions`, every `tool_choice`
@@ -8,6 +9,7 @@ and `function_call` form, `parallel_tool_calls`, and tool lists nested in
 
 from __future__ import annotations
 
+import enum
 import threading
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -19,11 +21,15 @@ from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
 from gatekeeper.tiers import Tier
 
 __all__ = [
+    "BUILTIN_FAMILIES",
     "Gated",
     "RequestInvalid",
     "ToolChoiceBlocked",
+    "ToolId",
+    "ToolKind",
     "ToolPolicy",
     "allowed_names",
+    "builtin_family",
     "enforce_choice",
     "enforce_message",
     "gate_request",
@@ -31,31 +37,210 @@ __all__ = [
 ]
 
 
-class ToolPolicy:
-    """Required tier per tool name: exact names first, then shell-style patterns in config order."""
+class ToolKind(enum.Enum):
+    """What kind of thing a tool name names. Two tools of different kinds never match, whatever
+    their names: a function named `computer_notes` is not the `computer` built-in."""
 
-    def __init__(self, required_tier: dict[str, Tier] | None = None, default_tier: Tier = Tier.SMALL) -> None:
+    FUNCTION = "function"  # a client function tool (chat `function`, Responses `function`, Messages custom tool)
+    CUSTOM = "custom"  # an OpenAI free-form `custom` tool (grammar or text input)
+    BUILTIN = "builtin"  # a tool of a protocol-defined type, named by that versioned type
+    MCP = "mcp"  # one tool of an MCP server: `server.tool`
+    NAMESPACED = "namespaced"  # one function of a Responses `namespace` tool group: `namespace.function`
+
+
+@dataclass(frozen=True, slots=True)
+class ToolId:
+    """The exact, typed identity of one tool (hashable; the key that request gating and answer
+    enforcement agree on).
+
+    `name` by kind:
+      * FUNCTION / CUSTOM: the tool's own name (`read_file`);
+      * BUILTIN: the versioned type the protocol spells (`web_search_2025_08_26`,
+        `computer_20250124`, `bash_20250124`, `local_shell`), never a `name` the client put on
+        it; `builtin_family(name)` gives the family a rule may name (`web_search`);
+      * MCP: `server.tool` (server labels never contain a dot, so the split is unique);
+        `server.*` stands for every tool of a server that was offered whole, which happens
+        only when no rule above the tier names a tool of that server;
+      * NAMESPACED: `namespace.function` (namespace names never contain a dot).
+
+    Build them with the constructors (`ToolId.function("read_file")`, `ToolId.builtin(type)`,
+    `ToolId.mcp("github", "delete_repo")`, `ToolId.namespaced("ns", "fn")`); `str()` is the name
+    as logs and `tools.required_tier` rules spell it.
+    """
+
+    kind: ToolKind
+    name: str
+
+    @classmethod
+    def function(cls, name: str) -> ToolId:
+        return cls(ToolKind.FUNCTION, name)
+
+    @classmethod
+    def custom(cls, name: str) -> ToolId:
+        return cls(ToolKind.CUSTOM, name)
+
+    @classmethod
+    def builtin(cls, versioned_type: str) -> ToolId:
+        return cls(ToolKind.BUILTIN, versioned_type)
+
+    @classmethod
+    def mcp(cls, server: str, tool: str) -> ToolId:
+        return cls(ToolKind.MCP, f"{server}.{tool}")
+
+    @classmethod
+    def namespaced(cls, namespace: str, function: str) -> ToolId:
+        return cls(ToolKind.NAMESPACED, f"{namespace}.{function}")
+
+    @property
+    def group(self) -> str | None:
+        """The MCP server or namespace an MCP / NAMESPACED tool belongs to (else None)."""
+        if self.kind in (ToolKind.MCP, ToolKind.NAMESPACED):
+            return self.name.partition(".")[0]
+        return None
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# Every built-in tool type the codecs know (OpenAI Responses, Anthropic Messages incl. beta) ->
+# the family name a `tools.required_tier` rule may use for all its versions. The one table of
+# families: a rule `web_search: large` hides every type listed under `web_search`. A type missing
+# here is not a built-in gatekeeper knows, and the codecs refuse it (tests/protocols compare this
+# table with the installed SDKs' tool types).
+BUILTIN_FAMILIES: dict[str, str] = {
+    # OpenAI Responses (openai/types/responses/tool_param.py)
+    "web_search": "web_search",
+    "web_search_2025_08_26": "web_search",
+    "web_search_preview": "web_search",
+    "web_search_preview_2025_03_11": "web_search",
+    "file_search": "file_search",
+    "computer": "computer",
+    "computer_use_preview": "computer",
+    "code_interpreter": "code_interpreter",
+    "programmatic_tool_calling": "programmatic_tool_calling",
+    "image_generation": "image_generation",
+    "local_shell": "shell",
+    "shell": "shell",
+    "apply_patch": "apply_patch",
+    "tool_search": "tool_search",
+    # Anthropic Messages (anthropic/types/tool_union_param.py, beta/beta_tool_union_param.py)
+    "bash_20241022": "bash",
+    "bash_20250124": "bash",
+    "code_execution_20250522": "code_execution",
+    "code_execution_20250825": "code_execution",
+    "code_execution_20260120": "code_execution",
+    "code_execution_20260521": "code_execution",
+    "computer_20241022": "computer",
+    "computer_20250124": "computer",
+    "computer_20251124": "computer",
+    "computer_toolset_20260801": "computer",
+    "browser_toolset_20260801": "browser",
+    "memory_20250818": "memory",
+    "text_editor_20241022": "text_editor",
+    "text_editor_20250124": "text_editor",
+    "text_editor_20250429": "text_editor",
+    "text_editor_20250728": "text_editor",
+    "web_search_20250305": "web_search",
+    "web_search_20260209": "web_search",
+    "web_search_20260318": "web_search",
+    "web_fetch_20250910": "web_fetch",
+    "web_fetch_20260209": "web_fetch",
+    "web_fetch_20260309": "web_fetch",
+    "web_fetch_20260318": "web_fetch",
+    "tool_search_tool_bm25": "tool_search",
+    "tool_search_tool_bm25_20251119": "tool_search",
+    "tool_search_tool_regex": "tool_search",
+    "tool_search_tool_regex_20251119": "tool_search",
+    "advisor_20260301": "advisor",
+}
+
+
+def builtin_family(versioned_type: str) -> str | None:
+    """The family of a built-in tool type (`web_search_2025_08_26` -> `web_search`); None when
+    the type is not a built-in gatekeeper knows."""
+    return BUILTIN_FAMILIES.get(versioned_type)
+
+
+_WILDCARDS = "*?["
+
+
+class ToolPolicy:
+    """Required tier per tool: exact rule names first, then shell-style patterns in config order.
+
+    A plain name (str) is looked up as written. A `ToolId` is looked up by every name that
+    covers it, and the highest tier found wins (fail closed):
+      * FUNCTION / CUSTOM: its name;
+      * BUILTIN: its versioned type and its family (`web_search_2025_08_26`, `web_search`);
+      * MCP / NAMESPACED: its group (`github`, which gates the whole server) and `group.tool`
+        (`github.delete_repo`, matched by `github.delete_*`).
+    A name no rule matches requires `default_tier`.
+    """
+
+    def __init__(
+        self,
+        required_tier: dict[str, Tier] | None = None,
+        default_tier: Tier = Tier.SMALL,
+        unknown_fields: str = "refuse",
+    ) -> None:
         rules = required_tier or {}
         self.default_tier = default_tier
-        self._exact = {k: v for k, v in rules.items() if not any(c in k for c in "*?[")}
+        # What a codec does with a request field it does not know: "refuse" (400) or "drop".
+        self.unknown_fields = unknown_fields
+        self._exact = {k: v for k, v in rules.items() if not any(c in k for c in _WILDCARDS)}
         self._patterns = [(k, v) for k, v in rules.items() if k not in self._exact]
         # Names come from clients, so the memo is bounded (the oldest name goes first). A plain
         # cachetools.Cache, not an LRU: a read does not reorder, so the hot path reads unlocked.
-        self._memo: Cache[str, Tier] = Cache(maxsize=100_000)
+        self._memo: Cache[str | ToolId, Tier] = Cache(maxsize=100_000)
         self._memo_lock = threading.Lock()
 
-    def required_tier(self, name: str) -> Tier:
-        tier = self._memo.get(name)
+    def _rule(self, name: str) -> Tier | None:
+        """The tier of the first rule that matches `name` (exact, then patterns), or None."""
+        found = self._exact.get(name)
+        if found is not None:
+            return found
+        return next((t for pattern, t in self._patterns if fnmatchcase(name, pattern)), None)
+
+    def _lookup(self, tool: str | ToolId) -> Tier:
+        if isinstance(tool, str):
+            return self._rule(tool) or self.default_tier
+        if tool.kind is ToolKind.BUILTIN:
+            family = builtin_family(tool.name)
+            found = [t for t in (self._rule(tool.name), self._rule(family) if family else None) if t is not None]
+            return max(found, key=lambda t: t.rank) if found else self.default_tier
+        group = tool.group
+        if group is not None:
+            own = self._rule(tool.name)
+            whole = self._rule(group) or self.default_tier
+            return whole if own is None or own.rank <= whole.rank else own
+        return self._rule(tool.name) or self.default_tier
+
+    def required_tier(self, tool: str | ToolId) -> Tier:
+        tier = self._memo.get(tool)
         if tier is None:
-            tier = self._exact.get(name) or next(
-                (t for pattern, t in self._patterns if fnmatchcase(name, pattern)), self.default_tier
-            )
+            tier = self._lookup(tool)
             with self._memo_lock:
-                self._memo[name] = tier
+                self._memo[tool] = tier
         return tier
 
-    def allows(self, tier: Tier, name: str) -> bool:
-        return tier.allows(self.required_tier(name))
+    def allows(self, tier: Tier, tool: str | ToolId) -> bool:
+        return tier.allows(self.required_tier(tool))
+
+    def rule_hiding_part_of(self, group: str, tier: Tier) -> str | None:
+        """A rule that could hide, at `tier`, some tool of the MCP server or namespace `group`
+        (`github.delete_*: large` at small), or None when every tool of `group` is admitted
+        whenever the group is. Patterns are judged by their literal prefix, so the answer errs
+        towards "some tool may be hidden" (which narrows or refuses, never opens)."""
+        prefix = f"{group}."
+        for rule, required in [*self._exact.items(), *self._patterns]:
+            if tier.allows(required):
+                continue
+            literal = rule
+            for c in _WILDCARDS:
+                literal = literal.split(c, 1)[0]
+            is_pattern = literal != rule
+            if rule.startswith(prefix) or (is_pattern and (literal.startswith(prefix) or prefix.startswith(literal))):
+                return rule
+        return None
 
 
 @dataclass

@@ -70,6 +70,7 @@ def test_empty_default_makes_a_variable_optional(tmp_path, monkeypatch):
         ("unknown_models: maybe\n", "unknown_models"),
         ("pins:\n  m: medium-ish\n", "pins.m"),
         ("upstream:\n  base_url: ftp://x\n", "upstream.base_url: expected an http(s) URL"),
+        ("upstream:\n  unknown_fields: allow\n", "upstream.unknown_fields"),
         ("bench:\n  thresholds:\n    large: {speed: 1}\n", "unknown categories"),
         ("- a\n- b\n", "expected a mapping"),
         ("a: [\n", "not valid YAML"),

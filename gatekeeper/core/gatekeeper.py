@@ -126,7 +126,7 @@ class Gatekeeper:
         return _Snapshot(
             settings,
             suite,
-            ToolPolicy(settings.tools.required_tier, settings.tools.default_tier),
+            ToolPolicy(settings.tools.required_tier, settings.tools.default_tier, settings.upstream.unknown_fields),
             TierResolver(settings, suite, self.store, self.drift.demotion),
             MeasurementService(settings, suite, self.store, self._backend_factory),
         )
