@@ -23,20 +23,12 @@ from urllib.parse import quote
 import uvicorn
 from playwright.sync_api import sync_playwright
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # how the tests start Chromium
+from browser import CHROMIUM, FLAGS
+
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.server.app import create_app
-
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def main() -> int:
@@ -63,7 +55,7 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}/admin/"
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS, headless=True)
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
             page = browser.new_page(viewport={"width": args.width, "height": 800}, device_scale_factor=1)
             page.goto(url)
             page.fill("#key", key)

@@ -26,34 +26,13 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tools the tests offer
+
+from sample_tools import TIME_TOOL, WEATHER_TOOL
 
 from gatekeeper.measuring.localmodel import LocalModelServer
 
 SYSTEM = "You are a helpful assistant. Use a function when one fits the request."
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "description": "City name"}},
-            "required": ["city"],
-        },
-    },
-}
-TIME_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "description": "Get the current time in a time zone.",
-        "parameters": {
-            "type": "object",
-            "properties": {"timezone": {"type": "string"}},
-            "required": ["timezone"],
-        },
-    },
-}
 TOOLS = [WEATHER_TOOL, TIME_TOOL]
 USER_WEATHER = "What is the weather in Paris?"
 

@@ -10,23 +10,11 @@ import json
 import openai
 import pytest
 from local_model import local_server  # noqa: F401 - first: skips (or fails) without the model
+from sample_tools import WEATHER_TOOL
 
 from gatekeeper.measuring.localmodel import LocalModelServer
 
 pytestmark = pytest.mark.local_model
-
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "description": "City name"}},
-            "required": ["city"],
-        },
-    },
-}
 
 
 @pytest.fixture(scope="module")

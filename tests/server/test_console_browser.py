@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from answers import no_tool_calls, perfect, wrong_distractor
+from browser import CHROMIUM, FLAGS
 from conftest import running_proxy, settings_for
 from scripted import ScriptedServer, SuiteScript, ThreadedServer
 from starlette.applications import Starlette
@@ -26,17 +27,6 @@ from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, Suite
 playwright = pytest.importorskip("playwright.sync_api", reason="run scripts/setup.sh (installs playwright)")
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright  # noqa: E402
 
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 KEY = "browser-test-key-5d1e"
 WAIT_MS = 30_000  # generous: two shared cores; expect() polls and returns as soon as it holds
 expect.set_options(timeout=WAIT_MS)
@@ -45,7 +35,7 @@ expect.set_options(timeout=WAIT_MS)
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run scripts/setup.sh (installs Debian's chromium)")
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/setup.sh test (installs Debian's chromium)")
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
         yield browser
