@@ -212,6 +212,16 @@ def running_proxy(settings: Settings, **kwargs) -> Iterator[Proxy]:
         gk.close()  # the app never closes a Gatekeeper it did not create
 
 
+@contextmanager
+def small_model_proxy(upstream_url: str, store: Path, suite: Suite, **changes) -> Iterator[Proxy]:
+    """The protocol tests' proxy: `small-model` measured small, an upstream speaking all three
+    protocols natively (so nothing is translated unless `changes` says otherwise)."""
+    seed_store(store, make_profile("small-model", Tier.SMALL, suite))
+    changes.setdefault("upstream", {"base_url": upstream_url, "protocols": ["chat", "responses", "messages"]})
+    with running_proxy(settings_for(upstream_url, store, **changes)) as running:
+        yield running
+
+
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:
     return tmp_path / "models_profile.json"

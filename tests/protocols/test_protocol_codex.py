@@ -11,10 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Proxy, make_profile, running_proxy, seed_store, settings_for
+from conftest import ROOT, Proxy, small_model_proxy
 from upstreams import NativeServer
-
-from gatekeeper.tiers import Tier
 
 CODEX = ROOT / "tests" / "js" / "codex"
 # The model answers with text and a call to the hidden shell tool.
@@ -39,14 +37,12 @@ def upstream() -> Iterator[NativeServer]:
 
 @pytest.fixture
 def proxy(upstream, store_path, default_suite) -> Iterator[Proxy]:
-    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
-    settings = settings_for(
+    with small_model_proxy(
         upstream.base_url,
         store_path,
-        upstream={"base_url": upstream.base_url, "protocols": ["chat", "responses", "messages"]},
+        default_suite,
         tools={"default_tier": "small", "required_tier": {"exec_command": "large", "write_stdin": "large"}},
-    )
-    with running_proxy(settings) as running:
+    ) as running:
         yield running
 
 

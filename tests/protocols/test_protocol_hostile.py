@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import anthropic
 import openai
 import pytest
-from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for
+from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for, small_model_proxy
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -34,13 +34,7 @@ def native() -> Iterator[NativeServer]:
 
 @pytest.fixture
 def proxy(native, store_path, default_suite) -> Iterator[Proxy]:
-    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
-    settings = settings_for(
-        native.base_url,
-        store_path,
-        upstream={"base_url": native.base_url, "protocols": ["chat", "responses", "messages"]},
-    )
-    with running_proxy(settings) as running:
+    with small_model_proxy(native.base_url, store_path, default_suite) as running:
         yield running
 
 

@@ -10,10 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, Proxy, make_profile, running_proxy, seed_store, settings_for
+from conftest import ROOT, Proxy, small_model_proxy
 from upstreams import NativeServer
-
-from gatekeeper.tiers import Tier
 
 JS = ROOT / "tests" / "js"
 BOTH = {
@@ -40,13 +38,7 @@ def upstream() -> Iterator[NativeServer]:
 
 @pytest.fixture
 def proxy(upstream, store_path, default_suite) -> Iterator[Proxy]:
-    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
-    settings = settings_for(
-        upstream.base_url,
-        store_path,
-        upstream={"base_url": upstream.base_url, "protocols": ["chat", "responses", "messages"]},
-    )
-    with running_proxy(settings) as running:
+    with small_model_proxy(upstream.base_url, store_path, default_suite) as running:
         yield running
 
 
