@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
-from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR
+from gatekeeper.routing import RoutingRules
+from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Category
 from gatekeeper.tiers import Thresholds, Tier
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
@@ -58,6 +59,39 @@ class ModelRoute(_Section):
 class ToolRules(_Section):
     default_tier: Tier = Tier.SMALL
     required_tier: dict[str, Tier] = Field(default_factory=dict)
+    # Category minimums per tool (name or shell-style pattern), judged on the measurement's lower
+    # bound: `"emit_invoice": {json: 0.9}` (gatekeeper.requirements).
+    requires: dict[str, dict[Category, Annotated[float, Field(ge=0, le=1)]]] = Field(default_factory=dict)
+
+
+RankedEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+
+
+class Routing(_Section):
+    """Capability routing (gatekeeper.routing): send a request where its tools can be used."""
+
+    escalate_effort: bool = True  # raise the effort of the same model when that admits the tools
+    economize_effort: bool = False  # lower it when a cheaper measured effort admits them as well
+    # Shell-style pattern of the asked model -> other models, tried in order (the first matching
+    # pattern decides).
+    fallback: dict[str, list[Annotated[str, Field(min_length=1)]]] = Field(default_factory=dict)
+    max_effort: RankedEffort | None = None  # never route to a ranked effort above this one
+
+    @field_validator("fallback")
+    @classmethod
+    def _some_models(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for pattern, models in value.items():
+            if not models:
+                raise ValueError(f"{pattern!r}: expected a list of model names to try, got an empty list")
+        return value
+
+    def rules(self) -> RoutingRules:
+        return RoutingRules(
+            self.escalate_effort,
+            self.economize_effort,
+            tuple((p, tuple(ms)) for p, ms in self.fallback.items()),
+            self.max_effort,
+        )
 
 
 class BenchSettings(_Section):
@@ -121,6 +155,7 @@ class Settings(_Section):
     bench: BenchSettings = Field(default_factory=BenchSettings)
     lazy: LazyMeasurements = Field(default_factory=LazyMeasurements)
     drift: DriftSettings = Field(default_factory=DriftSettings)
+    routing: Routing | None = None  # absent: no routing, tools above the asked pair are hidden
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

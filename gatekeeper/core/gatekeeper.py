@@ -5,6 +5,7 @@ and swaps it whole on `reload()`; each call reads the snapshot once, so a reques
 under the old settings finishes under them. The jobs live in one-concept parts:
 
     gatekeeper.core.resolver   which tier applies to a pair (pins, valid profiles)
+    gatekeeper.core.router     which pair serves a request's tools (routing:, tools.requires)
     gatekeeper.measuring.scheduler  when a pair is measured (single flight, leases, cap, backoff, limits)
     gatekeeper.measuring.service    how a pair is measured (backends, run settings, saving, recommending)
     gatekeeper.store      where profiles live (JSON file or Redis)
@@ -17,7 +18,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -27,6 +28,7 @@ import structlog
 
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.core.resolver import Resolution, Source, TierResolver
+from gatekeeper.core.router import Route, Router
 from gatekeeper.drift.monitor import DemotionBoard, DriftMonitor
 from gatekeeper.errors import ConfigError, MeasurementFailed, NotMeasured, SuiteError
 from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
@@ -34,6 +36,7 @@ from gatekeeper.measuring.backends import Backend
 from gatekeeper.measuring.runner import Progress
 from gatekeeper.measuring.scheduler import Limits, MeasurementScheduler
 from gatekeeper.measuring.service import MeasurementService
+from gatekeeper.routing import RANKED_EFFORTS, Need
 from gatekeeper.store import Lease, ProfileStore, is_redis_url, open_store
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key, split_key
 from gatekeeper.suite.loader import Suite, load_suite
@@ -41,7 +44,7 @@ from gatekeeper.tiers import Tier
 
 log = structlog.get_logger("gatekeeper.core.gatekeeper")
 
-__all__ = ["Gatekeeper", "NotMeasured", "ProfileEntry", "Resolution", "Source"]
+__all__ = ["Gatekeeper", "NotMeasured", "ProfileEntry", "Resolution", "Route", "Source"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class _Snapshot:
     policy: ToolPolicy
     resolver: TierResolver
     measurements: MeasurementService
+    router: Router
 
 
 @dataclass(frozen=True)
@@ -123,12 +127,15 @@ class Gatekeeper:
 
     def _build(self, settings: Settings) -> _Snapshot:
         suite = self._fixed_suite or load_suite(settings.suite)
+        policy = ToolPolicy(settings.tools.required_tier, settings.tools.default_tier, settings.upstream.unknown_fields)
+        resolver = TierResolver(settings, suite, self.store, self.drift.demotion)
         return _Snapshot(
             settings,
             suite,
-            ToolPolicy(settings.tools.required_tier, settings.tools.default_tier, settings.upstream.unknown_fields),
-            TierResolver(settings, suite, self.store, self.drift.demotion),
+            policy,
+            resolver,
             MeasurementService(settings, suite, self.store, self._backend_factory),
+            Router(settings, policy, resolver, lambda model, effort: self._scheduler.start(model, effort)),
         )
 
     # -- the current settings ----------------------------------------------------------------
@@ -240,20 +247,75 @@ class Gatekeeper:
     # -- the tool policy -----------------------------------------------------------------------
 
     def filter_tools(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The tools (OpenAI schemas) this model may see at its tier."""
+        """The tools (OpenAI schemas) this model may see at its tier (and `tools.requires`)."""
         snap = self._snapshot
-        return self._allowed(snap, self._resolve(snap, model, effort).tier, tools)
+        resolution = self._resolve(snap, model, effort)
+        return self._allowed(snap.router.policy_for(resolution), resolution.tier, tools)
 
     async def afilter_tools(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         snap = self._snapshot
-        return self._allowed(snap, (await self._aresolve(snap, model, effort)).tier, tools)
+        resolution = await self._aresolve(snap, model, effort)
+        return self._allowed(snap.router.policy_for(resolution), resolution.tier, tools)
 
     def allowed(self, tier: Tier, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return self._allowed(self._snapshot, tier, tools)
+        """The tools a pair at `tier` may see. No measurement is given, so a tool with category
+        minimums (`tools.requires`) is hidden: use `filter_tools` to judge them."""
+        snap = self._snapshot
+        return self._allowed(snap.router.policy_for(Resolution(tier, "unmeasured", "")), tier, tools)
 
     @staticmethod
-    def _allowed(snap: _Snapshot, tier: Tier, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [t for i, t in enumerate(tools) if snap.policy.allows(tier, tool_name(t, f"tools[{i}]"))]
+    def _allowed(policy: ToolPolicy, tier: Tier, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [t for i, t in enumerate(tools) if policy.allows(tier, tool_name(t, f"tools[{i}]"))]
+
+    def policy_for(self, resolution: Resolution) -> ToolPolicy:
+        """The tool policy as it applies to one resolved pair: the tier rules, and `tools.requires`
+        judged on the pair's measured lower bounds (gate a request with it and its tier)."""
+        return self._snapshot.router.policy_for(resolution)
+
+    # -- capability routing (routing:) ---------------------------------------------------------
+
+    def route(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> Route:
+        """Which pair should serve a request for `model@effort` offering `tools` (OpenAI tool
+        schemas), and why: `Route.model`, `.effort`, `.reason` (escalated | economized | fallback |
+        none), `.resolution` (the tier of the pair used) and `.policy` to gate with. Without a
+        `routing:` section, or without tools, it is the asked pair (reason "none"). Resolves the
+        asked pair like `resolve` (so it may wait under `unknown_models: wait`); candidates are
+        never waited for: an unmeasured one is measured lazily and used once measured."""
+        snap = self._snapshot
+        names = [tool_name(t, f"tools[{i}]") for i, t in enumerate(tools)]
+        return self._route(snap, self._resolve(snap, model, effort), model, effort, names)
+
+    async def aroute(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> Route:
+        """`route` for async code."""
+        snap = self._snapshot
+        names = [tool_name(t, f"tools[{i}]") for i, t in enumerate(tools)]
+        return self._route(snap, await self._aresolve(snap, model, effort), model, effort, names)
+
+    def route_resolved(
+        self, asked: Resolution, names: Iterable[str], targets: Sequence[str] = RANKED_EFFORTS
+    ) -> Route:
+        """`route` for a pair already resolved (the proxy), given the names of the offered tools and
+        the ranked efforts the client's protocol can carry. Never blocks."""
+        model, effort = split_key(asked.key)
+        return self._route(self._snapshot, asked, model, effort, names, targets)
+
+    def route_need(self, asked: Resolution, need: Need | None) -> Route:
+        """`route_resolved` for a need computed by the caller (ToolRegistry's own tool tiers)."""
+        model, effort = split_key(asked.key)
+        return self._snapshot.router.route(asked, model, effort, need)
+
+    @staticmethod
+    def _route(
+        snap: _Snapshot,
+        asked: Resolution,
+        model: str,
+        effort: str | None,
+        names: Iterable[str],
+        targets: Sequence[str] = RANKED_EFFORTS,
+    ) -> Route:
+        router = snap.router
+        need = router.need(names) if router.rules is not None else None
+        return router.route(asked, model, effort, need, targets)
 
     def gate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
         """Resolve the pair and gate a Chat Completions request body in place (see `gate_request`).
@@ -271,7 +333,7 @@ class Gatekeeper:
     @staticmethod
     def _gate(snap: _Snapshot, body: dict[str, Any], resolution: Resolution) -> tuple[Resolution, Gated]:
         try:
-            return resolution, gate_request(body, resolution.tier, snap.policy)
+            return resolution, gate_request(body, resolution.tier, snap.router.policy_for(resolution))
         except ToolChoiceBlocked as exc:
             raise ToolChoiceBlocked(exc.tool, exc.required, exc.tier, resolution.source) from None
 

@@ -1,0 +1,137 @@
+"""The routing decision (gatekeeper.routing) over the core's data: candidates are what the tier
+resolver knows (pins and valid profiles), unknown candidates are measured lazily through the
+measurement scheduler (within the lazy limits) and never waited for.
+
+It also binds the tool policy to one pair (`policy_for`): the tier rules, plus `tools.requires`
+judged on the pair's measured bounds (gatekeeper.requirements).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from gatekeeper.config import Settings
+from gatekeeper.core.resolver import Resolution, TierResolver
+from gatekeeper.gating import ToolPolicy
+from gatekeeper.requirements import Capability, PairPolicy, Requirements, bounds_of
+from gatekeeper.routing import RANKED_EFFORTS, Decision, Need, Reason, RoutingRules, decide
+from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key
+
+log = structlog.get_logger("gatekeeper.core.router")
+
+# start(model, effort) -> the pair's running flight, or None when no measurement may start.
+StartFn = Callable[[str, str], "concurrent.futures.Future[Profile] | None"]
+
+
+@dataclass(frozen=True)
+class Route:
+    """The pair a request is served by, and why (see gatekeeper.routing).
+
+    `resolution` is the pair actually used (its tier and source go in the answer's headers) and
+    `policy` the tool policy bound to it: gate the request with both, so the answer side enforces
+    the tools offered to that pair. `reason == "none"`: the asked pair, as without routing.
+    """
+
+    model: str
+    effort: str  # the effort key: "default" means no effort field
+    reason: Reason
+    resolution: Resolution
+    policy: ToolPolicy
+    asked: Resolution
+
+    @property
+    def routed(self) -> bool:
+        return self.reason != "none"
+
+    @property
+    def pair(self) -> str:
+        return profile_key(self.model, self.effort)
+
+
+class Router:
+    """One per settings snapshot (a reload builds a new one)."""
+
+    def __init__(self, settings: Settings, policy: ToolPolicy, resolver: TierResolver, start: StartFn) -> None:
+        self.settings, self.policy, self.resolver, self._start = settings, policy, resolver, start
+        self.requirements = Requirements(settings.tools.requires)
+        self.rules: RoutingRules | None = settings.routing.rules() if settings.routing is not None else None
+
+    # -- one pair ------------------------------------------------------------------------------
+
+    def capability(self, resolution: Resolution) -> Capability:
+        """The tier the pair is gated at, and the bounds its category minimums are judged on."""
+        if resolution.source == "measured":
+            return Capability(resolution.tier, bounds_of(resolution.profile))
+        if resolution.source == "pinned" and self.requirements:
+            # A pin vouches for a tier; minimums are judged on a measurement when one exists.
+            stored = self.resolver.store.get(resolution.key)
+            valid = stored is not None and stored.is_valid_for(self.resolver.suite)
+            return Capability(resolution.tier, bounds_of(stored) if valid else {})
+        return Capability(resolution.tier)  # demoted, pending, unmeasured: no bounds to trust
+
+    def policy_for(self, resolution: Resolution) -> ToolPolicy:
+        """The tool policy for one pair: the tier rules alone when there are no requirements."""
+        if not self.requirements:
+            return self.policy
+        return PairPolicy(self.policy, self.requirements, self.capability(resolution).bounds)
+
+    def need(self, names: Iterable[str]) -> Need | None:
+        """What tools of these names need (None: no tools)."""
+        return Need.of((self.policy.required_tier(n), self.requirements.of(n)) for n in names)
+
+    # -- routing -------------------------------------------------------------------------------
+
+    def route(
+        self,
+        asked: Resolution,
+        model: str,
+        effort: str | None,
+        need: Need | None,
+        targets: Sequence[str] = RANKED_EFFORTS,
+    ) -> Route:
+        """Where a request for `model@effort` (already resolved: `asked`) whose tools need `need`
+        goes. Never blocks on a measurement: it reads the resolver and may start one."""
+        effort = effort or DEFAULT_EFFORT
+        unrouted = Route(model, effort, "none", asked, self.policy_for(asked), asked)
+        if self.rules is None or need is None:
+            return unrouted
+        found: dict[tuple[str, str], Resolution] = {}
+
+        def known(m: str, e: str) -> Capability | None:
+            resolution = self.resolver.lookup(m, e)
+            if resolution is None or not self._target(resolution, m, e):
+                return None
+            found[(m, e)] = resolution
+            return self.capability(resolution)
+
+        decision = decide(model, effort, need, self.capability(asked), self.rules, known, targets)
+        self._measure_lazily(decision)
+        if not decision.routed:
+            return unrouted
+        used = found[(decision.model, decision.effort)]
+        log.debug("routed", asked=asked.key, to=used.key, reason=decision.reason)
+        return Route(decision.model, decision.effort, decision.reason, used, self.policy_for(used), asked)
+
+    def _target(self, resolution: Resolution, model: str, effort: str) -> bool:
+        """May routing send a request to this pair? A valid profile or a pin naming this effort
+        makes it a target. A pin of the whole model (`m`, `m@*`) sets the tier of every effort a
+        client asks for, but says nothing about which effort fields the model accepts: of those,
+        only `default` (no effort field) is a target, so routing never invents an effort."""
+        if resolution.source != "pinned" or effort == DEFAULT_EFFORT:
+            return True
+        if f"{model}@{effort}" in self.settings.pins:
+            return True
+        stored = self.resolver.store.get(resolution.key)
+        return stored is not None and stored.is_valid_for(self.resolver.suite)
+
+    def _measure_lazily(self, decision: Decision) -> None:
+        """Start the first unknown candidate the scheduler accepts (it is joined while it runs, so
+        one model's candidates are measured one after another, each counted by the lazy limits).
+        A pinned pair is never measured for routing: its pin would decide its tier anyway."""
+        for model, effort in decision.measure:
+            if self.settings.pin_for(model, effort) is None and self._start(model, effort) is not None:
+                return

@@ -1,0 +1,139 @@
+"""Per-tool category requirements (`tools.requires`), judged on a pair's measured lower bounds. Pure.
+
+A tier is a coarse summary of three category scores. A rule such as `"emit_invoice": {json: 0.9}`
+lets an operator ask more of one tool: it is offered only when the pair's tier reaches the tool's
+required tier AND the lower confidence bound of each named category reaches its minimum.
+
+What counts as the pair's bounds (`Capability.bounds`):
+  * a measured pair: `Profile.lower_bound(category)`, the bound its tier was decided on; a profile
+    that stores no interval (the seed's one-sample format) has no bound, so a minimum is unmet;
+  * a pinned pair: a pin decides the tier only. Its category minimums are judged on the pair's
+    valid measured profile when one is stored, else they are unmet (an admin vouches for a tier,
+    not for a score nobody measured);
+  * a demoted pair (live drift), a pending or an unmeasured one: no bounds, every minimum unmet.
+Fail closed: a requirement that cannot be judged hides its tool.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from cachetools import Cache
+
+from gatekeeper.gating import ToolPolicy
+from gatekeeper.store.profile import Profile
+from gatekeeper.suite.loader import CATEGORIES
+from gatekeeper.tiers import Tier
+
+__all__ = ["Capability", "PairPolicy", "Requirements", "bounds_of", "describe_minimums", "meets", "unmet"]
+
+Minimums = Mapping[str, float]  # category -> the lower bound it must reach
+_NONE: dict[str, float] = {}
+
+
+@dataclass(frozen=True)
+class Capability:
+    """What one `model@effort` offers a request: its tier, and the measured lower bounds of its
+    categories (empty: nothing measured that category minimums can be judged on)."""
+
+    tier: Tier
+    bounds: Mapping[str, float] = field(default_factory=dict)
+
+
+def bounds_of(profile: Profile | None) -> dict[str, float]:
+    """A profile's one-sided lower bounds per category (categories without one are left out)."""
+    if profile is None:
+        return {}
+    found = {c: profile.lower_bound(c) for c in CATEGORIES}
+    return {c: b for c, b in found.items() if b is not None}
+
+
+def unmet(minimums: Minimums, bounds: Mapping[str, float]) -> list[str]:
+    """The minimums `bounds` does not reach, each as `category >= minimum (bound b | not measured)`."""
+    missing = []
+    for category, minimum in minimums.items():
+        bound = bounds.get(category)
+        if bound is None:
+            missing.append(f"{category} >= {minimum:g} (not measured)")
+        elif bound < minimum:
+            missing.append(f"{category} >= {minimum:g} (bound {bound:.3f})")
+    return missing
+
+
+def meets(minimums: Minimums, bounds: Mapping[str, float]) -> bool:
+    # The hot path: no strings built.
+    for category, minimum in minimums.items():
+        bound = bounds.get(category)
+        if bound is None or bound < minimum:
+            return False
+    return True
+
+
+class Requirements:
+    """Category minimums per tool name: exact names first, then shell-style patterns in config
+    order, as `tools.required_tier` (the first matching rule wins; no rule: no minimums)."""
+
+    def __init__(self, rules: Mapping[str, Mapping[Any, float]] | None = None) -> None:
+        """`rules`: tool name or pattern -> {category: minimum} (config's `tools.requires`)."""
+        rules = rules or {}
+        self._exact = {k: dict(v) for k, v in rules.items() if not any(c in k for c in "*?[")}
+        self._patterns = [(k, dict(v)) for k, v in rules.items() if k not in self._exact]
+        # Names come from clients: a bounded memo, read unlocked (a plain Cache does not reorder).
+        self._memo: Cache[str, tuple[str | None, dict[str, float]]] = Cache(maxsize=100_000)
+        self._memo_lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return bool(self._exact or self._patterns)
+
+    def rule(self, name: str) -> tuple[str | None, dict[str, float]]:
+        """(the rule key that applies to `name`, its minimums); (None, {}) when no rule does."""
+        found = self._memo.get(name)
+        if found is None:
+            if name in self._exact:
+                found = (name, self._exact[name])
+            else:
+                found = next(((k, v) for k, v in self._patterns if fnmatchcase(name, k)), (None, _NONE))
+            with self._memo_lock:
+                self._memo[name] = found
+        return found
+
+    def of(self, name: str) -> dict[str, float]:
+        return self.rule(name)[1]
+
+
+class PairPolicy(ToolPolicy):
+    """The tool policy as it applies to one pair: the tier rules of `base`, and the category
+    minimums of `requirements` judged on the pair's `bounds`.
+
+    A drop-in for ToolPolicy wherever a codec gates (`allows(tier, name)`, `required_tier(name)`),
+    so every protocol's gating honours `tools.requires` without knowing about it.
+    """
+
+    def __init__(self, base: ToolPolicy, requirements: Requirements, bounds: Mapping[str, float]) -> None:
+        # No super().__init__(): the rules and their memo are the base policy's, shared.
+        self.base, self.requirements, self.bounds = base, requirements, bounds
+        self.default_tier = base.default_tier
+
+    def required_tier(self, name: str) -> Tier:
+        return self.base.required_tier(name)
+
+    def allows(self, tier: Tier, name: str) -> bool:
+        return self.base.allows(tier, name) and meets(self.requirements.of(name), self.bounds)
+
+    def why_hidden(self, tier: Tier, name: str) -> str | None:
+        """Why the pair does not see `name` (`tier small < medium`, `json >= 0.9 (bound 0.820)`),
+        or None when it does."""
+        reasons = []
+        required = self.base.required_tier(name)
+        if not tier.allows(required):
+            reasons.append(f"tier {tier.value} < {required.value}")
+        reasons += unmet(self.requirements.of(name), self.bounds)
+        return "; ".join(reasons) or None
+
+
+def describe_minimums(minimums: Minimums) -> str:
+    return ", ".join(f"{c} >= {m:g}" for c, m in minimums.items())
