@@ -24,7 +24,7 @@ from typing import Any
 
 from cachetools import Cache
 
-from gatekeeper.gating import ToolPolicy
+from gatekeeper.gating import ToolId, ToolKind, ToolPolicy, builtin_family
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import CATEGORIES
 from gatekeeper.tiers import Tier
@@ -73,9 +73,23 @@ def meets(minimums: Minimums, bounds: Mapping[str, float]) -> bool:
     return True
 
 
+def covering_names(tool: str | ToolId) -> tuple[str, ...]:
+    """Every rule name that covers a tool, as `ToolPolicy` reads them: a plain name as written; a
+    built-in by its versioned type and its family; an MCP or namespaced tool by its group and
+    `group.tool`."""
+    if isinstance(tool, str):
+        return (tool,)
+    if tool.kind is ToolKind.BUILTIN:
+        family = builtin_family(tool.name)
+        return (tool.name, family) if family else (tool.name,)
+    group = tool.group
+    return (group, tool.name) if group is not None else (tool.name,)
+
+
 class Requirements:
-    """Category minimums per tool name: exact names first, then shell-style patterns in config
-    order, as `tools.required_tier` (the first matching rule wins; no rule: no minimums)."""
+    """Category minimums per tool: for each name that covers it (`covering_names`), exact rule
+    names first, then shell-style patterns in config order, as `tools.required_tier`; when several
+    names have a rule, the strictest minimum of each category applies (fail closed)."""
 
     def __init__(self, rules: Mapping[str, Mapping[Any, float]] | None = None) -> None:
         """`rules`: tool name or pattern -> {category: minimum} (config's `tools.requires`)."""
@@ -84,6 +98,7 @@ class Requirements:
         self._patterns = [(k, dict(v)) for k, v in rules.items() if k not in self._exact]
         # Names come from clients: a bounded memo, read unlocked (a plain Cache does not reorder).
         self._memo: Cache[str, tuple[str | None, dict[str, float]]] = Cache(maxsize=100_000)
+        self._merged: Cache[str | ToolId, dict[str, float]] = Cache(maxsize=100_000)
         self._memo_lock = threading.Lock()
 
     def __bool__(self) -> bool:
@@ -101,8 +116,21 @@ class Requirements:
                 self._memo[name] = found
         return found
 
-    def of(self, name: str) -> dict[str, float]:
-        return self.rule(name)[1]
+    def of(self, tool: str | ToolId) -> dict[str, float]:
+        """The category minimums `tool` must meet ({} when no rule names it)."""
+        found = self._merged.get(tool)
+        if found is None:
+            found = {}
+            for name in covering_names(tool):
+                for category, minimum in self.rule(name)[1].items():
+                    found[category] = max(minimum, found.get(category, minimum))
+            with self._memo_lock:
+                self._merged[tool] = found
+        return found
+
+    def items(self) -> list[tuple[str, dict[str, float]]]:
+        """Every rule, exact names first, then patterns in config order."""
+        return [*self._exact.items(), *self._patterns]
 
 
 class PairPolicy(ToolPolicy):
@@ -117,21 +145,38 @@ class PairPolicy(ToolPolicy):
         # No super().__init__(): the rules and their memo are the base policy's, shared.
         self.base, self.requirements, self.bounds = base, requirements, bounds
         self.default_tier = base.default_tier
+        self.unknown_fields = base.unknown_fields
 
-    def required_tier(self, name: str) -> Tier:
-        return self.base.required_tier(name)
+    def required_tier(self, tool: str | ToolId) -> Tier:
+        return self.base.required_tier(tool)
 
-    def allows(self, tier: Tier, name: str) -> bool:
-        return self.base.allows(tier, name) and meets(self.requirements.of(name), self.bounds)
+    def allows(self, tier: Tier, tool: str | ToolId) -> bool:
+        return self.base.allows(tier, tool) and meets(self.requirements.of(tool), self.bounds)
 
-    def why_hidden(self, tier: Tier, name: str) -> str | None:
-        """Why the pair does not see `name` (`tier small < medium`, `json >= 0.9 (bound 0.820)`),
+    def rule_hiding_part_of(self, group: str, tier: Tier) -> str | None:
+        """As ToolPolicy's, counting also a requirement rule under `group.` whose minimums this
+        pair does not meet (a server offered whole must then be narrowed or refused)."""
+        found = self.base.rule_hiding_part_of(group, tier)
+        if found is not None:
+            return found
+        prefix = f"{group}."
+        for rule, minimums in self.requirements.items():
+            literal = rule
+            for c in "*?[":
+                literal = literal.split(c, 1)[0]
+            overlaps = rule.startswith(prefix) or (literal != rule and prefix.startswith(literal))
+            if overlaps and not meets(minimums, self.bounds):
+                return rule
+        return None
+
+    def why_hidden(self, tier: Tier, tool: str | ToolId) -> str | None:
+        """Why the pair does not see `tool` (`tier small < medium`, `json >= 0.9 (bound 0.820)`),
         or None when it does."""
         reasons = []
-        required = self.base.required_tier(name)
+        required = self.base.required_tier(tool)
         if not tier.allows(required):
             reasons.append(f"tier {tier.value} < {required.value}")
-        reasons += unmet(self.requirements.of(name), self.bounds)
+        reasons += unmet(self.requirements.of(tool), self.bounds)
         return "; ".join(reasons) or None
 
 

@@ -291,9 +291,7 @@ class Gatekeeper:
         names = [tool_name(t, f"tools[{i}]") for i, t in enumerate(tools)]
         return self._route(snap, await self._aresolve(snap, model, effort), model, effort, names)
 
-    def route_resolved(
-        self, asked: Resolution, names: Iterable[str], targets: Sequence[str] = RANKED_EFFORTS
-    ) -> Route:
+    def route_resolved(self, asked: Resolution, names: Iterable[str], targets: Sequence[str] = RANKED_EFFORTS) -> Route:
         """`route` for a pair already resolved (the proxy), given the names of the offered tools and
         the ranked efforts the client's protocol can carry. Never blocks."""
         model, effort = split_key(asked.key)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 from conftest import make_profile, tool
+from pydantic import ValidationError
 
 from gatekeeper.config import Settings, describe_errors
-from gatekeeper.gating import ToolPolicy, gate_request
+from gatekeeper.gating import ToolId, ToolPolicy, gate_request
 from gatekeeper.requirements import PairPolicy, Requirements, bounds_of, unmet
 from gatekeeper.tiers import Tier
-from pydantic import ValidationError
 
 POLICY = ToolPolicy({"emit_invoice": Tier.MEDIUM, "delete_*": Tier.SMALL})
 REQUIRES = Requirements({"emit_invoice": {"json": 0.9}, "delete_*": {"toolCalling": 0.95}})
@@ -70,3 +70,23 @@ def test_config_refuses_bad_requirements_naming_the_key(requires, message):
     with pytest.raises(ValidationError) as caught:
         Settings.model_validate({"tools": {"requires": requires}})
     assert message in describe_errors(caught.value)
+
+
+def test_a_builtin_is_judged_by_its_type_and_its_family():
+    rules = Requirements({"web_search": {"json": 0.5}, "web_search_2025_08_26": {"json": 0.7, "toolCalling": 0.6}})
+    assert rules.of(ToolId.builtin("web_search_2025_08_26")) == {"json": 0.7, "toolCalling": 0.6}
+    assert rules.of(ToolId.builtin("web_search_preview")) == {"json": 0.5}
+
+
+def test_an_mcp_tool_is_judged_by_its_server_and_its_own_rule():
+    rules = Requirements({"github": {"json": 0.5}, "github.delete_*": {"toolCalling": 0.95}})
+    assert rules.of(ToolId.mcp("github", "delete_repo")) == {"json": 0.5, "toolCalling": 0.95}
+    assert rules.of(ToolId.mcp("github", "list_issues")) == {"json": 0.5}
+
+
+def test_a_server_offered_whole_is_narrowed_when_a_requirement_under_it_is_unmet():
+    rules = Requirements({"github.delete_*": {"toolCalling": 0.95}})
+    assert PairPolicy(ToolPolicy(), rules, {"toolCalling": 0.9}).rule_hiding_part_of("github", Tier.LARGE) == (
+        "github.delete_*"
+    )
+    assert PairPolicy(ToolPolicy(), rules, {"toolCalling": 0.96}).rule_hiding_part_of("github", Tier.LARGE) is None
