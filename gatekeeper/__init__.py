@@ -17,7 +17,7 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
+from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Route
 from gatekeeper.errors import (
     AnswerIncomplete,
     AnswerInvalid,
@@ -37,7 +37,7 @@ from gatekeeper.errors import (
     ToolNotAllowed,
     WriteFenced,
 )
-from gatekeeper.inprocess.registry import RegisteredTool, ToolRegistry, function_schema
+from gatekeeper.inprocess.registry import RegisteredTool, RoutedTools, ToolRegistry, function_schema
 from gatekeeper.inprocess.wrap import gated
 from gatekeeper.store import JsonFileStore, ProfileStore
 from gatekeeper.store.profile import Profile
@@ -48,8 +48,10 @@ __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     # the core and its front ends
     "Gatekeeper",
     "Resolution",
+    "Route",
     "ToolRegistry",
     "RegisteredTool",
+    "RoutedTools",
     "function_schema",
     "gated",
     # settings, suite, profiles

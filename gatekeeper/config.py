@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
-from gatekeeper.routing import RoutingRules
 from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Category
 from gatekeeper.tiers import Thresholds, Tier
 
@@ -68,7 +67,8 @@ RankedEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
 class Routing(_Section):
-    """Capability routing (gatekeeper.routing): send a request where its tools can be used."""
+    """Capability routing (gatekeeper.routing, which reads it as RoutingRules): send a request
+    where its tools can be used."""
 
     escalate_effort: bool = True  # raise the effort of the same model when that admits the tools
     economize_effort: bool = False  # lower it when a cheaper measured effort admits them as well
@@ -84,14 +84,6 @@ class Routing(_Section):
             if not models:
                 raise ValueError(f"{pattern!r}: expected a list of model names to try, got an empty list")
         return value
-
-    def rules(self) -> RoutingRules:
-        return RoutingRules(
-            self.escalate_effort,
-            self.economize_effort,
-            tuple((p, tuple(ms)) for p, ms in self.fallback.items()),
-            self.max_effort,
-        )
 
 
 class BenchSettings(_Section):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Literal
 
+from gatekeeper.config import Routing
 from gatekeeper.requirements import Capability, meets
 from gatekeeper.tiers import Tier
 
@@ -89,6 +90,11 @@ class RoutingRules:
     economize_effort: bool = False
     fallback: Sequence[tuple[str, Sequence[str]]] = ()  # (shell-style pattern, models), in config order
     max_effort: str | None = None  # a ranked effort; None: no cap
+
+    @classmethod
+    def of(cls, section: Routing) -> RoutingRules:
+        fallback = tuple((pattern, tuple(models)) for pattern, models in section.fallback.items())
+        return cls(section.escalate_effort, section.economize_effort, fallback, section.max_effort)
 
 
 @dataclass(frozen=True)

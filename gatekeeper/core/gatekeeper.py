@@ -36,6 +36,7 @@ from gatekeeper.measuring.backends import Backend
 from gatekeeper.measuring.runner import Progress
 from gatekeeper.measuring.scheduler import Limits, MeasurementScheduler
 from gatekeeper.measuring.service import MeasurementService
+from gatekeeper.requirements import Capability, Requirements
 from gatekeeper.routing import RANKED_EFFORTS, Need
 from gatekeeper.store import Lease, ProfileStore, is_redis_url, open_store
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key, split_key
@@ -266,6 +267,15 @@ class Gatekeeper:
     @staticmethod
     def _allowed(policy: ToolPolicy, tier: Tier, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [t for i, t in enumerate(tools) if policy.allows(tier, tool_name(t, f"tools[{i}]"))]
+
+    @property
+    def requirements(self) -> Requirements:
+        """`tools.requires`: category minimums per tool, judged on a pair's lower bounds."""
+        return self._snapshot.router.requirements
+
+    def capability(self, resolution: Resolution) -> Capability:
+        """A resolved pair's tier and the measured bounds its category minimums are judged on."""
+        return self._snapshot.router.capability(resolution)
 
     def policy_for(self, resolution: Resolution) -> ToolPolicy:
         """The tool policy as it applies to one resolved pair: the tier rules, and `tools.requires`

@@ -58,7 +58,7 @@ class Router:
     def __init__(self, settings: Settings, policy: ToolPolicy, resolver: TierResolver, start: StartFn) -> None:
         self.settings, self.policy, self.resolver, self._start = settings, policy, resolver, start
         self.requirements = Requirements(settings.tools.requires)
-        self.rules: RoutingRules | None = settings.routing.rules() if settings.routing is not None else None
+        self.rules: RoutingRules | None = RoutingRules.of(settings.routing) if settings.routing is not None else None
 
     # -- one pair ------------------------------------------------------------------------------
 

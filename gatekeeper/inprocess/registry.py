@@ -14,6 +14,9 @@
     tools = registry.list_for_llm("some-model", effort="low")        # OpenAI tool schemas
     result = registry.call("some-model", "write_file", call.function.arguments)
 
+    routed = registry.route_for_llm("some-model", effort="low")      # with a `routing:` section
+    # call routed.model at routed.effort, offering routed.tools
+
 Tier resolution and the config's tool rules come from the `Gatekeeper` core; schemas and the
 check of a call's arguments come from `gatekeeper.inprocess.tool_schema` (pydantic + jsonschema). This
 module adds the registry: who may see and run which tool.
@@ -31,10 +34,12 @@ from typing import Any
 import structlog
 from jsonschema.protocols import Validator
 
-from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
+from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Route
 from gatekeeper.errors import GatekeeperError, ToolNotAllowed
 from gatekeeper.gating import tool_name
 from gatekeeper.inprocess.tool_schema import FunctionTool, Handler, check_arguments, compile_schema, function_tool
+from gatekeeper.requirements import meets, unmet
+from gatekeeper.routing import Need
 from gatekeeper.tiers import Tier
 
 log = structlog.get_logger("gatekeeper.inprocess.registry")
@@ -60,6 +65,18 @@ class RegisteredTool:
         """The handler's keyword arguments from a call's arguments; `ToolArgumentsInvalid` if they do not fit."""
         checked = check_arguments(self.name, self.validator, arguments)
         return self.function.to_kwargs(self.name, checked) if self.function else checked
+
+
+@dataclass(frozen=True)
+class RoutedTools:
+    """Where to send a request offering the registry's tools (`ToolRegistry.route_for_llm`): call
+    `model` at `effort` ("default": send no effort field) and offer it `tools`."""
+
+    model: str
+    effort: str
+    reason: str  # escalated | economized | fallback | none
+    tools: list[dict[str, Any]]
+    route: Route
 
 
 class ToolRegistry:
@@ -153,11 +170,39 @@ class ToolRegistry:
         model gets `unknown_tier` at once while it is measured in the background; `wait` blocks up to
         `wait_timeout_s` (use `alist_for_llm` in async code); `reject` raises `NotMeasured`.
         """
-        return self.tools_for_tier(self.gk.resolve(model, effort).tier)
+        return self.tools_for(self.gk.resolve(model, effort))
 
     async def alist_for_llm(self, model: str, effort: str | None = None) -> list[dict[str, Any]]:
         """`list_for_llm` for async code: never blocks the event loop."""
-        return self.tools_for_tier((await self.gk.aresolve(model, effort)).tier)
+        return self.tools_for(await self.gk.aresolve(model, effort))
+
+    def route_for_llm(self, model: str, effort: str | None = None) -> RoutedTools:
+        """Capability routing (`routing:`) for the registry's tools: the pair that can use them all
+        (a higher effort of `model`, or a fallback model), and the tools that pair may see. Without
+        a `routing:` section, or when no pair qualifies, it is `model@effort` with `list_for_llm`'s
+        tools (reason "none")."""
+        return self._routed(self.gk.route_need(self.gk.resolve(model, effort), self._need()))
+
+    async def aroute_for_llm(self, model: str, effort: str | None = None) -> RoutedTools:
+        """`route_for_llm` for async code."""
+        return self._routed(self.gk.route_need(await self.gk.aresolve(model, effort), self._need()))
+
+    def _need(self) -> Need | None:
+        requirements = self.gk.requirements
+        return Need.of((t.required_tier, requirements.of(t.name)) for t in list(self._tools.values()))
+
+    def _routed(self, route: Route) -> RoutedTools:
+        return RoutedTools(route.model, route.effort, route.reason, self.tools_for(route.resolution), route)
+
+    def tools_for(self, resolution: Resolution) -> list[dict[str, Any]]:
+        """The schemas a resolved pair may see: its tier's, less the tools whose category minimums
+        (`tools.requires`) its measurement does not meet."""
+        tools = self.tools_for_tier(resolution.tier)
+        requirements = self.gk.requirements
+        if not requirements:
+            return tools
+        bounds = self.gk.capability(resolution).bounds
+        return [t for t in tools if meets(requirements.of(tool_name(t, "tool schema")), bounds)]
 
     def tools_for_tier(self, tier: Tier) -> list[dict[str, Any]]:
         """The schemas a model at `tier` may see (a new list each call)."""
@@ -213,7 +258,17 @@ class ToolRegistry:
 
     def _authorize(self, tool: RegisteredTool, resolution: Resolution) -> None:
         if resolution.tier.allows(tool.required_tier):
-            return
+            minimums = self.gk.requirements.of(tool.name)
+            missing = unmet(minimums, self.gk.capability(resolution).bounds) if minimums else []
+            if not missing:
+                return
+            log.warning(
+                "tool_call_refused", tool=tool.name, unmet=missing, key=resolution.key, source=resolution.source
+            )
+            raise ToolNotAllowed(
+                f"tool {tool.name!r} requires {', '.join(missing)}; model {resolution.key!r} ({resolution.source}) "
+                "does not meet it, so the tool was hidden from it and is not run"
+            )
         log.warning(
             "tool_call_refused",
             tool=tool.name,

@@ -16,7 +16,7 @@ def test_without_a_routing_section_there_is_no_routing():
 def test_an_empty_routing_section_escalates_only(tmp_path):
     path = tmp_path / "gatekeeper.yaml"
     path.write_text("routing: {}\n")
-    assert load_settings(path).routing.rules() == RoutingRules(escalate_effort=True, economize_effort=False)
+    assert RoutingRules.of(load_settings(path).routing) == RoutingRules(escalate_effort=True, economize_effort=False)
 
 
 def test_the_issue_example_reads_as_written(tmp_path):
@@ -29,7 +29,7 @@ def test_the_issue_example_reads_as_written(tmp_path):
         '    "gemma-*": [big-model, other-model]\n'
         "  max_effort: high\n"
     )
-    rules = load_settings(path).routing.rules()
+    rules = RoutingRules.of(load_settings(path).routing)
     assert rules.fallback == (("gemma-*", ("big-model", "other-model")),) and rules.max_effort == "high"
 
 
