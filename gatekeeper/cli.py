@@ -392,34 +392,48 @@ def tools(
     effort: str | None = typer.Option(None, help="Reasoning effort level."),
     tools_file: Path | None = typer.Option(None, "--tools", help="JSON file with an OpenAI tools array."),
 ) -> None:
-    """Which tools MODEL gets: its tier, and each configured tool rule allowed or hidden."""
+    """Which tools MODEL gets: its tier, and each configured tool rule allowed or hidden (and by
+    which requirement); with `routing:`, where a request offering all of them is sent."""
     from gatekeeper.core.gatekeeper import Gatekeeper
+    from gatekeeper.core.resolver import Resolution
+    from gatekeeper.requirements import PairPolicy, describe_minimums
+    from gatekeeper.store.profile import profile_key
 
     settings = _settings(config)
     logs.configure("warning", json=False)
     gk = Gatekeeper(settings.model_copy(update={"unknown_models": "fail_closed"}))
     found = gk.lookup(model, effort)
-    tier, source = (found.tier, found.source) if found else (settings.unknown_tier, "unmeasured")
-    names = list(settings.tools.required_tier)
+    resolution = found or Resolution(settings.unknown_tier, "unmeasured", profile_key(model, effort))
+    tier = resolution.tier
+    names = list(dict.fromkeys([*settings.tools.required_tier, *settings.tools.requires]))
     if tools_file:
         try:
             names = [t["function"]["name"] for t in json.loads(tools_file.read_text())]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             _fail(f"{tools_file}: expected a JSON array of OpenAI tools: {exc}")
+    policy = PairPolicy(gk.policy, gk.requirements, gk.capability(resolution).bounds)
     out = Console()
-    out.print(f"{model}@{effort or 'default'}: tier [bold]{tier.value}[/bold] ({source})")
+    out.print(f"{model}@{effort or 'default'}: tier [bold]{tier.value}[/bold] ({resolution.source})")
     table = Table()
     for column in ("tool", "requires", "visible"):
         table.add_column(column)
     for name in names:
         required = gk.policy.required_tier(name)
-        table.add_row(name, required.value, "yes" if tier.allows(required) else "hidden")
+        minimums = gk.requirements.of(name)
+        needs = required.value + (f"; {describe_minimums(minimums)}" if minimums else "")
+        why = policy.why_hidden(tier, name)
+        table.add_row(name, needs, "yes" if why is None else f"hidden: {why}")
     table.add_row(
         "(any other tool)",
         settings.tools.default_tier.value,
         "yes" if tier.allows(settings.tools.default_tier) else "hidden",
     )
     out.print(table)
+    if settings.routing is not None and names:
+        route = gk.route_resolved(resolution, names, measure=False)
+        where = f"{route.pair} ({route.reason}, tier {route.resolution.tier.value})" if route.routed else "not routed"
+        out.print(f"routing: a request offering all of these tools goes to {where}")
+    gk.close()
 
 
 def main() -> None:

@@ -30,3 +30,9 @@ DRIFT_CALLS = Counter(
 DRIFT_DEMOTIONS = Counter(
     "gatekeeper_drift_demotions", "Pairs demoted one tier for drifting", ["from_tier", "to_tier"], registry=REGISTRY
 )
+ROUTED = Counter(
+    "gatekeeper_routed",
+    "Routing decisions for requests with tools (routing:), by reason: escalated, economized, fallback, none",
+    ["reason"],
+    registry=REGISTRY,
+)

@@ -31,7 +31,7 @@ from gatekeeper.core.resolver import Resolution, Source, TierResolver
 from gatekeeper.core.router import Route, Router
 from gatekeeper.drift.monitor import DemotionBoard, DriftMonitor
 from gatekeeper.errors import ConfigError, MeasurementFailed, NotMeasured, SuiteError
-from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolPolicy, gate_request, tool_name
+from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolId, ToolPolicy, gate_request, tool_name
 from gatekeeper.measuring.backends import Backend
 from gatekeeper.measuring.runner import Progress
 from gatekeeper.measuring.scheduler import Limits, MeasurementScheduler
@@ -301,16 +301,24 @@ class Gatekeeper:
         names = [tool_name(t, f"tools[{i}]") for i, t in enumerate(tools)]
         return self._route(snap, await self._aresolve(snap, model, effort), model, effort, names)
 
-    def route_resolved(self, asked: Resolution, names: Iterable[str], targets: Sequence[str] = RANKED_EFFORTS) -> Route:
-        """`route` for a pair already resolved (the proxy), given the names of the offered tools and
-        the ranked efforts the client's protocol can carry. Never blocks."""
+    def route_resolved(
+        self,
+        asked: Resolution,
+        names: Iterable[str | ToolId],
+        targets: Sequence[str] = RANKED_EFFORTS,
+        *,
+        measure: bool = True,
+    ) -> Route:
+        """`route` for a pair already resolved (the proxy), given the offered tools (names or
+        ToolIds) and the efforts the client's protocol can carry. Never blocks. `measure=False`
+        (the CLI) starts no lazy measurement of unknown candidates."""
         model, effort = split_key(asked.key)
-        return self._route(self._snapshot, asked, model, effort, names, targets)
+        return self._route(self._snapshot, asked, model, effort, names, targets, measure)
 
-    def route_need(self, asked: Resolution, need: Need | None) -> Route:
+    def route_need(self, asked: Resolution, need: Need | None, *, measure: bool = True) -> Route:
         """`route_resolved` for a need computed by the caller (ToolRegistry's own tool tiers)."""
         model, effort = split_key(asked.key)
-        return self._snapshot.router.route(asked, model, effort, need)
+        return self._snapshot.router.route(asked, model, effort, need, measure=measure)
 
     @staticmethod
     def _route(
@@ -318,12 +326,13 @@ class Gatekeeper:
         asked: Resolution,
         model: str,
         effort: str | None,
-        names: Iterable[str],
+        names: Iterable[str | ToolId],
         targets: Sequence[str] = RANKED_EFFORTS,
+        measure: bool = True,
     ) -> Route:
         router = snap.router
         need = router.need(names) if router.rules is not None else None
-        return router.route(asked, model, effort, need, targets)
+        return router.route(asked, model, effort, need, targets, measure=measure)
 
     def gate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
         """Resolve the pair and gate a Chat Completions request body in place (see `gate_request`).

@@ -16,7 +16,7 @@ import structlog
 
 from gatekeeper.config import Settings
 from gatekeeper.core.resolver import Resolution, TierResolver
-from gatekeeper.gating import ToolPolicy
+from gatekeeper.gating import ToolId, ToolPolicy
 from gatekeeper.requirements import Capability, PairPolicy, Requirements, bounds_of
 from gatekeeper.routing import RANKED_EFFORTS, Decision, Need, Reason, RoutingRules, decide
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key
@@ -79,7 +79,7 @@ class Router:
             return self.policy
         return PairPolicy(self.policy, self.requirements, self.capability(resolution).bounds)
 
-    def need(self, names: Iterable[str]) -> Need | None:
+    def need(self, names: Iterable[str | ToolId]) -> Need | None:
         """What tools of these names need (None: no tools)."""
         return Need.of((self.policy.required_tier(n), self.requirements.of(n)) for n in names)
 
@@ -92,6 +92,8 @@ class Router:
         effort: str | None,
         need: Need | None,
         targets: Sequence[str] = RANKED_EFFORTS,
+        *,
+        measure: bool = True,
     ) -> Route:
         """Where a request for `model@effort` (already resolved: `asked`) whose tools need `need`
         goes. Never blocks on a measurement: it reads the resolver and may start one."""
@@ -109,7 +111,8 @@ class Router:
             return self.capability(resolution)
 
         decision = decide(model, effort, need, self.capability(asked), self.rules, known, targets)
-        self._measure_lazily(decision)
+        if measure:
+            self._measure_lazily(decision)
         if not decision.routed:
             return unrouted
         used = found[(decision.model, decision.effort)]

@@ -12,7 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from gatekeeper.core.resolver import Resolution
 from gatekeeper.measuring.runner import EFFORT_COST, Progress
+from gatekeeper.requirements import PairPolicy, describe_minimums
+from gatekeeper.routing import Need
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key, split_key
 from gatekeeper.suite.loader import CATEGORIES
 from gatekeeper.tiers import Thresholds, Tier
@@ -165,6 +168,16 @@ class ToolRule:
     rule: str  # a tool name, a shell-style pattern, or "any other tool"
     required: str
     sees: dict[str, bool]  # effort -> whether that effort's tier allows it
+    minimums: str = ""  # its category minimums (tools.requires), "json >= 0.9"
+    why: dict[str, str] = field(default_factory=dict)  # effort -> the requirement that hides it
+
+
+@dataclass(frozen=True)
+class RoutingRow:
+    """Where a request at one effort of the model goes when its tools need a tier (routing:)."""
+
+    effort: str
+    goes: dict[str, str]  # needed tier -> "model@effort (reason)", "as asked", or "hidden"
 
 
 @dataclass
@@ -177,6 +190,7 @@ class ModelPage:
     pins: list[tuple[str, str]]
     chart: dict[str, Any] | None
     live: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (effort, drift figures)
+    routing: list[RoutingRow] | None = None  # None: no routing: section
 
 
 def model_page(gk: Gatekeeper, model: str) -> ModelPage | None:
@@ -203,6 +217,7 @@ def model_page(gk: Gatekeeper, model: str) -> ModelPage | None:
         pins=pins,
         chart=sweep_chart(measured, recommended),
         live=live_traffic(gk, model_rows),
+        routing=routing_table(gk, model_rows),
     )
 
 
@@ -219,14 +234,56 @@ def live_traffic(gk: Gatekeeper, model_rows: list[Row]) -> list[tuple[str, dict[
     return [(row.effort, report[row.key]) for row in model_rows if row.key in report]
 
 
+def _resolution(gk: Gatekeeper, row: Row) -> Resolution:
+    found = gk.lookup(row.model, row.effort) if row.effort != ALL_EFFORTS else None
+    return found or Resolution(Tier(row.tier), "unmeasured", row.key)
+
+
 def tool_rules(gk: Gatekeeper, model_rows: list[Row]) -> list[ToolRule]:
-    """Each rule of the configured tool policy, and which efforts of the model see it."""
-    rules = gk.settings.tools.required_tier
-    listed = [(name, tier) for name, tier in rules.items()] + [("any other tool", gk.settings.tools.default_tier)]
-    return [
-        ToolRule(rule, required.value, {r.effort: Tier(r.tier).allows(required) for r in model_rows})
-        for rule, required in listed
-    ]
+    """Each rule of the configured tool policy (tiers and category minimums), and which efforts
+    of the model see it; a hidden one says which requirement hides it."""
+    tools = gk.settings.tools
+    names = list(dict.fromkeys([*tools.required_tier, *tools.requires]))
+    policies = {r.effort: (Tier(r.tier), PairPolicy(gk.policy, gk.requirements, _bounds(gk, r))) for r in model_rows}
+    listed = []
+    for name in names:
+        why = {effort: policy.why_hidden(tier, name) or "" for effort, (tier, policy) in policies.items()}
+        listed.append(
+            ToolRule(
+                name,
+                gk.policy.required_tier(name).value,
+                {effort: not reason for effort, reason in why.items()},
+                describe_minimums(gk.requirements.of(name)),
+                why,
+            )
+        )
+    default = tools.default_tier
+    listed.append(
+        ToolRule("any other tool", default.value, {r.effort: Tier(r.tier).allows(default) for r in model_rows})
+    )
+    return listed
+
+
+def _bounds(gk: Gatekeeper, row: Row) -> dict[str, float]:
+    return dict(gk.capability(_resolution(gk, row)).bounds) if gk.requirements else {}
+
+
+def routing_table(gk: Gatekeeper, model_rows: list[Row]) -> list[RoutingRow] | None:
+    """For each effort of the model, where routing sends a request whose tools need medium or
+    large (no lazy measurement is started by looking)."""
+    if gk.settings.routing is None:
+        return None
+    table = []
+    for row in model_rows:
+        if row.effort == ALL_EFFORTS:
+            continue
+        goes = {}
+        for tier in (Tier.MEDIUM, Tier.LARGE):
+            route = gk.route_need(_resolution(gk, row), Need(tier), measure=False)
+            stays = "as asked" if Tier(row.tier).allows(tier) else "hidden"
+            goes[tier.value] = f"{route.pair} ({route.reason})" if route.routed else stays
+        table.append(RoutingRow(row.effort, goes))
+    return table
 
 
 # Chart geometry (px). The viewBox is fixed; the SVG scales with the page.
