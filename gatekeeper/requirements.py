@@ -29,7 +29,16 @@ from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import CATEGORIES
 from gatekeeper.tiers import Tier
 
-__all__ = ["Capability", "PairPolicy", "Requirements", "bounds_of", "describe_minimums", "meets", "unmet"]
+__all__ = [
+    "Capability",
+    "PairPolicy",
+    "Requirements",
+    "bounds_of",
+    "describe_minimums",
+    "meets",
+    "overlaps_group",
+    "unmet",
+]
 
 Minimums = Mapping[str, float]  # category -> the lower bound it must reach
 _NONE: dict[str, float] = {}
@@ -84,6 +93,16 @@ def covering_names(tool: str | ToolId) -> tuple[str, ...]:
         return (tool.name, family) if family else (tool.name,)
     group = tool.group
     return (group, tool.name) if group is not None else (tool.name,)
+
+
+def overlaps_group(rule: str, group: str) -> bool:
+    """Could `rule` name some tool of the MCP server or namespace `group` (`github.delete_*`,
+    `git*`, `*`)? Patterns are judged by their literal prefix, erring towards yes."""
+    prefix = f"{group}."
+    literal = rule
+    for c in "*?[":
+        literal = literal.split(c, 1)[0]
+    return rule.startswith(prefix) or (literal != rule and prefix.startswith(literal))
 
 
 class Requirements:
@@ -159,13 +178,8 @@ class PairPolicy(ToolPolicy):
         found = self.base.rule_hiding_part_of(group, tier)
         if found is not None:
             return found
-        prefix = f"{group}."
         for rule, minimums in self.requirements.items():
-            literal = rule
-            for c in "*?[":
-                literal = literal.split(c, 1)[0]
-            overlaps = rule.startswith(prefix) or (literal != rule and prefix.startswith(literal))
-            if overlaps and not meets(minimums, self.bounds):
+            if overlaps_group(rule, group) and not meets(minimums, self.bounds):
                 return rule
         return None
 

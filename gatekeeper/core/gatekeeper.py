@@ -36,6 +36,7 @@ from gatekeeper.measuring.backends import Backend
 from gatekeeper.measuring.runner import Progress
 from gatekeeper.measuring.scheduler import Limits, MeasurementScheduler
 from gatekeeper.measuring.service import MeasurementService
+from gatekeeper.protocols.base import Codec
 from gatekeeper.requirements import Capability, Requirements
 from gatekeeper.routing import RANKED_EFFORTS, Need
 from gatekeeper.store import Lease, ProfileStore, is_redis_url, open_store
@@ -314,6 +315,14 @@ class Gatekeeper:
         (the CLI) starts no lazy measurement of unknown candidates."""
         model, effort = split_key(asked.key)
         return self._route(self._snapshot, asked, model, effort, names, targets, measure)
+
+    def route_body(self, codec: Codec, body: dict[str, Any]) -> Route:
+        """Route a client request body of `codec`'s protocol (sync; resolves like `resolve`): when
+        routed, `body` is rewritten in place for the routed pair (model, and the protocol's own
+        effort field). Gate it with the result's `resolution` and `policy`."""
+        snap = self._snapshot
+        info = codec.parse(body)
+        return snap.router.route_body(codec, body, info, self._resolve(snap, info.model, info.effort))
 
     def route_need(self, asked: Resolution, need: Need | None, *, measure: bool = True) -> Route:
         """`route_resolved` for a need computed by the caller (ToolRegistry's own tool tiers)."""

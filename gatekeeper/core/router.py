@@ -11,15 +11,19 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
 from gatekeeper.config import Settings
 from gatekeeper.core.resolver import Resolution, TierResolver
 from gatekeeper.gating import ToolId, ToolPolicy
-from gatekeeper.requirements import Capability, PairPolicy, Requirements, bounds_of
+from gatekeeper.protocols.base import Codec, RequestInfo
+from gatekeeper.protocols.routing import TARGETS, rerouted
+from gatekeeper.requirements import Capability, PairPolicy, Requirements, bounds_of, overlaps_group
 from gatekeeper.routing import RANKED_EFFORTS, Decision, Need, Reason, RoutingRules, decide
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key
+from gatekeeper.tiers import Tier
 
 log = structlog.get_logger("gatekeeper.core.router")
 
@@ -50,6 +54,27 @@ class Route:
     @property
     def pair(self) -> str:
         return profile_key(self.model, self.effort)
+
+
+class _Recorder(ToolPolicy):
+    """A policy that admits everything and remembers what it was asked about (see need_of_body)."""
+
+    def __init__(self, base: ToolPolicy) -> None:
+        # No super().__init__(): nothing is looked up here.
+        self.default_tier, self.unknown_fields = base.default_tier, base.unknown_fields
+        self.tools: list[str | ToolId] = []
+        self.groups: list[str] = []
+
+    def required_tier(self, tool: str | ToolId) -> Tier:
+        return Tier.SMALL
+
+    def allows(self, tier: Tier, tool: str | ToolId) -> bool:
+        self.tools.append(tool)
+        return True
+
+    def rule_hiding_part_of(self, group: str, tier: Tier) -> str | None:
+        self.groups.append(group)
+        return None
 
 
 class Router:
@@ -118,6 +143,47 @@ class Router:
         used = found[(decision.model, decision.effort)]
         log.debug("routed", asked=asked.key, to=used.key, reason=decision.reason)
         return Route(decision.model, decision.effort, decision.reason, used, self.policy_for(used), asked)
+
+    def route_body(self, codec: Codec, body: dict[str, Any], info: RequestInfo, asked: Resolution) -> Route:
+        """Routing for a parsed client request (the proxy): the need of the tools it offers, the
+        decision, and, when routed, `body` rewritten in place for the routed pair (the protocol's
+        own model and effort fields). Gate `body` with the result's resolution and policy."""
+        if self.rules is None:
+            return self.route(asked, info.model, info.effort, None)
+        need = self.need_of_body(codec, body)
+        route = self.route(asked, info.model, info.effort, need, TARGETS.get(codec.name, ()))
+        if not route.routed:
+            return route
+        rewritten = rerouted(codec, body, route.model, route.effort)
+        if rewritten is None:
+            log.warning("route_not_expressible", asked=asked.key, to=route.pair, protocol=codec.name)
+            return self.route(asked, info.model, info.effort, None)
+        body.clear()
+        body.update(rewritten)
+        return route
+
+    def need_of_body(self, codec: Codec, body: dict[str, Any]) -> Need | None:
+        """What the tools a request body offers need: the codec gates it with a policy that hides
+        nothing and records every tool it is asked about (so every protocol's tool forms count,
+        exactly as its gating names them). None: the body offers no tool."""
+        recorder = _Recorder(self.policy)
+        codec.gate(body, Tier.LARGE, recorder)
+        needs = [(self.policy.required_tier(t), self.requirements.of(t)) for t in recorder.tools]
+        needs += [self._whole_group(group) for group in recorder.groups]
+        return Need.of(needs)
+
+    def _whole_group(self, group: str) -> tuple[Tier, dict[str, float]]:
+        """An MCP server or namespace offered whole needs every rule under it: the lowest tier at
+        which no tier rule hides part of it, and every category minimum of a requirement under it."""
+        tier = next(
+            (t for t in (Tier.SMALL, Tier.MEDIUM) if self.policy.rule_hiding_part_of(group, t) is None), Tier.LARGE
+        )
+        minimums: dict[str, float] = {}
+        for rule, mins in self.requirements.items():
+            if overlaps_group(rule, group):
+                for category, minimum in mins.items():
+                    minimums[category] = max(minimum, minimums.get(category, minimum))
+        return tier, minimums
 
     def _target(self, resolution: Resolution, model: str, effort: str) -> bool:
         """May routing send a request to this pair? A valid profile or a pin naming this effort
