@@ -30,8 +30,6 @@ __all__ = [
     "ToolPolicy",
     "allowed_names",
     "builtin_family",
-    "enforce_choice",
-    "enforce_message",
     "gate_request",
     "tool_name",
 ]
@@ -414,58 +412,3 @@ def allowed_names(body: dict[str, Any]) -> set[str]:
     names = {tool_name(t, "tools[]") for t in body.get("tools") or []}
     names.update(f["name"] for f in body.get("functions") or [])
     return names
-
-
-def enforce_message(message: dict[str, Any], allowed: set[str] | dict[str, Any]) -> list[str]:
-    """Remove (in place) tool calls to tools that were not offered; return the removed names.
-    The message must already be validated (see protocols/chat.py)."""
-    removed: list[str] = []
-    calls = message.get("tool_calls")
-    if calls:
-        keep = []
-        for call in calls:
-            name = call_name(call)
-            if name is not None and name in allowed:
-                keep.append(call)
-            else:
-                removed.append(name or "")
-        if keep:
-            message["tool_calls"] = keep
-        else:
-            del message["tool_calls"]
-    elif calls is not None:
-        del message["tool_calls"]
-    call = message.get("function_call")
-    if call is not None and (not isinstance(call, dict) or call.get("name") not in allowed):
-        removed.append((call.get("name") if isinstance(call, dict) else None) or "")
-        del message["function_call"]
-    return removed
-
-
-def call_name(call: Any) -> str | None:
-    """The one name a chat tool call gives, from `function.name` or `custom.name`; None when it
-    names nothing or names two different things (a reader could take either)."""
-    if not isinstance(call, dict):
-        return None
-    names = {
-        inner["name"]
-        for key in ("function", "custom")
-        if isinstance(inner := call.get(key), dict) and isinstance(inner.get("name"), str)
-    }
-    return names.pop() if len(names) == 1 else None
-
-
-def enforce_choice(choice: dict[str, Any], allowed: set[str] | dict[str, Any]) -> list[str]:
-    """Enforce one response choice; when no call remains, `finish_reason` becomes `stop`."""
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        return []
-    removed = enforce_message(message, allowed)
-    if (
-        removed
-        and not message.get("tool_calls")
-        and not message.get("function_call")
-        and choice.get("finish_reason") in ("tool_calls", "function_call")
-    ):
-        choice["finish_reason"] = "stop"
-    return removed

@@ -27,11 +27,12 @@ module may register a `Translator` next to its codec (`protocols.register(codec,
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from gatekeeper.errors import AnswerInvalid, RequestInvalid  # noqa: F401  (raised by codecs)
-from gatekeeper.gating import Gated, ToolPolicy
+from gatekeeper.gating import Gated, ToolId, ToolKind, ToolPolicy
 from gatekeeper.tiers import Tier
 
 
@@ -62,7 +63,7 @@ class Enforced:
 
 
 class Event(NamedTuple):
-    """One server-sent event, as the SSE specification defines it (gatekeeper/sse.py). A named
+    """One server-sent event, as the SSE specification defines it (gatekeeper/protocols/stream.py). A named
     tuple: built for every event of every stream, it must be cheap."""
 
     data: str
@@ -84,7 +85,69 @@ class StreamFilter(Protocol):
         AnswerInvalid when the stream ended before its protocol's end marker (chat: [DONE])."""
 
 
-Offered = dict[str, "dict[str, Any] | None"]
+Schema = dict[str, Any]
+
+
+class Offered(Mapping[str, "Schema | None"]):
+    """The tools a gated request offers, read by the answer side.
+
+    `tools`: each tool's exact typed identity, what answer enforcement matches a call against (a
+    `computer_call` needs a `computer` built-in, never a function whose name starts alike).
+    As a mapping: name (`str(ToolId)`) -> the JSON Schema of the tool's arguments (None when it
+    has none), what the drift tracker validates a kept call's arguments with.
+    """
+
+    __slots__ = ("_schemas", "tools")
+
+    def __init__(self, tools: Iterable[tuple[ToolId, Schema | None]] = ()) -> None:
+        pairs = list(tools)
+        self.tools = frozenset(tool for tool, _ in pairs)
+        self._schemas = {str(tool): schema for tool, schema in pairs}
+
+    def __getitem__(self, name: str) -> Schema | None:
+        return self._schemas[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._schemas)
+
+    def __len__(self) -> int:
+        return len(self._schemas)
+
+    def __repr__(self) -> str:
+        return f"Offered({sorted(map(repr, self.tools))})"
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """What the client of one request may receive in its answer (the pipeline builds one per
+    request; a codec also accepts a bare `Offered`: no tier, strip).
+
+    `offered`: the tools the gated request offers; `tier` and `policy`: the request's tier and
+    tool rules, which decide the tools of an MCP server offered whole (rule name
+    `<server_label>.<tool>`) and the text of an explanation; `explain`: a removed call is replaced
+    by a short assistant text (`blocked_calls: explain`), else removed with nothing in its place.
+    """
+
+    offered: Offered
+    tier: Tier | None = None
+    policy: ToolPolicy | None = None
+    explain: bool = False
+
+    def admits(self, tool: ToolId) -> bool:
+        """Whether a call to `tool` may reach the client: offered exactly, or a tool of an MCP
+        server offered whole (`server.*`) that the tier's rules admit. Fails closed: without a
+        tier, a whole server admits none of its tools."""
+        if tool in self.offered.tools:
+            return True
+        if tool.kind is not ToolKind.MCP or tool.group is None:
+            return False
+        whole = ToolId.mcp(tool.group, "*")
+        return (
+            whole in self.offered.tools
+            and self.tier is not None
+            and self.policy is not None
+            and self.policy.allows(self.tier, tool)
+        )
 
 
 class Codec(Protocol):
@@ -101,11 +164,11 @@ class Codec(Protocol):
     def offered(self, body: dict[str, Any]) -> Offered:
         """Tools a gated body offers: name -> JSON Schema of its arguments (None when it has none)."""
 
-    def enforce(self, doc: Any, offered: Offered) -> Enforced:
+    def enforce(self, doc: Any, offered: Allowed | Offered) -> Enforced:
         """Remove (in place) calls to tools that were not offered from a plain answer.
         Raises AnswerInvalid when `doc` is not a well-formed answer of this protocol."""
 
-    def stream_filter(self, offered: Offered) -> StreamFilter: ...
+    def stream_filter(self, offered: Allowed | Offered) -> StreamFilter: ...
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         """The protocol's error shape (a plain answer's body)."""

@@ -22,8 +22,9 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
-from gatekeeper.gating import Gated, ToolPolicy, call_name, enforce_choice, gate_request, tool_name
-from gatekeeper.protocols.base import Call, Enforced, Event, Offered, RequestInfo
+from gatekeeper.gating import Gated, ToolId, ToolPolicy, gate_request, tool_name
+from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
+from gatekeeper.protocols.enforce import allowed, explanation, record
 from gatekeeper.tiers import Tier
 
 _MARKERS = (b"tool_calls", b"function_call")
@@ -66,17 +67,20 @@ class ChatCodec:
         return gate_request(body, tier, policy)
 
     def offered(self, body: dict[str, Any]) -> Offered:
-        offered: Offered = {}
+        tools: list[tuple[ToolId, dict[str, Any] | None]] = []
         for tool in body.get("tools") or []:
-            function = tool.get("function")
-            schema = function.get("parameters") if isinstance(function, dict) else None
-            offered[tool_name(tool, "tools[]")] = schema if isinstance(schema, dict) else None
+            kind = tool.get("type", "function")
+            if kind in ("function", "custom"):
+                make = ToolId.function if kind == "function" else ToolId.custom
+                tools.append((make(tool_name(tool, "tools[]")), _schema(tool.get(kind))))
+            else:
+                tools.append((ToolId.builtin(kind), None))  # chat answers carry no call to one
         for function in body.get("functions") or []:
-            schema = function.get("parameters")
-            offered[function["name"]] = schema if isinstance(schema, dict) else None
-        return offered
+            tools.append((ToolId.function(function["name"]), _schema(function)))
+        return Offered(tools)
 
-    def enforce(self, doc: Any, offered: Offered) -> Enforced:
+    def enforce(self, doc: Any, offered: Allowed | Offered) -> Enforced:
+        allow = allowed(offered)
         result = Enforced()
         for choice in _choices(doc, "upstream answer"):
             _refuse_calls_in(choice.get("delta"), "a plain answer's 'delta'")
@@ -89,20 +93,10 @@ class ChatCodec:
             legacy = message.get("function_call")
             if legacy is not None and not (isinstance(legacy, dict) and isinstance(legacy.get("name"), str)):
                 raise AnswerInvalid("upstream answer: 'function_call' must be an object with a string 'name'")
-            for call in message.get("tool_calls") or []:
-                name = call_name(call) or ""
-                inner = call.get("function") or call.get("custom") or {}
-                arguments = inner.get("arguments", inner.get("input"))
-                result.calls.append(Call(name, arguments if isinstance(arguments, str) else None, name in offered))
-            if legacy is not None:
-                args = legacy.get("arguments")
-                result.calls.append(
-                    Call(legacy["name"], args if isinstance(args, str) else None, legacy["name"] in offered)
-                )
-            result.removed += enforce_choice(choice, offered)
+            _enforce_choice(choice, message, allow, result)
         return result
 
-    def stream_filter(self, offered: Offered) -> ChatStreamFilter:
+    def stream_filter(self, offered: Allowed | Offered) -> ChatStreamFilter:
         return ChatStreamFilter(offered)
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
@@ -111,6 +105,96 @@ class ChatCodec:
     def stream_error(self, message: str, kind: str, code: str | None) -> Event:
         # openai-python and -node raise APIError on a chunk with an `error` member.
         return Event(orjson.dumps(self.error_body(0, message, kind, code)).decode())
+
+
+def _schema(function: Any) -> dict[str, Any] | None:
+    schema = function.get("parameters") if isinstance(function, dict) else None
+    return schema if isinstance(schema, dict) else None
+
+
+def _called(call: Any) -> tuple[ToolId, str | None] | None:
+    """The tool a chat tool call (or delta) calls, by the one key that carries its name
+    (`function` or `custom`: two kinds never match), and its argument text; None when it names
+    nothing, or names two things, or its `type` says another kind than its key (a reader could
+    take either)."""
+    if not isinstance(call, dict):
+        return None
+    named = [
+        (key, inner)
+        for key in ("function", "custom")
+        if isinstance(inner := call.get(key), dict) and isinstance(inner.get("name"), str)
+    ]
+    if len(named) != 1 or call.get("type", named[0][0]) != named[0][0]:
+        return None
+    key, inner = named[0]
+    arguments = inner.get("arguments", inner.get("input"))
+    tool = ToolId.function(inner["name"]) if key == "function" else ToolId.custom(inner["name"])
+    return tool, arguments if isinstance(arguments, str) else None
+
+
+def _enforce_choice(choice: dict[str, Any], message: dict[str, Any], allow: Allowed, result: Enforced) -> None:
+    """Remove (in place) one answer choice's calls to tools that were not offered; when no call
+    remains, `finish_reason` becomes `stop`. Under `explain`, the removed calls' texts are added
+    to the message's content."""
+    texts: list[str] = []
+
+    def kept(tool: ToolId | None, name: str, arguments: str | None) -> bool:
+        if record(result, Call(name, arguments, tool is not None and allow.admits(tool))):
+            return True
+        text = explanation(allow, name, tool)
+        if text is not None:
+            texts.append(text)
+        return False
+
+    calls = message.get("tool_calls")
+    if calls is not None:
+        keep = []
+        for call in calls:
+            called = _called(call)
+            tool, arguments = called if called is not None else (None, None)
+            if kept(tool, str(tool) if tool is not None else _any_name(call), arguments):
+                keep.append(call)
+        if keep:
+            message["tool_calls"] = keep
+        else:
+            del message["tool_calls"]
+    legacy = message.get("function_call")
+    if legacy is not None:
+        args = legacy.get("arguments")
+        if not kept(ToolId.function(legacy["name"]), legacy["name"], args if isinstance(args, str) else None):
+            del message["function_call"]
+    removed = bool(calls and len(message.get("tool_calls") or []) != len(calls)) or (
+        legacy is not None and "function_call" not in message
+    )
+    if (
+        removed
+        and not message.get("tool_calls")
+        and "function_call" not in message
+        and choice.get("finish_reason") in ("tool_calls", "function_call")
+    ):
+        choice["finish_reason"] = "stop"
+    if texts:
+        _add_text(message, "\n".join(texts))
+
+
+def _any_name(call: Any) -> str:
+    """Some name for a call that names no one tool (for the record only)."""
+    for key in ("function", "custom"):
+        inner = call.get(key) if isinstance(call, dict) else None
+        if isinstance(inner, dict) and isinstance(inner.get("name"), str):
+            return str(inner["name"])
+    return ""
+
+
+def _add_text(message: dict[str, Any], text: str) -> None:
+    """Append assistant text to a message's content (a string, null or a list of parts)."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content.append({"type": "text", "text": text})
+    elif isinstance(content, str) and content:
+        message["content"] = f"{content}\n\n{text}"
+    else:
+        message["content"] = text
 
 
 def _choices(doc: Any, what: str) -> list[dict[str, Any]]:
@@ -153,8 +237,8 @@ def _check_calls(calls: Any, where: str, what: str = "upstream answer") -> None:
 class ChatStreamFilter:
     """Per-stream state of the chat answer filter (the rule is in the module docstring)."""
 
-    def __init__(self, offered: Offered) -> None:
-        self.offered = offered
+    def __init__(self, offered: Allowed | Offered) -> None:
+        self.allow = allowed(offered)
         self.result = Enforced()
         self.done = False
         self._index: dict[tuple[int, int | None], int | None] = {}  # (choice, upstream index) -> client index
@@ -162,6 +246,7 @@ class ChatStreamFilter:
         self._arguments: dict[tuple[int, int | None], tuple[int, list[str]]] = {}  # -> (calls position, parts)
         self._kept: dict[int, int] = {}  # choice -> calls kept so far
         self._decided: set[int] = set()  # choices that had any call
+        self._texts: list[str] = []  # explanations of the calls this event removed
         self._anonymous = 0
 
     def feed(self, event: Event) -> list[Event]:
@@ -199,6 +284,10 @@ class ChatStreamFilter:
             raise AnswerIncomplete("upstream stream ended before [DONE]")
         return []
 
+    def error(self, message: str, kind: str, code: str | None) -> Event:
+        """The event that ends this stream in error."""
+        return CODEC.stream_error(message, kind, code)
+
     def _choice(self, choice: dict[str, Any]) -> None:
         ci = choice.get("index", 0)
         if not _is_int(ci):
@@ -227,11 +316,18 @@ class ChatStreamFilter:
                 legacy.get(k) is not None and not isinstance(legacy[k], str) for k in ("name", "arguments")
             ):
                 raise AnswerInvalid("upstream stream event: 'delta.function_call' must be an object of strings")
-            verdict = self._decide(ci, -1, legacy.get("name"), legacy.get("arguments"))
+            name = legacy.get("name")
+            tool = ToolId.function(name) if name else None
+            verdict = self._decide(ci, -1, tool, name, legacy.get("arguments"))
             if verdict is None:
                 del delta["function_call"]
             elif verdict is False:
                 delta["function_call"] = {k: v for k, v in legacy.items() if k != "name"}
+        if self._texts:  # explanations of removed calls, as assistant text in this same delta
+            content = delta.get("content")
+            text = "\n".join(self._texts)
+            delta["content"] = f"{content}\n\n{text}" if isinstance(content, str) and content else text
+            self._texts.clear()
         if (
             ci in self._decided
             and choice.get("finish_reason") in ("tool_calls", "function_call")
@@ -253,8 +349,10 @@ class ChatStreamFilter:
         }
         if len(names) > 1:
             raise AnswerInvalid("upstream stream event: a tool call delta gives two different names")
+        called = _called(call)
         inner = call.get("function") or call.get("custom") or {}
-        verdict = self._decide(ci, ui, next(iter(names), None), inner.get("arguments", inner.get("input")))
+        arguments = inner.get("arguments", inner.get("input"))
+        verdict = self._decide(ci, ui, called[0] if called else None, next(iter(names), None), arguments)
         if verdict is None:
             return None
         out = dict(call, index=self._index[(ci, ui)])
@@ -264,14 +362,14 @@ class ChatStreamFilter:
                     out[key] = {k: v for k, v in out[key].items() if k != "name"}
         return out
 
-    def _decide(self, ci: int, ui: int, name: str | None, arguments: Any) -> bool | None:
+    def _decide(self, ci: int, ui: int, tool: ToolId | None, name: str | None, arguments: Any) -> bool | None:
         """None: drop this delta. True: the first delta of a kept call. False: a later one."""
         key = (ci, ui)
         if key not in self._index:
             self._decided.add(ci)
-            offered = bool(name) and name in self.offered
-            self.result.calls.append(Call(name or "", arguments if isinstance(arguments, str) else None, offered))
-            if offered:
+            shown = str(tool) if tool is not None else name or ""
+            call = Call(shown, arguments if isinstance(arguments, str) else None, bool(name) and self._admits(tool))
+            if record(self.result, call):
                 index = self._kept.get(ci, 0)
                 self._index[key] = index
                 self._kept[ci] = index + 1
@@ -279,7 +377,9 @@ class ChatStreamFilter:
                 self._arguments[key] = (len(self.result.calls) - 1, [arguments] if isinstance(arguments, str) else [])
                 return True
             self._index[key] = None
-            self.result.removed.append(name or "")
+            text = explanation(self.allow, shown, tool)
+            if text is not None:
+                self._texts.append(text)
             return None
         if self._index[key] is None:
             return None
@@ -288,6 +388,9 @@ class ChatStreamFilter:
         if isinstance(arguments, str):
             self._arguments[key][1].append(arguments)  # for the drift tracker (Call.arguments)
         return False
+
+    def _admits(self, tool: ToolId | None) -> bool:
+        return tool is not None and self.allow.admits(tool)
 
 
 CODEC = ChatCodec()

@@ -31,17 +31,65 @@ from typing import Any
 
 import orjson
 
-from gatekeeper.errors import AnswerInvalid, RequestInvalid, ToolChoiceBlocked
-from gatekeeper.gating import Gated, ToolPolicy
-from gatekeeper.protocols.base import Call, Enforced, Event, RequestInfo
+from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid, ToolChoiceBlocked
+from gatekeeper.gating import BUILTIN_FAMILIES, Gated, ToolId, ToolKind, ToolPolicy
+from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
+from gatekeeper.protocols.enforce import Positions, allowed, enforce_items, explanation, record
+from gatekeeper.protocols.stream import read_object
 from gatekeeper.tiers import Tier
 
-# Content block types that carry no call.
-_NOT_CALLS = frozenset(
-    {"text", "thinking", "redacted_thinking", "container_upload", "compaction", "document", "image", "search_result"}
+# Content block types of the Messages API (anthropic/types/beta/beta_content_block.py) that call
+# nothing.
+_NOT_CALLS = frozenset({"text", "thinking", "redacted_thinking", "container_upload", "compaction", "fallback"})
+# The results of server-run calls, each naming its call in `tool_use_id`: removed with that call.
+_RESULTS = frozenset(
+    {
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "advisor_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+        "mcp_tool_result",
+    }
 )
-_CALLS = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
-_MCP_ANY = "*"
+# A `tool_use` block calls a client tool by name: a custom tool's own name, or the fixed name a
+# client-run built-in type is called by (anthropic/types/tool_bash_20250124_param.py: `name:
+# Literal["bash"]`, ...). Exact types: a custom tool named `bash` is a function, not this.
+_TOOL_USE_NAMES = {
+    "bash_20241022": "bash",
+    "bash_20250124": "bash",
+    "computer_20241022": "computer",
+    "computer_20250124": "computer",
+    "computer_20251124": "computer",
+    "memory_20250818": "memory",
+    "text_editor_20241022": "str_replace_editor",
+    "text_editor_20250124": "str_replace_editor",
+    "text_editor_20250429": "str_replace_based_edit_tool",
+    "text_editor_20250728": "str_replace_based_edit_tool",
+}
+
+
+def _family_types(family: str) -> tuple[str, ...]:
+    """The Messages API's types of one built-in family: the dated ones (`web_search_20250305`);
+    the undated types of the family are OpenAI's."""
+    return tuple(t for t, f in BUILTIN_FAMILIES.items() if f == family and t[-8:].isdigit())
+
+
+# A `server_tool_use` block's name (anthropic/types/server_tool_use_block.py) -> the server tool
+# types whose offer lets it through (the first stands for the family in an explanation).
+_SERVER_CALLS: dict[str, tuple[str, ...]] = {
+    "web_search": _family_types("web_search"),
+    "web_fetch": _family_types("web_fetch"),
+    "code_execution": _family_types("code_execution"),
+    "bash_code_execution": _family_types("code_execution"),
+    "text_editor_code_execution": _family_types("code_execution"),
+    "tool_search_tool_regex": ("tool_search_tool_regex_20251119", "tool_search_tool_regex"),
+    "tool_search_tool_bm25": ("tool_search_tool_bm25_20251119", "tool_search_tool_bm25"),
+    "advisor": _family_types("advisor"),
+}
+_TERMINAL = frozenset({"message_stop", "error"})  # events that end a Messages stream
 
 # Thinking budget -> effort (see the module docstring).
 _BUDGET_EFFORT = ((16384, "high"), (4096, "medium"), (0, "low"))
@@ -147,26 +195,30 @@ class MessagesCodec:
                 body.pop("tool_choice", None)  # a choice with no tool to choose from is refused by the API
         return gated
 
-    def offered(self, body: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
-        offered: dict[str, dict[str, Any] | None] = {}
+    def offered(self, body: dict[str, Any]) -> Offered:
+        tools: list[tuple[ToolId, dict[str, Any] | None]] = []
         for tool in body.get("tools") or []:
-            if tool.get("type") == "mcp_toolset":
-                offered[f"{tool['mcp_server_name']}.{_MCP_ANY}"] = None
+            kind = tool.get("type")
+            if kind == "mcp_toolset":
+                tools.append((ToolId.mcp(tool["mcp_server_name"], "*"), None))
+            elif kind in (None, "custom"):
+                schema = tool.get("input_schema")
+                tools.append((ToolId.function(tool["name"]), schema if isinstance(schema, dict) else None))
             else:
-                offered[tool["name"]] = tool.get("input_schema")
+                tools.append((ToolId.builtin(kind), None))  # by its type, whatever `name` it carries
         for server in body.get("mcp_servers") or []:
-            for name in _server_allowed(server) or [_MCP_ANY]:
-                offered[f"{server['name']}.{name}"] = None
-        return offered
+            for name in _server_allowed(server) or ["*"]:  # `*`: the server offered whole
+                tools.append((ToolId.mcp(server["name"], name), None))
+        return Offered(tools)
 
-    def enforce(self, doc: Any, offered: dict[str, dict[str, Any] | None]) -> Enforced:
+    def enforce(self, doc: Any, offered: Allowed | Offered) -> Enforced:
         if not isinstance(doc, dict):
             raise AnswerInvalid(f"a Messages answer must be a JSON object, got {type(doc).__name__}")
         result = Enforced()
-        _enforce_message(doc, offered, result)
+        _enforce_message(doc, allowed(offered), result)
         return result
 
-    def stream_filter(self, offered: dict[str, dict[str, Any] | None]) -> MessagesStreamFilter:
+    def stream_filter(self, offered: Allowed | Offered) -> MessagesStreamFilter:
         return MessagesStreamFilter(offered)
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
@@ -240,88 +292,128 @@ def _gate_servers(body: dict[str, Any], tier: Tier, policy: ToolPolicy, gated: G
 # -- answer enforcement --------------------------------------------------------------------
 
 
-def _call_key(block: dict[str, Any], offered: dict[str, dict[str, Any] | None]) -> tuple[str, bool] | None:
-    kind = block.get("type")
-    if not isinstance(kind, str):
-        raise AnswerInvalid("a content block has no string 'type'")
-    if kind in _NOT_CALLS or kind.endswith("_result"):
-        return None
-    name = block.get("name")
-    if kind == "mcp_tool_use":
-        server = block.get("server_name")
-        if not isinstance(server, str) or not isinstance(name, str):
-            raise AnswerInvalid("an mcp_tool_use block has no string 'server_name' / 'name'")
-        key = f"{server}.{name}"
-        return key, key in offered or f"{server}.{_MCP_ANY}" in offered
-    if kind in _CALLS or kind.endswith("tool_use"):
+class _Judge:
+    """What each content block of one answer (plain, or one stream) calls, and whether it may
+    reach the client (see enforce.Judge). Remembers the calls it removed: their results go too."""
+
+    __slots__ = ("allow", "removed_ids")
+
+    def __init__(self, allow: Allowed) -> None:
+        self.allow = allow
+        self.removed_ids: set[str] = set()
+
+    def __call__(self, block: dict[str, Any]) -> tuple[Call, ToolId | None] | bool:
+        kind = block.get("type")
+        if not isinstance(kind, str):
+            raise AnswerInvalid("a content block has no string 'type'")
+        if kind in _NOT_CALLS:
+            return True
+        if kind in _RESULTS:
+            answered = block.get("tool_use_id")
+            return not (isinstance(answered, str) and answered in self.removed_ids)
+        if kind == "mcp_tool_listing":
+            return self._listing(block)
+        call, tool = self._call(kind, block)
+        if not call.offered and isinstance(block.get("id"), str):
+            self.removed_ids.add(block["id"])
+        return call, tool
+
+    def _call(self, kind: str, block: dict[str, Any]) -> tuple[Call, ToolId | None]:
+        # `input` arrives parsed; its JSON text is what the drift tracker validates.
+        arguments = orjson.dumps(block["input"]).decode() if "input" in block else None
+        if kind not in ("tool_use", "server_tool_use", "mcp_tool_use"):  # not a type this codec knows
+            return Call(kind, arguments, False), None
+        name = block.get("name")
         if not isinstance(name, str):
             raise AnswerInvalid(f"a {kind} block has no string 'name'")
-        return name, name in offered
-    return kind, False  # a type this codec does not know: it may be a call, so it goes
+        offered = self.allow.offered.tools
+        if kind == "mcp_tool_use":
+            server = block.get("server_name")
+            if not isinstance(server, str):
+                raise AnswerInvalid("an mcp_tool_use block has no string 'server_name'")
+            tool = ToolId.mcp(server, name)
+            return Call(str(tool), arguments, self.allow.admits(tool)), tool
+        if kind == "tool_use":
+            function = ToolId.function(name)
+            if function in offered:
+                return Call(name, arguments, True), function
+            typed = [t for t, called in _TOOL_USE_NAMES.items() if called == name]
+            builtin = next((t for t in typed if ToolId.builtin(t) in offered), None)
+            if builtin is not None:
+                return Call(builtin, arguments, True), ToolId.builtin(builtin)
+            return Call(name, arguments, False), ToolId.builtin(typed[0]) if typed else function
+        types = _SERVER_CALLS.get(name, ())
+        matched = next((t for t in types if ToolId.builtin(t) in offered), None)
+        stands_for = ToolId.builtin(matched or types[0]) if types else None
+        return Call(matched or name, arguments, matched is not None), stands_for
+
+    def _listing(self, block: dict[str, Any]) -> tuple[Call, ToolId | None] | bool:
+        """An `mcp_tool_listing` block: kept for a server the request offered, listing only the
+        tools the tier admits."""
+        server = block.get("mcp_server_name")
+        if not isinstance(server, str):
+            raise AnswerInvalid("an mcp_tool_listing block has no string 'mcp_server_name'")
+        if not any(t.kind is ToolKind.MCP and t.group == server for t in self.allow.offered.tools):
+            return Call(f"{server}.*", None, False), ToolId.mcp(server, "*")
+        listed = block.get("tools")
+        if listed is not None:
+            if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
+                raise AnswerInvalid("an mcp_tool_listing block's 'tools' must be an array of objects")
+            block["tools"] = [
+                t for t in listed if isinstance(t.get("name"), str) and self.allow.admits(ToolId.mcp(server, t["name"]))
+            ]
+        return True
 
 
-def _enforce_message(message: dict[str, Any], offered: dict[str, dict[str, Any] | None], result: Enforced) -> None:
+def _stand_in(block: dict[str, Any], position: int, text: str) -> dict[str, Any]:
+    """The text block that replaces a removed call under `blocked_calls: explain`."""
+    return {"type": "text", "text": text}
+
+
+def _enforce_message(message: dict[str, Any], allow: Allowed, result: Enforced) -> None:
     content = message.get("content")
     if content is None:
         return
-    if not isinstance(content, list):
-        raise AnswerInvalid(f"'content' must be an array, got {type(content).__name__}")
-    kept = []
-    for block in content:
-        if not isinstance(block, dict):
-            raise AnswerInvalid(f"a content block must be an object, got {type(block).__name__}")
-        call = _call_key(block, offered)
-        if call is None:
-            kept.append(block)
-            continue
-        name, ok = call
-        # `input` arrives parsed; its JSON text is what the drift tracker validates.
-        arguments = orjson.dumps(block["input"]).decode() if "input" in block else None
-        result.calls.append(Call(name=name, arguments=arguments, offered=ok))
-        if ok:
-            kept.append(block)
-        else:
-            result.removed.append(name)
-    if len(kept) != len(content):
-        message["content"] = kept
-        if message.get("stop_reason") == "tool_use" and not any(b.get("type") == "tool_use" for b in kept):
-            message["stop_reason"] = "end_turn"
+    kept = enforce_items(content, "content", _Judge(allow), result, _stand_in, allow)
+    if kept is None:
+        return
+    message["content"] = kept
+    if message.get("stop_reason") == "tool_use" and not any(b.get("type") == "tool_use" for b in kept):
+        message["stop_reason"] = "end_turn"
 
 
 class MessagesStreamFilter:
-    """Drops the content_block_start/_delta/_stop events of a removed block, renumbers later
-    `index` values, and turns the final `stop_reason` `tool_use` into `end_turn` when no
-    `tool_use` block reached the client. Events are re-serialised from what was parsed, with
-    `event:` set to the data's own `type`."""
+    """Drops the content_block_start/_delta/_stop events of a removed block (or, under `explain`,
+    sends a whole stand-in text block in its place), renumbers later `index` values, and turns
+    the final `stop_reason` `tool_use` into `end_turn` when no `tool_use` block reached the client.
+    Events are re-serialised from what was parsed, with `event:` set to the data's own `type`. The
+    stream ends at `message_stop` (or `error`); one that ends before is incomplete."""
 
-    def __init__(self, offered: dict[str, dict[str, Any] | None]) -> None:
-        self.offered = offered
+    def __init__(self, offered: Allowed | Offered) -> None:
+        self.allow = allowed(offered)
         self.result = Enforced()
-        self._index: dict[int, int | None] = {}  # upstream index -> client index (None: removed)
+        self._judge = _Judge(self.allow)
+        self._positions = Positions()
+        self._removed: set[int] = set()  # upstream indexes whose own events never reach the client
         self._open: set[int] = set()
-        self._next = 0
         self._tool_uses_kept = 0
         self._arguments: dict[int, tuple[int, list[str]]] = {}  # index -> (position in calls, input parts)
+        self._ended = False
 
     def feed(self, event: Event) -> list[Event]:
-        try:
-            doc = orjson.loads(event.data)
-        except orjson.JSONDecodeError as exc:
-            raise AnswerInvalid(f"a Messages stream event is not valid JSON: {exc}") from None
-        if not isinstance(doc, dict):
-            raise AnswerInvalid(f"a Messages stream event must be a JSON object, got {type(doc).__name__}")
-        kind = doc.get("type")
-        if not isinstance(kind, str):
-            raise AnswerInvalid("a Messages stream event has no string 'type'")
+        if self._ended or event.data.strip() == "[DONE]":
+            return []  # [DONE] is not a Messages event: the stream ends at message_stop
+        doc = read_object(event, "Messages")
+        kind = doc["type"]
+        docs = [doc]
         if kind.startswith("content_block_"):
-            if not self._route(kind, doc):
-                return []
+            docs = self._route(kind, doc)
         elif kind == "message_start":
             message = doc.get("message")
             if not isinstance(message, dict):
                 raise AnswerInvalid("a message_start event has no 'message' object")
             scratch = Enforced()  # blocks arrive as content_block events; this only cleans the snapshot
-            _enforce_message(message, self.offered, scratch)
+            _enforce_message(message, self.allow, scratch)
         elif kind == "message_delta":
             delta = doc.get("delta")
             if not isinstance(delta, dict):
@@ -330,56 +422,68 @@ class MessagesStreamFilter:
                 delta["stop_reason"] = "end_turn"
         elif "index" in doc or "content_block" in doc:
             raise AnswerInvalid(f"a {kind!r} event carries a content block index it should not")
-        return [Event(data=orjson.dumps(doc).decode(), event=kind, id=event.id, retry=event.retry)]
+        self._ended = kind in _TERMINAL
+        return [Event(data=orjson.dumps(d).decode(), event=d["type"], id=event.id, retry=event.retry) for d in docs]
 
-    def _route(self, kind: str, doc: dict[str, Any]) -> bool:
+    def _route(self, kind: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
         index = doc.get("index")
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             raise AnswerInvalid(f"a {kind!r} event has an invalid index {index!r}")
         if kind == "content_block_start":
-            if index in self._index:
-                raise AnswerInvalid(f"content block {index} was started twice")
-            block = doc.get("content_block")
-            if not isinstance(block, dict):
-                raise AnswerInvalid("a content_block_start event has no 'content_block' object")
-            call = _call_key(block, self.offered)
-            ok = True
-            if call is not None:
-                name, ok = call
-                self._arguments[index] = (len(self.result.calls), [])
-                self.result.calls.append(Call(name=name, arguments=None, offered=ok))
-                if not ok:
-                    self.result.removed.append(name)
-                elif block.get("type") == "tool_use":
-                    self._tool_uses_kept += 1
-            self._index[index] = self._next if ok else None
-            self._open.add(index)
-            if ok:
-                self._next += 1
-        elif kind in ("content_block_delta", "content_block_stop"):
-            if index not in self._open:
-                raise AnswerInvalid(f"a {kind!r} event for block {index}, which is not open")
-            delta = doc.get("delta")
-            if index in self._arguments and isinstance(delta, dict) and delta.get("type") == "input_json_delta":
-                part = delta.get("partial_json")
-                if isinstance(part, str):
-                    self._arguments[index][1].append(part)
-            if kind == "content_block_stop":
-                self._open.discard(index)
-                if index in self._arguments:  # the streamed input, for the drift tracker
-                    position, parts = self._arguments.pop(index)
-                    seen = self.result.calls[position]
-                    self.result.calls[position] = Call(seen.name, "".join(parts) or "{}", seen.offered)
-        else:
+            return self._start(index, doc)
+        if kind not in ("content_block_delta", "content_block_stop"):
             raise AnswerInvalid(f"unknown content block event {kind!r}")
-        client_index = self._index[index]
-        if client_index is None:
-            return False
-        doc["index"] = client_index
-        return True
+        if index not in self._open:
+            raise AnswerInvalid(f"a {kind!r} event for block {index}, which is not open")
+        delta = doc.get("delta")
+        if index in self._arguments and isinstance(delta, dict) and delta.get("type") == "input_json_delta":
+            part = delta.get("partial_json")
+            if isinstance(part, str):
+                self._arguments[index][1].append(part)
+        if kind == "content_block_stop":
+            self._open.discard(index)
+            if index in self._arguments:  # the streamed input, for the drift tracker
+                position, parts = self._arguments.pop(index)
+                seen = self.result.calls[position]
+                self.result.calls[position] = Call(seen.name, "".join(parts) or "{}", seen.offered)
+        if index in self._removed:
+            return []
+        doc["index"] = self._positions[index]
+        return [doc]
+
+    def _start(self, index: int, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        if index in self._positions:
+            raise AnswerInvalid(f"content block {index} was started twice")
+        block = doc.get("content_block")
+        if not isinstance(block, dict):
+            raise AnswerInvalid("a content_block_start event has no 'content_block' object")
+        self._open.add(index)
+        verdict = self._judge(block)
+        if verdict is not True and verdict is not False:
+            self._arguments[index] = (len(self.result.calls), [])
+        if verdict is True or (verdict is not False and record(self.result, verdict[0])):
+            self._tool_uses_kept += block.get("type") == "tool_use"
+            doc["index"] = self._positions.place(index, True)
+            return [doc]
+        self._removed.add(index)
+        text = None if verdict is False else explanation(self.allow, verdict[0].name, verdict[1])
+        position = self._positions.place(index, text is not None)
+        if text is None or position is None:
+            return []
+        return [
+            {"type": "content_block_start", "index": position, "content_block": {"type": "text", "text": ""}},
+            {"type": "content_block_delta", "index": position, "delta": {"type": "text_delta", "text": text}},
+            {"type": "content_block_stop", "index": position},
+        ]
 
     def finish(self) -> list[Event]:
+        if not self._ended:
+            raise AnswerIncomplete("upstream stream ended before message_stop")
         return []
+
+    def error(self, message: str, kind: str, code: str | None) -> Event:
+        """The event that ends this stream in error."""
+        return CODEC.stream_error(message, kind, code)
 
 
 CODEC = MessagesCodec()

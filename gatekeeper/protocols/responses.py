@@ -22,36 +22,35 @@ from typing import Any
 
 import orjson
 
-from gatekeeper.errors import AnswerInvalid, RequestInvalid, ToolChoiceBlocked
-from gatekeeper.gating import Gated, ToolPolicy
-from gatekeeper.protocols.base import Call, Enforced, Event, RequestInfo
+from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid, ToolChoiceBlocked
+from gatekeeper.gating import Gated, ToolId, ToolKind, ToolPolicy
+from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
+from gatekeeper.protocols.enforce import Positions, allowed, enforce_items, explanation, record
+from gatekeeper.protocols.stream import read_object
 from gatekeeper.tiers import Tier
 
-# Output item types that carry no call (a message, reasoning, or the output of an earlier call).
-_NOT_CALLS = frozenset(
-    {
-        "message",
-        "reasoning",
-        "compaction",
-        "additional_tools",
-        "function_call_output",
-        "computer_call_output",
-        "local_shell_call_output",
-        "shell_call_output",
-        "apply_patch_call_output",
-        "custom_tool_call_output",
-        "mcp_approval_response",
-        "tool_search_output",
-        "program_output",
-    }
-)
-# Built-in call item type -> the tool types that offer it (a tool type starting with one of them:
-# `web_search` covers `web_search_preview` and dated variants such as `web_search_2025_08_26`).
+# Output item types of the Responses API (openai/types/responses/response_output_item.py) that
+# call nothing: a message, reasoning, the tools a tool search loaded (gated when sent back).
+_NOT_CALLS = frozenset({"message", "reasoning", "compaction", "additional_tools", "tool_search_output"})
+# The outputs of calls, by the field naming their call: removed with the call they answer.
+_OUTPUTS = {
+    "function_call_output": "call_id",
+    "computer_call_output": "call_id",
+    "local_shell_call_output": "call_id",
+    "shell_call_output": "call_id",
+    "apply_patch_call_output": "call_id",
+    "custom_tool_call_output": "call_id",
+    "program_output": "call_id",
+    "mcp_approval_response": "approval_request_id",
+}
+# Built-in call item type -> the exact tool types whose offer lets it through (the first one
+# stands for the family in an explanation). Never a prefix: a function named `computer_notes` is
+# not the `computer` built-in. Every type here is in gating.BUILTIN_FAMILIES (a test checks).
 _BUILTIN_CALLS: dict[str, tuple[str, ...]] = {
-    "web_search_call": ("web_search",),
+    "web_search_call": ("web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11"),
     "file_search_call": ("file_search",),
     "code_interpreter_call": ("code_interpreter",),
-    "computer_call": ("computer",),
+    "computer_call": ("computer_use_preview", "computer"),
     "image_generation_call": ("image_generation",),
     "local_shell_call": ("local_shell",),
     "shell_call": ("shell",),
@@ -59,18 +58,11 @@ _BUILTIN_CALLS: dict[str, tuple[str, ...]] = {
     "tool_search_call": ("tool_search",),
     "program": ("programmatic_tool_calling",),
 }
+_MCP_CALLS = frozenset({"mcp_call", "mcp_approval_request"})
+# Events that end a Responses stream: nothing after one reaches the client.
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
 # Events about the whole response: their `response.output` is enforced like a plain answer.
-_RESPONSE_EVENTS = frozenset(
-    {
-        "response.created",
-        "response.in_progress",
-        "response.completed",
-        "response.incomplete",
-        "response.failed",
-        "response.queued",
-    }
-)
-_MCP_ANY = ".*"  # offered-key suffix: every tool of an MCP server offered without allowed_tools
+_RESPONSE_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"} | _TERMINAL - {"error"})
 
 
 class ResponsesCodec:
@@ -131,48 +123,55 @@ class ResponsesCodec:
             body["tool_choice"] = new_choice
         return gated
 
-    def offered(self, body: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
-        offered: dict[str, dict[str, Any] | None] = {}
+    def offered(self, body: dict[str, Any]) -> Offered:
+        tools: list[tuple[ToolId, dict[str, Any] | None]] = []
         for tool in body.get("tools") or []:
             kind = tool.get("type")
             if kind in ("function", "custom"):
-                offered[tool["name"]] = tool.get("parameters") if kind == "function" else None
+                make = ToolId.function if kind == "function" else ToolId.custom
+                tools.append((make(tool["name"]), _schema(tool) if kind == "function" else None))
             elif kind == "namespace":
                 for inner in tool.get("tools") or []:
-                    offered[f"{tool['name']}.{inner['name']}"] = inner.get("parameters")
+                    tools.append((ToolId.namespaced(tool["name"], inner["name"]), _schema(inner)))
             elif kind == "mcp":
-                for name in _mcp_allowed_names(tool) or [_MCP_ANY[1:]]:
-                    offered[f"{tool['server_label']}.{name}"] = None
+                for name in _mcp_allowed_names(tool) or ["*"]:  # `*`: the server offered whole
+                    tools.append((ToolId.mcp(tool["server_label"], name), None))
             else:
-                offered[tool.get("name") if isinstance(tool.get("name"), str) else kind] = None
-        return offered
+                tools.append((ToolId.builtin(kind), None))  # by its type, whatever `name` it carries
+        return Offered(tools)
 
     # -- answers ----------------------------------------------------------------------------
 
-    def enforce(self, doc: Any, offered: dict[str, dict[str, Any] | None]) -> Enforced:
+    def enforce(self, doc: Any, offered: Allowed | Offered) -> Enforced:
         if not isinstance(doc, dict):
             raise AnswerInvalid(f"a Responses answer must be a JSON object, got {type(doc).__name__}")
         result = Enforced()
-        _enforce_response(doc, offered, result)
+        _enforce_response(doc, allowed(offered), result)
         return result
 
-    def stream_filter(self, offered: dict[str, dict[str, Any] | None]) -> ResponsesStreamFilter:
+    def stream_filter(self, offered: Allowed | Offered) -> ResponsesStreamFilter:
         return ResponsesStreamFilter(offered)
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
-    def stream_error(self, message: str, kind: str, code: str | None) -> Event:
-        # The Responses `error` event's own fields, plus an `error` object: openai-python raises
-        # APIError on a streamed event whose data carries one.
+    def stream_error(self, message: str, kind: str, code: str | None, sequence_number: int = 0) -> Event:
+        # The Responses `error` event (openai/types/responses/response_error_event.py), plus an
+        # `error` object: openai-python raises APIError on a streamed event whose data has one.
         doc = {
             "type": "error",
             "code": code,
             "message": message,
             "param": None,
+            "sequence_number": sequence_number,
             "error": {"type": kind, "code": code, "message": message},
         }
         return Event(data=orjson.dumps(doc).decode(), event="error")
+
+
+def _schema(tool: dict[str, Any]) -> dict[str, Any] | None:
+    schema = tool.get("parameters")
+    return schema if isinstance(schema, dict) else None
 
 
 # -- request gating ------------------------------------------------------------------------
@@ -337,37 +336,74 @@ def _gate_choice(choice: Any, tier: Tier, policy: ToolPolicy, gated: Gated, any_
 # -- answer enforcement --------------------------------------------------------------------
 
 
-def _call_key(item: dict[str, Any], offered: dict[str, dict[str, Any] | None]) -> tuple[str, bool] | None:
-    """(name, offered?) for an item that calls a tool; None for an item that calls nothing."""
-    kind = item.get("type")
-    if not isinstance(kind, str):
-        raise AnswerInvalid("an output item has no string 'type'")
-    if kind in _NOT_CALLS or kind.endswith("_output"):
-        return None
-    if kind in ("function_call", "custom_tool_call"):
-        name = item.get("name")
-        if not isinstance(name, str):
-            raise AnswerInvalid(f"a {kind} item has no string 'name'")
-        namespace = item.get("namespace")
-        if namespace is not None:
-            if not isinstance(namespace, str):
+class _Judge:
+    """What each output item of one answer (plain, or one stream) calls, and whether it may reach
+    the client (see enforce.Judge). Remembers the calls it removed: their outputs go with them."""
+
+    __slots__ = ("allow", "removed_ids")
+
+    def __init__(self, allow: Allowed) -> None:
+        self.allow = allow
+        self.removed_ids: set[str] = set()
+
+    def __call__(self, item: dict[str, Any]) -> tuple[Call, ToolId | None] | bool:
+        kind = item.get("type")
+        if not isinstance(kind, str):
+            raise AnswerInvalid("an output item has no string 'type'")
+        if kind in _NOT_CALLS:
+            return True
+        if kind in _OUTPUTS:
+            answered = item.get(_OUTPUTS[kind])
+            return not (isinstance(answered, str) and answered in self.removed_ids)
+        if kind == "mcp_list_tools":
+            return self._listing(item)
+        call, tool = self._call(kind, item)
+        if not call.offered:
+            self.removed_ids.update(v for v in (item.get("id"), item.get("call_id")) if isinstance(v, str))
+        return call, tool
+
+    def _call(self, kind: str, item: dict[str, Any]) -> tuple[Call, ToolId | None]:
+        arguments = _arguments(item)
+        if kind in ("function_call", "custom_tool_call"):
+            name = item.get("name")
+            if not isinstance(name, str):
+                raise AnswerInvalid(f"a {kind} item has no string 'name'")
+            namespace = item.get("namespace")
+            if namespace is not None and not isinstance(namespace, str):
                 raise AnswerInvalid(f"a {kind} item's 'namespace' is not a string")
-            name = f"{namespace}.{name}"
-        return name, name in offered
-    if kind in ("mcp_call", "mcp_approval_request", "mcp_list_tools"):
+            if namespace is not None:
+                tool = ToolId.namespaced(namespace, name)
+            else:
+                tool = ToolId.function(name) if kind == "function_call" else ToolId.custom(name)
+            return Call(str(tool), arguments, self.allow.admits(tool)), tool
+        if kind in _MCP_CALLS:
+            label, name = item.get("server_label"), item.get("name")
+            if not isinstance(label, str) or not isinstance(name, str):
+                raise AnswerInvalid(f"an {kind} item has no string 'server_label' / 'name'")
+            tool = ToolId.mcp(label, name)
+            return Call(str(tool), arguments, self.allow.admits(tool)), tool
+        types = _BUILTIN_CALLS.get(kind)
+        if types is None:  # a type this codec does not know: it may be a call, so it goes
+            return Call(kind, arguments, False), None
+        offered = next((t for t in types if ToolId.builtin(t) in self.allow.offered.tools), None)
+        return Call(offered or kind, arguments, offered is not None), ToolId.builtin(offered or types[0])
+
+    def _listing(self, item: dict[str, Any]) -> tuple[Call, ToolId | None] | bool:
+        """An `mcp_list_tools` item: kept for a server the request offered, listing only the tools
+        the tier admits (the listing is what the client shows the model next)."""
         label = item.get("server_label")
-        name = item.get("name", "*") if kind != "mcp_list_tools" else "*"
-        if not isinstance(label, str) or not isinstance(name, str):
-            raise AnswerInvalid(f"an {kind} item has no string 'server_label' / 'name'")
-        key = f"{label}.{name}"
-        ok = key in offered or f"{label}{_MCP_ANY}" in offered
-        if kind == "mcp_list_tools":  # listing a server's tools is fine when any of them was offered
-            ok = any(k.startswith(f"{label}.") for k in offered)
-        return key, ok
-    families = _BUILTIN_CALLS.get(kind)
-    if families is None:  # a type this codec does not know: it may be a call, so it goes
-        return kind, False
-    return kind, any(k.startswith(families) for k in offered)
+        if not isinstance(label, str):
+            raise AnswerInvalid("an mcp_list_tools item has no string 'server_label'")
+        if not any(t.kind is ToolKind.MCP and t.group == label for t in self.allow.offered.tools):
+            return Call(f"{label}.*", None, False), ToolId.mcp(label, "*")
+        listed = item.get("tools")
+        if listed is not None:
+            if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
+                raise AnswerInvalid("an mcp_list_tools item's 'tools' must be an array of objects")
+            item["tools"] = [
+                t for t in listed if isinstance(t.get("name"), str) and self.allow.admits(ToolId.mcp(label, t["name"]))
+            ]
+        return True
 
 
 def _arguments(item: dict[str, Any]) -> str | None:
@@ -378,103 +414,108 @@ def _arguments(item: dict[str, Any]) -> str | None:
     return None
 
 
-def _enforce_response(response: dict[str, Any], offered: dict[str, dict[str, Any] | None], result: Enforced) -> None:
+def _stand_in_id(item: dict[str, Any], position: int) -> str:
+    """The id of the message that stands in for a removed item: the same in a stream's events and
+    in the response snapshots (the client matches them by id)."""
+    own = item.get("id")
+    return f"msg_gk_{own}" if isinstance(own, str) else f"msg_gk_{position}"
+
+
+def _stand_in(item: dict[str, Any], position: int, text: str) -> dict[str, Any]:
+    """The assistant message that replaces a removed call under `blocked_calls: explain`."""
+    return {
+        "type": "message",
+        "id": _stand_in_id(item, position),
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def _enforce_response(response: dict[str, Any], allow: Allowed, result: Enforced) -> None:
     output = response.get("output")
     if output is None:
         return
-    if not isinstance(output, list):
-        raise AnswerInvalid(f"'output' must be an array, got {type(output).__name__}")
-    kept = []
-    for item in output:
-        if not isinstance(item, dict):
-            raise AnswerInvalid(f"an output item must be an object, got {type(item).__name__}")
-        call = _call_key(item, offered)
-        if call is None:
-            kept.append(item)
-            continue
-        name, ok = call
-        result.calls.append(Call(name=name, arguments=_arguments(item), offered=ok))
-        if ok:
-            kept.append(item)
-        else:
-            result.removed.append(name)
-    if len(kept) != len(output):
+    kept = enforce_items(output, "output", _Judge(allow), result, _stand_in, allow)
+    if kept is not None:
         response["output"] = kept
 
 
 class ResponsesStreamFilter:
-    """Drops every event of a removed output item and renumbers `output_index` (and
-    `sequence_number`) so the client sees a consistent stream. Every event is re-serialised from
-    what was parsed, with `event:` set to the data's own `type`."""
+    """Drops every event of a removed output item (or, under `explain`, sends a whole stand-in
+    message in its place) and renumbers `output_index` and `sequence_number`, so the client sees
+    a consistent stream. Every event is re-serialised from what was parsed, with `event:` set to
+    the data's own `type`. The stream ends at its first terminal event (`response.completed`,
+    `.incomplete`, `.failed`, `error`); one that ends before any is incomplete."""
 
-    def __init__(self, offered: dict[str, dict[str, Any] | None]) -> None:
-        self.offered = offered
+    def __init__(self, offered: Allowed | Offered) -> None:
+        self.allow = allowed(offered)
         self.result = Enforced()
-        self._index: dict[int, int | None] = {}  # upstream output_index -> client index (None: removed)
-        self._items: dict[int, tuple[str, Any]] = {}  # upstream output_index -> (type, name) seen at 'added'
-        self._next = 0
+        self._judge = _Judge(self.allow)
+        self._positions = Positions()
+        self._items: dict[int, tuple[Any, Any]] = {}  # upstream output_index -> (type, name) seen at 'added'
+        self._removed: set[int] = set()  # upstream indexes whose own events never reach the client
         self._sequence = 0
+        self._ended = False
 
     def feed(self, event: Event) -> list[Event]:
-        if event.data.strip() == "[DONE]":
-            return [event]
-        try:
-            doc = orjson.loads(event.data)
-        except orjson.JSONDecodeError as exc:
-            raise AnswerInvalid(f"a Responses stream event is not valid JSON: {exc}") from None
-        if not isinstance(doc, dict):
-            raise AnswerInvalid(f"a Responses stream event must be a JSON object, got {type(doc).__name__}")
-        kind = doc.get("type")
-        if not isinstance(kind, str):
-            raise AnswerInvalid("a Responses stream event has no string 'type'")
+        if self._ended or event.data.strip() == "[DONE]":
+            return []  # [DONE] is not a Responses event: the stream ends at its terminal event
+        doc = read_object(event, "Responses")
+        kind = doc["type"]
+        docs = [doc]
         if "output_index" in doc:
-            if not self._route(kind, doc):
-                return []
+            docs = self._route(kind, doc)
         elif "item" in doc:
             raise AnswerInvalid(f"a {kind!r} event carries an item but no output_index")
         if isinstance(doc.get("response"), dict):
-            scratch = Enforced()  # the stream's own decisions are the record; this only cleans the snapshot
-            _enforce_response(doc["response"], self.offered, scratch)
+            scratch = Enforced()  # the stream's own decisions are the record; this cleans the snapshot
+            _enforce_response(doc["response"], self.allow, scratch)
         elif "response" in doc and doc["response"] is not None:
             raise AnswerInvalid(f"a {kind!r} event's 'response' is not an object")
         elif kind in _RESPONSE_EVENTS:
             raise AnswerInvalid(f"a {kind!r} event has no 'response' object")
-        if "sequence_number" in doc:
-            doc["sequence_number"] = self._sequence
-        self._sequence += 1
-        return [Event(data=orjson.dumps(doc).decode(), event=kind, id=event.id, retry=event.retry)]
+        if kind == "error" and not isinstance(doc.get("error"), dict):
+            # The upstream's own error event, given the object that makes the official client raise.
+            doc["error"] = {"type": "upstream_error", "code": doc.get("code"), "message": doc.get("message")}
+        self._ended = kind in _TERMINAL
+        return [self._numbered(d, event) for d in docs]
 
-    def _route(self, kind: str, doc: dict[str, Any]) -> bool:
-        """Renumber an item-level event in place; False when it belongs to a removed item."""
+    def _numbered(self, doc: dict[str, Any], event: Event) -> Event:
+        doc["sequence_number"] = self._sequence
+        self._sequence += 1
+        return Event(data=orjson.dumps(doc).decode(), event=doc["type"], id=event.id, retry=event.retry)
+
+    def _route(self, kind: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        """The client's events for one item-level event (renumbered in place; none when it belongs
+        to a removed item; a stand-in message when a removed item is explained)."""
         index = doc["output_index"]
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             raise AnswerInvalid(f"a {kind!r} event has an invalid output_index {index!r}")
         item = doc.get("item")
         if item is not None and not isinstance(item, dict):
             raise AnswerInvalid(f"a {kind!r} event's 'item' is not an object")
-        if index not in self._index:
-            if kind != "response.output_item.added" or item is None:
-                raise AnswerInvalid(f"a {kind!r} event for output_index {index} came before its output_item.added")
-            call = _call_key(item, self.offered)
-            ok = True
-            if call is not None:
-                name, ok = call
-                self.result.calls.append(Call(name=name, arguments=_arguments(item), offered=ok))
-                if not ok:
-                    self.result.removed.append(name)
-            self._items[index] = (item["type"], item.get("name"))
-            self._index[index] = self._next if ok else None
-            if ok:
-                self._next += 1
-        elif kind == "response.output_item.added":
-            raise AnswerInvalid(f"output_index {index} was added twice")
-        else:
+        if index in self._positions:
+            if kind == "response.output_item.added":
+                raise AnswerInvalid(f"output_index {index} was added twice")
             self._check_same(kind, index, doc, item)
-        client_index = self._index[index]
-        if client_index is None:
-            return False
-        doc["output_index"] = client_index
-        return True
+            if index in self._removed:
+                return []
+            doc["output_index"] = self._positions[index]
+            return [doc]
+        if kind != "response.output_item.added" or item is None:
+            raise AnswerInvalid(f"a {kind!r} event for output_index {index} came before its output_item.added")
+        self._items[index] = (item["type"], item.get("name"))
+        verdict = self._judge(item)
+        if verdict is True or (verdict is not False and record(self.result, verdict[0])):
+            doc["output_index"] = self._positions.place(index, True)
+            return [doc]
+        self._removed.add(index)
+        text = None if verdict is False else explanation(self.allow, verdict[0].name, verdict[1])
+        position = self._positions.place(index, text is not None)
+        if text is None or position is None:
+            return []
+        return _stand_in_events(_stand_in(item, index, text), position)
 
     def _check_same(self, kind: str, index: int, doc: dict[str, Any], item: dict[str, Any] | None) -> None:
         """A later event must not retype or rename its item: the client would see the new name."""
@@ -485,15 +526,41 @@ class ResponsesStreamFilter:
                     f"output_index {index} changed from {decided_type}/{decided_name} to "
                     f"{item.get('type')}/{item.get('name')} mid-stream"
                 )
-            call = _call_key(item, self.offered)  # the same name, but a changed server_label or namespace?
-            if call is not None and (self._index[index] is None) == call[1]:
+            verdict = self._judge(item)  # the same name, but a changed server_label or namespace?
+            shown = verdict is True or (verdict is not False and verdict[0].offered)
+            if shown == (index in self._removed):
                 raise AnswerInvalid(f"output_index {index} changed what it calls mid-stream")
         name = doc.get("name")
         if name is not None and name != decided_name:
             raise AnswerInvalid(f"a {kind!r} event names {name!r} for output_index {index} ({decided_name!r})")
 
     def finish(self) -> list[Event]:
+        if not self._ended:
+            raise AnswerIncomplete("upstream stream ended before response.completed")
         return []
+
+    def error(self, message: str, kind: str, code: str | None) -> Event:
+        """The event that ends this stream in error, numbered as its next event."""
+        return CODEC.stream_error(message, kind, code, self._sequence)
+
+
+def _stand_in_events(message: dict[str, Any], index: int) -> list[dict[str, Any]]:
+    """A whole stand-in message as the events a Responses stream spells it with."""
+    item_id = message["id"]
+    part = message["content"][0]
+    at = {"item_id": item_id, "output_index": index, "content_index": 0}
+    return [
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": message | {"status": "in_progress", "content": []},
+        },
+        {"type": "response.content_part.added", **at, "part": part | {"text": ""}},
+        {"type": "response.output_text.delta", **at, "delta": part["text"], "logprobs": []},
+        {"type": "response.output_text.done", **at, "text": part["text"], "logprobs": []},
+        {"type": "response.content_part.done", **at, "part": part},
+        {"type": "response.output_item.done", "output_index": index, "item": message},
+    ]
 
 
 CODEC = ResponsesCodec()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked, ToolPolicy, enforce_choice, gate_request
+from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked, ToolPolicy, gate_request
 from gatekeeper.tiers import Tier
 
 POLICY = ToolPolicy({"execute_command": Tier.LARGE, "write_*": Tier.MEDIUM, "write_log": Tier.SMALL}, Tier.SMALL)
@@ -59,19 +59,3 @@ def test_legacy_function_call_forcing_hidden_function_is_blocked():
 def test_malformed_tool_fields_are_rejected(bad):
     with pytest.raises(RequestInvalid):
         gate_request(bad, Tier.LARGE, POLICY)
-
-
-def test_enforce_choice_keeps_allowed_calls_only():
-    choice = {
-        "finish_reason": "tool_calls",
-        "message": {"tool_calls": [{"function": {"name": "read"}}, {"function": {"name": "ghost"}}]},
-    }
-    assert enforce_choice(choice, {"read"}) == ["ghost"]
-    assert [c["function"]["name"] for c in choice["message"]["tool_calls"]] == ["read"]
-    assert choice["finish_reason"] == "tool_calls"
-
-
-def test_enforce_choice_turns_finish_reason_to_stop_when_nothing_remains():
-    choice = {"finish_reason": "tool_calls", "message": {"content": None, "tool_calls": [{"function": {"name": "x"}}]}}
-    assert enforce_choice(choice, set()) == ["x"]
-    assert "tool_calls" not in choice["message"] and choice["finish_reason"] == "stop"

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from gatekeeper.errors import AnswerInvalid, RequestInvalid, ToolChoiceBlocked
-from gatekeeper.gating import ToolPolicy
-from gatekeeper.protocols.base import Event
+from gatekeeper.gating import ToolId, ToolPolicy
+from gatekeeper.protocols.base import Event, Offered
 from gatekeeper.protocols.messages import MessagesCodec
 from gatekeeper.protocols.responses import ResponsesCodec
 from gatekeeper.tiers import Tier
@@ -167,7 +167,7 @@ def test_responses_stored_prompt_is_refused():
 
 # -- Responses answers ---------------------------------------------------------------------
 
-OFFERED = {"read_file": None, "gh.list_repos": None}
+OFFERED = Offered([(ToolId.function("read_file"), None), (ToolId.mcp("gh", "list_repos"), None)])
 
 
 def test_responses_answer_hidden_calls_removed():
@@ -284,7 +284,7 @@ def test_messages_gates_client_and_typed_tools_by_name():
     }
     gated = M.gate(body, Tier.SMALL, POLICY)
     assert gated.hidden == ["execute_command", "bash", "web_search"]
-    assert set(M.offered(body)) == {"read_file", "str_replace_based_edit_tool"}
+    assert set(M.offered(body)) == {"read_file", "text_editor_20250728"}  # a built-in by its type
 
 
 def test_messages_tool_choice_forms():
@@ -368,7 +368,7 @@ def test_messages_answer_hidden_tool_use_removed_and_stop_reason_fixed():
     }
     result = M.enforce(doc, {"read_file": None})
     assert result.removed == ["execute_command", "web_search"]
-    assert [b["type"] for b in doc["content"]] == ["text", "web_search_tool_result"]
+    assert [b["type"] for b in doc["content"]] == ["text"]  # a removed call's result goes with it
     assert doc["stop_reason"] == "end_turn"
 
 

@@ -1,0 +1,126 @@
+"""What the three codecs share on the answer side, written once for plain answers and streams.
+
+The rule: a call in an answer reaches the client only when it calls a tool the gated request
+offered, under the same kind (each codec says what its items call: `_call_of`); every other call,
+and every item of a type the codec does not know, is removed. What takes a removed call's place is
+the operator's choice (`blocked_calls`, carried here by `Allowed.explain`):
+  * `strip`: nothing (the answer may end up empty; some agent frameworks then raise);
+  * `explain`: a short assistant text naming the tool and the tier it needs, so an agent loop
+    gets an answer it can read and the model or the user can react.
+
+The text names only what the model itself wrote (the called name, capped and reduced to plain
+characters) and the tier rules the operator set; it never lists the tools that were hidden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
+
+from gatekeeper.errors import AnswerInvalid
+from gatekeeper.gating import ToolId
+from gatekeeper.protocols.base import Allowed, Call, Enforced, Offered, Schema
+
+_SHOWN_CHARS = 80  # a called name longer than this is shown cut (it comes from the model)
+
+
+def allowed(value: Allowed | Offered | Mapping[str, Schema | None]) -> Allowed:
+    """What a codec's answer side works with. It also accepts a bare `Offered` (no tier: strip,
+    exact identities only), or a plain mapping of function names to schemas (unit tests)."""
+    if isinstance(value, Allowed):
+        return value
+    if isinstance(value, Offered):
+        return Allowed(value)
+    return Allowed(Offered((ToolId.function(name), schema) for name, schema in value.items()))
+
+
+def explanation(allow: Allowed, name: str, tool: ToolId | None) -> str | None:
+    """The assistant text that replaces a removed call to `name` (None under `strip`). `tool` is
+    what the call calls, for the tier it needs (None: nothing the rules could name)."""
+    if not allow.explain:
+        return None
+    shown = shown_name(name)
+    if allow.tier is None or allow.policy is None or tool is None:
+        return f"[gatekeeper] A call to the tool `{shown}` was removed: this request did not offer it."
+    required = allow.policy.required_tier(tool)
+    if allow.tier.allows(required):
+        return f"[gatekeeper] A call to the tool `{shown}` was removed: this request did not offer it."
+    return (
+        f"[gatekeeper] A call to the tool `{shown}` was removed: it needs tier {required.value}, "
+        f"and this model has tier {allow.tier.value}."
+    )
+
+
+def shown_name(name: str) -> str:
+    """A model-written name as it may appear in text: printable ASCII without backticks, capped."""
+    cleaned = "".join(c if c.isascii() and c.isprintable() and c != "`" else "?" for c in name[: _SHOWN_CHARS + 1])
+    if len(cleaned) > _SHOWN_CHARS:
+        cleaned = cleaned[: _SHOWN_CHARS - 3] + "..."
+    return cleaned or "(unnamed)"
+
+
+def record(result: Enforced, call: Call) -> bool:
+    """Note one call seen in an answer (kept or removed); True when it is kept."""
+    result.calls.append(call)
+    if not call.offered:
+        result.removed.append(call.name)
+    return call.offered
+
+
+# An item -> the call it makes and the tool that call calls; True: it calls nothing (kept);
+# False: it is removed without being a call (the output of a removed call).
+Judge = Callable[[dict[str, Any]], "tuple[Call, ToolId | None] | bool"]
+Replace = Callable[[dict[str, Any], int, str], dict[str, Any]]  # removed item, position, text -> its stand-in
+
+
+def enforce_items(
+    items: Any, what: str, judge: Judge, result: Enforced, replace: Replace, allow: Allowed
+) -> list[dict[str, Any]] | None:
+    """A plain answer's item list (Responses `output`, Messages `content`) as the client may see
+    it: calls the request did not offer removed, or replaced by `replace(item, position, text)`
+    under `explain`. Returns None when nothing changed (the list is then left as it is)."""
+    if not isinstance(items, list):
+        raise AnswerInvalid(f"'{what}' must be an array, got {type(items).__name__}")
+    kept: list[dict[str, Any]] = []
+    changed = False
+    for position, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise AnswerInvalid(f"an item of '{what}' must be an object, got {type(item).__name__}")
+        verdict = judge(item)
+        if verdict is True or (verdict is not False and record(result, verdict[0])):
+            kept.append(item)
+            continue
+        changed = True
+        if verdict is False:
+            continue
+        text = explanation(allow, verdict[0].name, verdict[1])
+        if text is not None:
+            kept.append(replace(item, position, text))
+    return kept if changed else None
+
+
+class Positions:
+    """Where each upstream item of a stream (a Responses `output_index`, a Messages block `index`,
+    a chat call's index) lands in the client's stream. Decided once, at the item's first event:
+    an item that is shown gets the next client position (so the client's positions stay
+    contiguous), a removed one gets None."""
+
+    __slots__ = ("_at", "_next")
+
+    def __init__(self) -> None:
+        self._at: dict[Hashable, int | None] = {}
+        self._next = 0
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._at
+
+    def place(self, key: Hashable, shown: bool) -> int | None:
+        if key in self._at:
+            raise AnswerInvalid(f"stream item {key!r} was started twice")
+        position = self._next if shown else None
+        self._next += shown
+        self._at[key] = position
+        return position
+
+    def __getitem__(self, key: Hashable) -> int | None:
+        return self._at[key]
