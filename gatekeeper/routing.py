@@ -42,6 +42,9 @@ RANKED_EFFORTS: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "
 _RANK = {effort: i for i, effort in enumerate(RANKED_EFFORTS)}
 DEFAULT = "default"
 
+_TIERS = (Tier.SMALL, Tier.MEDIUM, Tier.LARGE)
+_TIER_RANK = {t.value: i for i, t in enumerate(_TIERS)}
+
 Reason = Literal["escalated", "economized", "fallback", "none"]
 Known = Callable[[str, str], Capability | None]  # (model, effort) -> a pin's or a valid profile's capability
 
@@ -61,13 +64,13 @@ class Need:
     @classmethod
     def of(cls, needs: Iterable[tuple[Tier, Mapping[str, float]]]) -> Need | None:
         """The combined need of tools given as (required tier, category minimums); None: no tools."""
-        tier: Tier | None = None
+        rank = -1
         minimums: dict[str, float] = {}
         for required, mins in needs:
-            tier = required if tier is None or required.rank > tier.rank else tier
+            rank = max(rank, _TIER_RANK[required.value])  # by value: an enum's hash is slow Python
             for category, minimum in mins.items():
                 minimums[category] = max(minimum, minimums.get(category, minimum))
-        return None if tier is None else cls(tier, minimums)
+        return None if rank < 0 else cls(_TIERS[rank], minimums)
 
 
 def admits(capability: Capability, need: Need) -> bool:
@@ -164,7 +167,7 @@ def decide(
             pairs = [(m, e) for m in models if m != model for e in efforts]
             chosen = first(pairs, lambda c: admits(c, need))
             reason = "fallback"
-    measure = _measuring_order(unknown)
+    measure = _measuring_order(unknown) if unknown else ()
     if chosen is None:
         return Decision(model, effort, "none", measure=measure)
     return Decision(chosen[0], chosen[1], reason, chosen[2], measure)

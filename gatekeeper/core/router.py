@@ -27,6 +27,8 @@ from gatekeeper.tiers import Tier
 
 log = structlog.get_logger("gatekeeper.core.router")
 
+_CAPABILITIES_KEPT = 4096  # pairs' capabilities remembered (cleared whole past it: model names come from clients)
+
 # start(model, effort) -> the pair's running flight, or None when no measurement may start.
 StartFn = Callable[[str, str], "concurrent.futures.Future[Profile] | None"]
 
@@ -83,12 +85,25 @@ class Router:
     def __init__(self, settings: Settings, policy: ToolPolicy, resolver: TierResolver, start: StartFn) -> None:
         self.settings, self.policy, self.resolver, self._start = settings, policy, resolver, start
         self.requirements = Requirements(settings.tools.requires)
+        # id(resolution) -> (resolution, its capability); the resolution is kept so its id is not reused.
+        self._capabilities: dict[int, tuple[Resolution, Capability]] = {}
         self.rules: RoutingRules | None = RoutingRules.of(settings.routing) if settings.routing is not None else None
 
     # -- one pair ------------------------------------------------------------------------------
 
     def capability(self, resolution: Resolution) -> Capability:
         """The tier the pair is gated at, and the bounds its category minimums are judged on."""
+        # The resolver hands out the same Resolution for a pair for a while: remember its answer.
+        cached = self._capabilities.get(id(resolution))
+        if cached is not None and cached[0] is resolution:
+            return cached[1]
+        found = self._capability(resolution)
+        if len(self._capabilities) >= _CAPABILITIES_KEPT:
+            self._capabilities.clear()
+        self._capabilities[id(resolution)] = (resolution, found)
+        return found
+
+    def _capability(self, resolution: Resolution) -> Capability:
         if resolution.source == "measured":
             return Capability(resolution.tier, bounds_of(resolution.profile))
         if resolution.source == "pinned" and self.requirements:
@@ -123,9 +138,8 @@ class Router:
         """Where a request for `model@effort` (already resolved: `asked`) whose tools need `need`
         goes. Never blocks on a measurement: it reads the resolver and may start one."""
         effort = effort or DEFAULT_EFFORT
-        unrouted = Route(model, effort, "none", asked, self.policy_for(asked), asked)
         if self.rules is None or need is None:
-            return unrouted
+            return Route(model, effort, "none", asked, self.policy_for(asked), asked)
         found: dict[tuple[str, str], Resolution] = {}
 
         def known(m: str, e: str) -> Capability | None:
@@ -136,12 +150,11 @@ class Router:
             return self.capability(resolution)
 
         decision = decide(model, effort, need, self.capability(asked), self.rules, known, targets)
-        if measure:
+        if measure and decision.measure:
             self._measure_lazily(decision)
         if not decision.routed:
-            return unrouted
+            return Route(model, effort, "none", asked, self.policy_for(asked), asked)
         used = found[(decision.model, decision.effort)]
-        log.debug("routed", asked=asked.key, to=used.key, reason=decision.reason)
         return Route(decision.model, decision.effort, decision.reason, used, self.policy_for(used), asked)
 
     def route_body(self, codec: Codec, body: dict[str, Any], info: RequestInfo, asked: Resolution) -> Route:

@@ -1,0 +1,147 @@
+"""What capability routing costs on the request path. Not a test: run it by hand.
+
+    python tests/perf/routing_cost.py [--requests 20000] [--tools 3] [--rounds 5]
+
+Measures, in one process with a seeded JSON store (memory-cached, as the proxy reads it):
+  * the pure decision (`gatekeeper.routing.decide`) over plain data: decisions per second;
+  * the request step without and with a `routing:` section, for a Chat Completions body at
+    `low` whose tools need `medium` (so every request is escalated): parse + resolve + gate, and
+    parse + resolve + route (dry gate, decision, rewrite) + gate. Their difference is what routing
+    adds to a request, in microseconds;
+  * the same with the asked pair already admitting the tools (the common, unrouted case).
+Each figure is the median of `--rounds` rounds (each round times all requests and divides).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gatekeeper import Gatekeeper, JsonFileStore, Profile, Settings
+from gatekeeper.logs import configure as configure_logs
+from gatekeeper.protocols import table
+from gatekeeper.requirements import Capability
+from gatekeeper.routing import Need, RoutingRules, decide
+from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, load_suite
+from gatekeeper.tiers import Tier
+
+CHAT = table.codec("chat")
+assert CHAT is not None
+
+
+def profile(model: str, effort: str, tier: Tier, suite: Any) -> Profile:
+    score = {Tier.SMALL: 0.2, Tier.MEDIUM: 0.7, Tier.LARGE: 1.0}[tier]
+    return Profile(
+        model=model,
+        provider="openai-compatible",
+        tier=tier,
+        scores={"instruction": score, "json": score, "toolCalling": score},
+        score_intervals={c: [score - 0.05, min(score + 0.05, 1.0)] for c in ("instruction", "json", "toolCalling")},
+        tokens_per_second=40.0,
+        tested_at=datetime.now(UTC).isoformat(),
+        benchmark_version=suite.version,
+        tests_hash=suite.hash,
+        reasoning_effort=effort,
+    )
+
+
+def body(effort: str, tools: int) -> dict[str, Any]:
+    names = ["write_file"] + [f"read_{i}" for i in range(tools - 1)]
+    return {
+        "model": "bench-model",
+        "reasoning_effort": effort,
+        "messages": [{"role": "user", "content": f"message {i}"} for i in range(10)],
+        "tools": [
+            {"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+            for n in names
+        ],
+    }
+
+
+def per_call_us(fn: Callable[[], object], n: int, rounds: int) -> float:
+    results = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        results.append((time.perf_counter() - start) / n * 1e6)
+    return statistics.median(results)
+
+
+def decision_rate(n: int, rounds: int) -> float:
+    pairs = {
+        "m@low": Capability(Tier.SMALL, {"json": 0.3}),
+        "m@medium": Capability(Tier.MEDIUM, {"json": 0.6}),
+        "m@high": Capability(Tier.LARGE, {"json": 0.95}),
+    }
+    rules = RoutingRules(fallback=(("gemma-*", ("big",)),))
+    need = Need(Tier.LARGE, {"json": 0.9})
+    asked = pairs["m@low"]
+
+    def one() -> object:
+        return decide("m", "low", need, asked, rules, lambda m, e: pairs.get(f"{m}@{e}"))
+
+    return 1e6 / per_call_us(one, n, rounds)
+
+
+def request_step(gk: Gatekeeper, effort: str, tools: int, route: bool) -> Callable[[], object]:
+    template = body(effort, tools)
+
+    def step() -> object:
+        request = dict(template)  # the body is rewritten in place: a fresh top level each time
+        request["tools"] = list(template["tools"])
+        if route:
+            chosen = gk.route_body(CHAT, request)  # parse, resolve, dry gate, decide, rewrite
+            return CHAT.gate(request, chosen.resolution.tier, chosen.policy)
+        info = CHAT.parse(request)
+        asked = gk.resolve(info.model, info.effort)
+        return CHAT.gate(request, asked.tier, gk.policy_for(asked))
+
+    return step
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=20000)
+    parser.add_argument("--tools", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    configure_logs("warning")
+    suite = load_suite(DEFAULT_SUITE_DIR)
+
+    print(f"decide(): {decision_rate(args.requests * 5, args.rounds):,.0f} decisions/s (pure, plain data)")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Path(tmp) / "models_profile.json"
+        JsonFileStore(store).save(
+            [
+                profile("bench-model", "low", Tier.SMALL, suite),
+                profile("bench-model", "medium", Tier.MEDIUM, suite),
+                profile("bench-model", "high", Tier.LARGE, suite),
+            ]
+        )
+        base = {"store": str(store), "tools": {"required_tier": {"write_*": "medium"}}}
+        plain = Gatekeeper(Settings.model_validate(base), suite=suite)
+        routing = Gatekeeper(Settings.model_validate(base | {"routing": {}}), suite=suite)
+        try:
+            for effort, what in (("low", "escalated"), ("medium", "already admitted")):
+                without = per_call_us(request_step(plain, effort, args.tools, False), args.requests, args.rounds)
+                with_routing = per_call_us(request_step(routing, effort, args.tools, True), args.requests, args.rounds)
+                print(
+                    f"request at {effort} ({what}, {args.tools} tools): {without:.1f} us without routing, "
+                    f"{with_routing:.1f} us with routing: +{with_routing - without:.1f} us per request"
+                )
+        finally:
+            plain.close()
+            routing.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
