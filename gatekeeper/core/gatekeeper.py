@@ -95,6 +95,7 @@ class Gatekeeper:
         fake one, as httpx tests inject a MockTransport); `store` and `suite` replace the
         configured ones; `config_path` is what `reload()` re-reads."""
         settings = settings or Settings()
+        self._tier_listeners: list[Callable[[], None]] = []  # on_tier_change
         self._config_path = Path(config_path) if config_path else None
         self._fixed_suite = suite
         self._owns_store = store is None
@@ -184,6 +185,7 @@ class Gatekeeper:
             self._scheduler.limits = Limits.of(settings, snapshot.suite)
             self.drift.reconfigure(settings.drift)  # windows resized, demotions kept
             self._config_path = path
+        self._forget()  # pins and tool rules may have changed: listeners look again
         log.info(
             "config_reloaded",
             path=str(path),
@@ -400,7 +402,7 @@ class Gatekeeper:
         key = profile_key(model, effort)
         self._scheduler.forget_failures(key)
         removed = self.store.delete(key)
-        self._snapshot.resolver.forget()
+        self._forget()
         log.info("profile_invalidated", key=key, existed=removed)
         return removed
 
@@ -410,6 +412,18 @@ class Gatekeeper:
 
     def _forget(self) -> None:
         self._snapshot.resolver.forget()
+        for listener in list(self._tier_listeners):
+            try:
+                listener()
+            except Exception:  # one broken listener must not stop the others or the caller
+                log.exception("tier_listener_failed")
+
+    def on_tier_change(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener()` whenever a pair's tier may have changed: a profile landed or was
+        removed (here or in another replica), a drift demotion or its clearing, a reload. It is
+        called from whichever thread saw the change and must not block. Returns its remover."""
+        self._tier_listeners.append(listener)
+        return lambda: self._tier_listeners.remove(listener) if listener in self._tier_listeners else None
 
     def _remeasure_drifting(self, key: str) -> None:
         model, effort = split_key(key)
@@ -420,7 +434,7 @@ class Gatekeeper:
         fenced by the pair's lease."""
         profile = await self._snapshot.measurements.measure(model, effort, lease=lease, progress=progress)
         self.drift.profile_landed(profile.key, profile)  # the new profile decides, not a demotion
-        self._snapshot.resolver.forget()  # a re-measured pair must not keep its old tier
+        self._forget()  # a re-measured pair must not keep its old tier
         return profile
 
     # -- lifecycle -----------------------------------------------------------------------------
