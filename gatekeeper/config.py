@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
@@ -131,6 +131,82 @@ class LazyMeasurements(_Section):
     lease_ttl_s: float = Field(default=30.0, gt=0, le=3600)
 
 
+# An MCP server's label: a letter, then letters and digits in groups joined by single underscores.
+# With no `__` in it and no `_` at its end, a tool's exposed name `<label>__<tool>` splits at its
+# first `__` into exactly one label and tool (gatekeeper/mcp/names.py).
+_MCP_LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)*$")
+_MCP_LABEL_MAX = 24  # leaves 38 of OpenAI's 64 function-name characters to the tool
+_ORIGIN = re.compile(r"^https?://[^/\s]+$")
+
+
+class McpServer(_Section):
+    """One MCP server behind the gateway: a `command` (stdio; gatekeeper starts it, restarts it
+    with backoff when it dies) or a Streamable HTTP `url` (with `headers`)."""
+
+    command: list[str] | None = Field(default=None, min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)  # stdio: added to the SDK's short safe environment
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    # Every upstream MCP call (initialize, a listing page, a tool call, a health ping) ends by then.
+    timeout_s: float = Field(default=60.0, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("expected exactly one of `command` (stdio) or `url` (Streamable HTTP)")
+        if self.url is not None and not re.match(r"^https?://[^/]+", self.url):
+            raise ValueError(f"url: expected an http(s) URL, got {self.url!r}")
+        if self.command is not None and self.headers:
+            raise ValueError("headers: only for a `url` server")
+        if self.url is not None and self.env:
+            raise ValueError("env: only for a `command` server")
+        if self.command is not None and not all(part for part in self.command):
+            raise ValueError("command: every part must be a non-empty string")
+        return self
+
+
+class McpSettings(_Section):
+    """The MCP gateway at /mcp (served only when `servers` is set)."""
+
+    api_keys: list[str | None] = Field(default_factory=list)
+    servers: dict[str, McpServer] = Field(default_factory=dict)
+    # Browser origins (`scheme://host[:port]`) allowed to call /mcp; a request with another
+    # `Origin` is a 403 (the MCP spec's DNS-rebinding rule). Clients that send none pass.
+    allowed_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("servers")
+    @classmethod
+    def _labels(cls, value: dict[str, McpServer]) -> dict[str, McpServer]:
+        for label in value:
+            if not _MCP_LABEL.match(label) or len(label) > _MCP_LABEL_MAX:
+                raise ValueError(
+                    f"{label!r}: a label is a letter, then letters and digits joined by single "
+                    f"underscores, at most {_MCP_LABEL_MAX} characters (e.g. files, github_enterprise)"
+                )
+        return value
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if not _ORIGIN.match(origin):
+                raise ValueError(f"{origin!r}: expected scheme://host[:port], with no path")
+        return [origin.lower() for origin in value]
+
+    @model_validator(mode="after")
+    def _keys(self) -> McpSettings:
+        for i, key in enumerate(self.api_keys):
+            if key is None or not key.strip():
+                raise ValueError(f"api_keys[{i}]: empty or blank; every key must be a real secret")
+        if self.servers and not self.api_keys:
+            raise ValueError("api_keys: required when servers are set (the endpoint is a door to tools that run)")
+        return self
+
+    @property
+    def keys(self) -> list[str]:
+        return [key for key in self.api_keys if key]
+
+
 class Settings(_Section):
     """Everything gatekeeper needs; `Settings()` alone is a working local set-up."""
 
@@ -148,6 +224,7 @@ class Settings(_Section):
     lazy: LazyMeasurements = Field(default_factory=LazyMeasurements)
     drift: DriftSettings = Field(default_factory=DriftSettings)
     routing: Routing | None = None  # absent: no routing, tools above the asked pair are hidden
+    mcp: McpSettings = Field(default_factory=McpSettings)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -18,6 +18,7 @@ structlog's context variables.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -90,6 +91,12 @@ def create_app(gk: Gatekeeper) -> Starlette:
     ]
     if admin_key:
         routes += admin_routes()
+    gateway = None
+    if gk.settings.mcp.servers:
+        from gatekeeper.mcp import McpGateway, mcp_routes  # the mcp SDK is imported only when configured
+
+        gateway = McpGateway(gk)
+        routes += mcp_routes(gateway)
     app = Starlette(
         routes=routes,
         lifespan=_lifespan,
@@ -98,6 +105,7 @@ def create_app(gk: Gatekeeper) -> Starlette:
     app.router.redirect_slashes = False  # a trailing slash is a 404 naming the endpoints, never a 307
     app.state.gk = gk
     app.state.admin_key = admin_key
+    app.state.mcp = gateway
     return app
 
 
@@ -106,7 +114,8 @@ async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     app.state.pool = UpstreamPool(app.state.gk.settings.upstream)
     app.state.retired_pools = []
     try:
-        yield
+        async with app.state.mcp.running() if app.state.mcp is not None else contextlib.nullcontext():
+            yield
     finally:
         for pool in [app.state.pool, *app.state.retired_pools]:
             await pool.aclose()

@@ -1,0 +1,381 @@
+"""The gateway's MCP server: the union of the upstream servers' tools, filtered by the tier of the
+model a session is bound to, and calls forwarded only when that tier admits the tool.
+
+    client --tools/list--> tier (Gatekeeper.aresolve) -> tools the tier admits, `<label>__<tool>`
+    client --tools/call--> hidden or unknown: JSON-RPC error, never forwarded
+                           allowed: forwarded to the server, its result relayed (progress too)
+
+The tier comes from the same core as the proxy (pins, valid profiles, drift demotions, the
+`unknown_models` policy; an unknown model is measured lazily within the lazy caps). When it may
+have changed (a measurement landed, a demotion, a reload) or a server's tools changed, every open
+session whose visible tools differ gets `notifications/tools/list_changed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import structlog
+from cachetools import TTLCache
+from mcp import types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT, StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+
+from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
+from gatekeeper.errors import NotMeasured
+from gatekeeper.mcp import metrics
+from gatekeeper.mcp.names import exposed_name, rule_name, split_exposed
+from gatekeeper.mcp.upstream import ServerUnavailable, Upstream
+from gatekeeper.tiers import Tier
+
+log = structlog.get_logger("gatekeeper.mcp.gateway")
+
+# The scope key the HTTP front (gatekeeper.mcp.http) puts the request's Binding under.
+BINDING = "gatekeeper.mcp.binding"
+PAGE_SIZE = 100  # tools per tools/list page
+_MAX_SESSIONS = 10_000  # the SDK's default limit on open sessions; watched sessions are bounded alike
+_RESOURCE_ROUTES = 10_000  # resource URIs remembered for resources/read routing
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Who a request speaks for: the model (`None`: no model named, the unknown tier)."""
+
+    model: str | None
+    effort: str | None
+
+    @property
+    def shown(self) -> str:
+        if self.model is None:
+            return "(no model)"
+        return f"{self.model}@{self.effort}" if self.effort else self.model
+
+
+@dataclass
+class _Watched:
+    """An open session that listed tools, and the names it was last shown."""
+
+    session: ServerSession
+    binding: Binding
+    shown: frozenset[str]
+
+
+class _Server(Server[Any]):
+    # The session manager builds initialization options itself; the tools capability must say
+    # `listChanged: true` so clients listen for the notification this gateway sends.
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        options = notification_options or NotificationOptions(tools_changed=True)
+        return super().create_initialization_options(options, experimental_capabilities, extensions)
+
+
+class McpGateway:
+    """The MCP gateway over a Gatekeeper: its upstream servers, its MCP server and its sessions.
+
+    `running()` (entered by the proxy's lifespan) connects the servers and serves sessions.
+    """
+
+    def __init__(self, gk: Gatekeeper) -> None:
+        self.gk = gk
+        self.upstreams = {
+            label: Upstream(label, config, self._tools_changed) for label, config in gk.settings.mcp.servers.items()
+        }
+        self.server = _Server(
+            "gatekeeper",
+            version="1",
+            instructions="Tools of several MCP servers, named <server>__<tool>, shown by the measured tier of your model.",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
+            on_list_prompts=self._list_prompts,
+            on_get_prompt=self._get_prompt,
+        )
+        self.manager = StreamableHTTPSessionManager(self.server, max_sessions=_MAX_SESSIONS)
+        self._watched: TTLCache[str, _Watched] = TTLCache(
+            maxsize=_MAX_SESSIONS, ttl=DEFAULT_SESSION_IDLE_TIMEOUT, timer=time.monotonic
+        )
+        self._resource_server: TTLCache[str, str] = TTLCache(maxsize=_RESOURCE_ROUTES, ttl=3600, timer=time.monotonic)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._recheck = asyncio.Event()
+        self._unsubscribe: Callable[[], None] = lambda: None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        self._loop = asyncio.get_running_loop()
+        self._unsubscribe = self.gk.on_tier_change(self._tiers_changed)
+        for label in self.upstreams:
+            metrics.SERVER_UP.labels(label).set(0)
+        try:
+            async with self.manager.run(), anyio.create_task_group() as tg:
+                for upstream in self.upstreams.values():
+                    tg.start_soon(upstream.run)
+                tg.start_soon(self._notifier)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            self._unsubscribe()
+            self._loop = None
+
+    def _tiers_changed(self) -> None:
+        """Gatekeeper listener: may be called from any thread."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._recheck.set)
+
+    def _tools_changed(self) -> None:
+        """Upstream listener (on the loop): a server came up, went down or listed again."""
+        for label, upstream in self.upstreams.items():
+            metrics.SERVER_UP.labels(label).set(1 if upstream.session is not None else 0)
+        self._recheck.set()
+
+    async def _notifier(self) -> None:
+        """One task sends every list_changed: changes that land together cost one pass."""
+        while True:
+            await self._recheck.wait()
+            self._recheck.clear()
+            await anyio.sleep(0.05)  # let a burst of changes (a reload, a server relisting) settle
+            for session_id, watched in list(self._watched.items()):
+                try:
+                    names = frozenset(name for name, _ in await self._visible(watched.binding))
+                except (MCPError, NotMeasured):
+                    names = frozenset()
+                if names == watched.shown:
+                    continue
+                watched.shown = names
+                try:
+                    await watched.session.send_tool_list_changed()
+                except Exception as exc:  # noqa: BLE001 - the session is gone; forget it, keep the others
+                    log.info("mcp_session_gone", session=session_id[:12], error=type(exc).__name__)
+                    self._watched.pop(session_id, None)
+                    continue
+                metrics.LIST_CHANGED.inc()
+                log.info("mcp_tools_list_changed", model=watched.binding.shown, tools=len(names))
+
+    # -- tiers and visibility ------------------------------------------------------------------
+
+    async def _resolve(self, binding: Binding) -> Resolution:
+        if binding.model is None:
+            # No model named: the unknown tier, and nothing to measure.
+            return Resolution(self.gk.settings.unknown_tier, "unmeasured", "(no model)")
+        try:
+            return await self.gk.aresolve(binding.model, binding.effort)
+        except NotMeasured as exc:  # unknown_models: reject
+            raise MCPError(types.INVALID_REQUEST, str(exc)) from None
+
+    async def _visible(self, binding: Binding) -> list[tuple[str, types.Tool]]:
+        resolution = await self._resolve(binding)
+        return [(name, tool) for name, tool, needs, _ in self._catalogue() if resolution.tier.allows(needs)]
+
+    def _catalogue(self) -> list[tuple[str, types.Tool, Tier, str]]:
+        """Every offered tool: (exposed name, the tool as exposed, the tier it needs, its label)."""
+        policy = self.gk.policy
+        found = []
+        for label, upstream in self.upstreams.items():
+            for name, tool in upstream.tools.items():
+                exposed = tool.model_copy(update={"name": exposed_name(label, name)})
+                found.append((exposed.name, exposed, policy.required_tier(rule_name(label, name)), label))
+        return found
+
+    @staticmethod
+    def _model_label(resolution: Resolution) -> str:
+        return resolution.key if resolution.source in ("measured", "pinned", "demoted") else "unmeasured"
+
+    # -- tools ---------------------------------------------------------------------------------
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        binding = _binding(ctx)
+        resolution = await self._resolve(binding)
+        shown: list[types.Tool] = []
+        counts: dict[str, list[int]] = {label: [0, 0] for label in self.upstreams}
+        for _, tool, needs, label in self._catalogue():
+            allowed = resolution.tier.allows(needs)
+            counts[label][0 if allowed else 1] += 1
+            if allowed:
+                shown.append(tool)
+        start = _offset(params.cursor if params is not None else None, len(shown))
+        if start == 0:  # one listing counts once, however many pages it is read in
+            model = self._model_label(resolution)
+            for label, (listed, hidden) in counts.items():
+                metrics.TOOLS_LISTED.labels(label, model).inc(listed)
+                metrics.TOOLS_HIDDEN.labels(label, model).inc(hidden)
+        self._watch(ctx, binding, frozenset(tool.name for tool in shown))
+        page = shown[start : start + PAGE_SIZE]
+        more = start + PAGE_SIZE < len(shown)
+        log.debug("mcp_tools_listed", model=binding.shown, tier=resolution.tier.value, shown=len(shown))
+        return types.ListToolsResult(tools=page, next_cursor=f"p{start + PAGE_SIZE}" if more else None)
+
+    def _watch(self, ctx: ServerRequestContext[Any], binding: Binding, names: frozenset[str]) -> None:
+        request = ctx.request
+        session_id = request.headers.get("mcp-session-id") if request is not None else None
+        if session_id:  # sessionless requests (the 2026 single-exchange era) get no notifications
+            self._watched[session_id] = _Watched(ctx.session, binding, names)
+
+    def forget_session(self, session_id: str) -> None:
+        self._watched.pop(session_id, None)
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        binding = _binding(ctx)
+        resolution = await self._resolve(binding)
+        model = self._model_label(resolution)
+        name = params.name
+        parts = split_exposed(name)
+        upstream = self.upstreams.get(parts[0]) if parts is not None else None
+        if parts is None or upstream is None or parts[1] not in upstream.tools:
+            metrics.CALLS_REFUSED.labels(parts[0] if upstream is not None and parts else "(none)", model).inc()
+            log.warning("mcp_call_refused", tool=name[:200], model=binding.shown, reason="unknown")
+            offered = "no server behind this gateway offers it" + (
+                f" (server {parts[0]!r} is unavailable: {upstream.error})"
+                if upstream is not None and upstream.error and parts
+                else ""
+            )
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"Unknown tool {name[:200]!r}: {offered}; the call was not forwarded",
+                {"tool": name[:200], "reason": "unknown_tool"},
+            )
+        label, tool = parts
+        needs = self.gk.policy.required_tier(rule_name(label, tool))
+        if not resolution.tier.allows(needs):
+            metrics.CALLS_REFUSED.labels(label, model).inc()
+            log.warning(
+                "mcp_call_refused",
+                tool=name,
+                model=binding.shown,
+                tier=resolution.tier.value,
+                required=needs.value,
+                source=resolution.source,
+            )
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"Tool {name!r} needs tier {needs.value}; model {binding.shown} is at tier "
+                f"{resolution.tier.value} ({resolution.source}); the call was not forwarded",
+                {
+                    "tool": name,
+                    "required_tier": needs.value,
+                    "tier": resolution.tier.value,
+                    "source": resolution.source,
+                    "reason": "tier_too_low",
+                },
+            )
+
+        async def relay_progress(progress: float, total: float | None, message: str | None) -> None:
+            await ctx.session.report_progress(progress, total, message)  # a no-op unless the client asked
+
+        try:
+            result = await upstream.call_tool(tool, params.arguments, relay_progress)
+        except ServerUnavailable as exc:
+            metrics.CALLS_FORWARDED.labels(label, model, "failed").inc()
+            raise MCPError(types.INTERNAL_ERROR, str(exc), {"tool": name, "reason": "server_unavailable"}) from None
+        except MCPError as exc:
+            metrics.CALLS_FORWARDED.labels(label, model, "failed").inc()
+            raise MCPError(exc.code, f"MCP server {label!r}: {exc.message}", exc.data) from None
+        metrics.CALLS_FORWARDED.labels(label, model, "tool_error" if result.is_error else "ok").inc()
+        log.info("mcp_call", tool=name, model=binding.shown, tier=resolution.tier.value, is_error=result.is_error)
+        return result
+
+    # -- resources and prompts: relayed (their own gating is future work) ------------------
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        found: list[types.Resource] = []
+        for label, upstream in self.upstreams.items():
+            if upstream.session is None:
+                continue
+            try:
+                resources = await upstream.list_resources()
+            except (ServerUnavailable, MCPError) as exc:
+                log.warning("mcp_resources_unavailable", server=label, error=str(exc)[:300])
+                continue
+            for resource in resources:
+                self._resource_server[str(resource.uri)] = label
+            found += resources
+        return types.ListResourcesResult(resources=found)
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        label = self._resource_server.get(uri)
+        if label is None:
+            raise MCPError(-32002, f"Resource not found: {uri[:300]} (list resources first)", {"uri": uri[:300]})
+        try:
+            return await self.upstreams[label].read_resource(uri)
+        except ServerUnavailable as exc:
+            raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
+
+    async def _list_prompts(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        found: list[types.Prompt] = []
+        for label, upstream in self.upstreams.items():
+            if upstream.session is None:
+                continue
+            try:
+                prompts = await upstream.list_prompts()
+            except (ServerUnavailable, MCPError) as exc:
+                log.warning("mcp_prompts_unavailable", server=label, error=str(exc)[:300])
+                continue
+            found += [p.model_copy(update={"name": exposed_name(label, p.name)}) for p in prompts]
+        return types.ListPromptsResult(prompts=found)
+
+    async def _get_prompt(
+        self, ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        parts = split_exposed(params.name)
+        upstream = self.upstreams.get(parts[0]) if parts is not None else None
+        if parts is None or upstream is None:
+            raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {params.name[:200]!r}")
+        try:
+            return await upstream.get_prompt(parts[1], params.arguments)
+        except ServerUnavailable as exc:
+            raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
+
+    # -- what the console shows -------------------------------------------------------------
+
+    def status(self) -> list[dict[str, Any]]:
+        return [upstream.status() for upstream in self.upstreams.values()]
+
+    @property
+    def open_sessions(self) -> int:
+        return len(self._watched)
+
+
+def _binding(ctx: ServerRequestContext[Any]) -> Binding:
+    """The model the HTTP front bound this request to; without one (it cannot happen through the
+    front), the unknown tier."""
+    request = ctx.request
+    binding = request.scope.get(BINDING) if request is not None else None
+    return binding if isinstance(binding, Binding) else Binding(None, None)
+
+
+def _offset(cursor: str | None, total: int) -> int:
+    if cursor is None:
+        return 0
+    digits = cursor[1:] if cursor.startswith("p") else ""
+    if not digits.isdigit() or int(digits) > total:
+        raise MCPError(types.INVALID_PARAMS, f"invalid cursor {cursor[:40]!r}")
+    return int(digits)

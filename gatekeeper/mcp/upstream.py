@@ -1,0 +1,274 @@
+"""One MCP server behind the gateway, kept connected: started (stdio) or reached (Streamable HTTP),
+initialized, its tools listed, watched, and reconnected with backoff when it fails.
+
+A server that crashes, hangs, answers garbage or lists a tool twice loses its own tools (its
+`error` says why) and is retried; the gateway keeps serving the others. Every call to it has a
+deadline (`timeout_s` of its config).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio
+import httpx2
+import structlog
+from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp.client.session import IncomingMessage
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+
+from gatekeeper.config import McpServer
+from gatekeeper.mcp.names import unusable
+
+log = structlog.get_logger("gatekeeper.mcp.upstream")
+
+# A dead connection is noticed at once when its stream ends (a stdio server that exits); a hung
+# one by a ping this often, which must answer within the server's timeout_s.
+HEALTH_INTERVAL_S = 10.0
+# Reconnection backoff: doubles from the first delay up to the last; a connection that served
+# its listing resets it.
+BACKOFF_S = (0.5, 30.0)
+# Bounds on what one listing may hold: a server that pages forever is misbehaving.
+MAX_PAGES = 100
+MAX_TOOLS = 10_000
+
+
+class ServerUnavailable(Exception):
+    """The server cannot take the call now (down, reconnecting, or it did not answer in time)."""
+
+
+class Misbehaving(Exception):
+    """The server answered something the gateway cannot trust (its tools are withdrawn)."""
+
+
+class Upstream:
+    """A configured MCP server and its current connection. `run()` supervises it until cancelled."""
+
+    def __init__(self, label: str, config: McpServer, changed: Callable[[], None]) -> None:
+        """`changed()` is called (on the event loop) whenever the tools this server offers change."""
+        self.label, self.config = label, config
+        self._changed = changed
+        self.session: ClientSession | None = None
+        self.tools: dict[str, types.Tool] = {}  # by the server's own tool name, in its order
+        self.skipped: dict[str, str] = {}  # tools not offered: name -> why
+        self.error: str | None = "not connected yet"
+        self.connects = 0
+        self.connected_since: float | None = None
+        self._relist = anyio.Event()
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.config.command is not None else "http"
+
+    # -- supervision -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        delay = BACKOFF_S[0]
+        while True:
+            try:
+                await self._serve()
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:  # noqa: BLE001 - whatever failed, only this server's tools go
+                self._down(_describe(exc))
+            else:
+                self._down("the connection ended")
+            if self.connected_since is not None:
+                delay = BACKOFF_S[0]  # it served; a new failure starts the backoff again
+            self.connected_since = None
+            log.warning("mcp_server_down", server=self.label, error=self.error, retry_in_s=delay)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_S[1])
+
+    def _down(self, error: str) -> None:
+        self.session, self.error = None, error
+        had_tools = bool(self.tools)
+        self.tools, self.skipped = {}, {}
+        if had_tools:
+            self._changed()
+
+    async def _serve(self) -> None:
+        timeout = self.config.timeout_s
+        async with self._connect() as (read, write), anyio.create_task_group() as tg:
+            ended = anyio.Event()
+            # The transport's stream is relayed so that its end (a stdio server that exited) is
+            # seen at once, not at the next ping.
+            send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+            async def relay() -> None:
+                async with send:
+                    async for item in read:
+                        await send.send(item)
+                ended.set()
+                self._relist.set()  # wakes the supervisor below
+
+            tg.start_soon(relay)
+            async with ClientSession(
+                receive, write, read_timeout_seconds=timeout, message_handler=self._on_message
+            ) as session:
+                with anyio.fail_after(timeout):
+                    await session.initialize()
+                self.connects += 1
+                await self._list(session)
+                self.session, self.error = session, None
+                self.connected_since = time.monotonic()
+                log.info("mcp_server_up", server=self.label, tools=len(self.tools), skipped=self.skipped or None)
+                self._changed()
+                while not ended.is_set():
+                    with anyio.move_on_after(HEALTH_INTERVAL_S):
+                        await self._relist.wait()
+                    if ended.is_set():
+                        break
+                    if self._relist.is_set():
+                        self._relist = anyio.Event()
+                        await self._list(session)
+                        self._changed()
+                    else:
+                        with anyio.fail_after(timeout):
+                            await session.send_ping()
+            tg.cancel_scope.cancel()
+
+    @contextlib.asynccontextmanager
+    async def _connect(self) -> AsyncIterator[tuple[Any, Any]]:
+        if self.config.command is not None:
+            command, *args = self.config.command
+            if shutil.which(command) is None:  # the spawn's own error does not name the file
+                raise ServerUnavailable(f"cannot start {command!r}: no such executable")
+            params = StdioServerParameters(command=command, args=args, env=self.config.env or None)
+            async with stdio_client(params) as streams:
+                yield streams
+            return
+        assert self.config.url is not None
+        timeout = httpx2.Timeout(self.config.timeout_s, read=max(self.config.timeout_s, 300.0))
+        async with (
+            create_mcp_http_client(headers=dict(self.config.headers), timeout=timeout) as client,
+            streamable_http_client(self.config.url, http_client=client) as streams,
+        ):
+            yield streams
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        if isinstance(message, Exception):
+            log.warning("mcp_server_garbage", server=self.label, error=_describe(message))
+        elif isinstance(message, types.ToolListChangedNotification):
+            self._relist.set()  # listed again by the supervisor, not in the reader's task
+
+    async def _list(self, session: ClientSession) -> None:
+        """Every page of the server's tools; a listing that cannot be trusted raises Misbehaving."""
+        tools: dict[str, types.Tool] = {}
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(MAX_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+            with anyio.fail_after(self.config.timeout_s):
+                page = await session.list_tools(params=params)
+            for tool in page.tools:
+                if tool.name in tools:
+                    raise Misbehaving(f"it listed the tool {tool.name!r} twice")
+                tools[tool.name] = tool
+            if len(tools) > MAX_TOOLS:
+                raise Misbehaving(f"it listed more than {MAX_TOOLS} tools")
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+            if cursor in seen:
+                raise Misbehaving(f"its tools/list pages loop (cursor {cursor[:40]!r} came back)")
+            seen.add(cursor)
+        else:
+            raise Misbehaving(f"its tools/list has more than {MAX_PAGES} pages")
+        self.skipped = {name: why for name in tools if (why := unusable(self.label, name)) is not None}
+        self.tools = {name: tool for name, tool in tools.items() if name not in self.skipped}
+
+    # -- calls -------------------------------------------------------------------------------
+
+    def _live(self) -> ClientSession:
+        if self.session is None:
+            raise ServerUnavailable(f"MCP server {self.label!r} is unavailable: {self.error}")
+        return self.session
+
+    async def _deadline(self, what: str, call: Awaitable[Any]) -> Any:
+        try:
+            with anyio.fail_after(self.config.timeout_s):
+                return await call
+        except TimeoutError:
+            raise ServerUnavailable(
+                f"MCP server {self.label!r} did not answer {what} within {self.config.timeout_s:g} s"
+            ) from None
+        except MCPError:
+            raise  # the server's own JSON-RPC error: relayed as it is
+        except Exception as exc:  # noqa: BLE001 - a broken transport or a garbled answer: say which
+            raise ServerUnavailable(f"MCP server {self.label!r} failed {what}: {_describe(exc)}") from None
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None, progress: ProgressFnT | None
+    ) -> types.CallToolResult:
+        session = self._live()
+        timeout = self.config.timeout_s
+        result: types.CallToolResult = await self._deadline(
+            f"tools/call {name!r}", session.call_tool(name, arguments, timeout, progress_callback=progress)
+        )
+        return result
+
+    async def list_resources(self) -> list[types.Resource]:
+        session = self._live()
+        found: list[types.Resource] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+            page: types.ListResourcesResult = await self._deadline(
+                "resources/list", session.list_resources(params=params)
+            )
+            found += page.resources
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return found
+
+    async def read_resource(self, uri: str) -> types.ReadResourceResult:
+        result: types.ReadResourceResult = await self._deadline("resources/read", self._live().read_resource(uri))
+        return result
+
+    async def list_prompts(self) -> list[types.Prompt]:
+        session = self._live()
+        found: list[types.Prompt] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+            page: types.ListPromptsResult = await self._deadline("prompts/list", session.list_prompts(params=params))
+            found += page.prompts
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return found
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
+        result: types.GetPromptResult = await self._deadline("prompts/get", self._live().get_prompt(name, arguments))
+        return result
+
+    def status(self) -> dict[str, Any]:
+        """What the console and logs show about this server."""
+        return {
+            "label": self.label,
+            "transport": self.transport,
+            "up": self.session is not None,
+            "error": self.error,
+            "tools": list(self.tools),
+            "skipped": dict(self.skipped),
+            "connects": self.connects,
+        }
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return _describe(exc.exceptions[0])
+    if isinstance(exc, TimeoutError):
+        return "it did not answer in time"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}"[:500] if text else type(exc).__name__
