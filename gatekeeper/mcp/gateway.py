@@ -33,10 +33,10 @@ from mcp.shared.exceptions import MCPError
 
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
 from gatekeeper.errors import NotMeasured
+from gatekeeper.gating import ToolId
 from gatekeeper.mcp import metrics
-from gatekeeper.mcp.names import exposed_name, rule_name, split_exposed
+from gatekeeper.mcp.names import exposed_name, split_exposed
 from gatekeeper.mcp.upstream import ServerUnavailable, Upstream
-from gatekeeper.tiers import Tier
 
 log = structlog.get_logger("gatekeeper.mcp.gateway")
 
@@ -183,16 +183,17 @@ class McpGateway:
 
     async def _visible(self, binding: Binding) -> list[tuple[str, types.Tool]]:
         resolution = await self._resolve(binding)
-        return [(name, tool) for name, tool, needs, _ in self._catalogue() if resolution.tier.allows(needs)]
+        policy = self.gk.policy_for(resolution)
+        return [(tool.name, tool) for tool, rule, _ in self._catalogue() if policy.allows(resolution.tier, rule)]
 
-    def _catalogue(self) -> list[tuple[str, types.Tool, Tier, str]]:
-        """Every offered tool: (exposed name, the tool as exposed, the tier it needs, its label)."""
-        policy = self.gk.policy
+    def _catalogue(self) -> list[tuple[types.Tool, ToolId, str]]:
+        """Every offered tool: (the tool as exposed, the identity rules judge, its label)."""
         found = []
         for label, upstream in self.upstreams.items():
             for name, tool in upstream.tools.items():
-                exposed = tool.model_copy(update={"name": exposed_name(label, name)})
-                found.append((exposed.name, exposed, policy.required_tier(rule_name(label, name)), label))
+                found.append(
+                    (tool.model_copy(update={"name": exposed_name(label, name)}), ToolId.mcp(label, name), label)
+                )
         return found
 
     @staticmethod
@@ -206,10 +207,11 @@ class McpGateway:
     ) -> types.ListToolsResult:
         binding = _binding(ctx)
         resolution = await self._resolve(binding)
+        policy = self.gk.policy_for(resolution)
         shown: list[types.Tool] = []
         counts: dict[str, list[int]] = {label: [0, 0] for label in self.upstreams}
-        for _, tool, needs, label in self._catalogue():
-            allowed = resolution.tier.allows(needs)
+        for tool, rule, label in self._catalogue():
+            allowed = policy.allows(resolution.tier, rule)
             counts[label][0 if allowed else 1] += 1
             if allowed:
                 shown.append(tool)
@@ -257,8 +259,9 @@ class McpGateway:
                 {"tool": name[:200], "reason": "unknown_tool"},
             )
         label, tool = parts
-        needs = self.gk.policy.required_tier(rule_name(label, tool))
-        if not resolution.tier.allows(needs):
+        policy, rule = self.gk.policy_for(resolution), ToolId.mcp(label, tool)
+        if not policy.allows(resolution.tier, rule):
+            needs = policy.required_tier(rule)
             metrics.CALLS_REFUSED.labels(label, model).inc()
             log.warning(
                 "mcp_call_refused",
@@ -268,16 +271,23 @@ class McpGateway:
                 required=needs.value,
                 source=resolution.source,
             )
+            tier_ok = resolution.tier.allows(needs)
+            why = (
+                f"needs the category minimums {self.gk.requirements.of(rule)} (tools.requires), which the "
+                f"measured bounds of model {binding.shown} do not meet"
+                if tier_ok
+                else f"needs tier {needs.value}; model {binding.shown} is at tier {resolution.tier.value} "
+                f"({resolution.source})"
+            )
             raise MCPError(
                 types.INVALID_PARAMS,
-                f"Tool {name!r} needs tier {needs.value}; model {binding.shown} is at tier "
-                f"{resolution.tier.value} ({resolution.source}); the call was not forwarded",
+                f"Tool {name!r} {why}; the call was not forwarded",
                 {
                     "tool": name,
                     "required_tier": needs.value,
                     "tier": resolution.tier.value,
                     "source": resolution.source,
-                    "reason": "tier_too_low",
+                    "reason": "requirements_unmet" if tier_ok else "tier_too_low",
                 },
             )
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from gatekeeper.gating import ToolId
+
 SEPARATOR = "__"
 _FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -24,8 +26,8 @@ def exposed_name(label: str, tool: str) -> str:
 
 
 def rule_name(label: str, tool: str) -> str:
-    """The name tool rules match (`files.write_*: medium`)."""
-    return f"{label}.{tool}"
+    """The name tool rules match (`files.write_*: medium`): the tool's `ToolId.mcp`."""
+    return str(ToolId.mcp(label, tool))
 
 
 def split_exposed(name: str) -> tuple[str, str] | None:
