@@ -29,7 +29,7 @@ from litellm.integrations.custom_logger import CustomLogger
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.errors import ConfigError, GatekeeperError, NotMeasured
 from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked
-from gatekeeper.inprocess.wrap import agate_body
+from gatekeeper.inprocess.wrap import agate_body, unlisted_fields
 
 log = structlog.get_logger("gatekeeper.litellm_hook")
 
@@ -89,7 +89,10 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
         if not isinstance(model, str) or not model:
             return data  # LiteLLM rejects it itself
         try:
-            resolution, gated = await agate_body(self.gk, protocol, data)
+            # LiteLLM's own bookkeeping keys are not request fields; `extra_body` (which LiteLLM
+            # merges into the provider's request) is checked.
+            foreign = unlisted_fields(protocol, data)
+            resolution, gated = await agate_body(self.gk, protocol, data, foreign)
         except NotMeasured as exc:
             raise _http_error(503, str(exc), "model_not_measured") from None
         except RequestInvalid as exc:

@@ -30,6 +30,8 @@ TOOL_FIELDS = {
     "messages": ("tools", "tool_choice", "mcp_servers"),
 }
 _ROUTES = {("chat", "completions"): "chat", ("responses",): "responses"}
+# The SDKs' own keyword arguments (request options, and `parse`'s output type): not request fields.
+SDK_ARGUMENTS = ("extra_headers", "extra_query", "extra_body", "timeout", "text_format", "betas")
 
 
 def gate_client(client: openai.OpenAI | openai.AsyncOpenAI, gk: Gatekeeper) -> Any:
@@ -64,12 +66,12 @@ def tool_body(protocol: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
 def _gate(protocol: str, gk: Gatekeeper, kwargs: dict[str, Any]) -> dict[str, Any]:
     body = tool_body(protocol, kwargs)
     if body is not None:
-        gate_body(gk, protocol, body)
+        gate_body(gk, protocol, body, SDK_ARGUMENTS)
     return kwargs if body is None else body
 
 
 async def _agate(protocol: str, gk: Gatekeeper, kwargs: dict[str, Any]) -> dict[str, Any]:
     body = tool_body(protocol, kwargs)
     if body is not None:
-        await agate_body(gk, protocol, body)
+        await agate_body(gk, protocol, body, SDK_ARGUMENTS)
     return kwargs if body is None else body

@@ -31,6 +31,7 @@ __all__ = [
     "allowed_names",
     "builtin_family",
     "gate_request",
+    "tool_id",
     "tool_name",
 ]
 
@@ -114,6 +115,7 @@ BUILTIN_FAMILIES: dict[str, str] = {
     "file_search": "file_search",
     "computer": "computer",
     "computer_use_preview": "computer",
+    "computer_use": "computer",  # a tool_choice type (openai ToolChoiceTypesParam)
     "code_interpreter": "code_interpreter",
     "programmatic_tool_calling": "programmatic_tool_calling",
     "image_generation": "image_generation",
@@ -253,9 +255,9 @@ def _nonempty(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def tool_name(tool: Any, where: str) -> str:
-    """The name a chat tool is gated by: `function.name`, `custom.name`; for any other typed
-    tool its `name` (or `<type>.name`), else its `type` (so `required_tier` can name built-ins)."""
+def tool_id(tool: Any, where: str) -> ToolId:
+    """The identity of a chat tool: `function.name` (FUNCTION), `custom.name` (CUSTOM); any other
+    typed tool is a BUILTIN by its `type` (a `name` the client put on it is never used)."""
     if not isinstance(tool, dict):
         raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
     kind = tool.get("type", "function")
@@ -266,15 +268,19 @@ def tool_name(tool: Any, where: str) -> str:
         name = _nonempty(inner.get("name")) if isinstance(inner, dict) else None
         if name is None:
             raise RequestInvalid(f"{where}.{kind}.name must be a non-empty string")
-        return name
-    inner = tool.get(kind)
-    return _nonempty(tool.get("name")) or (_nonempty(inner.get("name")) if isinstance(inner, dict) else None) or kind
+        return ToolId.function(name) if kind == "function" else ToolId.custom(name)
+    return ToolId.builtin(kind)
 
 
-def _legacy_name(function: Any, where: str) -> str:
+def tool_name(tool: Any, where: str) -> str:
+    """The name a chat tool is gated and logged by (`str(tool_id(...))`)."""
+    return tool_id(tool, where).name
+
+
+def _legacy_id(function: Any, where: str) -> ToolId:
     if not isinstance(function, dict) or _nonempty(function.get("name")) is None:
         raise RequestInvalid(f"{where}.name must be a non-empty string")
-    return str(function["name"])
+    return ToolId.function(str(function["name"]))
 
 
 _CHOICE_WORDS = frozenset({"none", "auto", "required", "any"})
@@ -290,25 +296,25 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
     """
     _refuse_nested_tools(body)
     gated = Gated()
-    for field_name, choice_name, name_of in (
-        ("tools", "tool_choice", tool_name),
-        ("functions", "function_call", _legacy_name),
+    for field_name, choice_name, id_of in (
+        ("tools", "tool_choice", tool_id),
+        ("functions", "function_call", _legacy_id),
     ):
         items = body.get(field_name)
-        offered: list[str] = []
+        offered: list[ToolId] = []
         kept: list[Any] = []
         if items is not None:
             if not isinstance(items, list):
                 raise RequestInvalid(f"'{field_name}' must be an array, got {type(items).__name__}")
             for i, item in enumerate(items):
-                name = name_of(item, f"{field_name}[{i}]")
-                offered.append(name)
-                if policy.allows(tier, name):
+                tool = id_of(item, f"{field_name}[{i}]")
+                offered.append(tool)
+                if policy.allows(tier, tool):
                     kept.append(item)
-                    gated.kept.append(name)
+                    gated.kept.append(tool.name)
                 else:
-                    gated.hidden.append(name)
-        hidden_here = [n for n in offered if not policy.allows(tier, n)]
+                    gated.hidden.append(tool.name)
+        hidden_here = [t for t in offered if not policy.allows(tier, t)]
         _gate_choice(body, choice_name, tier, policy, bool(offered) and not kept, hidden_here)
         if items is not None and len(kept) != len(items):
             if kept:
@@ -324,7 +330,7 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
 
 
 def _gate_choice(
-    body: dict[str, Any], where: str, tier: Tier, policy: ToolPolicy, none_left: bool, hidden: list[str]
+    body: dict[str, Any], where: str, tier: Tier, policy: ToolPolicy, none_left: bool, hidden: list[ToolId]
 ) -> None:
     choice = body.get(where)
     if choice is None:
@@ -340,25 +346,31 @@ def _gate_choice(
     if choice.get("type") == "allowed_tools":
         _gate_allowed_tools(body, where, choice, tier, policy)
         return
-    name = _forced_name(choice, where)
-    if not policy.allows(tier, name):
-        raise ToolChoiceBlocked(name, policy.required_tier(name), tier)
+    forced = _forced(choice, where)
+    if not policy.allows(tier, forced):
+        raise ToolChoiceBlocked(forced.name, policy.required_tier(forced), tier)
 
 
-def _forced_name(choice: dict[str, Any], where: str) -> str:
+def _forced(choice: dict[str, Any], where: str) -> ToolId:
     """The tool a `tool_choice` object forces: {"type": "function", "function": {"name"}},
-    {"type": "custom", "custom": {"name"}}, legacy {"name"}, or a typed tool by name or type."""
+    {"type": "custom", "custom": {"name"}}, legacy {"name"} (function_call), or a typed
+    built-in by its type."""
     kind = choice.get("type")
-    inner = choice.get(kind) if isinstance(kind, str) else choice.get("function")
-    if inner is None and "function" in choice:
-        inner = choice["function"]
-    name = _nonempty(inner.get("name")) if isinstance(inner, dict) else None
-    name = name or _nonempty(choice.get("name"))
-    if name is None and kind not in (None, "function", "custom"):
-        name = _nonempty(kind)
-    if name is None:
-        raise RequestInvalid(f"'{where}' object must name a tool")
-    return name
+    if kind is None and "function" not in choice:  # legacy function_call: {"name": ...}
+        name = _nonempty(choice.get("name"))
+        if name is None:
+            raise RequestInvalid(f"'{where}' object must name a tool")
+        return ToolId.function(name)
+    kind = kind or "function"
+    if not isinstance(kind, str):
+        raise RequestInvalid(f"'{where}.type' must be a string")
+    if kind in ("function", "custom"):
+        inner = choice.get(kind)
+        name = _nonempty(inner.get("name")) if isinstance(inner, dict) else None
+        if name is None:
+            raise RequestInvalid(f"'{where}.{kind}.name' must be a non-empty string")
+        return ToolId.function(name) if kind == "function" else ToolId.custom(name)
+    return ToolId.builtin(kind)
 
 
 def _gate_allowed_tools(
@@ -370,25 +382,28 @@ def _gate_allowed_tools(
     mode = spec.get("mode", "auto")
     if mode not in ("auto", "required"):
         raise RequestInvalid(f"'{where}.allowed_tools.mode' must be 'auto' or 'required', got {mode!r}")
-    kept: list[tuple[Any, str]] = []
-    hidden: list[tuple[Any, str]] = []
+    kept: list[Any] = []
+    hidden: list[ToolId] = []
     for i, item in enumerate(spec["tools"]):
-        name = tool_name(item, f"{where}.allowed_tools.tools[{i}]")
-        (kept if policy.allows(tier, name) else hidden).append((item, name))
+        tool = tool_id(item, f"{where}.allowed_tools.tools[{i}]")
+        if policy.allows(tier, tool):
+            kept.append(item)
+        else:
+            hidden.append(tool)
     if not hidden:
         return
     if not kept:
         if mode == "required" or not spec["tools"]:
-            _blocked([n for _, n in hidden], tier, policy)
+            _blocked(hidden, tier, policy)
         body[where] = "none"  # `auto` over nothing callable: the model may call nothing
         return
-    body[where] = {**choice, "allowed_tools": {**spec, "tools": [item for item, _ in kept]}}
+    body[where] = {**choice, "allowed_tools": {**spec, "tools": kept}}
 
 
-def _blocked(hidden: list[str], tier: Tier, policy: ToolPolicy) -> None:
+def _blocked(hidden: list[ToolId], tier: Tier, policy: ToolPolicy) -> None:
     """A choice that demands a call when only hidden tools could answer it."""
-    names = hidden or ["(no tool)"]
-    required = min((policy.required_tier(n) for n in hidden), key=lambda t: t.rank, default=tier)
+    names = [t.name for t in hidden] or ["(no tool)"]
+    required = min((policy.required_tier(t) for t in hidden), key=lambda t: t.rank, default=tier)
     raise ToolChoiceBlocked(", ".join(names), required, tier)
 
 

@@ -140,29 +140,54 @@ def _codec(protocol: str) -> Any:
     return codec
 
 
-def _gate_with(gk: Gatekeeper, codec: Any, body: dict[str, Any], resolution: Resolution) -> tuple[Resolution, Gated]:
+def _gate_with(
+    gk: Gatekeeper, codec: Any, body: dict[str, Any], resolution: Resolution, foreign: Iterable[str]
+) -> tuple[Resolution, Gated]:
+    from gatekeeper.protocols import fields
+
+    # The caller's own arguments (an SDK's extra_headers, timeout, ...; LiteLLM's bookkeeping)
+    # are not request fields: set aside while the body is gated, except `extra_body`, whose
+    # fields reach the wire and are checked.
+    aside = {k: body.pop(k) for k in foreign if k in body}
     try:
+        if "extra_body" in aside:
+            fields.check_extra_body(aside["extra_body"], fields.REQUEST_TABLES[codec.name], gk.policy.unknown_fields)
         return resolution, codec.gate(body, resolution.tier, gk.policy)
     except ToolChoiceBlocked as exc:
         exc.source = resolution.source
         raise
+    finally:
+        body.update(aside)
 
 
-def gate_body(gk: Gatekeeper, protocol: str, body: dict[str, Any]) -> tuple[Resolution, Gated]:
+def unlisted_fields(protocol: str, body: dict[str, Any]) -> set[str]:
+    """The keys of `body` that are not request fields of `protocol` (protocols/fields.py)."""
+    from gatekeeper.protocols import fields
+
+    return set(body) - set(fields.REQUEST_TABLES[protocol])
+
+
+def gate_body(
+    gk: Gatekeeper, protocol: str, body: dict[str, Any], foreign: Iterable[str] = ()
+) -> tuple[Resolution, Gated]:
     """Gate (in place) a request body of `protocol` ("chat" | "responses" | "messages") with the
-    proxy's codec for it.
+    proxy's codec for it. Keys named in `foreign` are the caller's own arguments, not request
+    fields (an SDK's `extra_headers`, `timeout`); they are left as they are, except
+    `extra_body`, whose fields must be ones the codec relays as is.
 
     Raises RequestInvalid, ToolChoiceBlocked and NotMeasured like the proxy's request step."""
     codec = _codec(protocol)
     info = codec.parse(body)
-    return _gate_with(gk, codec, body, gk.resolve(info.model, info.effort))
+    return _gate_with(gk, codec, body, gk.resolve(info.model, info.effort), foreign)
 
 
-async def agate_body(gk: Gatekeeper, protocol: str, body: dict[str, Any]) -> tuple[Resolution, Gated]:
+async def agate_body(
+    gk: Gatekeeper, protocol: str, body: dict[str, Any], foreign: Iterable[str] = ()
+) -> tuple[Resolution, Gated]:
     """`gate_body` for async code."""
     codec = _codec(protocol)
     info = codec.parse(body)
-    return _gate_with(gk, codec, body, await gk.aresolve(info.model, info.effort))
+    return _gate_with(gk, codec, body, await gk.aresolve(info.model, info.effort), foreign)
 
 
 # -- pydantic-ai ----------------------------------------------------------------------------

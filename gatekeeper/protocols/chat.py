@@ -22,7 +22,8 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
-from gatekeeper.gating import Gated, ToolId, ToolPolicy, gate_request, tool_name
+from gatekeeper.gating import Gated, ToolId, ToolPolicy, builtin_family, gate_request, tool_name
+from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
 from gatekeeper.protocols.enforce import allowed, explanation, record
 from gatekeeper.tiers import Tier
@@ -64,7 +65,17 @@ class ChatCodec:
         return RequestInfo(model, effort, bool(stream))
 
     def gate(self, body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
-        return gate_request(body, tier, policy)
+        check_request(body, policy.unknown_fields)
+        gated = gate_request(body, tier, policy)
+        if body.get("web_search_options") is not None:
+            # It switches on the search models' built-in web search: gated as that built-in.
+            search = ToolId.builtin("web_search")
+            if policy.allows(tier, search):
+                gated.kept.append(search.name)
+            else:
+                del body["web_search_options"]
+                gated.hidden.append(search.name)
+        return gated
 
     def offered(self, body: dict[str, Any]) -> Offered:
         tools: list[tuple[ToolId, dict[str, Any] | None]] = []
@@ -195,6 +206,68 @@ def _add_text(message: dict[str, Any], text: str) -> None:
         message["content"] = f"{content}\n\n{text}"
     else:
         message["content"] = text
+
+
+# -- request fields (the allowlists are in protocols/fields.py) -----------------------------------
+
+
+def check_request(body: dict[str, Any], unknown: str) -> None:
+    """Every field of a chat request, its messages, tools and tool choice is one the chat tables
+    know (else refused, or dropped when `unknown` is "drop"); raises RequestInvalid."""
+    F.check(body, F.CHAT_REQUEST, "", unknown)
+    messages = body.get("messages")
+    for i, message in enumerate(messages if isinstance(messages, list) else []):
+        if not isinstance(message, dict):
+            raise RequestInvalid(f"messages[{i}] must be an object, got {type(message).__name__}")
+        role = message.get("role")
+        if not isinstance(role, str) or role not in F.CHAT_MESSAGE:
+            raise RequestInvalid(f"messages[{i}].role must be one of {sorted(F.CHAT_MESSAGE)}")
+        F.check(message, F.CHAT_MESSAGE[role], f"messages[{i}]", unknown)
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None:
+        if not isinstance(kwargs, dict):
+            raise RequestInvalid(f"'chat_template_kwargs' must be an object, got {type(kwargs).__name__}")
+        F.check(kwargs, F.CHAT_TEMPLATE_KWARGS, "chat_template_kwargs", unknown)
+    tools = body.get("tools")
+    for i, tool in enumerate(tools if isinstance(tools, list) else []):
+        _check_tool(tool, f"tools[{i}]", unknown)
+    functions = body.get("functions")
+    for i, function in enumerate(functions if isinstance(functions, list) else []):
+        if isinstance(function, dict):
+            F.check(function, F.CHAT_LEGACY_FUNCTION, f"functions[{i}]", unknown)
+    legacy = body.get("function_call")
+    if isinstance(legacy, dict):
+        F.check(legacy, F.CHAT_NAMED, "function_call", unknown)
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        kind = F.check_typed(choice, F.CHAT_TOOL_CHOICE, "tool_choice", unknown)
+        inner = choice.get(kind)
+        if kind == "allowed_tools" and isinstance(inner, dict):
+            F.check(inner, F.CHAT_ALLOWED_TOOLS, "tool_choice.allowed_tools", unknown)
+            entries = inner.get("tools")
+            for i, tool in enumerate(entries if isinstance(entries, list) else []):
+                _check_tool(tool, f"tool_choice.allowed_tools.tools[{i}]", unknown)
+        elif isinstance(inner, dict):
+            F.check(inner, F.CHAT_NAMED, f"tool_choice.{kind}", unknown)
+
+
+def _check_tool(tool: Any, where: str, unknown: str) -> None:
+    if not isinstance(tool, dict):
+        raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
+    kind = tool.get("type", "function")
+    if isinstance(kind, str) and builtin_family(kind) is not None:
+        # A typed built-in some chat servers take (as Responses or Messages define it): its own
+        # fields, gated by its type.
+        table = F.RESPONSES_TOOL.get(kind) or F.MESSAGES_TOOL.get(kind) or {"type": F.GATED}
+        F.check(tool, table, where, unknown)
+        fixed = F.MESSAGES_BUILTIN_NAMES.get(kind)
+        if "name" in tool and tool["name"] != fixed:
+            raise RequestInvalid(f"{where}.name must be {fixed!r} for a {kind!r} tool (its name is fixed)")
+        return
+    kind = F.check_typed(tool, F.CHAT_TOOL, where, unknown, default="function")
+    inner = tool.get(kind)
+    if isinstance(inner, dict):
+        F.check(inner, F.CHAT_FUNCTION if kind == "function" else F.CHAT_CUSTOM, f"{where}.{kind}", unknown)
 
 
 def _choices(doc: Any, what: str) -> list[dict[str, Any]]:

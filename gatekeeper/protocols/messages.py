@@ -27,12 +27,14 @@ removed block are dropped and later `index` values renumbered.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid, ToolChoiceBlocked
 from gatekeeper.gating import BUILTIN_FAMILIES, Gated, ToolId, ToolKind, ToolPolicy
+from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
 from gatekeeper.protocols.enforce import Positions, allowed, enforce_items, explanation, record
 from gatekeeper.protocols.stream import read_object
@@ -136,6 +138,9 @@ class MessagesCodec:
     upstream_path = "/messages"
     markers: tuple[bytes, ...] = (b"tool_use",)  # `tool_use`, `server_tool_use`, `mcp_tool_use`, `..._tool_use`
 
+    def __init__(self, fields: F.Fields = F.MESSAGES_REQUEST) -> None:
+        self.fields = fields  # the endpoint's allowlist: MESSAGES_REQUEST or MESSAGES_COUNT_TOKENS
+
     def parse(self, body: dict[str, Any]) -> RequestInfo:
         model = body.get("model")
         if not isinstance(model, str) or not model:
@@ -148,52 +153,7 @@ class MessagesCodec:
         return RequestInfo(model=model, effort=effort_of(body), stream=bool(stream))
 
     def gate(self, body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
-        gated = Gated()
-        tools = body.get("tools")
-        kept: list[Any] = []
-        if tools is not None:
-            if not isinstance(tools, list):
-                raise RequestInvalid(f"'tools' must be an array, got {type(tools).__name__}")
-            for i, tool in enumerate(tools):
-                name = _tool_name(tool, f"tools[{i}]")
-                if policy.allows(tier, name):
-                    kept.append(tool)
-                    gated.kept.append(name)
-                else:
-                    gated.hidden.append(name)
-        servers = _gate_servers(body, tier, policy, gated)
-        any_kept = bool(kept) or bool(servers)
-        choice = body.get("tool_choice")
-        if choice is not None:
-            if not isinstance(choice, dict):
-                raise RequestInvalid(f"'tool_choice' must be an object, got {type(choice).__name__}")
-            kind = choice.get("type")
-            if kind == "tool":
-                forced = choice.get("name")
-                if not isinstance(forced, str) or not forced:
-                    raise RequestInvalid("'tool_choice.name' must be a non-empty string")
-                if not policy.allows(tier, forced):
-                    raise ToolChoiceBlocked(forced, policy.required_tier(forced), tier)
-            elif kind == "any":
-                if not any_kept and gated.hidden:
-                    names = ",".join(gated.hidden)
-                    exc = ToolChoiceBlocked(
-                        names, max((policy.required_tier(n) for n in gated.hidden), key=lambda t: t.rank), tier
-                    )
-                    exc.args = (
-                        f"tool_choice 'any' demands a tool call, but every offered tool is hidden at "
-                        f"tier {tier.value!r}: {names}",
-                    )
-                    raise exc
-            elif kind not in ("auto", "none"):
-                raise RequestInvalid(f"'tool_choice.type' must be 'auto', 'any', 'tool' or 'none', got {kind!r}")
-        if kept:
-            body["tools"] = kept
-        else:
-            body.pop("tools", None)
-            if not servers:
-                body.pop("tool_choice", None)  # a choice with no tool to choose from is refused by the API
-        return gated
+        return gate_request(body, tier, policy, self.fields)
 
     def offered(self, body: dict[str, Any]) -> Offered:
         tools: list[tuple[ToolId, dict[str, Any] | None]] = []
@@ -232,61 +192,307 @@ class MessagesCodec:
 
 
 # -- request gating ------------------------------------------------------------------------
+#
+# Every field is checked against protocols/fields.py (MESSAGES_REQUEST, or MESSAGES_COUNT_TOKENS
+# for count_tokens). Identities (gating.ToolId): a client tool -> FUNCTION by its name; a typed
+# tool -> BUILTIN by its type (its `name` must be the one the API fixes for that type); an MCP
+# server's tools (`mcp_servers`, `mcp_toolset`) -> MCP `server.tool`. Content blocks that add
+# tools (`tool_addition`, `compaction.tool_changes`, `mcp_tool_listing`) are gated like `tools`.
 
 
-def _tool_name(tool: Any, where: str) -> str:
-    if not isinstance(tool, dict):
-        raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
-    field = "mcp_server_name" if tool.get("type") == "mcp_toolset" else "name"
-    name = tool.get(field)
-    if not isinstance(name, str) or not name:
-        raise RequestInvalid(f"{where}.{field} must be a non-empty string")
+def _name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise RequestInvalid(f"{where} must be a non-empty string")
+    return value
+
+
+def _server_name(value: Any, where: str) -> str:
+    name = _name(value, where)
+    if "." in name:
+        raise RequestInvalid(f"{where} must not contain '.' (rules name its tools as '<server>.<tool>')")
     return name
+
+
+@dataclasses.dataclass
+class _Gate:
+    tier: Tier
+    policy: ToolPolicy
+    unknown: str
+    gated: Gated = dataclasses.field(default_factory=Gated)
+    hidden: list[ToolId | str] = dataclasses.field(default_factory=list)
+    listings: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # server -> tools listed in messages
+    explicit: set[str] = dataclasses.field(default_factory=set)  # servers whose tools were listed one by one
+
+    def admits(self, tool: ToolId | str) -> bool:
+        if self.policy.allows(self.tier, tool):
+            self.gated.kept.append(str(tool))
+            return True
+        self.gated.hidden.append(str(tool))
+        self.hidden.append(tool)
+        return False
+
+
+def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy, table: F.Fields) -> Gated:
+    g = _Gate(tier, policy, policy.unknown_fields)
+    F.check(body, table, "", g.unknown)
+    _gate_messages(body, g)
+    servers = _gate_servers(body, g)
+    tools = body.get("tools")
+    kept: list[Any] = []
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise RequestInvalid(f"'tools' must be an array, got {type(tools).__name__}")
+        for i, tool in enumerate(tools):
+            narrowed = _gate_tool(tool, f"tools[{i}]", g, servers)
+            if narrowed is not None:
+                kept.append(narrowed)
+    _narrow_whole_servers(body, servers, kept, g)
+    any_kept = bool(kept) or bool(servers)
+    _gate_choice(body.get("tool_choice"), g, any_kept)
+    if kept:
+        body["tools"] = kept
+    else:
+        body.pop("tools", None)
+        if not servers:
+            body.pop("tool_choice", None)  # a choice with no tool to choose from is refused by the API
+    return g.gated
+
+
+def _tool_id(tool: dict[str, Any], kind: str, where: str) -> ToolId:
+    if kind == "custom":
+        return ToolId.function(_name(tool.get("name"), f"{where}.name"))
+    fixed = F.MESSAGES_BUILTIN_NAMES.get(kind)
+    if fixed is not None and tool.get("name") != fixed:
+        raise RequestInvalid(f"{where}.name must be {fixed!r} for a {kind!r} tool (the API fixes its name)")
+    return ToolId.builtin(kind)
+
+
+def _gate_tool(tool: Any, where: str, g: _Gate, servers: dict[str, dict[str, Any]]) -> Any:
+    kind = F.check_typed(tool, F.MESSAGES_TOOL, where, g.unknown, default="custom")
+    if kind == "mcp_toolset":
+        return _gate_toolset(tool, where, g, servers)
+    return tool if g.admits(_tool_id(tool, kind, where)) else None
+
+
+def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str, dict[str, Any]]) -> Any:
+    """An `mcp_toolset`: its tools are its pinned `tools` listing when it has one, else the
+    `configs` it enables when `default_config` disables the rest; else every tool of the server."""
+    server = _server_name(tool.get("mcp_server_name"), f"{where}.mcp_server_name")
+    if not g.admits(server):
+        return None
+    configs = tool.get("configs")
+    if configs is not None:
+        if not isinstance(configs, dict):
+            raise RequestInvalid(f"{where}.configs must be an object of tool name -> config")
+        for name, config in configs.items():
+            if not isinstance(config, dict):
+                raise RequestInvalid(f"{where}.configs.{F.shown(name)} must be an object")
+            F.check(config, F.MESSAGES_MCP_TOOL_CONFIG, f"{where}.configs.{F.shown(name)}", g.unknown)
+    default = tool.get("default_config")
+    if default is not None:
+        if not isinstance(default, dict):
+            raise RequestInvalid(f"{where}.default_config must be an object")
+        F.check(default, F.MESSAGES_MCP_TOOL_CONFIG, f"{where}.default_config", g.unknown)
+    listing = tool.get("tools")
+    if listing is not None:
+        if not isinstance(listing, list):
+            raise RequestInvalid(f"{where}.tools must be an array")
+        kept = []
+        for i, entry in enumerate(listing):
+            if not isinstance(entry, dict):
+                raise RequestInvalid(f"{where}.tools[{i}] must be an object")
+            F.check(entry, F.MESSAGES_LISTED_MCP_TOOL, f"{where}.tools[{i}]", g.unknown)
+            if g.admits(ToolId.mcp(server, _name(entry.get("name"), f"{where}.tools[{i}].name"))):
+                kept.append(entry)
+        g.explicit.add(server)
+        if not kept:
+            return None
+        return tool if len(kept) == len(listing) else tool | {"tools": kept}
+    if isinstance(default, dict) and default.get("enabled") is False:
+        enabled = [n for n, c in (configs or {}).items() if c.get("enabled") is True]
+        kept_names = [n for n in enabled if g.admits(ToolId.mcp(server, _name(n, f"{where}.configs")))]
+        g.explicit.add(server)
+        if not kept_names:
+            return None
+        if len(kept_names) == len(enabled):
+            return tool
+        return tool | {"configs": {n: c for n, c in (configs or {}).items() if n in kept_names}}
+    return tool  # the whole server: judged with the server (_narrow_whole_servers)
+
+
+def _gate_servers(body: dict[str, Any], g: _Gate) -> dict[str, dict[str, Any]]:
+    """Gate `mcp_servers` (kept in place); returns the kept servers by name."""
+    servers = body.get("mcp_servers")
+    if servers is None:
+        return {}
+    if not isinstance(servers, list):
+        raise RequestInvalid(f"'mcp_servers' must be an array, got {type(servers).__name__}")
+    kept: dict[str, dict[str, Any]] = {}
+    for i, server in enumerate(servers):
+        where = f"mcp_servers[{i}]"
+        if not isinstance(server, dict):
+            raise RequestInvalid(f"{where} must be an object")
+        F.check(server, F.MESSAGES_MCP_SERVER, where, g.unknown)
+        label = _server_name(server.get("name"), f"{where}.name")
+        if not g.admits(label):
+            continue
+        config = server.get("tool_configuration")
+        if config is None:
+            kept[label] = server
+            continue
+        if not isinstance(config, dict):
+            raise RequestInvalid(f"{where}.tool_configuration must be an object")
+        F.check(config, F.MESSAGES_MCP_TOOL_CONFIGURATION, f"{where}.tool_configuration", g.unknown)
+        allowed = config.get("allowed_tools")
+        if allowed is None:
+            kept[label] = server
+            continue
+        if not isinstance(allowed, list) or not all(isinstance(n, str) and n for n in allowed):
+            raise RequestInvalid(f"{where}.tool_configuration.allowed_tools must be an array of names")
+        names = [n for n in allowed if g.admits(ToolId.mcp(label, n))]
+        g.explicit.add(label)
+        if names:
+            kept[label] = (
+                server
+                if len(names) == len(allowed)
+                else server | {"tool_configuration": config | {"allowed_tools": names}}
+            )
+    if kept:
+        body["mcp_servers"] = list(kept.values())
+    else:
+        body.pop("mcp_servers")
+    return kept
+
+
+def _narrow_whole_servers(body: dict[str, Any], servers: dict[str, dict[str, Any]], tools: list[Any], g: _Gate) -> None:
+    """A server offered with every tool (no allowed_tools, no explicit toolset) while a rule above
+    the tier names some of its tools: narrowed to the admitted tools of a listing the request
+    carries (an `mcp_tool_listing` block), else refused."""
+    for label in list(servers):
+        if label in g.explicit:
+            continue
+        rule = g.policy.rule_hiding_part_of(label, g.tier)
+        if rule is None:
+            continue
+        listed = g.listings.get(label)
+        if listed is None:
+            raise RequestInvalid(
+                f"MCP server {label!r} is offered without a list of its tools, but the rule {rule!r} "
+                f"hides some of its tools at tier {g.tier.value!r}; name the tools the model may use in "
+                "'mcp_servers[].tool_configuration.allowed_tools'"
+            )
+        names = [n for n in listed if g.admits(ToolId.mcp(label, n))]
+        if not names:
+            del servers[label]
+            body["mcp_servers"] = list(servers.values())
+            if not servers:
+                body.pop("mcp_servers")
+            tools[:] = [t for t in tools if not (t.get("type") == "mcp_toolset" and t.get("mcp_server_name") == label)]
+            continue
+        server = servers[label]
+        config = server.get("tool_configuration") or {}
+        servers[label] = server | {"tool_configuration": config | {"allowed_tools": names}}
+        body["mcp_servers"] = list(servers.values())
+
+
+def _gate_messages(body: dict[str, Any], g: _Gate) -> None:
+    """Check every message and content block; gate the blocks that add tools."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    for message in messages:  # tool listings first: they can narrow a server offered whole
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "mcp_tool_listing":
+                label, tools = block.get("mcp_server_name"), block.get("tools")
+                if isinstance(label, str) and isinstance(tools, list):
+                    names = [t.get("name") for t in tools if isinstance(t, dict)]
+                    g.listings.setdefault(label, []).extend(n for n in names if isinstance(n, str) and n)
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise RequestInvalid(f"{where} must be an object, got {type(message).__name__}")
+        F.check(message, F.MESSAGES_MESSAGE, where, g.unknown)
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        out = []
+        for j, block in enumerate(content):
+            kept = _gate_block(block, f"{where}.content[{j}]", g)
+            if kept is not None:
+                out.append(kept)
+        if len(out) != len(content) or any(a is not b for a, b in zip(out, content, strict=True)):
+            messages[i] = message | {"content": out}
+
+
+def _gate_block(block: Any, where: str, g: _Gate) -> Any:
+    kind = F.check_typed(block, F.MESSAGES_CONTENT_BLOCK, where, g.unknown)
+    if kind == "tool_addition":
+        tool = block.get("tool")
+        tool_kind = F.check_typed(tool, F.MESSAGES_TOOL, f"{where}.tool", g.unknown, default="custom")
+        if tool_kind == "mcp_toolset":
+            raise RequestInvalid(f"{where}.tool: an mcp_toolset cannot be added by a content block gatekeeper gates")
+        return block if g.admits(_tool_id(tool, tool_kind, f"{where}.tool")) else None
+    if kind == "compaction":
+        changes = block.get("tool_changes")
+        for k, change in enumerate(changes if isinstance(changes, list) else []):
+            here = f"{where}.tool_changes[{k}]"
+            change_kind = F.check_typed(change, _TOOL_CHANGES, here, g.unknown)
+            if change_kind == "tool_addition":
+                tool = change.get("tool")
+                tool_kind = F.check_typed(tool, F.MESSAGES_TOOL, f"{here}.tool", g.unknown, default="custom")
+                if tool_kind == "mcp_toolset" or not g.policy.allows(g.tier, _tool_id(tool, tool_kind, f"{here}.tool")):
+                    # A compaction block is signed: it cannot be narrowed, only refused.
+                    raise RequestInvalid(f"{here} adds a tool hidden at tier {g.tier.value!r}")
+        return block
+    if kind == "mcp_tool_listing":
+        label = _server_name(block.get("mcp_server_name"), f"{where}.mcp_server_name")
+        tools = block.get("tools")
+        if not isinstance(tools, list):
+            raise RequestInvalid(f"{where}.tools must be an array")
+        server = g.policy.allows(g.tier, label)
+        kept = []
+        for k, entry in enumerate(tools):
+            if not isinstance(entry, dict):
+                raise RequestInvalid(f"{where}.tools[{k}] must be an object")
+            F.check(entry, F.MESSAGES_LISTED_MCP_TOOL, f"{where}.tools[{k}]", g.unknown)
+            name = _name(entry.get("name"), f"{where}.tools[{k}].name")
+            if server and g.policy.allows(g.tier, ToolId.mcp(label, name)):
+                kept.append(entry)
+        return block if len(kept) == len(tools) else block | {"tools": kept}
+    return block
+
+
+_TOOL_CHANGES = {k: F.MESSAGES_CONTENT_BLOCK[k] for k in ("tool_addition", "tool_removal")}
+
+
+def _gate_choice(choice: Any, g: _Gate, any_kept: bool) -> None:
+    if choice is None:
+        return
+    kind = F.check_typed(choice, F.MESSAGES_TOOL_CHOICE, "tool_choice", g.unknown)
+    tier, policy = g.tier, g.policy
+    if kind == "tool":
+        forced = _name(choice.get("name"), "'tool_choice.name'")
+        # The name the model calls: a client tool's own, or the fixed name of a typed tool.
+        targets = [ToolId.function(forced)] + [
+            ToolId.builtin(t) for t, fixed in F.MESSAGES_BUILTIN_NAMES.items() if fixed == forced
+        ]
+        for target in targets:
+            if not policy.allows(tier, target):
+                raise ToolChoiceBlocked(forced, policy.required_tier(target), tier)
+    elif kind == "any" and not any_kept and g.hidden:
+        names = ",".join(str(t) for t in g.hidden)
+        exc = ToolChoiceBlocked(names, max((policy.required_tier(t) for t in g.hidden), key=lambda t: t.rank), tier)
+        exc.args = (
+            f"tool_choice 'any' demands a tool call, but every offered tool is hidden at tier {tier.value!r}: {names}",
+        )
+        raise exc
 
 
 def _server_allowed(server: dict[str, Any]) -> list[str] | None:
     config = server.get("tool_configuration")
     allowed = config.get("allowed_tools") if isinstance(config, dict) else None
     return allowed if isinstance(allowed, list) else None
-
-
-def _gate_servers(body: dict[str, Any], tier: Tier, policy: ToolPolicy, gated: Gated) -> list[Any]:
-    servers = body.get("mcp_servers")
-    if servers is None:
-        return []
-    if not isinstance(servers, list):
-        raise RequestInvalid(f"'mcp_servers' must be an array, got {type(servers).__name__}")
-    kept = []
-    for i, server in enumerate(servers):
-        if not isinstance(server, dict) or not isinstance(server.get("name"), str) or not server["name"]:
-            raise RequestInvalid(f"mcp_servers[{i}].name must be a non-empty string")
-        label = server["name"]
-        if not policy.allows(tier, label):
-            gated.hidden.append(label)
-            continue
-        found = server.get("tool_configuration")
-        config: dict[str, Any] = found if isinstance(found, dict) else {}
-        allowed = config.get("allowed_tools")
-        if allowed is None:
-            kept.append(server)
-            gated.kept.append(label)
-            continue
-        if not isinstance(allowed, list) or not all(isinstance(n, str) and n for n in allowed):
-            raise RequestInvalid(f"mcp_servers[{i}].tool_configuration.allowed_tools must be an array of names")
-        names = [n for n in allowed if policy.allows(tier, f"{label}.{n}")]
-        gated.kept += [f"{label}.{n}" for n in names]
-        gated.hidden += [f"{label}.{n}" for n in allowed if n not in names]
-        if names:
-            kept.append(
-                server
-                if len(names) == len(allowed)
-                else server | {"tool_configuration": config | {"allowed_tools": names}}
-            )
-    if kept:
-        body["mcp_servers"] = kept
-    else:
-        body.pop("mcp_servers")
-    return kept
 
 
 # -- answer enforcement --------------------------------------------------------------------
@@ -487,3 +693,4 @@ class MessagesStreamFilter:
 
 
 CODEC = MessagesCodec()
+COUNT_TOKENS_CODEC = MessagesCodec(F.MESSAGES_COUNT_TOKENS)  # /v1/messages/count_tokens

@@ -18,12 +18,15 @@ dropped and later indexes renumbered, so the client's accumulation stays consist
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid, ToolChoiceBlocked
 from gatekeeper.gating import Gated, ToolId, ToolKind, ToolPolicy
+from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
 from gatekeeper.protocols.enforce import Positions, allowed, enforce_items, explanation, record
 from gatekeeper.protocols.stream import read_object
@@ -94,38 +97,11 @@ class ResponsesCodec:
         return RequestInfo(model=model, effort=effort, stream=bool(stream))
 
     def gate(self, body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
-        if body.get("prompt") is not None:
-            # A stored prompt can bring its own tools, which gatekeeper cannot see: refuse it.
-            raise RequestInvalid(
-                "'prompt' (a stored prompt template) may carry tools gatekeeper cannot gate; "
-                "send the instructions and tools in the request instead"
-            )
-        gated = Gated()
-        tools = body.get("tools")
-        kept: list[Any] = []
-        if tools is not None:
-            if not isinstance(tools, list):
-                raise RequestInvalid(f"'tools' must be an array, got {type(tools).__name__}")
-            for i, tool in enumerate(tools):
-                narrowed = _gate_tool(tool, f"tools[{i}]", tier, policy, gated)
-                if narrowed is not None:
-                    kept.append(narrowed)
-        choice = body.get("tool_choice")
-        new_choice = _gate_choice(choice, tier, policy, gated, bool(kept))
-        if kept:
-            body["tools"] = kept
-        else:
-            body.pop("tools", None)
-            body.pop("parallel_tool_calls", None)  # OpenAI answers 400 to it without tools
-        if new_choice is _DROP:
-            body.pop("tool_choice", None)
-        elif new_choice is not _KEEP:
-            body["tool_choice"] = new_choice
-        return gated
+        return gate_request(body, tier, policy)
 
     def offered(self, body: dict[str, Any]) -> Offered:
         tools: list[tuple[ToolId, dict[str, Any] | None]] = []
-        for tool in body.get("tools") or []:
+        for tool in _offered_tools(body):
             kind = tool.get("type")
             if kind in ("function", "custom"):
                 make = ToolId.function if kind == "function" else ToolId.custom
@@ -174,9 +150,28 @@ def _schema(tool: dict[str, Any]) -> dict[str, Any] | None:
     return schema if isinstance(schema, dict) else None
 
 
+def _offered_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tools a gated body offers: `tools`, and those of `additional_tools` and
+    `tool_search_output` input items (a tool search loads its results into the request)."""
+    tools = list(body.get("tools") or [])
+    items = body.get("input")
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and item.get("type") in ("additional_tools", "tool_search_output"):
+            tools += item.get("tools") or []
+    return tools
+
+
 # -- request gating ------------------------------------------------------------------------
+#
+# Every field is checked against protocols/fields.py. Identities (gating.ToolId): `function` ->
+# FUNCTION, `custom` -> CUSTOM, a `namespace`'s tools -> NAMESPACED `namespace.name`, an `mcp`
+# server's tools -> MCP `server_label.tool`, any other type -> BUILTIN by its type (built-ins
+# carry no name; one would be an unknown field). Tools offered by `input` items
+# (`additional_tools`, `tool_search_output`, `mcp_list_tools`) are gated like `tools`.
 
 _KEEP, _DROP = object(), object()
+# What `tool_choice.allowed_tools.tools` may list: a designation as tool_choice spells one.
+_ALLOWED_ENTRY = {kind: table for kind, table in F.RESPONSES_TOOL_CHOICE.items() if kind != "allowed_tools"}
 
 
 def _name(value: Any, where: str) -> str:
@@ -185,44 +180,94 @@ def _name(value: Any, where: str) -> str:
     return value
 
 
-def _gating_name(tool: dict[str, Any], where: str) -> str:
-    """The name a (non-MCP) tool is gated by: function/custom by name, built-ins by name or type."""
-    kind = _name(tool.get("type"), f"{where}.type")
-    if kind in ("function", "custom"):
-        return _name(tool.get("name"), f"{where}.name")
-    name = tool.get("name")
-    return name if isinstance(name, str) and name else kind
+def _group_name(value: Any, where: str) -> str:
+    """An MCP server label or namespace name: rules spell its tools `group.tool`."""
+    name = _name(value, where)
+    if "." in name:
+        raise RequestInvalid(f"{where} must not contain '.' (rules name its tools as '<{where}>.<tool>')")
+    return name
 
 
-def _gate_tool(tool: Any, where: str, tier: Tier, policy: ToolPolicy, gated: Gated) -> Any:
+@dataclasses.dataclass
+class _Gate:
+    """One request's gating: the verdicts, and the hidden tools' identities (for 400 messages)."""
+
+    tier: Tier
+    policy: ToolPolicy
+    unknown: str
+    gated: Gated = dataclasses.field(default_factory=Gated)
+    hidden: list[ToolId | str] = dataclasses.field(default_factory=list)
+    listings: dict[str, list[str]] = dataclasses.field(
+        default_factory=dict
+    )  # server_label -> tool names listed in input
+
+    def admits(self, tool: ToolId | str) -> bool:
+        if self.policy.allows(self.tier, tool):
+            self.gated.kept.append(str(tool))
+            return True
+        self.gated.hidden.append(str(tool))
+        self.hidden.append(tool)
+        return False
+
+
+def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
+    """Check every field and remove (in place) every tool above `tier` (see `_Gate`)."""
+    g = _Gate(tier, policy, policy.unknown_fields)
+    F.check(body, F.RESPONSES_REQUEST, "", g.unknown)
+    _gate_input(body, g)
+    tools = body.get("tools")
+    kept: list[Any] = []
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise RequestInvalid(f"'tools' must be an array, got {type(tools).__name__}")
+        kept = _gate_tools(tools, "tools", g)
+    new_choice = _gate_choice(body.get("tool_choice"), g, bool(kept))
+    if kept:
+        body["tools"] = kept
+    else:
+        body.pop("tools", None)
+        body.pop("parallel_tool_calls", None)  # OpenAI answers 400 to it without tools
+    if new_choice is _DROP:
+        body.pop("tool_choice", None)
+    elif new_choice is not _KEEP:
+        body["tool_choice"] = new_choice
+    return g.gated
+
+
+def _gate_tools(tools: list[Any], where: str, g: _Gate) -> list[Any]:
+    kept = []
+    for i, tool in enumerate(tools):
+        narrowed = _gate_tool(tool, f"{where}[{i}]", g)
+        if narrowed is not None:
+            kept.append(narrowed)
+    return kept
+
+
+def _gate_tool(tool: Any, where: str, g: _Gate) -> Any:
     """The tool as the model may see it (narrowed), or None when it is hidden."""
-    if not isinstance(tool, dict):
-        raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
-    kind = _name(tool.get("type"), f"{where}.type")
+    kind = F.check_typed(tool, F.RESPONSES_TOOL, where, g.unknown)
     if kind == "mcp":
-        return _gate_mcp(tool, where, tier, policy, gated)
+        return _gate_mcp(tool, where, g)
     if kind == "namespace":
-        namespace = _name(tool.get("name"), f"{where}.name")
+        namespace = _group_name(tool.get("name"), f"{where}.name")
         inner = tool.get("tools")
         if not isinstance(inner, list):
             raise RequestInvalid(f"{where}.tools must be an array")
         kept = []
         for i, item in enumerate(inner):
-            if not isinstance(item, dict):
-                raise RequestInvalid(f"{where}.tools[{i}] must be an object")
-            full = f"{namespace}.{_name(item.get('name'), f'{where}.tools[{i}].name')}"
-            if policy.allows(tier, full):
+            F.check_typed(item, F.RESPONSES_NAMESPACE_TOOL, f"{where}.tools[{i}]", g.unknown)
+            if g.admits(ToolId.namespaced(namespace, _name(item.get("name"), f"{where}.tools[{i}].name"))):
                 kept.append(item)
-                gated.kept.append(full)
-            else:
-                gated.hidden.append(full)
-        return tool | {"tools": kept} if kept else None
-    name = _gating_name(tool, where)
-    if policy.allows(tier, name):
-        gated.kept.append(name)
-        return tool
-    gated.hidden.append(name)
-    return None
+        if not kept:
+            return None
+        return tool if len(kept) == len(inner) else tool | {"tools": kept}
+    if kind == "function":
+        tool_id = ToolId.function(_name(tool.get("name"), f"{where}.name"))
+    elif kind == "custom":
+        tool_id = ToolId.custom(_name(tool.get("name"), f"{where}.name"))
+    else:
+        tool_id = ToolId.builtin(kind)
+    return tool if g.admits(tool_id) else None
 
 
 def _mcp_allowed_names(tool: dict[str, Any]) -> list[str] | None:
@@ -232,73 +277,139 @@ def _mcp_allowed_names(tool: dict[str, Any]) -> list[str] | None:
     return allowed if isinstance(allowed, list) else None
 
 
-def _gate_mcp(tool: dict[str, Any], where: str, tier: Tier, policy: ToolPolicy, gated: Gated) -> Any:
-    label = _name(tool.get("server_label"), f"{where}.server_label")
-    if not policy.allows(tier, label):
-        gated.hidden.append(label)
+def _gate_mcp(tool: dict[str, Any], where: str, g: _Gate) -> Any:
+    """An MCP server: hidden by its label's rule; its tools gated one by one as `label.tool`.
+    Offered without a list of its tools, it stays whole only when no rule above the tier names
+    one of them; otherwise it is narrowed to the listed tools the tier admits (when an
+    `mcp_list_tools` input item lists them), or refused."""
+    label = _group_name(tool.get("server_label"), f"{where}.server_label")
+    if not g.admits(label):
         return None
     allowed = tool.get("allowed_tools")
-    if allowed is None:
-        gated.kept.append(label)
-        return tool
-    names = _mcp_allowed_names(tool)
-    if names is None:
-        if isinstance(allowed, dict) and set(allowed) <= {"read_only"}:
-            gated.kept.append(label)  # a filter on read-only-ness alone names no tool
-            return tool
+    names: list[Any] | None
+    if allowed is None or isinstance(allowed, list):
+        names = allowed
+    elif isinstance(allowed, dict):
+        F.check(allowed, F.RESPONSES_MCP_FILTER, f"{where}.allowed_tools", g.unknown)
+        names = allowed.get("tool_names")
+        if names is not None and not isinstance(names, list):
+            raise RequestInvalid(f"{where}.allowed_tools.tool_names must be an array of names")
+        if allowed.get("read_only") is not None and not isinstance(allowed["read_only"], bool):
+            raise RequestInvalid(f"{where}.allowed_tools.read_only must be a boolean")
+    else:
         raise RequestInvalid(f"{where}.allowed_tools must be an array of names or {{'tool_names': [...]}}")
-    kept = []
-    for i, name in enumerate(names):
-        full = f"{label}.{_name(name, f'{where}.allowed_tools[{i}]')}"
-        if policy.allows(tier, full):
-            kept.append(name)
-            gated.kept.append(full)
-        else:
-            gated.hidden.append(full)
+    narrowing = names is None
+    if names is None:
+        rule = g.policy.rule_hiding_part_of(label, g.tier)
+        if rule is None:
+            return tool  # every tool of the server is admitted whenever the server is
+        names = g.listings.get(label)
+        if names is None:
+            raise RequestInvalid(
+                f"{where}: MCP server {label!r} is offered without a list of its tools, but the rule "
+                f"{rule!r} hides some of its tools at tier {g.tier.value!r}; name the tools the model "
+                "may use in 'allowed_tools'"
+            )
+    kept = [n for i, n in enumerate(names) if g.admits(ToolId.mcp(label, _name(n, f"{where}.allowed_tools[{i}]")))]
     if not kept:
         return None  # an empty allowed_tools list would mean "every tool" to some servers
-    if len(kept) == len(names):
+    if len(kept) == len(names) and not narrowing:
         return tool
-    return tool | {"allowed_tools": kept if isinstance(allowed, list) else allowed | {"tool_names": kept}}
+    return tool | {"allowed_tools": allowed | {"tool_names": kept} if isinstance(allowed, dict) else kept}
 
 
-def _blocked(name: str, tier: Tier, policy: ToolPolicy) -> ToolChoiceBlocked:
-    return ToolChoiceBlocked(name, policy.required_tier(name), tier)
+def _gate_input(body: dict[str, Any], g: _Gate) -> None:
+    """Check every input item; gate the tools that items offer (`additional_tools`,
+    `tool_search_output`, `mcp_list_tools`)."""
+    items = body.get("input")
+    if not isinstance(items, list):
+        return
+    for item in items:  # an MCP server's listed tools, to narrow a server offered without a list
+        if isinstance(item, dict) and item.get("type") == "mcp_list_tools" and isinstance(item.get("tools"), list):
+            label = item.get("server_label")
+            listed = [t.get("name") for t in item["tools"] if isinstance(t, dict)]
+            if isinstance(label, str):
+                g.listings.setdefault(label, []).extend(n for n in listed if isinstance(n, str) and n)
+    out: list[Any] = []
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        kind = F.check_typed(item, F.RESPONSES_INPUT_ITEM, where, g.unknown, default="message")
+        if kind in ("additional_tools", "tool_search_output"):
+            tools = item.get("tools")
+            if not isinstance(tools, list):
+                raise RequestInvalid(f"{where}.tools must be an array")
+            kept = _gate_tools(tools, f"{where}.tools", g)
+            if not kept and kind == "additional_tools":
+                continue  # it offered only hidden tools: it offers nothing
+            if len(kept) != len(tools) or any(a is not b for a, b in zip(kept, tools, strict=True)):
+                item = item | {"tools": kept}  # a tool_search_output stays: it answers its call
+        elif kind == "mcp_list_tools":
+            label = _group_name(item.get("server_label"), f"{where}.server_label")
+            tools = item.get("tools")
+            if not isinstance(tools, list):
+                raise RequestInvalid(f"{where}.tools must be an array")
+            server = g.policy.allows(g.tier, label)
+            kept = []
+            for j, entry in enumerate(tools):
+                if not isinstance(entry, dict):
+                    raise RequestInvalid(f"{where}.tools[{j}] must be an object")
+                F.check(entry, F.RESPONSES_LISTED_MCP_TOOL, f"{where}.tools[{j}]", g.unknown)
+                name = _name(entry.get("name"), f"{where}.tools[{j}].name")
+                if server and g.policy.allows(g.tier, ToolId.mcp(label, name)):
+                    kept.append(entry)
+            if len(kept) != len(tools):
+                item = item | {"tools": kept}
+        out.append(item)
+    if len(out) != len(items) or any(a is not b for a, b in zip(out, items, strict=True)):
+        body["input"] = out
 
 
-def _all_hidden(gated: Gated, tier: Tier, policy: ToolPolicy, what: str) -> ToolChoiceBlocked:
-    names = ",".join(gated.hidden) or "(no tools offered)"
-    required = max((policy.required_tier(n) for n in gated.hidden), key=lambda t: t.rank, default=tier)
-    exc = ToolChoiceBlocked(names, required, tier)
+def _blocked(tool: ToolId | str, tier: Tier, policy: ToolPolicy) -> ToolChoiceBlocked:
+    return ToolChoiceBlocked(str(tool), policy.required_tier(tool), tier)
+
+
+def _all_hidden(g: _Gate, what: str) -> ToolChoiceBlocked:
+    names = ",".join(str(t) for t in g.hidden) or "(no tools offered)"
+    required = max((g.policy.required_tier(t) for t in g.hidden), key=lambda t: t.rank, default=g.tier)
+    exc = ToolChoiceBlocked(names, required, g.tier)
     exc.args = (
-        f"tool_choice {what} demands a tool call, but every offered tool is hidden at tier {tier.value!r}: {names}",
+        f"tool_choice {what} demands a tool call, but every offered tool is hidden at tier {g.tier.value!r}: {names}",
     )
     return exc
 
 
-def _choice_target(choice: dict[str, Any], where: str) -> str:
-    """The gating name of a tool_choice (or allowed_tools entry) that designates one tool."""
-    kind = _name(choice.get("type"), f"{where}.type")
+def _choice_target(choice: Any, where: str, tables: Mapping[str, F.Fields], g: _Gate) -> ToolId | str:
+    """What a tool_choice (or an allowed_tools entry) designates: a tool, or (a bare `mcp`
+    choice) a whole server by its label."""
+    kind = F.check_typed(choice, tables, where, g.unknown)
     if kind == "mcp":
-        label = _name(choice.get("server_label"), f"{where}.server_label")
+        label = _group_name(choice.get("server_label"), f"{where}.server_label")
         name = choice.get("name")
-        return f"{label}.{name}" if isinstance(name, str) and name else label
-    return _gating_name(choice, where)
+        return ToolId.mcp(label, _name(name, f"{where}.name")) if name is not None else label
+    if kind in ("function", "custom"):
+        name = _name(choice.get("name"), f"{where}.name")
+        namespace = choice.get("namespace")
+        if namespace is not None:
+            return ToolId.namespaced(_group_name(namespace, f"{where}.namespace"), name)
+        return ToolId.function(name) if kind == "function" else ToolId.custom(name)
+    return ToolId.builtin(kind)
 
 
-def _gate_choice(choice: Any, tier: Tier, policy: ToolPolicy, gated: Gated, any_kept: bool) -> Any:
+def _gate_choice(choice: Any, g: _Gate, any_kept: bool) -> Any:
     """The tool_choice to send (_KEEP unchanged, _DROP removed, or a new value)."""
+    tier, policy = g.tier, g.policy
     if choice is None:
         return _KEEP
     if isinstance(choice, str):
-        if choice == "required" and not any_kept and gated.hidden:
-            raise _all_hidden(gated, tier, policy, "'required'")
+        if choice == "required" and not any_kept and g.hidden:
+            raise _all_hidden(g, "'required'")
         if choice not in ("auto", "none", "required"):
             raise RequestInvalid(f"'tool_choice' must be 'auto', 'none', 'required' or an object, got {choice!r}")
         return _KEEP if any_kept else _DROP
     if not isinstance(choice, dict):
         raise RequestInvalid(f"'tool_choice' must be a string or an object, got {type(choice).__name__}")
     if choice.get("type") == "allowed_tools":
+        F.check(choice, F.RESPONSES_TOOL_CHOICE["allowed_tools"], "tool_choice", g.unknown)
         entries = choice.get("tools")
         if not isinstance(entries, list):
             raise RequestInvalid("'tool_choice.tools' must be an array")
@@ -307,9 +418,7 @@ def _gate_choice(choice: Any, tier: Tier, policy: ToolPolicy, gated: Gated, any_
             raise RequestInvalid(f"'tool_choice.mode' must be 'auto' or 'required', got {mode!r}")
         kept, hidden = [], []
         for i, entry in enumerate(entries):
-            if not isinstance(entry, dict):
-                raise RequestInvalid(f"tool_choice.tools[{i}] must be an object")
-            target = _choice_target(entry, f"tool_choice.tools[{i}]")
+            target = _choice_target(entry, f"tool_choice.tools[{i}]", _ALLOWED_ENTRY, g)
             if policy.allows(tier, target):
                 kept.append(entry)
             else:
@@ -317,9 +426,9 @@ def _gate_choice(choice: Any, tier: Tier, policy: ToolPolicy, gated: Gated, any_
         if kept and any_kept:
             return _KEEP if not hidden else choice | {"tools": kept}
         if mode == "required":
-            names = ",".join(hidden) or "(none)"
+            names = ",".join(str(t) for t in hidden) or "(none)"
             exc = ToolChoiceBlocked(
-                names, max((policy.required_tier(n) for n in hidden), key=lambda t: t.rank, default=tier), tier
+                names, max((policy.required_tier(t) for t in hidden), key=lambda t: t.rank, default=tier), tier
             )
             exc.args = (
                 f"tool_choice allowed_tools (mode 'required') lists only tools hidden at tier {tier.value!r}: {names}",
@@ -327,7 +436,7 @@ def _gate_choice(choice: Any, tier: Tier, policy: ToolPolicy, gated: Gated, any_
             raise exc
         # mode auto, nothing left to allow: the model may call none of them (not "any other tool").
         return "none" if any_kept else _DROP
-    target = _choice_target(choice, "tool_choice")
+    target = _choice_target(choice, "tool_choice", F.RESPONSES_TOOL_CHOICE, g)
     if not policy.allows(tier, target):
         raise _blocked(target, tier, policy)
     return _KEEP if any_kept else _DROP

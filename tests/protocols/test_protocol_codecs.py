@@ -270,7 +270,7 @@ def tool(name: str, **extra) -> dict:
     return {"name": name, "input_schema": {"type": "object", "properties": {}}, **extra}
 
 
-def test_messages_gates_client_and_typed_tools_by_name():
+def test_messages_gates_client_tools_by_name_and_typed_tools_by_type():
     body = {
         "model": "m",
         "messages": [],
@@ -283,7 +283,7 @@ def test_messages_gates_client_and_typed_tools_by_name():
         ],
     }
     gated = M.gate(body, Tier.SMALL, POLICY)
-    assert gated.hidden == ["execute_command", "bash", "web_search"]
+    assert gated.hidden == ["execute_command", "bash_20250124", "web_search_20250305"]
     assert set(M.offered(body)) == {"read_file", "text_editor_20250728"}  # a built-in by its type
 
 

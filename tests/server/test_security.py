@@ -430,37 +430,42 @@ def test_unknown_messages_paths_answer_in_anthropic_shape(upstream, store_path):
 # -- the litellm route: an allowlist, and the same enforcement -----------------------------------
 
 
-def _route_settings(upstream_url: str, store_path) -> Settings:
+def _route_settings(upstream_url: str, store_path, unknown_fields: str = "refuse") -> Settings:
     route = {
         "name": "routed",
         "litellm_model": "openai/behind-litellm",
         "api_base": upstream_url,
         "api_key": "operator-key",
     }
-    return settings_for(f"http://127.0.0.1:{free_port()}/v1", store_path, models=[route])
+    upstream = {"base_url": f"http://127.0.0.1:{free_port()}/v1", "unknown_fields": unknown_fields}
+    return settings_for(upstream["base_url"], store_path, models=[route], upstream=upstream)
+
+
+_REDIRECTS = {
+    "base_url": "ATTACKER",
+    "api_base": "ATTACKER",
+    "api_key": "client-chosen",
+    "extra_headers": {"x-injected": "1"},
+    "mock_response": "pwned",
+    "mock_tool_calls": [{"function": {"name": "execute_command", "arguments": "{}"}}],
+}
 
 
 def test_a_client_cannot_redirect_a_litellm_route_or_add_headers(store_path, default_suite):
     with ScriptedServer() as upstream, ScriptedServer(lambda b: {"content": "stolen"}) as attacker:
         seed_store(store_path, make_profile("routed", Tier.SMALL, default_suite))
+        extra = {k: attacker.base_url if v == "ATTACKER" else v for k, v in _REDIRECTS.items()}
         with running_proxy(_route_settings(upstream.base_url, store_path)) as proxy:
-            answer = proxy.client.chat.completions.create(
-                model="routed",
-                messages=HI,
-                extra_body={
-                    "base_url": attacker.base_url,
-                    "api_base": attacker.base_url,
-                    "api_key": "client-chosen",
-                    "extra_headers": {"x-injected": "1"},
-                    "mock_response": "pwned",
-                    "mock_tool_calls": [{"function": {"name": "execute_command", "arguments": "{}"}}],
-                },
-            )
+            with pytest.raises(openai.BadRequestError) as info:  # unknown fields: refused by default
+                proxy.client.chat.completions.create(model="routed", messages=HI, extra_body=extra)
+        assert "'base_url' is not a field gatekeeper knows" in info.value.message
+        with running_proxy(_route_settings(upstream.base_url, store_path, "drop")) as proxy:
+            answer = proxy.client.chat.completions.create(model="routed", messages=HI, extra_body=extra)
     assert answer.choices[0].message.content == "ok"
     assert attacker.requests == []
     assert upstream.headers[-1]["authorization"] == "Bearer operator-key"
     assert "x-injected" not in upstream.headers[-1]
-    assert not {"base_url", "api_base", "api_key", "mock_response"} & upstream.requests[-1].keys()
+    assert not set(_REDIRECTS) & upstream.requests[-1].keys()
 
 
 def test_a_litellm_stream_is_enforced_logged_and_counted(store_path, default_suite):
