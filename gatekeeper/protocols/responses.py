@@ -102,7 +102,7 @@ class ResponsesCodec:
     def offered(self, body: dict[str, Any]) -> Offered:
         tools: list[tuple[ToolId, dict[str, Any] | None]] = []
         for tool in _offered_tools(body):
-            kind = tool.get("type")
+            kind = tool["type"]  # a gated body: every tool has a string type
             if kind in ("function", "custom"):
                 make = ToolId.function if kind == "function" else ToolId.custom
                 tools.append((make(tool["name"]), _schema(tool) if kind == "function" else None))
