@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import secrets
 import socket
-import tempfile
+import stat
 import threading
 import time
 import uuid
@@ -163,15 +165,21 @@ class JsonFileStore:
     def _write(self, data: StoreData) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._remove_leftovers()
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        tmp = self.path.parent / f".{self.path.name}.{secrets.token_hex(6)}.tmp"
+        # Not mkstemp: its file is 0600, and the rename would impose that on the store. A new
+        # store gets the umask's default mode (as any file the user creates); a replaced one
+        # keeps the mode the operator gave it (readable by a dashboard's group, say).
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
+                with contextlib.suppress(FileNotFoundError):
+                    os.fchmod(out.fileno(), stat.S_IMODE(os.stat(self.path).st_mode))
                 json.dump(data.to_json(), out, indent=2, ensure_ascii=False)
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, self.path)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
 
     def _remove_leftovers(self) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -163,3 +165,22 @@ def test_two_processes_writing_at_once_lose_nothing(store_path):
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     data = JsonFileStore(store_path).load()
     assert len(data.profiles) == 80 and len(data.recommendations) == 80
+
+
+def test_a_save_keeps_the_files_mode(store_path, default_suite):
+    store = JsonFileStore(store_path)
+    store.save([make_profile("m", Tier.SMALL, default_suite)])
+    store_path.chmod(0o640)  # the operator's choice: readable by a dashboard's group
+    store.save([make_profile("n", Tier.SMALL, default_suite)])
+    assert stat.S_IMODE(store_path.stat().st_mode) == 0o640
+    store.delete("m@default")
+    assert stat.S_IMODE(store_path.stat().st_mode) == 0o640
+
+
+def test_a_new_store_file_gets_the_umasks_default_mode(store_path, default_suite):
+    previous = os.umask(0o022)
+    try:
+        JsonFileStore(store_path).save([make_profile("m", Tier.SMALL, default_suite)])
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(store_path.stat().st_mode) == 0o644
