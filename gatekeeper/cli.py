@@ -19,6 +19,7 @@ from gatekeeper.errors import BackendError, GatekeeperError
 from gatekeeper.measuring.confidence import show
 from gatekeeper.measuring.runner import DEFAULT_EFFORTS
 from gatekeeper.measuring.service import MeasurementService, ModelResult
+from gatekeeper.redact import redact, redact_url
 from gatekeeper.store import ProfileStore, open_store
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, Suite, load_suite, suite_hash
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {redact(message)}", highlight=False)
     raise typer.Exit(code)
 
 
@@ -230,7 +231,10 @@ def serve(
         raise
     with gk:  # serve created it, serve closes it
         _reload_on_sighup(gk)
-        err.print(f"gatekeeper serving on http://{host}:{port}/v1 -> {settings.upstream.base_url}", highlight=False)
+        err.print(
+            f"gatekeeper serving on http://{host}:{port}/v1 -> {redact_url(settings.upstream.base_url)}",
+            highlight=False,
+        )
         uvicorn.run(
             create_app(gk),
             host=host,
@@ -285,7 +289,7 @@ def store_copy(
     except GatekeeperError as exc:
         _fail(str(exc), 1)
         raise
-    typer.echo(f"copied {copied} profiles from {source} to {target}")
+    typer.echo(f"copied {copied} profiles from {redact_url(source)} to {redact_url(target)}")
 
 
 @app.command()

@@ -4,20 +4,38 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gatekeeper.redact import CLIENT_TEXT_LIMIT, MESSAGE_LIMIT, clip
+
 if TYPE_CHECKING:
     from gatekeeper.tiers import Tier
 
 
 class GatekeeperError(Exception):
-    """Base class of every error gatekeeper raises on purpose."""
+    """Base class of every error gatekeeper raises on purpose.
+
+    Messages quote what clients and upstreams sent (model and tool names, fields, answers) and
+    end up in error bodies and log lines: they are capped at `message_limit` characters, with
+    control characters escaped, whatever the raising code put in them.
+    """
+
+    message_limit: int | None = MESSAGE_LIMIT
+
+    def __init__(self, *args: object) -> None:
+        if self.message_limit is not None and args and isinstance(args[0], str):
+            args = (clip(args[0], self.message_limit), *args[1:])
+        super().__init__(*args)
 
 
 class SuiteError(GatekeeperError):
     """A suite file is missing, malformed or invalid; the message starts with the file."""
 
+    message_limit = None  # the operator's own files: every problem is reported whole
+
 
 class ConfigError(GatekeeperError):
     """The config file is invalid; the message names the key path."""
+
+    message_limit = None
 
 
 class StoreError(GatekeeperError):
@@ -70,6 +88,7 @@ class ToolChoiceBlocked(GatekeeperError, ValueError):
     """`tool_choice` forces a tool the model's tier does not allow."""
 
     def __init__(self, tool: str, required: Tier, tier: Tier, source: str = "") -> None:
+        tool = clip(tool, CLIENT_TEXT_LIMIT)  # the client's name: logged as `blocked_choice` too
         super().__init__(
             f"tool_choice forces tool {tool!r}, which requires tier {required.value!r}; "
             f"this model's tier is {tier.value!r}"
@@ -98,4 +117,5 @@ class ProxyError(GatekeeperError):
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
-        self.status, self.message, self.code, self.kind, self.headers = status, message, code, kind, headers or {}
+        self.status, self.code, self.kind, self.headers = status, code, kind, headers or {}
+        self.message: str = self.args[0]  # as capped by GatekeeperError

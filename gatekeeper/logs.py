@@ -17,12 +17,15 @@ from typing import Any
 import orjson
 import structlog
 
+from gatekeeper.redact import cap_strings
+
 logging.getLogger("gatekeeper").addHandler(logging.NullHandler())
 
 # Lines sent to stdlib logging: skipped before any work when the level is off, then one JSON text.
 _TO_STDLIB: list[structlog.typing.Processor] = [
     structlog.stdlib.filter_by_level,
     structlog.contextvars.merge_contextvars,
+    cap_strings,
     structlog.processors.JSONRenderer(),
 ]
 
@@ -65,6 +68,7 @@ def configure(level: str = "info", json: bool = True) -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            cap_strings,  # last: whatever a call site logged, no secret URL, no unbounded string
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),

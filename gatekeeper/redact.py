@@ -1,0 +1,101 @@
+"""What may be shown of a string: URL credentials redacted, client text capped and made printable.
+
+Two jobs, one module, because every log line and error message needs both:
+
+* `redact_url` / `redact`: a URL's password (and user name) never reach a log line, an error
+  body, a page or the CLI's output (`redis://:PASSWORD@host` becomes `redis://***@host`).
+* `clip`: a string a client chose (a model name, a tool name, a header) is cut to a bounded
+  length and its control characters escaped, so one request cannot write megabytes of log or
+  error body, nor forge a line of a text log.
+
+`cap_strings` is the structlog processor that applies both to every value of every log line:
+the last line of defence behind the call sites, which clip what they put into messages.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import MutableMapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+# Long enough for any real model id, tool name or path, and for a useful error message;
+# short enough that a hostile value costs nothing to log.
+CLIENT_TEXT_LIMIT = 256
+MESSAGE_LIMIT = 2048
+LOG_VALUE_LIMIT = 4096
+# Tracebacks are longer than any message but are ours, not the client's (their message lines
+# are already capped when the exception was made).
+_LOG_TRACEBACK_LIMIT = 16384
+
+# scheme://user:password@ or scheme://user@, anywhere in a text (messages embed URLs).
+_CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/@]*)@")
+# Control and invisible-formatting characters that could forge a log line or hide text.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+# What a client's x-request-id may be: a uuid, a ULID, a trace id, a short tag.
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+def redact_url(url: str) -> str:
+    """`url` with its user name and password replaced by `***` (unchanged when it has none)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact(url)
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"***@{host}"))
+
+
+def redact(text: str) -> str:
+    """Every `scheme://userinfo@` in `text` with the user info replaced by `***`."""
+    if "://" not in text:
+        return text
+    return _CREDENTIALS.sub(lambda m: f"{m['scheme']}***@", text)
+
+
+def clip(text: object, limit: int = CLIENT_TEXT_LIMIT) -> str:
+    """`text` (any value, as str) with control characters escaped, cut to `limit` characters.
+
+    What is cut is said, with its size, so a reader knows the value was longer."""
+    value = text if isinstance(text, str) else str(text)
+    cut = len(value) - limit
+    if cut > 0:
+        value = value[:limit]
+    if _UNSAFE.search(value):
+        value = _UNSAFE.sub(lambda m: f"\\u{ord(m[0]):04x}", value)
+    return f"{value}...[{cut} more characters]" if cut > 0 else value
+
+
+def request_id(value: str | None) -> str:
+    """A client's `x-request-id` when it is a short token of safe characters, else a new one."""
+    if value and _REQUEST_ID.match(value):
+        return value
+    return uuid.uuid4().hex
+
+
+def cap_strings(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: every string value (also inside lists and dicts) redacted and capped."""
+    for key, value in event.items():
+        limit = _LOG_TRACEBACK_LIMIT if key in ("exception", "stack") else LOG_VALUE_LIMIT
+        event[key] = _capped(value, limit, 0)
+    return event
+
+
+def _capped(value: Any, limit: int, depth: int) -> Any:
+    if isinstance(value, str):
+        if len(value) > limit:
+            value = f"{value[:limit]}...[{len(value) - limit} more characters]"
+        return redact(value)
+    if depth > 3:  # log values are flat in practice; deeper nesting is shown as its repr
+        return _capped(repr(value), limit, 0) if isinstance(value, (list, tuple, dict)) else value
+    if isinstance(value, (list, tuple)):
+        items = [_capped(v, limit, depth + 1) for v in value[:64]]
+        if len(value) > 64:
+            items.append(f"...[{len(value) - 64} more items]")
+        return items
+    if isinstance(value, dict):
+        return {_capped(k, CLIENT_TEXT_LIMIT, depth + 1): _capped(v, limit, depth + 1) for k, v in value.items()}
+    return value
