@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
+from gatekeeper.store.profile import EFFORT_NAME
 from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Category
 from gatekeeper.tiers import Thresholds, Tier
 
@@ -126,6 +127,8 @@ class LazyMeasurements(_Section):
     allow: list[str] | None = None
     # Distinct model names the lazy path may add to the store; past it new names stay unmeasured.
     max_models: int = Field(default=64, ge=0)
+    # Distinct model@effort pairs the lazy path may add to the store (each costs a suite run).
+    max_pairs: int = Field(default=256, ge=0)
     # A measuring process holds a lease on its pair, renewed every third of this; if it dies, another
     # process takes the measurement over at most this long after its last renewal.
     lease_ttl_s: float = Field(default=30.0, gt=0, le=3600)
@@ -220,6 +223,15 @@ class Settings(_Section):
     tools: ToolRules = Field(default_factory=ToolRules)
     pins: dict[str, Tier] = Field(default_factory=dict)
     admin_key: str | None = None
+    # Behind a reverse proxy: the header it sets with the client's address (X-Forwarded-For,
+    # X-Real-IP) and how many proxies in front of gatekeeper append to it; the client is that
+    # many entries from the right. None: the socket peer's address (what wrong admin keys are
+    # counted by; server/throttle.py).
+    trusted_proxy_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
+    trusted_proxy_hops: int = Field(default=1, ge=1, le=16)
+    # Efforts a request may name besides the protocols' own levels (store/profile.py EFFORTS):
+    # a closed set, so effort names cannot mint measurements.
+    extra_efforts: list[str] = Field(default_factory=list)
     bench: BenchSettings = Field(default_factory=BenchSettings)
     lazy: LazyMeasurements = Field(default_factory=LazyMeasurements)
     drift: DriftSettings = Field(default_factory=DriftSettings)
@@ -236,6 +248,14 @@ class Settings(_Section):
         if value is not None and value and not value.strip():
             raise ValueError("blank (whitespace only); set a real key, or leave it empty to disable the admin API")
         return value or None
+
+    @field_validator("extra_efforts")
+    @classmethod
+    def _effort_names(cls, value: list[str]) -> list[str]:
+        for effort in value:
+            if not EFFORT_NAME.match(effort):
+                raise ValueError(f"{effort!r}: an effort is 1-32 letters, digits, '_', '-' or '.'")
+        return value
 
     @field_validator("store", mode="before")
     @classmethod

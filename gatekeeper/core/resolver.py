@@ -12,7 +12,7 @@ from cachetools import TTLCache
 
 from gatekeeper.config import Settings
 from gatekeeper.store import ProfileStore
-from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key
+from gatekeeper.store.profile import Profile, check_effort, profile_key
 from gatekeeper.suite.loader import Suite
 from gatekeeper.tiers import Tier
 
@@ -63,8 +63,9 @@ class TierResolver:
         self._lock = threading.Lock()  # a TTLCache is not thread-safe; threads resolve too (ToolRegistry)
 
     def lookup(self, model: str, effort: str | None = None) -> Resolution | None:
-        """Pin or valid measured profile for the pair, without side effects; None when neither."""
-        effort = effort or DEFAULT_EFFORT
+        """Pin or valid measured profile for the pair, without side effects; None when neither.
+        RequestInvalid when `effort` is not one of the closed set (every front end asks here)."""
+        effort = check_effort(effort, self.settings.extra_efforts)
         with self._lock:
             cached = self._cache.get((model, effort))
         if cached is not None:

@@ -20,7 +20,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import fnmatch
-import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -32,8 +31,9 @@ import structlog
 from gatekeeper.config import Settings
 from gatekeeper.errors import GatekeeperError, MeasurementFailed, WriteFenced
 from gatekeeper.measuring.runner import Progress
+from gatekeeper.redact import clip
 from gatekeeper.store import Coordinator, Lease, ProfileStore
-from gatekeeper.store.profile import Profile, profile_key
+from gatekeeper.store.profile import EFFORTS, Profile, profile_key
 from gatekeeper.suite.loader import Suite
 
 log = structlog.get_logger("gatekeeper.measuring.scheduler")
@@ -43,8 +43,6 @@ T = TypeVar("T")
 # refused), counting answered calls in `progress`.
 MeasureFn = Callable[[str, str, Lease, Progress], Awaitable[Profile]]
 
-# Efforts a client may have measured lazily: the levels providers use, not arbitrary text.
-_LAZY_EFFORT = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")
 _MAX_MODEL_NAME = 256
 _REFUSAL_MEMORY_S = 5.0  # a refused or unreachable pair is not re-examined on every request
 _UNAVAILABLE_RETRY_S = 1.0  # coordination (Redis) down: try again this soon
@@ -59,6 +57,8 @@ class Limits:
     max_concurrent: int
     allow: tuple[str, ...] | None
     max_models: int
+    max_pairs: int
+    efforts: frozenset[str]  # every effort a pair may have (the protocols' and the config's)
     lease_ttl_s: float
     retry_after_s: float
     retry_max_s: float
@@ -71,6 +71,8 @@ class Limits:
             lazy.max_concurrent,
             tuple(lazy.allow) if lazy.allow is not None else None,
             lazy.max_models,
+            lazy.max_pairs,
+            EFFORTS | set(settings.extra_efforts),
             lazy.lease_ttl_s,
             bench.retry_after_s,
             bench.retry_max_s,
@@ -119,7 +121,7 @@ class MeasurementScheduler:
                     self._not_before[key] = time.monotonic() + _REFUSAL_MEMORY_S
                     if len(self._not_before) > 4096:
                         self._forget_expired()
-                    log.warning("measurement_refused", key=key, reason=refusal)
+                    log.warning("measurement_refused", key=clip(key), reason=refusal)
                     return None
             progress = Progress(key)
             flight = asyncio.run_coroutine_threadsafe(
@@ -138,11 +140,18 @@ class MeasurementScheduler:
         limits = self.limits
         if len(model) > _MAX_MODEL_NAME or not model.isprintable():
             return f"model name is not printable or longer than {_MAX_MODEL_NAME} characters"
-        if not _LAZY_EFFORT.match(effort):
-            return "effort is not a plain level name (letters, digits, '_', '-', '.'; at most 32)"
+        if effort not in limits.efforts:  # the resolver refuses these first; a second lock here
+            return f"effort is not one of {sorted(limits.efforts)}"
         if limits.allow is not None and not any(fnmatch.fnmatchcase(model, p) for p in limits.allow):
             return "model name matches no pattern of lazy.allow"
-        known = self.store.load().models()
+        data = self.store.load()
+        pairs = set(data.profiles) | set(data.invalid)
+        if profile_key(model, effort) in pairs:
+            return None  # re-measuring a stored pair (a stale profile) adds nothing
+        # Every new pair costs a suite run and a permanent entry, a new effort of a known model too.
+        if len(pairs | set(self._flights)) >= limits.max_pairs:
+            return f"the store already holds lazy.max_pairs={limits.max_pairs} pairs"
+        known = data.models()
         if model not in known:
             measuring = {k.rpartition("@")[0] for k in self._flights}
             if len(known | measuring) >= limits.max_models:

@@ -4,16 +4,38 @@ Where profiles are kept is `gatekeeper.store`."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from gatekeeper.errors import RequestInvalid
+from gatekeeper.redact import clip
 from gatekeeper.suite.loader import Suite
 from gatekeeper.tiers import Tier
 
 DEFAULT_EFFORT = "default"
+# The levels the protocols themselves define: openai-python `types/shared/reasoning_effort.py`
+# (none, minimal, low, medium, high, xhigh, max; chat `reasoning_effort`, Responses
+# `reasoning.effort`) and anthropic-sdk-python `types/output_config_param.py` (low ... max;
+# Messages `output_config.effort`), plus `default` = no effort sent. Config adds to them
+# (`extra_efforts`); nothing else names a pair, so effort names cannot mint measurements.
+EFFORTS = frozenset({DEFAULT_EFFORT, "none", "minimal", "low", "medium", "high", "xhigh", "max"})
+EFFORT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,32}$")  # what `extra_efforts` may add
+
+
+def check_effort(effort: str | None, extra: Iterable[str] = ()) -> str:
+    """The effort of a request (None -> `default`); RequestInvalid naming the allowed values when
+    it is none of the protocols' levels nor one the config adds."""
+    effort = effort or DEFAULT_EFFORT
+    if effort in EFFORTS or effort in extra:
+        return effort
+    allowed = sorted(EFFORTS - {DEFAULT_EFFORT}) + sorted(set(extra) - EFFORTS)
+    raise RequestInvalid(
+        f"reasoning effort {clip(effort, 64)!r} is not one of {allowed} (or no effort at all: the default level)"
+    )
 
 
 def profile_key(model: str, effort: str | None) -> str:

@@ -11,6 +11,7 @@ from conftest import agent_or_suite, make_profile, seed_store, settings_for, wai
 from scripted import ScriptedServer, SuiteScript
 
 from gatekeeper import Gatekeeper, NotMeasured, Profile, Tier
+from gatekeeper.errors import RequestInvalid
 
 
 def measuring(default_suite, delay_s=0.0) -> ScriptedServer:
@@ -122,10 +123,12 @@ def test_unknown_names_cannot_grow_the_store_past_max_models(store_path, default
     assert backends.calls["new-name"] == 0
 
 
-def test_efforts_that_are_not_level_names_are_not_measured_lazily(store_path, default_suite):
+def test_efforts_outside_the_closed_set_are_refused_not_measured(store_path, default_suite):
     backends = FakeBackends(default_suite)
     with fake_gk(store_path, default_suite, backends) as gk:
-        assert gk.tier_for("m", "x" * 100) == (Tier.SMALL, "unmeasured")
+        for effort in ("x" * 100, "e0", "LOW"):
+            with pytest.raises(RequestInvalid, match="is not one of"):
+                gk.tier_for("m", effort)
     assert backends.calls["m"] == 0
 
 
@@ -155,11 +158,15 @@ def test_a_failed_measurement_backs_off_and_an_admin_can_still_measure(store_pat
 
 
 def test_a_pin_on_model_at_effort_never_pins_a_model_named_like_it(store_path, default_suite):
-    gk = Gatekeeper(settings_for("http://127.0.0.1:9/v1", store_path, pins={"m@low": "large", "v@1@*": "medium"}))
+    gk = Gatekeeper(
+        settings_for(
+            "http://127.0.0.1:9/v1", store_path, pins={"m@low": "large", "v@1@*": "medium"}, extra_efforts=["1"]
+        )
+    )
     with gk:
         assert gk.tier_for("m", "low") == (Tier.LARGE, "pinned")
         assert gk.lookup("m@low", "high") is None and gk.lookup("m@low") is None
-        assert gk.lookup("v@1", "anything").tier == Tier.MEDIUM
+        assert gk.lookup("v@1", "high").tier == Tier.MEDIUM
         assert gk.lookup("v", "1") is None
 
 
