@@ -102,6 +102,19 @@ class Coordinator(Protocol):
     def clear_failures(self, key: str) -> None: ...
 
 
+class SessionRevocations(Protocol):
+    """Console sessions signed out before they expire, kept where every replica and the next
+    start of this one look (a signed-out cookie must stay out everywhere, for good).
+
+    Sessions are named by an opaque id (a hash of the session's nonce); a record is kept until the
+    session would have expired anyway. Both calls raise StoreError when the store cannot be
+    reached: the console then treats a session as signed out (fail closed)."""
+
+    def revoke(self, session_id: str, expires: float) -> None: ...
+
+    def revoked(self, session_id: str) -> bool: ...
+
+
 class ProfileStore(Protocol):
     """Where profiles live. Implementations must be safe to call from several threads.
 
@@ -126,6 +139,8 @@ class ProfileStore(Protocol):
     def delete(self, key: str) -> bool: ...
 
     def coordinator(self) -> Coordinator: ...
+
+    def sessions(self) -> SessionRevocations: ...
 
     def on_change(self, listener: ChangeListener) -> None: ...
 

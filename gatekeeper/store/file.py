@@ -46,6 +46,7 @@ class JsonFileStore:
         self._cache: TTLCache[str, StoreData] = TTLCache(maxsize=1, ttl=cache_ttl_s)
         self._listeners: list[ChangeListener] = []
         self._coordinator: FileCoordinator | None = None
+        self._sessions: FileSessions | None = None
         self.problem: str | None = None  # why the file could not be used at the last read
 
     def load(self) -> StoreData:
@@ -95,6 +96,11 @@ class JsonFileStore:
         if self._coordinator is None:
             self._coordinator = FileCoordinator(self.path.with_name(self.path.name + ".leases"))
         return self._coordinator
+
+    def sessions(self) -> FileSessions:
+        if self._sessions is None:
+            self._sessions = FileSessions(self.path.with_name(self.path.name + ".sessions"))
+        return self._sessions
 
     def on_change(self, listener: ChangeListener) -> None:
         self._listeners.append(listener)
@@ -290,3 +296,40 @@ class FileCoordinator:
             if record.get("failures"):
                 record.update(failures=0, notBefore=0)
                 self._write(key, record)
+
+
+class FileSessions:
+    """Signed-out console sessions in one small JSON file next to the store (`<store>.sessions`):
+    `{"revoked": {session id: expiry}}`, written like the store (lock, re-read, replace)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = FileLock(str(path) + ".lock", timeout=30)
+
+    def _read(self) -> dict[str, float]:
+        try:
+            doc = json.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            # Unreadable or torn: which sessions were signed out is unknown, so none is trusted.
+            raise StoreError(f"{self.path}: cannot read signed-out sessions: {exc}") from None
+        revoked = doc.get("revoked") if isinstance(doc, dict) else None
+        if not isinstance(revoked, dict):
+            raise StoreError(f"{self.path}: not a sessions file (expected {{'revoked': {{...}}}})")
+        return {str(k): float(v) for k, v in revoked.items() if isinstance(v, (int, float))}
+
+    def revoke(self, session_id: str, expires: float) -> None:
+        try:
+            with self._lock:
+                now = time.time()
+                revoked = {k: e for k, e in self._read().items() if e > now}  # the expired ones need no record
+                revoked[session_id] = expires
+                tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(6)}.tmp")
+                tmp.write_text(json.dumps({"revoked": revoked}), encoding="utf-8")
+                os.replace(tmp, self.path)
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot record a sign-out: {exc}") from None
+
+    def revoked(self, session_id: str) -> bool:
+        return self._read().get(session_id, 0.0) > time.time()

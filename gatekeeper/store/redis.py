@@ -8,12 +8,18 @@ Layout (every key carries the hash tag `{gatekeeper}` so the scripts also run on
     {gatekeeper}:written          hash  model@effort -> token of the last fenced write
     {gatekeeper}:lease:NAME       string "token|owner" with an expiry (SET NX PX)
     {gatekeeper}:failures:KEY     int   failed measurements in a row;  ...:backoff:KEY  expiry only
+    {gatekeeper}:signed-out:ID    string  a console session signed out, expiring with the session
     {gatekeeper}:events           pub/sub channel: {"op": "saved", "profiles": {...}} | {"op": "deleted", "key"}
 
 Each process keeps a full local mirror of the profiles, loaded when it connects and kept fresh
 by the events, so looking up a warm pair never costs a round trip. When Redis is unreachable the
 mirror keeps serving (logged with its age), writes wait in memory and land when Redis is back,
 and a listener thread reconnects with backoff.
+
+A measurement that finished during an outage waits in memory with its fencing token; its lease
+may expire meanwhile. So that another replica does not measure the pair again before the queued
+result lands, no replica takes a lease while it sees Redis down, nor for `_RECONNECT_GRACE_S`
+after Redis comes back from an outage: longer than any replica needs to reconnect and flush.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from gatekeeper.errors import StoreError
+from gatekeeper.redact import redact_url
 from gatekeeper.store.base import ChangeListener, Lease, StoreData, read_entries, read_entry
 from gatekeeper.store.file import owner_id
 from gatekeeper.store.profile import Profile
@@ -43,6 +50,10 @@ PROFILES, RECOMMENDATIONS = f"{_NS}:profiles", f"{_NS}:recommendations"
 TOKENS, WRITTEN, EVENTS = f"{_NS}:tokens", f"{_NS}:written", f"{_NS}:events"
 _ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 _STALE_LOG_EVERY_S = 10.0
+_LISTENER_MAX_WAIT_S = 2.0  # longest pause between the listener's reconnect attempts
+# A replica back from an outage reconnects within one pause and one connect timeout (1 s by
+# default), and flushes its queued writes first thing: no lease for 5 s after an outage.
+_RECONNECT_GRACE_S = 5.0
 
 # SET NX PX with a token taken from a counter that only grows: the fencing token.
 _ACQUIRE = """
@@ -87,7 +98,7 @@ class RedisStore:
     """
 
     def __init__(self, url: str, *, listen: bool = True, timeout_s: float = 1.0) -> None:
-        self.location = url
+        self.location = redact_url(url)  # what logs, errors and pages show: never the password
         # Few retries and short timeouts: a request must never hang on Redis; the listener
         # thread, not the caller, does the reconnecting.
         self._redis = redis.Redis.from_url(
@@ -103,11 +114,13 @@ class RedisStore:
         self._listeners: list[ChangeListener] = []
         self._pending: list[tuple[list[Profile], dict[str, str], Lease | None]] = []  # writes made while down
         self._up = False
+        self._outage_seen = False  # Redis was unreachable at least once (at start-up or later)
+        self._back_at = 0.0  # monotonic time Redis came back from the last outage
         self._synced_at = 0.0  # monotonic time the mirror was last known to match Redis
         self._last_stale_log = 0.0
         self._stopped = threading.Event()
         self._ready = threading.Event()
-        self._coordinator = RedisCoordinator(self._redis)
+        self._coordinator = RedisCoordinator(self._redis, self._settling if listen else None)
         self._fenced_save = self._redis.register_script(_FENCED_SAVE)
         self._thread: threading.Thread | None = None
         if listen:
@@ -118,6 +131,12 @@ class RedisStore:
     @property
     def up(self) -> bool:
         return self._up
+
+    def _settling(self) -> bool:
+        """True while replicas may still hold results written during an outage (no new leases)."""
+        if not self._outage_seen:
+            return False
+        return not self._up or time.monotonic() - self._back_at < _RECONNECT_GRACE_S
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -267,7 +286,7 @@ class RedisStore:
                 failures += 1
             finally:
                 _quietly(pubsub.close)
-            self._stopped.wait(min(0.05 * 2 ** min(failures, 6), 2.0))  # reconnect with backoff
+            self._stopped.wait(min(0.05 * 2 ** min(failures, 6), _LISTENER_MAX_WAIT_S))  # reconnect with backoff
 
     def _resync(self) -> None:
         data = self._read_all_raw()
@@ -281,6 +300,8 @@ class RedisStore:
         for profiles, recommendations, lease in pending:
             self._flush(profiles, recommendations, lease)
         was_down = not self._up
+        if was_down and self._outage_seen:
+            self._back_at = time.monotonic()
         self._up, self._synced_at = True, time.monotonic()
         self._ready.set()
         if was_down and known:
@@ -334,6 +355,7 @@ class RedisStore:
             )
             self._last_stale_log = time.monotonic()
         self._up = False
+        self._outage_seen = True
 
     def _note_staleness(self) -> None:
         now = time.monotonic()
@@ -351,6 +373,9 @@ class RedisStore:
     def coordinator(self) -> RedisCoordinator:
         return self._coordinator
 
+    def sessions(self) -> RedisSessions:
+        return RedisSessions(self._redis, self.location)
+
     def close(self) -> None:
         self._stopped.set()
         if self._thread is not None:
@@ -365,6 +390,25 @@ class RedisStore:
         _quietly(self._redis.close)
 
 
+class RedisSessions:
+    """Signed-out console sessions, one expiring key each: every replica sees a sign-out at once."""
+
+    def __init__(self, client: redis.Redis, location: str) -> None:
+        self._redis, self._location = client, location
+
+    def revoke(self, session_id: str, expires: float) -> None:
+        try:
+            self._redis.set(f"{_NS}:signed-out:{session_id}", 1, pxat=max(1, int(expires * 1000)))
+        except _ERRORS as exc:
+            raise StoreError(f"{self._location}: Redis unavailable, the sign-out was not recorded: {exc}") from None
+
+    def revoked(self, session_id: str) -> bool:
+        try:
+            return bool(self._redis.exists(f"{_NS}:signed-out:{session_id}"))
+        except _ERRORS as exc:
+            raise StoreError(f"{self._location}: Redis unavailable, cannot check the session: {exc}") from None
+
+
 class RedisCoordinator:
     """Leases (SET NX PX + fencing token) and failure backoff in Redis, for the whole cluster.
 
@@ -372,14 +416,17 @@ class RedisCoordinator:
     measurement now" (fail closed) and tries again later.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, settling: Callable[[], bool] | None = None) -> None:
         self.owner = owner_id()
         self._redis = client
+        self._settling = settling  # the store's "just back from an outage": grant nothing yet
         self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
 
     def acquire(self, name: str, ttl_s: float) -> Lease | None:
+        if self._settling is not None and self._settling():
+            return None  # as if held: the caller follows, and the queued result wakes it when it lands
         token = self._acquire(keys=[_lease_key(name), TOKENS], args=[name, self.owner, max(1, int(ttl_s * 1000))])
         return Lease(name, int(token), self.owner) if token else None
 

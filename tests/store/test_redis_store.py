@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import make_profile, wait_until
+from conftest import make_profile, settings_for, wait_until
+from fake_backend import FakeBackends
 from redis_server import RedisServer, require_server
 
+from gatekeeper import Gatekeeper
 from gatekeeper.store import JsonFileStore, open_store
 from gatekeeper.store.redis import PROFILES, RedisStore
 from gatekeeper.tiers import Tier
@@ -158,3 +161,27 @@ def test_open_store_picks_redis_for_redis_urls(server, tmp_path):
     assert isinstance(store, RedisStore)
     store.close()
     assert isinstance(open_store(tmp_path / "x.json"), JsonFileStore)
+
+
+def test_an_outage_longer_than_the_lease_costs_one_suite_run(server, tmp_path, default_suite):
+    """Replica A finishes measuring while Redis is down: its result waits in memory, its lease
+    expires. When Redis is back, replica B, asked for the pair at once, must not measure it again:
+    it waits for A's queued result."""
+    backends = FakeBackends(default_suite, held=True)
+    settings = settings_for("http://127.0.0.1:9/v1", server.url, lazy={"lease_ttl_s": 1.0})
+    with (
+        Gatekeeper(settings, backend_factory=backends.factory) as a,
+        Gatekeeper(settings, backend_factory=backends.factory) as b,
+    ):
+        flight = a.measure("m")
+        wait_until(lambda: backends.calls["m"], "replica A to start measuring")
+        server.stop()
+        backends.release()
+        assert flight.result(timeout=30).tier == Tier.LARGE  # saved in A's memory, queued for Redis
+        assert a.store._pending, "the result should wait for Redis"
+        time.sleep(2.5 * settings.lazy.lease_ttl_s)  # the outage outlasts A's lease
+        server.start()
+        assert b.tier_for("m")[1] in ("pending", "unmeasured")  # B's first request after the outage
+        wait_until(lambda: b.lookup("m") is not None, "A's queued result to reach B", timeout_s=30)
+        assert b.lookup("m").tier == Tier.LARGE
+    assert backends.suite_runs("m") == 1
