@@ -1,35 +1,62 @@
 """The admin API (mounted by the proxy when `admin_key` is set): profiles, measurements, reload.
 
 Every endpoint needs exactly `Authorization: Bearer <admin_key>` (compared in constant time).
-Endpoints raise ProxyError; the proxy's exception handler shapes the answer.
+Wrong keys are counted per source with the console's sign-in (server/throttle.py): past the
+limit a source gets 429 with `Retry-After`, before its key is looked at; other sources are not
+affected. Endpoints raise ProxyError; the proxy's exception handler shapes the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gatekeeper.errors import ConfigError, ProxyError, StoreError
+from gatekeeper.errors import ConfigError, ProxyError, RequestInvalid, StoreError
 from gatekeeper.measuring.confidence import shown_scores
+from gatekeeper.redact import redact
 from gatekeeper.server.console import console_routes
-from gatekeeper.store.profile import profile_key, split_key
+from gatekeeper.server.throttle import KeyThrottle, client_source
+from gatekeeper.store.profile import check_effort, profile_key, split_key
+
+log = structlog.get_logger("gatekeeper.server.admin")
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def _authorized(endpoint: Endpoint) -> Endpoint:
+def _digest(value: bytes) -> bytes:
+    return hashlib.sha256(value).digest()
+
+
+def _authorized(throttle: KeyThrottle, endpoint: Endpoint) -> Endpoint:
     async def guarded(request: Request) -> Response:
-        expected = f"Bearer {request.app.state.admin_key}".encode()
-        if not hmac.compare_digest(request.headers.get("authorization", "").encode("latin-1"), expected):
+        source = client_source(request)
+        wait = throttle.retry_after(source)
+        if wait:
+            log.warning("admin_key_throttled", client=source, retry_after_s=wait)
+            raise ProxyError(
+                429,
+                f"too many wrong admin keys from this address; retry in {wait} s",
+                "admin_key_throttled",
+                "rate_limit_error",
+                headers={"retry-after": str(wait)},
+            )
+        # Digests of equal length: the comparison's time says nothing of the key, not even its length.
+        expected = _digest(f"Bearer {request.app.state.admin_key}".encode())
+        if not hmac.compare_digest(_digest(request.headers.get("authorization", "").encode("latin-1")), expected):
+            throttle.failed(source)
+            log.warning("admin_key_refused", client=source, path=request.url.path)
             raise ProxyError(
                 401, "admin API needs 'Authorization: Bearer <admin_key>'", "invalid_admin_key", "authentication_error"
             )
+        throttle.succeeded(source)
         return await endpoint(request)
 
     guarded.__name__ = endpoint.__name__
@@ -41,10 +68,13 @@ def _pair(request: Request) -> tuple[str, str]:
     model, effort = split_key(key)
     if not model or not effort:
         raise ProxyError(400, f"expected MODEL@EFFORT or MODEL, got {key!r}", "invalid_key")
+    try:
+        check_effort(effort, request.app.state.gk.settings.extra_efforts)
+    except RequestInvalid as exc:
+        raise ProxyError(400, str(exc), "invalid_effort") from None
     return model, effort
 
 
-@_authorized
 async def list_profiles(request: Request) -> Response:
     gk = request.app.state.gk
     entries = gk.profiles()  # validity and source from the core, not from the store and the suite
@@ -60,14 +90,12 @@ async def list_profiles(request: Request) -> Response:
     return JSONResponse(doc)
 
 
-@_authorized
 async def drift_pairs(request: Request) -> Response:
     """Live drift per pair (measured or pinned): window, rates against ceilings, demotion, history."""
     drift = request.app.state.gk.drift
     return JSONResponse({"enabled": drift.settings.enabled, "pairs": await asyncio.to_thread(drift.report)})
 
 
-@_authorized
 async def clear_demotion(request: Request) -> Response:
     model, effort = _pair(request)
     key = profile_key(model, effort)
@@ -75,24 +103,21 @@ async def clear_demotion(request: Request) -> Response:
     return JSONResponse({"cleared": key, "existed": existed})
 
 
-@_authorized
 async def benchmark(request: Request) -> Response:
     model, effort = _pair(request)
     request.app.state.gk.measure(model, effort)
     return JSONResponse({"status": "started", "key": profile_key(model, effort)}, status_code=202)
 
 
-@_authorized
 async def invalidate(request: Request) -> Response:
     model, effort = _pair(request)
     try:
         existed = request.app.state.gk.invalidate(model, effort)
     except StoreError as exc:  # Redis unreachable: nothing was invalidated, say so
-        raise ProxyError(503, str(exc), "store_unavailable", "service_unavailable") from None
+        raise ProxyError(503, redact(str(exc)), "store_unavailable", "service_unavailable") from None
     return JSONResponse({"invalidated": profile_key(model, effort), "existed": existed})
 
 
-@_authorized
 async def reload(request: Request) -> Response:
     """Re-read the config file; a config that fails validation is refused, the old one stays."""
     gk = request.app.state.gk
@@ -102,17 +127,19 @@ async def reload(request: Request) -> Response:
     try:
         reload_config()
     except ConfigError as exc:
-        raise ProxyError(400, f"config refused, the previous one stays in force: {exc}", "invalid_config") from None
+        message = f"config refused, the previous one stays in force: {redact(str(exc))}"
+        raise ProxyError(400, message, "invalid_config") from None
     return JSONResponse({"status": "reloaded"})
 
 
 def admin_routes() -> list[BaseRoute]:
+    throttle = KeyThrottle()  # one per app: the API and the console's sign-in count together
     return [
-        Route("/admin/profiles", list_profiles, methods=["GET"]),
-        Route("/admin/profiles/{key:path}/benchmark", benchmark, methods=["POST"]),
-        Route("/admin/profiles/{key:path}", invalidate, methods=["DELETE"]),
-        Route("/admin/reload", reload, methods=["POST"]),
-        Route("/admin/drift", drift_pairs, methods=["GET"]),
-        Route("/admin/drift/{key:path}", clear_demotion, methods=["DELETE"]),
-        *console_routes(),  # the console's pages under /admin/ (gatekeeper/console)
+        Route("/admin/profiles", _authorized(throttle, list_profiles), methods=["GET"]),
+        Route("/admin/profiles/{key:path}/benchmark", _authorized(throttle, benchmark), methods=["POST"]),
+        Route("/admin/profiles/{key:path}", _authorized(throttle, invalidate), methods=["DELETE"]),
+        Route("/admin/reload", _authorized(throttle, reload), methods=["POST"]),
+        Route("/admin/drift", _authorized(throttle, drift_pairs), methods=["GET"]),
+        Route("/admin/drift/{key:path}", _authorized(throttle, clear_demotion), methods=["DELETE"]),
+        *console_routes(throttle=throttle),  # the console's pages under /admin/ (gatekeeper/console)
     ]

@@ -11,14 +11,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 from answers import no_tool_calls, perfect
-from conftest import make_profile, running_proxy, seed_store, settings_for
+from conftest import make_profile, running_proxy, seed_store, settings_for, wait_until
+from redis_server import RedisServer, require_server
 from scripted import ScriptedServer, SuiteScript
+from serving import served
+from starlette.requests import Request
 
 from gatekeeper.server.console.session import COOKIE, Signer, same_origin
+from gatekeeper.server.throttle import KeyThrottle, client_source
 from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, Suite
 from gatekeeper.tiers import Tier
 
@@ -316,3 +321,126 @@ def test_the_model_page_shows_what_live_traffic_says(store_path: Path, default_s
     cells = [c.split(">", 1)[1].split("<", 1)[0].strip() for c in live.split("<td")[1:]]
     assert cells[1] == "1"  # one call relayed ...
     assert cells[2] == "1"  # ... to a tool that was not offered
+
+
+# -- issue 20: nobody is locked out by another's guesses; a sign-out holds everywhere ------------
+
+
+def from_address(url: str, address: str) -> httpx.Client:
+    """A client whose connections come from `address` (any 127.x.y.z is this host's loopback)."""
+    return httpx.Client(base_url=url, timeout=30, transport=httpx.HTTPTransport(local_address=address))
+
+
+def sign_in(client: httpx.Client, url: str, key: str = KEY, **headers: str) -> httpx.Response:
+    return client.post("/admin/login", data={"key": key}, headers={"origin": url, **headers})
+
+
+def test_wrong_keys_from_one_address_never_lock_out_another(console: Console) -> None:
+    with from_address(console.url, "127.0.0.2") as guesser:
+        statuses = [sign_in(guesser, console.url, f"guess-{i}").status_code for i in range(30)]
+        assert statuses[:10] == [401] * 10 and set(statuses[10:]) == {429}
+        throttled = sign_in(guesser, console.url, "guess-again")
+        assert 1 <= int(throttled.headers["retry-after"]) <= 60
+        assert sign_in(guesser, console.url).status_code == 429  # the guessing address waits, whatever it types
+    with console.client() as admin:  # 127.0.0.1: another address
+        assert sign_in(admin, console.url).status_code == 303
+        assert admin.get("/admin/").status_code == 200
+
+
+def test_behind_a_proxy_the_trusted_header_names_the_source(upstream: ScriptedServer, store_path: Path) -> None:
+    settings = settings_for(upstream.base_url, store_path, admin_key=KEY, trusted_proxy_header="X-Forwarded-For")
+    with running_proxy(settings) as proxy, httpx.Client(base_url=proxy.url, timeout=30) as client:
+        # The guesser writes what it likes on the left; the proxy in front appends the address it saw.
+        for i in range(12):
+            sign_in(client, proxy.url, f"guess-{i}", **{"x-forwarded-for": f"10.9.9.{i}, 203.0.113.66"})
+        assert sign_in(client, proxy.url, "guess", **{"x-forwarded-for": "203.0.113.66"}).status_code == 429
+        assert sign_in(client, proxy.url, **{"x-forwarded-for": "198.51.100.7"}).status_code == 303
+
+
+def test_a_signed_out_session_stays_out_after_a_restart(upstream: ScriptedServer, tmp_path: Path) -> None:
+    config = f"""
+upstream: {{base_url: "{upstream.base_url}", api_key: upstream-key}}
+store: "{tmp_path / "models_profile.json"}"
+admin_key: {KEY}
+"""
+    with served(config, tmp_path) as first:
+        console = Console(first.url, None)
+        with console.signed_in() as kept:
+            kept_token = kept.cookies[COOKIE]
+        with console.signed_in() as client:
+            token, csrf = client.cookies[COOKIE], console.csrf(client)
+            assert client.post("/admin/logout", data={"csrf": csrf}, headers={"origin": first.url}).status_code == 303
+    with served(config, tmp_path) as restarted, httpx.Client(base_url=restarted.url, timeout=30) as replay:
+        replay.cookies.set(COOKIE, token)
+        assert replay.get("/admin/progress.json").status_code == 401
+        replay.cookies.set(COOKIE, kept_token)  # only the session that signed out is out
+        assert replay.get("/admin/progress.json").status_code == 200
+
+
+def test_a_sign_out_on_one_replica_holds_on_the_others(upstream: ScriptedServer, tmp_path: Path) -> None:
+    require_server()
+    with RedisServer(tmp_path) as redis_server:
+        config = f"""
+upstream: {{base_url: "{upstream.base_url}", api_key: upstream-key}}
+store: "{redis_server.url}"
+admin_key: {KEY}
+"""
+        with served(config, tmp_path) as a, served(config, tmp_path) as b:
+            with Console(a.url, None).signed_in() as on_a:
+                token, csrf = on_a.cookies[COOKIE], Console(a.url, None).csrf(on_a)
+            with httpx.Client(base_url=b.url, timeout=30) as on_b:
+                on_b.cookies.set(COOKIE, token)  # replicas share the key: B accepts A's session
+                assert on_b.get("/admin/progress.json").status_code == 200
+                assert on_b.post("/admin/logout", data={"csrf": csrf}, headers={"origin": b.url}).status_code == 303
+            for replica in (a, b):
+                with httpx.Client(base_url=replica.url, timeout=30) as replay:
+                    replay.cookies.set(COOKIE, token)
+                    assert replay.get("/admin/progress.json").status_code == 401, replica.url
+
+
+def test_a_session_the_store_cannot_check_is_refused(upstream: ScriptedServer, tmp_path: Path) -> None:
+    require_server()
+    with RedisServer(tmp_path) as redis_server:
+        settings = settings_for(upstream.base_url, redis_server.url, admin_key=KEY)
+        with running_proxy(settings) as proxy:
+            console = Console(proxy.url, proxy.gk)
+            with console.signed_in() as client:
+                assert client.get("/admin/progress.json").status_code == 200
+                redis_server.stop()  # whether it was signed out elsewhere is unknown now: fail closed
+                assert client.get("/admin/progress.json").status_code == 401
+                redis_server.start()
+                wait_until(lambda: client.get("/admin/progress.json").status_code == 200, "Redis to answer again")
+
+
+def test_the_table_of_sources_is_bounded() -> None:
+    throttle = KeyThrottle(attempts=3, max_sources=100)
+    for i in range(5000):
+        throttle.failed(f"10.0.{i // 256}.{i % 256}")
+    assert len(throttle) <= 100
+
+
+def _request(peer: str, headers: dict[str, str], **settings: object) -> Request:
+    app = SimpleNamespace(state=SimpleNamespace(gk=SimpleNamespace(settings=SimpleNamespace(**settings))))
+    raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    return Request({"type": "http", "headers": raw, "client": (peer, 4321), "app": app})
+
+
+def test_the_source_is_the_peer_unless_a_trusted_header_is_configured() -> None:
+    forged = {"x-forwarded-for": "1.2.3.4"}
+    assert client_source(_request("10.0.0.1", forged)) == "10.0.0.1"
+    assert client_source(_request("10.0.0.1", forged, trusted_proxy_header=None)) == "10.0.0.1"
+    trusted = {"trusted_proxy_header": "X-Forwarded-For", "trusted_proxy_hops": 2}
+    # Two proxies append: the client is the second entry from the right, whatever it forged before.
+    assert (
+        client_source(_request("10.0.0.1", {"x-forwarded-for": "6.6.6.6, 1.2.3.4, 10.0.0.9"}, **trusted)) == "1.2.3.4"
+    )
+    # Fewer entries than hops: it did not come through both proxies; counted by its peer.
+    assert client_source(_request("10.0.0.1", {"x-forwarded-for": "1.2.3.4"}, **trusted)) == "10.0.0.1"
+    one_hop = {"trusted_proxy_header": "X-Real-IP", "trusted_proxy_hops": 1}
+    assert client_source(_request("10.0.0.1", {"x-real-ip": "1.2.3.4:5555"}, **one_hop)) == "1.2.3.4"
+
+
+def test_ipv6_sources_count_per_64_block() -> None:
+    assert client_source(_request("2001:db8:1:2::1", {})) == client_source(_request("2001:db8:1:2:ffff::9", {}))
+    assert client_source(_request("2001:db8:1:2::1", {})) != client_source(_request("2001:db8:1:3::1", {}))
+    assert client_source(_request("::ffff:10.1.2.3", {})) == "10.1.2.3"

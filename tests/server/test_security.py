@@ -7,16 +7,32 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import anthropic
 import httpx
 import openai
 import pytest
 import structlog
 from accumulate import chunks_of, client_events, node_names, plain_names, python_names, stream_names
-from conftest import Proxy, make_profile, metric, running_proxy, seed_store, settings_for, tool, wait_until
+from conftest import (
+    Proxy,
+    make_profile,
+    measuring_upstream,
+    metric,
+    running_proxy,
+    seed_store,
+    settings_for,
+    suite_requests,
+    tool,
+    wait_until,
+)
 from pydantic import ValidationError
 from scripted import RawAnswer, RawUpstream, ScriptedServer, chat_chunk, chat_completion, free_port, sse
+from serving import served
 
+from gatekeeper import Gatekeeper, ToolRegistry
 from gatekeeper.config import Settings
+from gatekeeper.errors import RequestInvalid
+from gatekeeper.redact import cap_strings, clip, redact, redact_url
 from gatekeeper.tiers import Tier
 
 TOOLS = [tool("read_file"), tool("execute_command")]  # at tier small only read_file is offered
@@ -531,3 +547,186 @@ def test_blocked_calls_are_named_in_a_header_on_plain_answers(store_path, defaul
             raw = proxy.client.chat.completions.with_raw_response.create(model="m", messages=HI, tools=TOOLS)
     assert raw.headers["x-gatekeeper-blocked-calls"] == "execute_command,ghost%0D%0Ax:%20y"
     assert [c.function.name for c in raw.parse().choices[0].message.tool_calls] == ["read_file"]
+
+
+# -- issue 20: abuse of the proxy itself -----------------------------------------------------------
+
+
+def from_address(url: str, address: str) -> httpx.Client:
+    """A client whose connections come from `address` (any 127.x.y.z is this host's loopback)."""
+    return httpx.Client(base_url=url, timeout=30, transport=httpx.HTTPTransport(local_address=address))
+
+
+def test_admin_key_guessing_is_throttled_per_source(upstream, store_path):
+    right = {"authorization": "Bearer k3y"}
+    with running_proxy(settings_for(upstream.base_url, store_path, admin_key="k3y")) as proxy:
+        with from_address(proxy.url, "127.0.0.2") as guesser:
+            statuses = [
+                guesser.get("/admin/profiles", headers={"authorization": f"Bearer guess-{i}"}).status_code
+                for i in range(200)
+            ]
+            assert statuses[:10] == [401] * 10 and set(statuses[10:]) == {429}
+            throttled = guesser.get("/admin/profiles", headers={"authorization": "Bearer guess"})
+            assert throttled.json()["error"]["code"] == "admin_key_throttled"
+            assert 1 <= int(throttled.headers["retry-after"]) <= 60
+            assert guesser.get("/admin/profiles", headers=right).status_code == 429  # a hit looks like the throttle
+            # The console's sign-in counts the same failures: switching door buys nothing.
+            login = guesser.post("/admin/login", data={"key": "k3y"}, headers={"origin": proxy.url})
+            assert login.status_code == 429
+        with from_address(proxy.url, "127.0.0.3") as admin:
+            assert admin.get("/admin/profiles", headers=right).status_code == 200
+
+
+def test_the_console_sign_in_and_the_api_share_the_count(upstream, store_path):
+    with running_proxy(settings_for(upstream.base_url, store_path, admin_key="k3y")) as proxy:
+        with from_address(proxy.url, "127.0.0.2") as guesser:
+            for i in range(10):
+                guesser.post("/admin/login", data={"key": f"guess-{i}"}, headers={"origin": proxy.url})
+            assert guesser.get("/admin/profiles", headers={"authorization": "Bearer k3y"}).status_code == 429
+
+
+STRANGE_EFFORTS = [f"e{i}" for i in range(12)]
+
+
+def effort_requests(proxy: Proxy, effort: str) -> list[Exception | None]:
+    """The same request on the three protocols, naming `effort` the way each protocol does."""
+    messages_client = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
+    calls = [
+        lambda: proxy.client.chat.completions.create(model="m", messages=HI, reasoning_effort=effort),
+        lambda: proxy.client.responses.create(model="m", input="hi", reasoning={"effort": effort}),
+        lambda: messages_client.messages.create(
+            model="m", max_tokens=16, messages=HI, output_config={"effort": effort}
+        ),
+    ]
+    errors: list[Exception | None] = []
+    for call_ in calls:
+        try:
+            call_()
+            errors.append(None)
+        except (openai.APIStatusError, anthropic.APIStatusError) as exc:
+            errors.append(exc)
+    return errors
+
+
+def test_efforts_outside_the_closed_set_are_a_400_and_measure_nothing(store_path, default_suite):
+    """12 requests naming efforts e0..e11 of one stored model once made 12 profiles and 120 calls."""
+    with measuring_upstream(default_suite) as server:
+        seed_store(store_path, make_profile("m", Tier.LARGE, default_suite))
+        with running_proxy(settings_for(server.base_url, store_path)) as proxy:  # Responses, Messages translated
+            for effort in STRANGE_EFFORTS:
+                for error in effort_requests(proxy, effort):
+                    assert error is not None and error.status_code == 400
+                    assert effort in error.message and "'xhigh'" in error.message and "'minimal'" in error.message
+            assert set(proxy.gk.store.load().profiles) == {"m@default"}
+            assert proxy.gk.progress() == []
+        assert suite_requests(server, default_suite) == []
+        assert server.requests == []  # nothing was forwarded either
+
+
+def test_the_config_adds_efforts_to_the_closed_set(store_path, default_suite):
+    with measuring_upstream(default_suite) as server:
+        seed_store(store_path, make_profile("m", Tier.LARGE, default_suite, effort="turbo"))
+        with running_proxy(settings_for(server.base_url, store_path, extra_efforts=["turbo"])) as proxy:
+            answer = proxy.client.chat.completions.with_raw_response.create(
+                model="m", messages=HI, reasoning_effort="turbo"
+            )
+            assert answer.headers["x-gatekeeper-profile"] == "measured"
+            with pytest.raises(openai.BadRequestError, match="'turbo'"):
+                proxy.client.chat.completions.create(model="m", messages=HI, reasoning_effort="nitro")
+
+
+def test_in_process_the_same_efforts_are_refused(store_path, default_suite):
+    seed_store(store_path, make_profile("m", Tier.LARGE, default_suite))
+    with Gatekeeper(settings_for("http://127.0.0.1:9/v1", store_path)) as gk:
+        registry = ToolRegistry(gk)
+        registry.register(tool("read_file"))
+        with pytest.raises(RequestInvalid, match="'e0' is not one of"):
+            registry.list_for_llm("m", effort="e0")
+        assert [t["function"]["name"] for t in registry.list_for_llm("m", effort="high")] == ["read_file"]
+
+
+def test_every_new_pair_counts_against_the_lazy_caps(store_path, default_suite):
+    with measuring_upstream(default_suite) as server:
+        seed_store(store_path, make_profile("m", Tier.LARGE, default_suite))
+        settings = settings_for(
+            server.base_url, store_path, lazy={"max_pairs": 2}, unknown_models="wait", wait_timeout_s=30
+        )
+        with running_proxy(settings) as proxy:
+            ask = proxy.client.chat.completions.with_raw_response.create
+            assert ask(model="m", messages=HI, reasoning_effort="low").headers["x-gatekeeper-profile"] == "measured"
+            runs = len(suite_requests(server, default_suite))
+            for effort in ("medium", "high", "xhigh"):  # a known model, but each a new pair past the cap
+                assert ask(model="m", messages=HI, reasoning_effort=effort).headers["x-gatekeeper-tier"] == "small"
+            assert set(proxy.gk.store.load().profiles) == {"m@default", "m@low"}
+        assert len(suite_requests(server, default_suite)) == runs
+
+
+def test_a_redis_password_never_reaches_a_log_line_or_an_error_body(upstream, tmp_path):
+    password = "s3cret-Redis-pw"
+    config = f"""
+upstream: {{base_url: "{upstream.base_url}", api_key: upstream-key}}
+store: "redis://:{password}@127.0.0.1:{free_port()}/0"
+admin_key: admin-secret
+"""
+    with served(config, tmp_path) as proxy:
+        admin = {"authorization": "Bearer admin-secret"}
+        refused = httpx.delete(proxy.url + "/admin/profiles/m@default", headers=admin, timeout=30)
+        assert refused.status_code == 503
+        assert password not in refused.text and "redis://***@127.0.0.1" in refused.text
+        answer = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": HI}, timeout=30)
+        assert answer.status_code == 200  # served from nothing: fail closed, tier small
+    log = proxy.log_text()
+    assert "redis_unavailable" in log and "redis://***@127.0.0.1" in log
+    assert password not in log
+
+
+def test_redaction_hides_credentials_of_every_url():
+    assert redact_url("redis://:pw@host:6379/0") == "redis://***@host:6379/0"
+    assert redact_url("rediss://user:pw@host/1") == "rediss://***@host/1"
+    assert redact_url("http://127.0.0.1:8080/v1") == "http://127.0.0.1:8080/v1"
+    assert redact("cannot reach redis://:pw@h:1/0 nor https://u:p@x.example/v1") == (
+        "cannot reach redis://***@h:1/0 nor https://***@x.example/v1"
+    )
+
+
+def test_a_huge_tool_choice_gives_a_small_error_and_a_small_log_line(upstream, store_path, default_suite):
+    with gate(upstream, store_path, default_suite) as proxy:
+        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+            answer = httpx.post(
+                proxy.url + "/v1/chat/completions",
+                json={"model": "m", "messages": HI, "tools": TOOLS, "tool_choice": "x" * 1_000_000},
+                timeout=30,
+            )
+    assert answer.status_code == 400 and "tool_choice" in answer.json()["error"]["message"]
+    assert len(answer.content) < 4096
+    assert logs and sum(len(json.dumps(entry, default=str)) for entry in logs) < 16384
+
+
+def test_a_huge_model_name_costs_a_bounded_log(upstream, tmp_path):
+    config = f"""
+upstream: {{base_url: "{upstream.base_url}", api_key: upstream-key}}
+store: "{tmp_path / "models_profile.json"}"
+"""
+    with served(config, tmp_path) as proxy:
+        before = proxy.log.stat().st_size
+        answer = httpx.post(
+            proxy.url + "/v1/chat/completions", json={"model": "m" * 1_000_000, "messages": HI}, timeout=60
+        )
+        assert answer.status_code == 200
+        wait_until(lambda: '"request"' in proxy.log_text()[before:], "the request's log line")
+        written = proxy.log.stat().st_size - before
+    assert written < 32768, f"{written} bytes of log for one request"
+
+
+def test_every_logged_string_is_capped_and_redacted():
+    event = cap_strings(None, "info", {"event": "x", "model": "m" * 100_000, "url": "redis://:pw@h/0", "n": 3})
+    assert len(event["model"]) < 5000 and event["url"] == "redis://***@h/0" and event["n"] == 3
+    nested = cap_strings(None, "info", {"event": "x", "tools": ["t" * 100_000] * 1000})
+    assert len(json.dumps(nested["tools"])) < 300_000
+
+
+def test_clip_bounds_and_escapes_client_text():
+    assert clip("abc") == "abc"
+    assert clip("a\nb\x1b[31m") == "a\\u000ab\\u001b[31m"
+    clipped = clip("z" * 10_000, 100)
+    assert clipped.startswith("z" * 100) and "9900 more characters" in clipped and len(clipped) < 150

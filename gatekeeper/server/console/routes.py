@@ -7,6 +7,7 @@ autoescaped: model names come from clients); the one script is served from the p
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import secrets
@@ -21,9 +22,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from gatekeeper.errors import RequestInvalid, StoreError
+from gatekeeper.redact import clip, redact
 from gatekeeper.server.console import views
-from gatekeeper.server.console.session import COOKIE, SESSION_TTL_S, Session, Signer, SignInLimiter, same_origin
-from gatekeeper.store.profile import profile_key, split_key
+from gatekeeper.server.console.session import COOKIE, SESSION_TTL_S, Session, Signer, same_origin
+from gatekeeper.server.throttle import KeyThrottle, client_source
+from gatekeeper.store.profile import check_effort, profile_key, split_key
 
 if TYPE_CHECKING:
     from gatekeeper.core.gatekeeper import Gatekeeper
@@ -44,11 +48,11 @@ class Console:
     """The console's endpoints. The core and the admin key are the app's (`app.state.gk`,
     `app.state.admin_key`, as for the admin API), so a reloaded key takes effect at once."""
 
-    def __init__(self, prefix: str = "/admin") -> None:
+    def __init__(self, prefix: str = "/admin", throttle: KeyThrottle | None = None) -> None:
         self.prefix = prefix.rstrip("/")
         self._signer: Signer | None = None
         self._no_key = secrets.token_urlsafe(32)
-        self.limiter = SignInLimiter()
+        self.throttle = throttle if throttle is not None else KeyThrottle()  # shared with the admin API
         self.env = Environment(
             loader=PackageLoader("gatekeeper.server.console", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -101,8 +105,18 @@ class Console:
     async def to_index(self, request: Request) -> Response:
         return RedirectResponse(f"{self.prefix}/", status_code=308, headers=self.headers)
 
-    def session(self, request: Request) -> Session | None:
-        return self.signer(request).verify(request.cookies.get(COOKIE))
+    async def session(self, request: Request) -> Session | None:
+        """The request's session: signed by the current key, not expired, and not signed out on
+        any replica (asked of the store, off the loop). A store that cannot say: no session."""
+        session = self.signer(request).verify(request.cookies.get(COOKIE))
+        if session is None:
+            return None
+        try:
+            revoked = await asyncio.to_thread(request.app.state.gk.store.sessions().revoked, session.id)
+        except StoreError as exc:
+            log.error("console_session_unverifiable", error=redact(str(exc)), consequence="treated as signed out")
+            return None
+        return None if revoked else session
 
     def render(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = self.env.get_template(template).render(**context)
@@ -112,7 +126,7 @@ class Console:
         """A page: without a session, the sign-in form (a redirect, so nothing of the page is sent)."""
 
         async def endpoint(request: Request) -> Response:
-            session = self.session(request)
+            session = await self.session(request)
             if session is None:
                 return RedirectResponse(f"{self.prefix}/login", status_code=303, headers=self.headers)
             return await handler(request, session)
@@ -123,7 +137,7 @@ class Console:
         """A script or JSON read by the pages: 401 without a session."""
 
         async def endpoint(request: Request) -> Response:
-            session = self.session(request)
+            session = await self.session(request)
             if session is None:
                 return self.refused(401, "sign in to the console first")
             return await handler(request, session)
@@ -134,7 +148,7 @@ class Console:
         """A state change: session, same origin and the page's CSRF token, all three."""
 
         async def endpoint(request: Request) -> Response:
-            session = self.session(request)
+            session = await self.session(request)
             if session is None:
                 return self.refused(401, "sign in to the console first")
             if not self.from_here(request):
@@ -171,21 +185,28 @@ class Console:
     # -- sign-in -----------------------------------------------------------------------------
 
     async def login_form(self, request: Request) -> Response:
-        if self.session(request) is not None:
+        if await self.session(request) is not None:
             return RedirectResponse(f"{self.prefix}/", status_code=303, headers=self.headers)
         return self.render("login.html")
 
     async def login(self, request: Request) -> Response:
         if not self.from_here(request):
             return self.render("login.html", 403, error="Sign-in refused: the form was not posted from this server.")
-        if self.limiter.blocked():
-            log.warning("console_sign_in_throttled")
-            return self.render("login.html", 429, error="Too many wrong keys; wait a minute and try again.")
+        source = client_source(request)
+        # A throttled source is refused before its key is looked at: it cannot tell a hit from
+        # the throttle. Other sources are not affected (server/throttle.py).
+        wait = self.throttle.retry_after(source)
+        if wait:
+            log.warning("console_sign_in_throttled", client=source, retry_after_s=wait)
+            throttled = self.render("login.html", 429, error=f"Too many wrong keys from here; try again in {wait} s.")
+            throttled.headers["retry-after"] = str(wait)
+            return throttled
         form = await _form(request)
         if form is None or not self.signer(request).key_matches(form.get("key", "")):
-            self.limiter.failed()
-            log.warning("console_sign_in_failed", client=request.client.host if request.client else None)
+            self.throttle.failed(source)
+            log.warning("console_sign_in_failed", client=source)
             return self.render("login.html", 401, error="Wrong admin key.")
+        self.throttle.succeeded(source)
         response = RedirectResponse(f"{self.prefix}/", status_code=303, headers=self.headers)
         response.set_cookie(
             COOKIE,
@@ -196,12 +217,22 @@ class Console:
             samesite="strict",
             secure=request.url.scheme == "https",
         )
-        log.info("console_signed_in", client=request.client.host if request.client else None)
+        log.info("console_signed_in", client=source)
         return response
 
     async def logout(self, request: Request, session: Session) -> Response:
-        self.signer(request).revoke(session)
-        response = RedirectResponse(f"{self.prefix}/login", status_code=303, headers=self.headers)
+        """Record the sign-out in the store (every replica, every restart), then drop the cookie."""
+        try:
+            await asyncio.to_thread(request.app.state.gk.store.sessions().revoke, session.id, session.expires)
+        except StoreError as exc:
+            # The cookie goes either way; say that a copy of it would still be accepted.
+            log.error("console_sign_out_not_recorded", error=redact(str(exc)))
+            response = self.refused(
+                503, f"the sign-out could not be recorded ({redact(str(exc))}); sign out again when the store is back"
+            )
+        else:
+            log.info("console_signed_out", client=client_source(request))
+            response = RedirectResponse(f"{self.prefix}/login", status_code=303, headers=self.headers)
         response.delete_cookie(
             COOKIE, path=self.prefix, httponly=True, samesite="strict", secure=request.url.scheme == "https"
         )
@@ -242,24 +273,31 @@ class Console:
         model, effort = split_key(key)
         if not model or not effort or len(key) > _KEY_LIMIT or effort == views.ALL_EFFORTS:
             return None
+        try:
+            check_effort(effort, request.app.state.gk.settings.extra_efforts)
+        except RequestInvalid:
+            return None
         return model, effort
 
     async def measure(self, request: Request, session: Session) -> Response:
         pair = self.pair(request)
         if pair is None:
-            return self.refused(400, "expected a MODEL@EFFORT key")
+            return self.refused(400, "expected a MODEL@EFFORT key with an allowed effort")
         request.app.state.gk.measure(*pair)
         key = profile_key(*pair)
-        log.info("console_measure", key=key)
+        log.info("console_measure", key=clip(key))
         return self.done(request, {"status": "started", "key": key})
 
     async def invalidate(self, request: Request, session: Session) -> Response:
         pair = self.pair(request)
         if pair is None:
-            return self.refused(400, "expected a MODEL@EFFORT key")
-        existed = request.app.state.gk.invalidate(*pair)
+            return self.refused(400, "expected a MODEL@EFFORT key with an allowed effort")
+        try:
+            existed = request.app.state.gk.invalidate(*pair)
+        except StoreError as exc:  # Redis unreachable: nothing was invalidated, say so
+            return self.refused(503, redact(str(exc)))
         key = profile_key(*pair)
-        log.info("console_invalidate", key=key, existed=existed)
+        log.info("console_invalidate", key=clip(key), existed=existed)
         return self.done(request, {"invalidated": key, "existed": existed})
 
     def done(self, request: Request, body: dict[str, Any]) -> Response:
@@ -290,6 +328,6 @@ async def _form(request: Request) -> dict[str, str] | None:
     return {k: v[0] for k, v in parsed.items()}
 
 
-def console_routes(prefix: str = "/admin") -> list[BaseRoute]:
+def console_routes(prefix: str = "/admin", throttle: KeyThrottle | None = None) -> list[BaseRoute]:
     """The console's routes, mounted beside the admin API when `admin_key` is set."""
-    return Console(prefix).routes()
+    return Console(prefix, throttle).routes()

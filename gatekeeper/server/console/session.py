@@ -4,7 +4,8 @@ The cookie carries `expiry.nonce.signature`, an HMAC over the first two parts wi
 derived from the admin key: the key itself never leaves the sign-in form, changing the key
 signs everyone out, and replicas sharing the key accept each other's sessions. The CSRF token
 is a second HMAC over the session's nonce, so a page can only act for the session that
-rendered it.
+rendered it. A signed-out session is recorded in the profile store by its `Session.id`
+(`SessionRevocations`), so it stays out on every replica and after a restart.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import base64
 import hashlib
 import hmac
 import secrets
-import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -31,6 +31,11 @@ class Session:
     nonce: str
     expires: int
 
+    @property
+    def id(self) -> str:
+        """The name a sign-out is recorded under: a hash, so the store holds nothing of the cookie."""
+        return hashlib.sha256(b"gatekeeper console session id:" + self.nonce.encode()).hexdigest()[:32]
+
 
 class Signer:
     """Issues and checks session and CSRF tokens for one admin key."""
@@ -40,8 +45,6 @@ class Signer:
         self._secret = hmac.new(admin_key.encode(), b"gatekeeper console session v1", hashlib.sha256).digest()
         self._key_digest = hashlib.sha256(admin_key.encode()).digest()
         self._ttl_s = ttl_s
-        self._revoked: dict[str, int] = {}  # signed-out nonce -> expiry (kept until it would expire anyway)
-        self._lock = threading.Lock()
 
     def key_matches(self, candidate: str) -> bool:
         """Constant-time comparison of a typed key with the admin key; digests of equal length,
@@ -54,7 +57,8 @@ class Signer:
         return f"{body}.{self._sign(b'session:' + body.encode())}"
 
     def verify(self, token: str | None, now: float | None = None) -> Session | None:
-        """The session a cookie value stands for; None when absent, forged, expired or signed out."""
+        """The session a cookie value stands for; None when absent, forged or expired (whether it
+        was signed out is the store's to say: routes.py asks it)."""
         if not token or len(token) > 256:
             return None
         body, _, signature = token.rpartition(".")
@@ -63,16 +67,7 @@ class Signer:
         expiry, _, nonce = body.partition(".")
         if not expiry.isdigit() or int(expiry) < (now or time.time()):
             return None
-        with self._lock:
-            if nonce in self._revoked:
-                return None
         return Session(nonce, int(expiry))
-
-    def revoke(self, session: Session) -> None:
-        now = time.time()
-        with self._lock:
-            self._revoked = {n: e for n, e in self._revoked.items() if e >= now}
-            self._revoked[session.nonce] = session.expires
 
     def csrf_token(self, session: Session) -> str:
         return self._sign(b"csrf:" + session.nonce.encode())
@@ -101,22 +96,3 @@ def same_origin(origin: str | None, referer: str | None, scheme: str, host: str 
         parts = urlsplit(referer)
         return f"{parts.scheme}://{parts.netloc}".lower() == expected
     return False
-
-
-class SignInLimiter:
-    """At most `attempts` failed sign-ins per `window_s` (per process): guessing the key stays slow."""
-
-    def __init__(self, attempts: int = 10, window_s: float = 60.0) -> None:
-        self._attempts, self._window_s = attempts, window_s
-        self._failures: list[float] = []
-        self._lock = threading.Lock()
-
-    def blocked(self, now: float | None = None) -> bool:
-        now = now or time.monotonic()
-        with self._lock:
-            self._failures = [t for t in self._failures if t > now - self._window_s]
-            return len(self._failures) >= self._attempts
-
-    def failed(self, now: float | None = None) -> None:
-        with self._lock:
-            self._failures.append(now or time.monotonic())

@@ -1,0 +1,108 @@
+"""Wrong admin keys, throttled per source: guessing stays slow, and nobody is locked out by others.
+
+One `KeyThrottle` per app serves the console's sign-in and the admin API's `Bearer` check, so a
+guesser gains nothing by switching between them. It counts wrong keys per *source* (the client's
+address), never globally: a flood of wrong keys from one address makes that address wait, and an
+admin signing in from anywhere else is not affected. A source that is throttled is refused
+before its key is looked at (429 with `Retry-After`): a guesser cannot tell a hit from the
+throttle, so the throttle really bounds the guessing rate (`attempts` per `window_s`).
+
+The source is the socket peer's address, or, behind a reverse proxy, the address that proxy
+reports in `trusted_proxy_header` (see `client_source`). Without that setting behind a proxy every
+client shares the proxy's address, and one guesser slows everyone: set it there.
+
+The table of sources is bounded (cachetools): a flood of addresses evicts the oldest entries, it
+never grows the process. IPv6 addresses count per /64, the block one host is usually given, so
+cycling through the addresses of one block buys nothing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import threading
+import time
+from collections import deque
+
+from cachetools import TTLCache
+from starlette.requests import Request
+
+from gatekeeper.redact import clip
+
+ATTEMPTS = 10  # wrong keys per source per window: plenty for typos, nothing for a guesser
+WINDOW_S = 60.0
+MAX_SOURCES = 10_000  # entries of a few hundred bytes: a few MB at most
+
+
+class KeyThrottle:
+    """Counts wrong keys per source over a sliding window; thread-safe."""
+
+    def __init__(self, attempts: int = ATTEMPTS, window_s: float = WINDOW_S, max_sources: int = MAX_SOURCES) -> None:
+        self.attempts, self.window_s = attempts, window_s
+        # An entry expires `window_s` after its newest failure, when none of its failures counts any more.
+        self._failures: TTLCache[str, deque[float]] = TTLCache(max_sources, window_s, timer=time.monotonic)
+        self._lock = threading.Lock()
+
+    def retry_after(self, source: str) -> int:
+        """Seconds until `source` may try a key again; 0 when it may now."""
+        now = time.monotonic()
+        with self._lock:
+            failures = self._failures.get(source)
+            if failures is None or len(failures) < self.attempts:
+                return 0
+            wait = failures[0] + self.window_s - now  # until the oldest counted failure leaves the window
+        return max(1, math.ceil(wait)) if wait > 0 else 0
+
+    def failed(self, source: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            failures = self._failures.get(source) or deque(maxlen=self.attempts)
+            failures.append(now)
+            self._failures[source] = failures  # set again: restarts the entry's expiry
+
+    def __len__(self) -> int:
+        """Sources with failures on record (bounded by `max_sources`)."""
+        with self._lock:
+            return len(self._failures)
+
+    def succeeded(self, source: str) -> None:
+        with self._lock:
+            self._failures.pop(source, None)
+
+
+def client_source(request: Request) -> str:
+    """The address a request comes from, as the throttle counts it.
+
+    With `trusted_proxy_header` set (e.g. `X-Forwarded-For`, or `X-Real-IP`), the address is read
+    from that header: its comma-separated entries are appended by each proxy in turn, so with
+    `trusted_proxy_hops: N` (the number of proxies in front of gatekeeper that append to it) the
+    client is the N-th entry from the right; entries left of it were written by the client and
+    are never believed. A request without the header (or with fewer entries than hops: it did not
+    come through every proxy) is counted by its socket peer address.
+    """
+    settings = request.app.state.gk.settings
+    peer = request.client.host if request.client else "unknown"
+    header = getattr(settings, "trusted_proxy_header", None)
+    if header:
+        entries = [e.strip() for e in ",".join(request.headers.getlist(header)).split(",") if e.strip()]
+        hops = getattr(settings, "trusted_proxy_hops", 1)
+        if len(entries) >= hops:
+            return _source(entries[-hops])
+    return _source(peer)
+
+
+def _source(address: str) -> str:
+    host = address.strip()
+    if host.startswith("[") and "]" in host:  # [v6]:port
+        host = host[1 : host.index("]")]
+    elif host.count(":") == 1:  # v4:port, as some proxies write it: the port changes per connection
+        host = host.partition(":")[0]
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return clip(address, 64)  # not an address (a test client, a unix socket): counted as given
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
