@@ -6,12 +6,19 @@ below, which `gatekeeper serve` and the CLI call, or by the application itself),
 stdlib `logging` under the module's name (`gatekeeper.store`, ...), where the package logger's
 `NullHandler` keeps it quiet unless the application configures logging: the convention httpx
 follows, so importing gatekeeper never writes to stdout or stderr on its own.
+
+A request's context (request_id, model, effort, tier, source, tools kept and hidden, upstream
+status, blocked calls) lives in structlog's context variables: bound where it is learnt
+(`structlog.contextvars.bind_contextvars`), merged into every line logged while the request runs
+(the final `request` line included), and undone when the request ends (`request_scope`).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -77,3 +84,16 @@ def configure(level: str = "info", json: bool = True) -> None:
         # hot path, not in CLI commands (which tests also run in-process, next to capture_logs).
         cache_logger_on_first_use=json,
     )
+
+
+@contextmanager
+def request_scope(**fields: Any) -> Iterator[None]:
+    """Bind `fields` for one request; at exit the log context is as it was before, whatever the
+    request bound meanwhile (a caller's own context, in process, is kept and restored)."""
+    saved = structlog.contextvars.get_contextvars()
+    structlog.contextvars.bind_contextvars(**fields)
+    try:
+        yield
+    finally:
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(**saved)

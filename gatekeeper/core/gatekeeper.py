@@ -27,15 +27,17 @@ from typing import Any
 import structlog
 
 from gatekeeper.config import Settings, load_settings
+from gatekeeper.core.admit import gate_resolved
 from gatekeeper.core.resolver import Resolution, Source, TierResolver
 from gatekeeper.core.router import Route, Router
 from gatekeeper.drift.monitor import DemotionBoard, DriftMonitor
 from gatekeeper.errors import ConfigError, MeasurementFailed, NotMeasured, SuiteError
-from gatekeeper.gating import Gated, ToolChoiceBlocked, ToolId, ToolPolicy, gate_request, tool_name
+from gatekeeper.gating import Gated, ToolId, ToolPolicy, tool_name
 from gatekeeper.measuring.backends import Backend
 from gatekeeper.measuring.runner import Progress
 from gatekeeper.measuring.scheduler import Limits, MeasurementScheduler
 from gatekeeper.measuring.service import MeasurementService
+from gatekeeper.protocols import chat
 from gatekeeper.protocols.base import Codec
 from gatekeeper.requirements import Capability, Requirements
 from gatekeeper.routing import RANKED_EFFORTS, Need
@@ -46,12 +48,13 @@ from gatekeeper.tiers import Tier
 
 log = structlog.get_logger("gatekeeper.core.gatekeeper")
 
-__all__ = ["Gatekeeper", "NotMeasured", "ProfileEntry", "Resolution", "Route", "Source"]
+__all__ = ["Gatekeeper", "NotMeasured", "ProfileEntry", "Resolution", "Route", "Snapshot", "Source"]
 
 
 @dataclass(frozen=True)
-class _Snapshot:
-    """Everything derived from one version of the settings."""
+class Snapshot:
+    """Everything derived from one version of the settings. A request takes one (`snapshot()`)
+    and makes every decision with it: a reload while its body uploads changes nothing for it."""
 
     settings: Settings
     suite: Suite
@@ -128,11 +131,11 @@ class Gatekeeper:
     def from_config(cls, path: str | Path, **kwargs: Any) -> Gatekeeper:
         return cls(load_settings(path), config_path=path, **kwargs)
 
-    def _build(self, settings: Settings) -> _Snapshot:
+    def _build(self, settings: Settings) -> Snapshot:
         suite = self._fixed_suite or load_suite(settings.suite)
         policy = ToolPolicy(settings.tools.required_tier, settings.tools.default_tier, settings.upstream.unknown_fields)
         resolver = TierResolver(settings, suite, self.store, self.drift.demotion)
-        return _Snapshot(
+        return Snapshot(
             settings,
             suite,
             policy,
@@ -142,6 +145,10 @@ class Gatekeeper:
         )
 
     # -- the current settings ----------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The settings in force now, with everything derived from them, as one immutable value."""
+        return self._snapshot
 
     @property
     def settings(self) -> Settings:
@@ -201,15 +208,16 @@ class Gatekeeper:
         """Pin or valid measured profile for the pair, without side effects; None when neither."""
         return self._snapshot.resolver.lookup(model, effort)
 
-    def resolve(self, model: str, effort: str | None = None) -> Resolution:
-        """Sync tier resolution. Under `wait` this blocks up to `wait_timeout_s`."""
-        return self._resolve(self._snapshot, model, effort)
+    def resolve(self, model: str, effort: str | None = None, *, snapshot: Snapshot | None = None) -> Resolution:
+        """Sync tier resolution under `snapshot` (default: the settings in force now). Under
+        `wait` this blocks up to `wait_timeout_s`."""
+        return self._resolve(snapshot or self._snapshot, model, effort)
 
-    async def aresolve(self, model: str, effort: str | None = None) -> Resolution:
-        """Async tier resolution; never blocks the calling event loop."""
-        return await self._aresolve(self._snapshot, model, effort)
+    async def aresolve(self, model: str, effort: str | None = None, *, snapshot: Snapshot | None = None) -> Resolution:
+        """Async tier resolution under `snapshot` (default: now); never blocks the calling event loop."""
+        return await self._aresolve(snapshot or self._snapshot, model, effort)
 
-    def _resolve(self, snap: _Snapshot, model: str, effort: str | None) -> Resolution:
+    def _resolve(self, snap: Snapshot, model: str, effort: str | None) -> Resolution:
         found, flight = self._find_or_start(snap, model, effort)
         if found is None and flight is not None and snap.settings.unknown_models == "wait":
             with contextlib.suppress(Exception):  # timeout or failed measurement: fail closed below
@@ -217,7 +225,7 @@ class Gatekeeper:
             found = snap.resolver.lookup(model, effort)
         return found or self._unknown(snap, profile_key(model, effort), flight)
 
-    async def _aresolve(self, snap: _Snapshot, model: str, effort: str | None) -> Resolution:
+    async def _aresolve(self, snap: Snapshot, model: str, effort: str | None) -> Resolution:
         found, flight = self._find_or_start(snap, model, effort)
         if found is None and flight is not None and snap.settings.unknown_models == "wait":
             with contextlib.suppress(Exception):  # timeout or failed measurement: fail closed below
@@ -226,14 +234,14 @@ class Gatekeeper:
         return found or self._unknown(snap, profile_key(model, effort), flight)
 
     def _find_or_start(
-        self, snap: _Snapshot, model: str, effort: str | None
+        self, snap: Snapshot, model: str, effort: str | None
     ) -> tuple[Resolution | None, concurrent.futures.Future[Profile] | None]:
         found = snap.resolver.lookup(model, effort)
         if found is not None:
             return found, None
         return None, self._scheduler.start(model, effort or DEFAULT_EFFORT)
 
-    def _unknown(self, snap: _Snapshot, key: str, flight: concurrent.futures.Future[Profile] | None) -> Resolution:
+    def _unknown(self, snap: Snapshot, key: str, flight: concurrent.futures.Future[Profile] | None) -> Resolution:
         source: Source = "pending" if flight is not None and not flight.done() else "unmeasured"
         if snap.settings.unknown_models == "reject":
             raise NotMeasured(f"model {key!r} has not been measured yet ({source}); retry later")
@@ -333,7 +341,7 @@ class Gatekeeper:
 
     @staticmethod
     def _route(
-        snap: _Snapshot,
+        snap: Snapshot,
         asked: Resolution,
         model: str,
         effort: str | None,
@@ -346,7 +354,7 @@ class Gatekeeper:
         return router.route(asked, model, effort, need, targets, measure=measure)
 
     def gate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
-        """Resolve the pair and gate a Chat Completions request body in place (see `gate_request`).
+        """Resolve the pair and gate a Chat Completions request body in place with the chat codec.
 
         Raises NotMeasured (policy `reject`), RequestInvalid and ToolChoiceBlocked.
         """
@@ -359,11 +367,8 @@ class Gatekeeper:
         return self._gate(snap, body, await self._aresolve(snap, model, effort))
 
     @staticmethod
-    def _gate(snap: _Snapshot, body: dict[str, Any], resolution: Resolution) -> tuple[Resolution, Gated]:
-        try:
-            return resolution, gate_request(body, resolution.tier, snap.router.policy_for(resolution))
-        except ToolChoiceBlocked as exc:
-            raise ToolChoiceBlocked(exc.tool, exc.required, exc.tier, resolution.source) from None
+    def _gate(snap: Snapshot, body: dict[str, Any], resolution: Resolution) -> tuple[Resolution, Gated]:
+        return resolution, gate_resolved(chat.CODEC, body, resolution, snap.router.policy_for(resolution))
 
     # -- profiles (for the admin API and the CLI) --------------------------------------------
 

@@ -28,12 +28,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
-from gatekeeper.errors import ToolChoiceBlocked
+from gatekeeper import logs
+from gatekeeper.core.admit import aadmit, admit
+from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Snapshot
 from gatekeeper.gating import Gated, tool_name
+from gatekeeper.protocols import fields
+from gatekeeper.protocols import table as protocols
+from gatekeeper.protocols.base import Codec
 from gatekeeper.tiers import Tier
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -131,39 +135,32 @@ def _is_async(fn: Any) -> bool:
 # -- one request body of a client protocol ---------------------------------------------------
 
 
-def _codec(protocol: str) -> Any:
-    from gatekeeper.protocols import table as protocols
-
+def _codec(protocol: str) -> Codec:
     codec = protocols.codec(protocol)
     if codec is None:
         raise ValueError(f"unknown protocol {protocol!r}: expected one of {protocols.served()}")
     return codec
 
 
-def _gate_with(
-    gk: Gatekeeper, codec: Any, body: dict[str, Any], resolution: Resolution, foreign: Iterable[str]
-) -> tuple[Resolution, Gated]:
-    from gatekeeper.protocols import fields
-
-    # The caller's own arguments (an SDK's extra_headers, timeout, ...; LiteLLM's bookkeeping)
-    # are not request fields: set aside while the body is gated, except `extra_body`, whose
-    # fields reach the wire and are checked.
+@contextlib.contextmanager
+def _set_aside(snapshot: Snapshot, codec: Codec, body: dict[str, Any], foreign: Iterable[str]) -> Iterator[None]:
+    """The caller's own arguments (an SDK's extra_headers, timeout, ...; LiteLLM's bookkeeping)
+    are not request fields: set aside while the body is gated, except `extra_body`, whose fields
+    reach the wire and are checked. The log context is the caller's again afterwards."""
     aside = {k: body.pop(k) for k in foreign if k in body}
     try:
         if "extra_body" in aside:
-            fields.check_extra_body(aside["extra_body"], fields.REQUEST_TABLES[codec.name], gk.policy.unknown_fields)
-        return resolution, codec.gate(body, resolution.tier, gk.policy)
-    except ToolChoiceBlocked as exc:
-        exc.source = resolution.source
-        raise
+            fields.check_extra_body(
+                aside["extra_body"], fields.REQUEST_TABLES[codec.name], snapshot.policy.unknown_fields
+            )
+        with logs.request_scope():
+            yield
     finally:
         body.update(aside)
 
 
 def unlisted_fields(protocol: str, body: dict[str, Any]) -> set[str]:
     """The keys of `body` that are not request fields of `protocol` (protocols/fields.py)."""
-    from gatekeeper.protocols import fields
-
     return set(body) - set(fields.REQUEST_TABLES[protocol])
 
 
@@ -171,23 +168,25 @@ def gate_body(
     gk: Gatekeeper, protocol: str, body: dict[str, Any], foreign: Iterable[str] = ()
 ) -> tuple[Resolution, Gated]:
     """Gate (in place) a request body of `protocol` ("chat" | "responses" | "messages") with the
-    proxy's codec for it. Keys named in `foreign` are the caller's own arguments, not request
-    fields (an SDK's `extra_headers`, `timeout`); they are left as they are, except
-    `extra_body`, whose fields must be ones the codec relays as is.
+    proxy's own request step (gatekeeper/core/admit.py). Keys named in `foreign` are the caller's
+    own arguments, not request fields (an SDK's `extra_headers`, `timeout`); they are left as
+    they are, except `extra_body`, whose fields must be ones the codec relays as is.
 
-    Raises RequestInvalid, ToolChoiceBlocked and NotMeasured like the proxy's request step."""
-    codec = _codec(protocol)
-    info = codec.parse(body)
-    return _gate_with(gk, codec, body, gk.resolve(info.model, info.effort), foreign)
+    Raises RequestInvalid, ToolChoiceBlocked and NotMeasured like the proxy."""
+    codec, snapshot = _codec(protocol), gk.snapshot()
+    with _set_aside(snapshot, codec, body, foreign):
+        admitted = admit(gk, codec, body, snapshot)
+    return admitted.resolution, admitted.gated
 
 
 async def agate_body(
     gk: Gatekeeper, protocol: str, body: dict[str, Any], foreign: Iterable[str] = ()
 ) -> tuple[Resolution, Gated]:
     """`gate_body` for async code."""
-    codec = _codec(protocol)
-    info = codec.parse(body)
-    return _gate_with(gk, codec, body, await gk.aresolve(info.model, info.effort), foreign)
+    codec, snapshot = _codec(protocol), gk.snapshot()
+    with _set_aside(snapshot, codec, body, foreign):
+        admitted = await aadmit(gk, codec, body, snapshot)
+    return admitted.resolution, admitted.gated
 
 
 # -- pydantic-ai ----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Models configured under `models:`, answered through litellm instead of the upstream.
 
-The route is a chat upstream like any other: the proxy's pipeline gates the request and enforces
-the answer (plain and streamed), logs and counts it. This module only calls litellm.
+The route is a chat upstream like any other (`LiteLLMUpstream`, an `Upstream` mounted at the
+route's model name): the proxy's pipeline gates the request and enforces the answer (plain and
+streamed), logs and counts it. This module only calls litellm.
 
 Only the OpenAI Chat Completions fields below reach `litellm.acompletion`. Everything else in
 the client's body (`base_url`, `api_base`, `api_key`, `extra_headers`, `mock_response`, any
@@ -11,7 +12,7 @@ route, add headers to the provider call or swap the operator's key.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from gatekeeper import metrics
 from gatekeeper.config import ModelRoute
 from gatekeeper.errors import ProxyError
 from gatekeeper.protocols.base import Event
+from gatekeeper.server.upstream import UpstreamRequest, rate_limit_headers
 
 log = structlog.get_logger("gatekeeper.server.app")
 
@@ -58,12 +60,46 @@ ALLOWED_FIELDS = frozenset(
 
 @dataclass
 class LiteLLMAnswer:
+    """litellm's answer as an `UpstreamAnswer`: a plain chat JSON body, or chat events."""
+
     body: bytes | None = None  # a plain answer (chat JSON)
-    events: AsyncIterator[list[Event]] | None = None  # a streamed one (chat events)
+    stream: AsyncIterator[list[Event]] | None = None  # a streamed one (chat events)
+    status_code: int = 200
+
+    def passed_headers(self) -> dict[str, str]:
+        return {"content-type": "text/event-stream" if self.stream is not None else "application/json"}
+
+    async def read(self) -> bytes:
+        return self.body or b""
+
+    def events(self) -> AsyncIterator[list[Event]]:
+        if self.stream is None:
+            raise ProxyError(502, "the litellm route gave a plain answer to a streamed request", "upstream_invalid")
+        return self.stream
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        yield await self.read()
 
     async def aclose(self) -> None:
-        if self.events is not None:
-            await self.events.aclose()  # type: ignore[attr-defined]
+        if self.stream is not None:
+            await self.stream.aclose()  # type: ignore[attr-defined]
+
+
+class LiteLLMUpstream:
+    """One `models:` route. It speaks chat only: other protocols are translated to chat first."""
+
+    protocols: tuple[str, ...] = ("chat",)
+
+    def __init__(self, route: ModelRoute) -> None:
+        self.route = route
+
+    async def send(self, request: UpstreamRequest) -> LiteLLMAnswer:
+        if request.body is None or request.path != "/chat/completions":
+            raise ProxyError(404, f"model {self.route.name!r} is served through litellm, for chat only", "not_found")
+        return await complete(self.route, request.body, request.stream)
+
+    async def aclose(self) -> None:
+        return None
 
 
 def request_fields(body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -83,7 +119,7 @@ async def complete(route: ModelRoute, body: dict[str, Any], stream: bool) -> Lit
     except Exception as exc:  # noqa: BLE001 - litellm raises many kinds; the client gets a clear error
         raise _upstream_error(route, exc) from None
     if stream or request.get("stream"):
-        return LiteLLMAnswer(events=_events(route, response))
+        return LiteLLMAnswer(stream=_events(route, response))
     return LiteLLMAnswer(body=orjson.dumps(response.model_dump()))
 
 
@@ -101,4 +137,18 @@ def _upstream_error(route: ModelRoute, exc: Exception) -> ProxyError:
     if not isinstance(status, int) or not 400 <= status < 600:
         status = 502
     metrics.UPSTREAM_ERRORS.labels(str(status) if status != 502 else "litellm").inc()
-    return ProxyError(status, f"{route.litellm_model}: {type(exc).__name__}: {exc}", None, "upstream_error")
+    return ProxyError(
+        status, f"{route.litellm_model}: {type(exc).__name__}: {exc}", None, "upstream_error", _retry_headers(exc)
+    )
+
+
+def _retry_headers(exc: Exception) -> dict[str, str]:
+    """The provider's Retry-After and rate-limit headers, from litellm's exception (its openai
+    base class keeps the provider's HTTP response), for the client's backoff."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if not isinstance(headers, Mapping):
+        headers = getattr(exc, "litellm_response_headers", None)
+    if not isinstance(headers, Mapping):
+        return {}
+    return rate_limit_headers({str(k).lower(): str(v) for k, v in headers.items()})

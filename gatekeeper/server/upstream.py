@@ -1,4 +1,11 @@
-"""The upstream connection pool, the resend rule and the header rules, in one place.
+"""Where a model call goes: the `Upstream` protocol and the pooled HTTP upstream.
+
+An upstream takes an `UpstreamRequest` (method, path under its base URL, the client's raw headers,
+the JSON body) and gives an `UpstreamAnswer` (status, headers a client may see, the body read
+whole, as server-sent events, or as raw chunks; every way of reading capped at
+`upstream.max_response_bytes`). Implementations: `PooledUpstream` (aiohttp, below), the litellm
+route (server/litellm_route.py) and `MockUpstream` (server/mock.py: a handler function, for
+pipeline tests without a port). Which one serves a model: server/mounts.py.
 
 The hot path talks to the upstream through aiohttp, not httpx: with the same app on the same
 machine aiohttp's pool served several times the requests per second under concurrency (httpx's
@@ -16,17 +23,21 @@ What the pool keeps, whatever the client library:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
-from multidict import CIMultiDictProxy
+import orjson
 from yarl import URL
 
 from gatekeeper import metrics
-from gatekeeper.config import Upstream
+from gatekeeper.config import Upstream as UpstreamSettings
 from gatekeeper.errors import ProxyError
+from gatekeeper.protocols.base import Event
+from gatekeeper.server.sse import SSEParser
 
 # Headers that describe one hop, or that the client library recomputes: never copied across the
 # proxy, either way. `x-request-id` stays here too: some servers (llama.cpp's) reject ids that
@@ -55,37 +66,157 @@ TransferError = (aiohttp.ClientError, asyncio.TimeoutError)
 _MAX_CACHED_URLS = 64  # fixed endpoint paths; /v1/models/{id} paths come from clients and are not kept
 
 
-class UpstreamResponse:
-    """One upstream answer: status, headers and the decoded body in chunks. `aclose` gives the
-    connection back when the body was read to its end, and drops it otherwise."""
+# Sent on upstream errors too (not only on answers): the SDKs' backoff reads them.
+RATE_LIMIT_HEADERS = frozenset({"retry-after", "retry-after-ms"})
+RATE_LIMIT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    method: str
+    path: str  # under the upstream's base URL: "/chat/completions", "/models", ...
+    headers: list[tuple[bytes, bytes]]  # the client's, raw (ASGI): each upstream applies its own rules
+    body: dict[str, Any] | None = None  # a JSON object, or None (GET)
+    stream: bool = False  # the client asked for a streamed answer
+
+
+class UpstreamAnswer(Protocol):
+    """One upstream answer. Whoever receives it reads it once (`read`, `events` or `chunks`) or
+    closes it (`aclose`)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    def passed_headers(self) -> dict[str, str]:
+        """The answer's headers a client may see (hop-by-hop ones removed), lower-cased."""
+
+    async def read(self) -> bytes:
+        """The whole body (capped; 502 when over, or when the transfer breaks); closes the answer."""
+
+    def events(self) -> AsyncIterator[list[Event]]:
+        """The body as server-sent events, one list per received chunk (capped: ProxyError)."""
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The raw body for a relay that does not read it: ends quietly at the cap or a broken
+        transfer, and closes the answer."""
+
+    async def aclose(self) -> None: ...
+
+
+class Upstream(Protocol):
+    """Something that answers model calls."""
+
+    protocols: tuple[str, ...]  # the client protocols it speaks natively; the rest are translated to chat
+
+    async def send(self, request: UpstreamRequest) -> UpstreamAnswer:
+        """Send `request`; ProxyError 502/504 when no answer comes."""
+
+    async def aclose(self) -> None: ...
+
+
+class ByteAnswer:
+    """An answer whose body arrives as bytes (HTTP, or a mock): the one place the size cap and
+    the SSE framing are applied, whatever reads it."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    @property
+    def status_code(self) -> int:
+        raise NotImplementedError
+
+    def raw_headers(self) -> Mapping[str, str]:
+        raise NotImplementedError
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    def passed_headers(self) -> dict[str, str]:
+        return {k.lower(): v for k, v in self.raw_headers().items() if k.lower() not in HOP}
+
+    async def _capped(self, what: str) -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in self.aiter_bytes():
+            size += len(chunk)
+            if size > self.limit:
+                metrics.UPSTREAM_ERRORS.labels("too_large").inc()
+                raise ProxyError(
+                    502,
+                    f"upstream {what} exceeds max_response_bytes ({self.limit})",
+                    "upstream_too_large",
+                    "upstream_error",
+                )
+            yield chunk
+
+    async def read(self) -> bytes:
+        chunks: list[bytes] = []
+        try:
+            async for chunk in self._capped("answer"):
+                chunks.append(chunk)
+        except TransferError as exc:
+            metrics.UPSTREAM_ERRORS.labels("read").inc()
+            raise ProxyError(
+                502, f"upstream answer broke off: {type(exc).__name__}", "upstream_incomplete", "upstream_error"
+            ) from None
+        finally:
+            await self.aclose()
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def events(self) -> AsyncIterator[list[Event]]:
+        # A broken transfer (TransferError) reaches the relay, which ends the client's stream in error.
+        parser = SSEParser()
+        async for chunk in self._capped("stream"):
+            events = parser.feed(chunk)
+            if events:
+                yield events
+        yield parser.finish()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._capped("answer"):
+                yield chunk
+        except (ProxyError, *TransferError):
+            return
+        finally:
+            await self.aclose()
+
+
+class PooledAnswer(ByteAnswer):
+    """An aiohttp answer. `aclose` gives the connection back when the body was read to its end,
+    and drops it otherwise."""
 
     __slots__ = ("_response",)
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, limit: int) -> None:
+        super().__init__(limit)
         self._response = response
 
     @property
     def status_code(self) -> int:
         return self._response.status
 
-    @property
-    def headers(self) -> CIMultiDictProxy[str]:
+    def raw_headers(self) -> Mapping[str, str]:
         return self._response.headers
 
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        async for chunk in self._response.content.iter_any():
-            yield chunk
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        return self._response.content.iter_any()  # no generator of our own: one less hop per chunk
 
     async def aclose(self) -> None:
         self._response.release()
 
 
-class UpstreamPool:
+class PooledUpstream:
     """One aiohttp session (one connection pool, `upstream.max_connections` wide) to the upstream."""
 
-    def __init__(self, upstream: Upstream) -> None:
+    def __init__(self, upstream: UpstreamSettings) -> None:
         """Call from a running event loop (the app's lifespan): aiohttp binds to it."""
         self.upstream = upstream  # the settings it was built from (a reload may bring new ones)
+        self.protocols: tuple[str, ...] = tuple(upstream.protocols)
         self.base_url = upstream.base_url
         self.api_key = upstream.api_key
         self.max_response_bytes = upstream.max_response_bytes
@@ -133,18 +264,19 @@ class UpstreamPool:
             headers.append(("content-type", "application/json"))
         return headers
 
-    async def send(
-        self, method: str, path: str, headers: list[tuple[str, str]], content: bytes | None = None
-    ) -> UpstreamResponse:
-        """Send and return the streaming response (the caller closes it). Sent once more when a
-        pooled connection turns out to be dead before any answer arrived (llama.cpp's server, for
-        one, closes a connection after a failed stream). 504 on timeout, 502 when unreachable."""
-        url = self.url(path)
+    async def send(self, request: UpstreamRequest) -> PooledAnswer:
+        """Send and return the streaming answer (the caller reads or closes it). Sent once more
+        when a pooled connection turns out to be dead before any answer arrived (llama.cpp's
+        server, for one, closes a connection after a failed stream). 504 on timeout, 502 when
+        unreachable."""
+        url = self.url(request.path)
+        headers = self.request_headers(request.headers, json_body=request.body is not None)
+        content = None if request.body is None else orjson.dumps(request.body)
         try:
             try:
-                response = await self._request(method, url, headers, content)
+                response = await self._request(request.method, url, headers, content)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                response = await self._request(method, url, headers, content)
+                response = await self._request(request.method, url, headers, content)
         except TimeoutError:
             metrics.UPSTREAM_ERRORS.labels("timeout").inc()
             raise ProxyError(504, f"upstream {self.base_url} timed out", "upstream_timeout", "upstream_error") from None
@@ -156,7 +288,7 @@ class UpstreamPool:
                 "upstream_unreachable",
                 "upstream_error",
             ) from None
-        return UpstreamResponse(response)
+        return PooledAnswer(response, self.max_response_bytes)
 
     def _request(
         self, method: str, url: URL, headers: list[tuple[str, str]], content: bytes | None
@@ -165,36 +297,10 @@ class UpstreamPool:
             method, url, headers=headers, data=content, allow_redirects=False, proxy=self._proxy
         )
 
-    async def read(self, response: UpstreamResponse) -> bytes:
-        """The whole (decoded) body, at most `max_response_bytes`; closes the response."""
-        limit = self.max_response_bytes
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > limit:
-                    metrics.UPSTREAM_ERRORS.labels("too_large").inc()
-                    raise ProxyError(
-                        502,
-                        f"upstream answer exceeds max_response_bytes ({limit})",
-                        "upstream_too_large",
-                        "upstream_error",
-                    )
-                chunks.append(chunk)
-        except TransferError as exc:
-            metrics.UPSTREAM_ERRORS.labels("read").inc()
-            raise ProxyError(
-                502, f"upstream answer broke off: {type(exc).__name__}", "upstream_incomplete", "upstream_error"
-            ) from None
-        finally:
-            await response.aclose()
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-
-def answer_headers(response: UpstreamResponse) -> dict[str, str]:
-    """The upstream's answer headers a client may see."""
-    return {k.lower(): v for k, v in response.headers.items() if k.lower() not in HOP}
+def rate_limit_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """`Retry-After` and the rate-limit headers among an answer's (lower-cased) headers."""
+    return {k: v for k, v in headers.items() if k in RATE_LIMIT_HEADERS or k.startswith(RATE_LIMIT_PREFIXES)}
 
 
 def _env_proxy(base_url: str) -> str | None:

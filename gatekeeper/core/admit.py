@@ -1,0 +1,75 @@
+"""The request step every front end shares, written once: parse a body with its protocol's codec,
+resolve the pair's tier, gate the tools.
+
+The proxy (server/pipeline.py), the in-process request step (inprocess/wrap.py `gate_body`, used
+by the SDK wrappers and the LiteLLM hook) and `Gatekeeper.gate` all end in `gate_resolved`, the
+one place a `ToolChoiceBlocked` learns where its tier came from. Every decision of one request is
+made with one settings snapshot (`Gatekeeper.snapshot()`): the tier and the tool rules always come
+from the same config, whatever a reload does meanwhile.
+
+What is learnt is bound to the log context (model, effort, tier, source, tools kept and hidden),
+so every line logged for the request carries it; callers scope it (`logs.request_scope`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from gatekeeper.errors import ToolChoiceBlocked
+from gatekeeper.gating import Gated, ToolPolicy
+from gatekeeper.protocols.base import Codec, RequestInfo
+
+if TYPE_CHECKING:
+    from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A gated request: what its body says, the tier it gets, and what gating kept and hid."""
+
+    info: RequestInfo
+    resolution: Resolution
+    gated: Gated
+
+
+def admit(gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot | None = None) -> Admitted:
+    """Parse, resolve (sync: under `wait` this blocks) and gate `body` in place.
+
+    Raises RequestInvalid, NotMeasured (`unknown_models: reject`) and ToolChoiceBlocked."""
+    snap = snapshot or gk.snapshot()
+    info = parse(codec, body)
+    return _gate(snap, codec, body, info, gk.resolve(info.model, info.effort, snapshot=snap))
+
+
+async def aadmit(gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot | None = None) -> Admitted:
+    """`admit` for async code: never blocks the event loop."""
+    snap = snapshot or gk.snapshot()
+    info = parse(codec, body)
+    return _gate(snap, codec, body, info, await gk.aresolve(info.model, info.effort, snapshot=snap))
+
+
+def parse(codec: Codec, body: dict[str, Any]) -> RequestInfo:
+    info = codec.parse(body)
+    structlog.contextvars.bind_contextvars(model=info.model, effort=info.effort or "default")
+    return info
+
+
+def _gate(snap: Snapshot, codec: Codec, body: dict[str, Any], info: RequestInfo, resolution: Resolution) -> Admitted:
+    structlog.contextvars.bind_contextvars(tier=resolution.tier.value, source=resolution.source)
+    # The pair's policy: the tier rules, and `tools.requires` judged on its measured bounds.
+    gated = gate_resolved(codec, body, resolution, snap.router.policy_for(resolution))
+    structlog.contextvars.bind_contextvars(tools_kept=gated.kept, tools_hidden=gated.hidden)
+    return Admitted(info, resolution, gated)
+
+
+def gate_resolved(codec: Codec, body: dict[str, Any], resolution: Resolution, policy: ToolPolicy) -> Gated:
+    """Gate `body` in place at `resolution`'s tier (no log context bound: `Gatekeeper.gate` is
+    called in process, outside any request scope)."""
+    try:
+        return codec.gate(body, resolution.tier, policy)
+    except ToolChoiceBlocked as exc:
+        exc.source = resolution.source
+        raise

@@ -1,0 +1,369 @@
+"""The proxy's request pipeline: one model call, from the client's body to the client's answer.
+
+    snapshot = gk.snapshot()            every decision below is made with this one settings version
+    -> read the body (size-capped) -> admit: codec.parse, resolve the tier, codec.gate (core/admit.py)
+    -> the model's upstream (Mounts: the pool, a `models:` litellm route, or an injected one)
+    -> Exchange.upstream_request (native, or translated to chat) -> upstream.send
+    -> Exchange.plain / Exchange.stream_filter (translated back, calls enforced) -> client
+
+The principle the pipeline keeps: an answer the enforcer cannot read with certainty never
+reaches the client with a tool call in it (502 `upstream_invalid`, or a stream that ends with an
+error event); a request field that could carry tools or redirect the upstream is understood and
+gated, or refused. Answers whose bytes cannot spell a call are relayed unparsed (the fast path).
+
+What a request learns goes to the log context (structlog context variables, scoped per request
+by the app's middleware), so every line logged for it, the final `request` line included, says
+which request, model, tier and tools it was about.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+import structlog
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from gatekeeper import metrics
+from gatekeeper.core.admit import aadmit
+from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
+from gatekeeper.drift.monitor import DriftMonitor
+from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, ProxyError
+from gatekeeper.protocols import table as protocols
+from gatekeeper.protocols.base import (
+    Codec,
+    Enforced,
+    Event,
+    Offered,
+    StreamConverter,
+    StreamFilter,
+    Translator,
+    may_carry_calls,
+)
+from gatekeeper.protocols.chat import loads
+from gatekeeper.server.mounts import Upstreams
+from gatekeeper.server.sse import encode
+from gatekeeper.server.upstream import (
+    TransferError,
+    UpstreamAnswer,
+    UpstreamRequest,
+    rate_limit_headers,
+)
+
+log = structlog.get_logger("gatekeeper.server.app")
+
+JSON = "application/json"
+_CHAT_PATH = "/chat/completions"
+
+
+class Exchange:
+    """How one client protocol reaches one upstream: the client's codec, and the translator when
+    the upstream does not speak that protocol (it then gets chat). The pipeline asks it to build
+    the upstream request and to read the answer back; it never asks which case it is in."""
+
+    __slots__ = ("codec", "translator")
+
+    def __init__(self, codec: Codec, translator: Translator | None = None) -> None:
+        self.codec, self.translator = codec, translator
+
+    def upstream_request(self, body: dict[str, Any], count: bool = False) -> tuple[str, dict[str, Any]]:
+        """The path (under the upstream's base URL) and body to send for a gated client body."""
+        if self.translator is None:
+            return ("/messages/count_tokens" if count else self.codec.upstream_path), body
+        return _CHAT_PATH, self.translator.to_chat(body)
+
+    def local_count(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """`/v1/messages/count_tokens` answered here when the upstream cannot (None: ask it)."""
+        if self.translator is None:
+            return None
+        counter = getattr(self.translator, "count_tokens", None)
+        if counter is None:
+            raise ProxyError(404, "count_tokens needs an upstream that speaks 'messages'", "protocol_not_served")
+        result: dict[str, Any] = counter(body)
+        return result
+
+    def plain(self, raw: bytes, offered: Offered, request: dict[str, Any]) -> tuple[bytes, Enforced | None]:
+        """A plain answer for the client: the upstream's own bytes when they cannot spell a call
+        (enforced None), else parsed strictly, translated, enforced and re-serialised."""
+        if self.translator is None and not may_carry_calls(raw, self.codec.markers):
+            return raw, None
+        doc = loads(raw, "upstream answer")
+        if self.translator is not None:
+            if not isinstance(doc, dict):
+                raise AnswerInvalid("upstream answer must be a JSON object")
+            doc = self.translator.from_chat(doc, request)
+        enforced = self.codec.enforce(doc, offered)
+        return orjson.dumps(doc), enforced
+
+    def stream_filter(self, offered: Offered, request: dict[str, Any]) -> StreamFilter:
+        """Per-stream state: upstream events in, the client's (translated, enforced) events out."""
+        enforcer = self.codec.stream_filter(offered)
+        if self.translator is None:
+            return enforcer
+        return _Translated(self.translator.stream_from_chat(request), enforcer)
+
+    def error_body(self, status: int, message: str, code: str | None) -> bytes:
+        return orjson.dumps(self.codec.error_body(status, message, "upstream_error", code))
+
+
+class _Translated:
+    """A chat stream converted to the client's protocol, then enforced in the client's protocol."""
+
+    __slots__ = ("_converter", "_enforcer", "result")
+
+    def __init__(self, converter: StreamConverter, enforcer: StreamFilter) -> None:
+        self._converter, self._enforcer = converter, enforcer
+        self.result = enforcer.result
+
+    def feed(self, event: Event) -> list[Event]:
+        return [kept for converted in self._converter.feed(event) for kept in self._enforcer.feed(converted)]
+
+    def finish(self) -> list[Event]:
+        out = [kept for converted in self._converter.finish() for kept in self._enforcer.feed(converted)]
+        return out + self._enforcer.finish()
+
+
+_EXCHANGES: dict[tuple[str, bool], Exchange] = {}
+
+
+def exchange(protocol: str, native: tuple[str, ...]) -> Exchange:
+    """The exchange for a client protocol and an upstream speaking `native` (built once per pair)."""
+    key = (protocol, protocol in native)
+    found = _EXCHANGES.get(key)
+    if found is not None:
+        return found
+    codec = protocols.codec(protocol)
+    if codec is None:
+        raise ProxyError(404, f"protocol {protocol!r} is not served", "protocol_not_served")
+    translator = None
+    if not key[1]:
+        translator = protocols.translator(protocol)
+        if translator is None:
+            raise ProxyError(
+                404,
+                f"the upstream does not speak {protocol!r} (upstream.protocols) and no "
+                "translation to chat is installed",
+                "protocol_not_served",
+            )
+    found = _EXCHANGES[key] = Exchange(codec, translator)
+    return found
+
+
+# -- one model call -------------------------------------------------------------------------
+
+
+async def model_call(request: Request, protocol: str, count: bool = False) -> Response:
+    """The model routes' endpoint: raises ProxyError and the core's errors (the app's exception
+    handler shapes them in the client's protocol)."""
+    started = time.perf_counter()
+    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    structlog.contextvars.bind_contextvars(request_id=request_id)
+    codec = protocols.codec(protocol)
+    if codec is None:
+        raise ProxyError(404, f"protocol {protocol!r} is not served", "protocol_not_served")
+    state = request.app.state
+    gk: Gatekeeper = state.gk
+    snapshot = gk.snapshot()  # taken before the body: a reload while it uploads changes nothing here
+    body = await read_json(request, snapshot.settings.max_body_bytes)
+    admitted = await aadmit(gk, codec, body, snapshot)
+    resolution = admitted.resolution
+    tier = resolution.tier.value
+    metrics.REQUESTS.labels(tier, resolution.source).inc()
+    if admitted.gated.hidden:
+        metrics.TOOLS_HIDDEN.inc(len(admitted.gated.hidden))
+    upstreams: Upstreams = state.upstreams
+    upstream = upstreams.mounts(snapshot.settings).for_model(admitted.info.model)
+    call = ModelCall(
+        exchange(protocol, upstream.protocols),
+        codec.offered(body),
+        body,
+        resolution,
+        {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": resolution.source, "x-request-id": request_id},
+        started,
+        gk.drift,
+    )
+    if count and (local := call.exchange.local_count(body)) is not None:
+        return call.finish(Response(orjson.dumps(local), media_type=JSON, headers=call.headers))
+    path, upstream_body = call.exchange.upstream_request(body, count)
+    stream = admitted.info.stream
+    answer = await upstream.send(UpstreamRequest("POST", path, request.scope["headers"], upstream_body, stream))
+    status = answer.status_code
+    structlog.contextvars.bind_contextvars(upstream_status=status)
+    if status >= 300:
+        return await call.upstream_error(answer)
+    passed = answer.passed_headers()
+    content_type = passed.pop("content-type", "")
+    if stream or content_type.lower().startswith("text/event-stream"):
+        return call.stream(answer, passed)
+    return call.plain(status, await answer.read(), passed)
+
+
+class ModelCall:
+    """What one model call carries from the request side to the answer side."""
+
+    __slots__ = ("drift", "exchange", "headers", "offered", "request", "resolution", "started")
+
+    def __init__(
+        self,
+        exchange: Exchange,
+        offered: Offered,
+        request: dict[str, Any],
+        resolution: Resolution,
+        headers: dict[str, str],
+        started: float,
+        drift: DriftMonitor | None,
+    ) -> None:
+        self.exchange, self.offered, self.request, self.resolution = exchange, offered, request, resolution
+        self.headers, self.started, self.drift = headers, started, drift
+
+    def plain(self, status: int, raw: bytes, passed: dict[str, str]) -> Response:
+        headers = passed | self.headers
+        raw, enforced = self.exchange.plain(raw, self.offered, self.request)
+        if enforced is not None and enforced.removed:
+            headers["x-gatekeeper-blocked-calls"] = blocked_header(enforced.removed)
+        self.answered(enforced)
+        return self.finish(Response(raw, status_code=status, headers=headers, media_type=JSON))
+
+    def stream(self, answer: UpstreamAnswer, passed: dict[str, str]) -> StreamingResponse:
+        body = self._relay(answer, self.exchange.stream_filter(self.offered, self.request))
+        return StreamingResponse(body, headers=passed | self.headers, media_type="text/event-stream")
+
+    async def _relay(self, answer: UpstreamAnswer, stream_filter: StreamFilter) -> AsyncIterator[bytes]:
+        """Enforce a stream event by event. Whatever goes wrong, the client's stream ends with a
+        correctly framed error event (after a blank line, so no partial event can absorb it)."""
+        error: tuple[str, str] | None = None
+        out: list[bytes] = []  # encoded events not yet written; kept when a later event fails
+        try:
+            try:
+                async for events in answer.events():
+                    for event in events:
+                        out.extend(encode(kept) for kept in stream_filter.feed(event))
+                    if out:
+                        chunk = out[0] if len(out) == 1 else b"".join(out)
+                        out.clear()
+                        yield chunk
+                out.extend(encode(kept) for kept in stream_filter.finish())
+            except AnswerIncomplete as exc:
+                metrics.UPSTREAM_ERRORS.labels("stream_incomplete").inc()
+                error = (str(exc), "upstream_incomplete")
+            except AnswerInvalid as exc:
+                metrics.UPSTREAM_ERRORS.labels("invalid").inc()
+                error = (str(exc), "upstream_invalid")
+            except ProxyError as exc:
+                error = (exc.message, exc.code or "upstream_error")
+            except TransferError as exc:
+                metrics.UPSTREAM_ERRORS.labels("stream_incomplete").inc()
+                error = (f"upstream stream broke off: {type(exc).__name__}", "upstream_incomplete")
+            except Exception as exc:
+                log.exception("stream_failed")
+                error = (f"gatekeeper internal error: {type(exc).__name__}", "internal_error")
+            if error is not None:
+                structlog.contextvars.bind_contextvars(stream_error=error[0])
+                out.append(b"\n" + encode(self.exchange.codec.stream_error(error[0], "upstream_error", error[1])))
+            if out:
+                yield b"".join(out)
+        finally:
+            await answer.aclose()
+            self.answered(stream_filter.result)
+            self.finish(None, stream=True)
+
+    async def upstream_error(self, answer: UpstreamAnswer) -> Response:
+        """Upstream errors keep their status, and the headers a client's backoff reads
+        (Retry-After, rate limits). A JSON object body in the client's own protocol passes;
+        anything else (empty, not JSON, or a chat error for a translated protocol) is re-shaped."""
+        status = answer.status_code
+        passed = answer.passed_headers()
+        raw = await answer.read()
+        metrics.UPSTREAM_ERRORS.labels(str(status)).inc()
+        if status < 400:  # a redirect would send the client's key wherever the upstream says
+            raise ProxyError(
+                502,
+                f"upstream answered HTTP {status}, which the proxy does not follow",
+                "upstream_invalid",
+                "upstream_error",
+            )
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict) and self.exchange.translator is None:
+            body = raw
+        else:
+            error = doc.get("error") if isinstance(doc, dict) else None
+            message = error.get("message") if isinstance(error, dict) else None
+            if not isinstance(message, str):
+                message = raw.decode("utf-8", "replace").strip()[:500] or "empty body"
+            body = self.exchange.error_body(status, f"upstream answered HTTP {status}: {message}", None)
+        headers = rate_limit_headers(passed) | self.headers
+        return self.finish(Response(body, status_code=status, headers=headers, media_type=JSON))
+
+    def answered(self, enforced: Enforced | None) -> None:
+        """Every answer, plain or streamed, from any upstream, ends here once (`enforced` is None
+        for a plain answer that could not carry a call: the fast path)."""
+        if enforced is None:
+            return
+        if enforced.removed:
+            metrics.TOOL_CALLS_BLOCKED.inc(len(enforced.removed))
+            structlog.contextvars.bind_contextvars(blocked_calls=enforced.removed)
+            log.warning("tool_calls_blocked", tools=enforced.removed)
+        if enforced.calls and self.drift is not None:
+            self.drift.submit(self.resolution, enforced.calls, self.offered)  # O(1): judged off the request path
+
+    def finish(self, response: Response | None, **fields: Any) -> Response:
+        """The request's one `request` log line (its context says the rest)."""
+        status = response.status_code if response is not None else 200
+        log.info("request", status=status, latency_ms=round((time.perf_counter() - self.started) * 1000, 2), **fields)
+        return response  # type: ignore[return-value]
+
+
+def blocked_header(names: list[str]) -> str:
+    """Names come from model output: percent-encode anything outside a safe set, so a header
+    can never be split or carry non-ASCII bytes."""
+    return ",".join(quote(name, safe="_-.:/@") or "(unnamed)" for name in names)
+
+
+async def read_json(request: Request, limit: int) -> dict[str, Any]:
+    """The request body as a JSON object, at most `limit` bytes (413 past it, 400 when not JSON)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ProxyError(413, f"request body is {declared} bytes; the limit is {limit}", "body_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ProxyError(413, f"request body exceeds the limit of {limit} bytes", "body_too_large")
+        chunks.append(chunk)
+    try:
+        body = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as exc:
+        raise ProxyError(400, f"request body is not valid JSON: {exc}", "invalid_json") from None
+    if not isinstance(body, dict):
+        raise ProxyError(400, f"request body must be a JSON object, got {type(body).__name__}", "invalid_body")
+    return body
+
+
+# -- tool-free endpoints, forwarded as they are ---------------------------------------------
+
+
+async def forward(request: Request, method: str, path: str, body: dict[str, Any] | None = None) -> Response:
+    """A tool-free endpoint on the default upstream: its answer relayed as it is (size-capped)."""
+    settings = request.app.state.gk.settings
+    upstream = request.app.state.upstreams.mounts(settings).default
+    answer = await upstream.send(UpstreamRequest(method, path, request.scope["headers"], body))
+    if 300 <= answer.status_code < 400:
+        await answer.aclose()
+        raise ProxyError(
+            502,
+            f"upstream answered HTTP {answer.status_code}, which the proxy does not follow",
+            "upstream_invalid",
+            "upstream_error",
+        )
+    passed = answer.passed_headers()
+    if passed.get("content-type", "").lower().startswith("text/event-stream"):
+        return StreamingResponse(answer.chunks(), status_code=answer.status_code, headers=passed)
+    return Response(await answer.read(), status_code=answer.status_code, headers=passed)
