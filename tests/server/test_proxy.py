@@ -215,16 +215,22 @@ def test_legacy_functions_are_filtered_too(upstream, store_path, default_suite):
     assert [f["name"] for f in upstream.requests[-1]["functions"]] == ["read_file"]
 
 
-def test_unowned_fields_pass_through_untouched(upstream, store_path, default_suite):
+def test_known_unowned_fields_pass_through_untouched(upstream, store_path, default_suite):
     seed_store(store_path, make_profile("m", Tier.LARGE, default_suite))
     with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
-        ask(
-            proxy, tools=TOOLS, temperature=0.3, seed=7, extra_body={"custom_field": {"a": [1, 2]}}, metadata={"k": "v"}
-        )
+        ask(proxy, tools=TOOLS, temperature=0.3, seed=7, metadata={"k": "v"}, logit_bias={"42": 1})
     body = upstream.requests[-1]
     assert body["temperature"] == 0.3 and body["seed"] == 7
-    assert body["custom_field"] == {"a": [1, 2]} and body["metadata"] == {"k": "v"}
+    assert body["metadata"] == {"k": "v"} and body["logit_bias"] == {"42": 1}
     assert body["tools"] == TOOLS
+
+
+def test_an_unknown_field_is_refused_by_default(upstream, store_path, default_suite):
+    seed_store(store_path, make_profile("m", Tier.LARGE, default_suite))
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        with pytest.raises(openai.BadRequestError, match="custom_field"):
+            ask(proxy, tools=TOOLS, extra_body={"custom_field": {"a": [1, 2]}})
+    assert upstream.requests == []
 
 
 # -- answers: pass-through and response-side enforcement --------------------------------
