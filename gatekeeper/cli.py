@@ -15,13 +15,13 @@ from rich.table import Table
 
 from gatekeeper import logs
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.errors import BackendError, GatekeeperError
+from gatekeeper.errors import BackendError, GatekeeperError, RequestInvalid
 from gatekeeper.measuring.confidence import show
 from gatekeeper.measuring.runner import DEFAULT_EFFORTS
 from gatekeeper.measuring.service import MeasurementService, ModelResult
 from gatekeeper.redact import redact, redact_url
 from gatekeeper.store import ProfileStore, open_store
-from gatekeeper.store.profile import Profile
+from gatekeeper.store.profile import Profile, check_effort
 from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, Suite, load_suite, suite_hash
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure models; gate the tools they see.")
@@ -84,6 +84,11 @@ def bench(
     efforts = [e.strip() for e in (effort or ",".join(DEFAULT_EFFORTS)).split(",")]
     if not all(efforts) or len(set(efforts)) != len(efforts) or any("@" in e for e in efforts):
         _fail(f"--effort: expected distinct comma-separated levels without '@', got {effort!r}")
+    for level in efforts:  # a profile no request could ever be resolved to is not worth a suite run
+        try:
+            check_effort(level, settings.extra_efforts)
+        except RequestInvalid as exc:
+            _fail(f"--effort: {exc}")
     if samples is not None:
         settings = settings.model_copy(update={"bench": settings.bench.model_copy(update={"samples": samples})})
     service = MeasurementService(
@@ -406,7 +411,11 @@ def tools(
     settings = _settings(config)
     logs.configure("warning", json=False)
     gk = Gatekeeper(settings.model_copy(update={"unknown_models": "fail_closed"}))
-    found = gk.lookup(model, effort)
+    try:
+        found = gk.lookup(model, effort)
+    except RequestInvalid as exc:  # an effort outside the closed set
+        _fail(f"--effort: {exc}")
+        raise
     resolution = found or Resolution(settings.unknown_tier, "unmeasured", profile_key(model, effort))
     tier = resolution.tier
     names = list(dict.fromkeys([*settings.tools.required_tier, *settings.tools.requires]))

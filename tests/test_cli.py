@@ -118,3 +118,12 @@ def test_serve_rejects_a_bad_config_at_start(tmp_path):
     config.write_text("unknown_models: sometimes\n")
     done = gk("serve", "--config", str(config), env=os.environ | {"NO_COLOR": "1", "COLUMNS": "200"})
     assert done.returncode != 0 and "unknown_models" in done.stderr
+
+
+def test_bench_and_tools_refuse_an_effort_outside_the_closed_set(tmp_path):
+    config = tmp_path / "gatekeeper.yaml"
+    config.write_text(f'store: "{tmp_path / "p.json"}"\nupstream: {{base_url: "http://127.0.0.1:9/v1"}}\n')
+    for args in (["bench", "m", "--effort", "low,e5"], ["tools", "m", "--effort", "e5"]):
+        done = gk(*args, "--config", str(config))
+        assert done.returncode != 0 and "--effort" in done.stderr and "'e5'" in done.stderr, done.stderr
+    assert not (tmp_path / "p.json").exists()  # nothing was measured
