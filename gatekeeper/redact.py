@@ -79,9 +79,17 @@ def request_id(value: str | None) -> str:
 def cap_strings(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """structlog processor: every string value (also inside lists and dicts) redacted and capped."""
     for key, value in event.items():
+        kind = type(value)
+        if kind is str and len(value) <= LOG_VALUE_LIMIT and "@" not in value:
+            continue  # the common case, on every request's line: nothing to do, decided in O(1)
+        if kind in _SCALARS:
+            continue
         limit = _LOG_TRACEBACK_LIMIT if key in ("exception", "stack") else LOG_VALUE_LIMIT
         event[key] = _capped(value, limit, 0)
     return event
+
+
+_SCALARS = (int, float, bool, type(None))
 
 
 def _capped(value: Any, limit: int, depth: int) -> Any:
