@@ -397,7 +397,18 @@ MESSAGES_REQUEST: Fields = {
     "fallbacks": _OTHER_MODELS,
 }
 MESSAGES_COUNT_TOKENS: Fields = _MESSAGES_COMMON
-MESSAGES_MESSAGE: Fields = {"role": FORWARD, "content": GATED}
+MESSAGES_MESSAGE: Mapping[str, Fields] = {  # by role
+    "user": {"role": FORWARD, "content": GATED},
+    "assistant": {"role": FORWARD, "content": GATED},
+    # A mid-conversation system message (beta): its own output_config would change the effort
+    # of the turn from the one the tier was decided for.
+    "system": {
+        "role": FORWARD,
+        "content": GATED,
+        "clear_at": FORWARD,
+        "output_config": Refused("a per-turn output_config changes the effort the tier was decided for"),
+    },
+}
 _CACHE = {"type": GATED, "cache_control": FORWARD}
 _TOOL_COMMON: Fields = {
     **_CACHE,
@@ -468,7 +479,14 @@ MESSAGES_TOOL: Mapping[str, Fields] = {  # by type; "custom" also stands for a t
     "tool_search_tool_bm25_20251119": _TOOL_COMMON,
     "tool_search_tool_regex": _TOOL_COMMON,
     "tool_search_tool_regex_20251119": _TOOL_COMMON,
-    "advisor_20260301": {**_TOOL_COMMON, "caching": FORWARD, "max_tokens": FORWARD, "max_uses": FORWARD},
+    # The advisor is a model the main one consults for advice (text); it is gated as a built-in.
+    "advisor_20260301": {
+        **_TOOL_COMMON,
+        "caching": FORWARD,
+        "max_tokens": FORWARD,
+        "max_uses": FORWARD,
+        "model": FORWARD,
+    },
 }
 # The one `name` each typed Messages tool must carry (the API fixes it: the model calls it by
 # that name); a typed tool with another name is refused, never gated by the name it gives.

@@ -157,18 +157,18 @@ class MessagesCodec:
 
     def offered(self, body: dict[str, Any]) -> Offered:
         tools: list[tuple[ToolId, dict[str, Any] | None]] = []
-        for tool in body.get("tools") or []:
+        for tool in _offered_tools(body):
             kind = tool.get("type")
             if kind == "mcp_toolset":
-                tools.append((ToolId.mcp(tool["mcp_server_name"], "*"), None))
-            elif kind in (None, "custom"):
+                continue  # below, with its server
+            if kind in (None, "custom"):
                 schema = tool.get("input_schema")
                 tools.append((ToolId.function(tool["name"]), schema if isinstance(schema, dict) else None))
             else:
                 tools.append((ToolId.builtin(kind), None))  # by its type, whatever `name` it carries
-        for server in body.get("mcp_servers") or []:
-            for name in _server_allowed(server) or ["*"]:  # `*`: the server offered whole
-                tools.append((ToolId.mcp(server["name"], name), None))
+        for server, names in _mcp_offered(body).items():
+            for name in ["*"] if names is None else names:  # `*`: the server offered whole
+                tools.append((ToolId.mcp(server, name), None))
         return Offered(tools)
 
     def enforce(self, doc: Any, offered: Allowed | Offered) -> Enforced:
@@ -412,7 +412,10 @@ def _gate_messages(body: dict[str, Any], g: _Gate) -> None:
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise RequestInvalid(f"{where} must be an object, got {type(message).__name__}")
-        F.check(message, F.MESSAGES_MESSAGE, where, g.unknown)
+        role = message.get("role")
+        if not isinstance(role, str) or role not in F.MESSAGES_MESSAGE:
+            raise RequestInvalid(f"{where}.role must be one of {sorted(F.MESSAGES_MESSAGE)}")
+        F.check(message, F.MESSAGES_MESSAGE[role], where, g.unknown)
         content = message.get("content")
         if not isinstance(content, list):
             continue
@@ -487,6 +490,45 @@ def _gate_choice(choice: Any, g: _Gate, any_kept: bool) -> None:
             f"tool_choice 'any' demands a tool call, but every offered tool is hidden at tier {tier.value!r}: {names}",
         )
         raise exc
+
+
+def _offered_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tools a gated body offers: `tools`, and those its `tool_addition` blocks add."""
+    tools = list(body.get("tools") or [])
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_addition":
+                tools.append(block["tool"])
+    return tools
+
+
+def _mcp_offered(body: dict[str, Any]) -> dict[str, list[str] | None]:
+    """Server name -> the tools a gated body lets the model use (None: every tool). A server's
+    `allowed_tools` and its toolsets' lists (pinned `tools`, or the `configs` enabled when
+    `default_config` disables the rest) each narrow it: the model sees what all of them allow."""
+    found: dict[str, list[str] | None] = {}
+
+    def narrow(server: str, names: list[str] | None) -> None:
+        if server not in found or found[server] is None:
+            found[server] = names
+        elif names is not None:
+            found[server] = [n for n in found[server] or [] if n in names]
+
+    for server in body.get("mcp_servers") or []:
+        narrow(server["name"], _server_allowed(server))
+    for tool in body.get("tools") or []:
+        if tool.get("type") != "mcp_toolset":
+            continue
+        listing, default = tool.get("tools"), tool.get("default_config")
+        if listing is not None:
+            narrow(tool["mcp_server_name"], [t["name"] for t in listing])
+        elif isinstance(default, dict) and default.get("enabled") is False:
+            configs = tool.get("configs") or {}
+            narrow(tool["mcp_server_name"], [n for n, c in configs.items() if c.get("enabled") is True])
+        else:
+            narrow(tool["mcp_server_name"], None)
+    return found
 
 
 def _server_allowed(server: dict[str, Any]) -> list[str] | None:

@@ -110,7 +110,8 @@ class ResponsesCodec:
                 for inner in tool.get("tools") or []:
                     tools.append((ToolId.namespaced(tool["name"], inner["name"]), _schema(inner)))
             elif kind == "mcp":
-                for name in _mcp_allowed_names(tool) or ["*"]:  # `*`: the server offered whole
+                names = _mcp_allowed_names(tool)
+                for name in ["*"] if names is None else names:  # `*`: the server offered whole
                     tools.append((ToolId.mcp(tool["server_label"], name), None))
             else:
                 tools.append((ToolId.builtin(kind), None))  # by its type, whatever `name` it carries

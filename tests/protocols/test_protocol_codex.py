@@ -9,6 +9,7 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ROOT, Proxy, small_model_proxy
@@ -54,11 +55,22 @@ def readme_config() -> str:
 
 
 def test_codex_through_the_proxy(codex, proxy, upstream, tmp_path):
+    done = _run_codex(codex, proxy, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "hello from the model" in done.stdout
+    assert len(upstream.responses_requests) == 1  # no tool ran, so no second turn with its output
+    sent = upstream.responses_requests[0]
+    names = [t.get("name") or t.get("type") for t in sent["tools"]]
+    assert "exec_command" not in names and "write_stdin" not in names and names
+    assert sent["stream"] is True
+
+
+def _run_codex(codex: Path, proxy: Proxy, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     home = tmp_path / "codex-home"
     home.mkdir()
     config = readme_config().replace("http://127.0.0.1:8000", proxy.url).replace("my-model", "small-model")
     (home / "config.toml").write_text(config)
-    done = subprocess.run(
+    return subprocess.run(
         [str(codex), "exec", "--skip-git-repo-check", "say hi"],
         cwd=tmp_path,
         env=os.environ | {"CODEX_HOME": str(home), "OPENAI_API_KEY": "k"},
@@ -67,10 +79,39 @@ def test_codex_through_the_proxy(codex, proxy, upstream, tmp_path):
         timeout=180,
         stdin=subprocess.DEVNULL,
     )
+
+
+def _translated_proxy(upstream: NativeServer, store_path: Path, suite: Any, web_search: str) -> Any:
+    rules = {"exec_command": "large", "write_stdin": "large", "web_search": web_search}
+    return small_model_proxy(
+        upstream.base_url,
+        store_path,
+        suite,
+        upstream={"base_url": upstream.base_url, "protocols": ["chat"]},
+        tools={"default_tier": "small", "required_tier": rules},
+    )
+
+
+def test_codex_through_a_chat_only_upstream(codex, store_path, default_suite, tmp_path):
+    """Codex's default tools (a `namespace` of functions, the built-in `web_search`) through the
+    Responses -> chat translation: namespaced functions become chat functions named
+    `namespace__function`; web_search, which chat cannot express, is dropped because the tier
+    hides it (gating removed it before translation)."""
+    with NativeServer(lambda body: {"content": "hello from the model"}) as upstream:
+        with _translated_proxy(upstream, store_path, default_suite, web_search="large") as proxy:
+            done = _run_codex(codex, proxy, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "hello from the model" in done.stdout
-    assert len(upstream.responses_requests) == 1  # no tool ran, so no second turn with its output
-    sent = upstream.responses_requests[0]
-    names = [t.get("name") or t.get("type") for t in sent["tools"]]
-    assert "exec_command" not in names and "write_stdin" not in names and names
-    assert sent["stream"] is True
+    assert upstream.responses_requests == [] and len(upstream.requests) == 1
+    names = [t["function"]["name"] for t in upstream.requests[0]["tools"]]
+    assert "multi_agent_v1__spawn_agent" in names and "view_image" in names
+    assert not {"exec_command", "write_stdin", "web_search"} & set(names)
+
+
+def test_codex_web_search_the_tier_admits_is_refused_not_dropped(codex, store_path, default_suite, tmp_path):
+    with NativeServer(lambda body: {"content": "hello from the model"}) as upstream:
+        with _translated_proxy(upstream, store_path, default_suite, web_search="small") as proxy:
+            done = _run_codex(codex, proxy, tmp_path)
+    assert done.returncode != 0
+    assert "web_search" in done.stderr and "chat-only upstream" in done.stderr
+    assert upstream.requests == []

@@ -255,3 +255,41 @@ def test_legacy_only_function_call_is_translated_and_then_gated():
     answer = RT.from_chat(doc)
     assert ResponsesCodec().enforce(answer, {"read_file": None}).removed == ["execute_command"]
     assert answer["output"] == []
+
+
+NS = {"type": "namespace", "name": "crm", "description": "customers", "tools": [FN | {"name": "read"}]}
+
+
+def test_namespaced_functions_translate_to_chat_and_back():
+    body = {
+        "model": "m",
+        "input": [
+            {"type": "function_call", "call_id": "c0", "name": "read", "namespace": "crm", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c0", "output": "ok"},
+        ],
+        "tools": [FN, NS],
+        "tool_choice": {"type": "function", "name": "read", "namespace": "crm"},
+    }
+    chat = RT.to_chat(body)
+    assert [t["function"]["name"] for t in chat["tools"]] == ["read_file", "crm__read"]
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "crm__read"}}
+    assert chat["messages"][0]["tool_calls"][0]["function"]["name"] == "crm__read"
+    doc = RT.from_chat(chat_answer(None, [("crm__read", "{}"), ("read", "{}")], "tool_calls"), body)
+    calls = [(i.get("namespace"), i["name"]) for i in doc["output"]]
+    assert calls == [("crm", "read"), (None, "read")]  # a bare `read` is not the namespaced one
+    enforced = ResponsesCodec().enforce(doc, ResponsesCodec().offered(body))
+    assert enforced.removed == ["read"] and [i["name"] for i in doc["output"]] == ["read"]
+
+
+def test_namespaced_stream_maps_calls_back():
+    body = {"model": "m", "tools": [NS]}
+    converter = RT.stream_from_chat(body)
+    events = [e for chunk in chat_stream("", [("crm__read", "{}")]) for e in converter.feed(chunk)]
+    added = [json.loads(e.data) for e in events if e.event == "response.output_item.added"]
+    assert added[0]["item"]["namespace"] == "crm" and added[0]["item"]["name"] == "read"
+
+
+def test_a_chat_name_two_tools_would_share_is_refused():
+    body = {"model": "m", "tools": [FN | {"name": "crm__read"}, NS]}
+    with pytest.raises(RequestInvalid, match="crm__read"):
+        RT.to_chat(body)

@@ -3,8 +3,16 @@
 `to_chat` turns a gated Responses request into a chat request; `from_chat` a chat answer into a
 Responses answer; `ResponsesFromChat` a chat stream into Responses stream events. What chat cannot
 express (built-in tools, stored state via `previous_response_id`, non-function tools) is refused
-with RequestInvalid naming the field, never dropped silently. Enforcement runs after translation,
-on the Responses answer the client will read.
+with RequestInvalid naming the field, never dropped silently. (A built-in the tier hides was
+already removed by gating, so what remains is one the client may use: refused, not dropped.)
+Enforcement runs after translation, on the Responses answer the client will read.
+
+Namespaced functions (a `namespace` tool's functions, as Codex sends them) become chat functions
+named `<namespace>__<function>`, and a chat call to such a name comes back as a `function_call`
+item with `namespace` and `name` set. The mapping is built from the request's own tools, so a
+call maps back only to a function the request offered; a request where two tools would get the
+same chat name (a function literally named `crm__read` next to namespace `crm`'s `read`) is
+refused rather than guessed.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         _add_item(messages, item, f"input[{i}]")
     chat["messages"] = messages
     if body.get("tools"):
-        chat["tools"] = [_function_tool(t, f"tools[{i}]") for i, t in enumerate(body["tools"])]
+        chat["tools"] = _chat_tools(body["tools"])
     choice = body.get("tool_choice")
     if choice is not None:
         _set_choice(chat, choice)
@@ -79,10 +87,13 @@ def _add_item(messages: list[dict[str, Any]], item: Any, where: str) -> None:
             }
         )
     elif kind == "function_call":
+        name = item.get("name")
+        if item.get("namespace") is not None and isinstance(name, str):
+            name = chat_name(item["namespace"], name)
         call = {
             "id": item.get("call_id"),
             "type": "function",
-            "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
+            "function": {"name": name, "arguments": item.get("arguments", "")},
         }
         last = messages[-1] if messages else None
         if last is not None and last["role"] == "assistant" and "tool_calls" in last:
@@ -125,6 +136,46 @@ def _content(content: Any, where: str) -> Any:
     return parts
 
 
+NAMESPACE_SEPARATOR = "__"
+
+
+def chat_name(namespace: str, name: str) -> str:
+    """The chat function name of a namespaced function."""
+    return f"{namespace}{NAMESPACE_SEPARATOR}{name}"
+
+
+def namespaced_names(tools: Any) -> dict[str, tuple[str, str]]:
+    """chat name -> (namespace, function) for the namespaced functions of a Responses `tools`
+    list (the answer side maps calls back with it)."""
+    found: dict[str, tuple[str, str]] = {}
+    for tool in tools if isinstance(tools, list) else []:
+        if isinstance(tool, dict) and tool.get("type") == "namespace":
+            for inner in tool.get("tools") or []:
+                if isinstance(inner, dict) and isinstance(inner.get("name"), str):
+                    found[chat_name(tool["name"], inner["name"])] = (tool["name"], inner["name"])
+    return found
+
+
+def _chat_tools(tools: list[Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i, tool in enumerate(tools):
+        if tool.get("type") == "namespace":
+            for j, inner in enumerate(tool.get("tools") or []):
+                function = _function_tool(inner, f"tools[{i}].tools[{j}]")
+                function["function"]["name"] = chat_name(tool["name"], inner["name"])
+                out.append(function)
+        else:
+            out.append(_function_tool(tool, f"tools[{i}]"))
+    names = [t["function"]["name"] for t in out]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise RequestInvalid(
+            f"tools: {twice} would name two different tools in chat (a namespaced function becomes "
+            f"'<namespace>{NAMESPACE_SEPARATOR}<function>'); rename one"
+        )
+    return out
+
+
 def _function_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     if tool.get("type") != "function":
         raise RequestInvalid(
@@ -138,14 +189,21 @@ def _function_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
+def _target(entry: dict[str, Any]) -> Any:
+    """The chat name of a function a tool_choice (or allowed_tools entry) designates."""
+    name = entry.get("name")
+    namespace = entry.get("namespace")
+    return chat_name(namespace, name) if isinstance(namespace, str) and isinstance(name, str) else name
+
+
 def _set_choice(chat: dict[str, Any], choice: Any) -> None:
     if isinstance(choice, str):
         chat["tool_choice"] = choice
     elif choice.get("type") == "function":
-        chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+        chat["tool_choice"] = {"type": "function", "function": {"name": _target(choice)}}
     elif choice.get("type") == "allowed_tools":
         # Chat servers rarely know allowed_tools: offer only the allowed ones instead.
-        names = {t.get("name") for t in choice.get("tools", [])}
+        names = {_target(t) for t in choice.get("tools", [])}
         chat["tools"] = [t for t in chat.get("tools", []) if t["function"]["name"] in names]
         chat["tool_choice"] = choice.get("mode", "auto")
         if not chat["tools"]:
@@ -183,8 +241,15 @@ def _message_item(item_id: str, text: str, status: str = "completed") -> dict[st
     }
 
 
-def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
-    return {
+def _call_item(
+    item_id: str,
+    call_id: str,
+    name: str,
+    arguments: str,
+    status: str = "completed",
+    namespaced: dict[str, tuple[str, str]] | None = None,
+) -> dict[str, Any]:
+    item = {
         "type": "function_call",
         "id": item_id,
         "call_id": call_id,
@@ -192,6 +257,9 @@ def _call_item(item_id: str, call_id: str, name: str, arguments: str, status: st
         "arguments": arguments,
         "status": status,
     }
+    if namespaced and name in namespaced:  # a chat name of a namespaced function: mapped back
+        item["namespace"], item["name"] = namespaced[name]
+    return item
 
 
 def _response(
@@ -234,8 +302,9 @@ def from_chat(doc: Any, request: dict[str, Any]) -> dict[str, Any]:
     output = []
     if answer.text:
         output.append(_message_item(_new_id("msg"), answer.text))
+    namespaced = namespaced_names(request.get("tools"))
     for call in answer.calls:
-        output.append(_call_item(_new_id("fc"), call.id, call.name, call.arguments))
+        output.append(_call_item(_new_id("fc"), call.id, call.name, call.arguments, namespaced=namespaced))
     status = "incomplete" if answer.finish_reason == "length" else "completed"
     request = request if request.get("model") else request | {"model": answer.model}
     return _response(request, _new_id("resp"), output, status, _usage(answer.usage), int(time.time()))
@@ -247,6 +316,7 @@ class ResponsesFromChat:
 
     def __init__(self, request: dict[str, Any]) -> None:
         self.request = request
+        self._namespaced = namespaced_names(request.get("tools"))
         self.id = _new_id("resp")
         self.created = int(time.time())
         self._sequence = 0
@@ -305,7 +375,7 @@ class ResponsesFromChat:
                     raise AnswerInvalid(f"chat stream: tool call {index} starts without a function name")
                 out += self._close_message()
                 self._calls[index] = len(self._output)
-                item = _call_item(_new_id("fc"), call_id or _new_id("call"), name, "", "in_progress")
+                item = _call_item(_new_id("fc"), call_id or _new_id("call"), name, "", "in_progress", self._namespaced)
                 self._output.append(item)
                 out.append(self._emit("response.output_item.added", output_index=self._calls[index], item=item))
             item = self._output[self._calls[index]]
