@@ -21,18 +21,21 @@ import structlog
 from gatekeeper.errors import ToolChoiceBlocked
 from gatekeeper.gating import Gated, ToolPolicy
 from gatekeeper.protocols.base import Codec, RequestInfo
+from gatekeeper.store.profile import DEFAULT_EFFORT
 
 if TYPE_CHECKING:
     from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Snapshot
+    from gatekeeper.core.router import Route
 
 
 @dataclass(frozen=True, slots=True)
 class Admitted:
     """A gated request: what its body says, the tier it gets, and what gating kept and hid."""
 
-    info: RequestInfo
-    resolution: Resolution
+    info: RequestInfo  # as sent upstream: the routed model and effort when routed
+    resolution: Resolution  # of the pair the request is sent to
     gated: Gated
+    route: Route | None = None  # the routing decision (None: no `routing:` section, or no tools)
 
 
 def admit(gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot | None = None) -> Admitted:
@@ -44,11 +47,14 @@ def admit(gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot
     return _gate(snap, codec, body, info, gk.resolve(info.model, info.effort, snapshot=snap))
 
 
-async def aadmit(gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot | None = None) -> Admitted:
-    """`admit` for async code: never blocks the event loop."""
+async def aadmit(
+    gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot | None = None, *, route: bool = False
+) -> Admitted:
+    """`admit` for async code: never blocks the event loop. `route` (the proxy): apply capability
+    routing (`routing:`) first, rewriting `body` for the routed pair (gatekeeper.core.router)."""
     snap = snapshot or gk.snapshot()
     info = parse(codec, body)
-    return _gate(snap, codec, body, info, await gk.aresolve(info.model, info.effort, snapshot=snap))
+    return _gate(snap, codec, body, info, await gk.aresolve(info.model, info.effort, snapshot=snap), route)
 
 
 def parse(codec: Codec, body: dict[str, Any]) -> RequestInfo:
@@ -57,12 +63,20 @@ def parse(codec: Codec, body: dict[str, Any]) -> RequestInfo:
     return info
 
 
-def _gate(snap: Snapshot, codec: Codec, body: dict[str, Any], info: RequestInfo, resolution: Resolution) -> Admitted:
+def _gate(
+    snap: Snapshot, codec: Codec, body: dict[str, Any], info: RequestInfo, resolution: Resolution, route: bool = False
+) -> Admitted:
+    routed = snap.router.route_body(codec, body, info, resolution) if route else None
+    if routed is not None and routed.routed:
+        info = RequestInfo(routed.model, None if routed.effort == DEFAULT_EFFORT else routed.effort, info.stream)
+        resolution = routed.resolution
+        structlog.contextvars.bind_contextvars(routed=routed.pair, routed_reason=routed.reason)
     structlog.contextvars.bind_contextvars(tier=resolution.tier.value, source=resolution.source)
     # The pair's policy: the tier rules, and `tools.requires` judged on its measured bounds.
-    gated = gate_resolved(codec, body, resolution, snap.router.policy_for(resolution))
+    policy = routed.policy if routed is not None else snap.router.policy_for(resolution)
+    gated = gate_resolved(codec, body, resolution, policy)
     structlog.contextvars.bind_contextvars(tools_kept=gated.kept, tools_hidden=gated.hidden)
-    return Admitted(info, resolution, gated)
+    return Admitted(info, resolution, gated, routed)
 
 
 def gate_resolved(codec: Codec, body: dict[str, Any], resolution: Resolution, policy: ToolPolicy) -> Gated:

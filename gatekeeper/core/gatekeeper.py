@@ -332,7 +332,9 @@ class Gatekeeper:
         effort field). Gate it with the result's `resolution` and `policy`."""
         snap = self._snapshot
         info = codec.parse(body)
-        return snap.router.route_body(codec, body, info, self._resolve(snap, info.model, info.effort))
+        asked = self._resolve(snap, info.model, info.effort)
+        routed = snap.router.route_body(codec, body, info, asked)
+        return routed or snap.router.route(asked, info.model, info.effort, None)
 
     def route_need(self, asked: Resolution, need: Need | None, *, measure: bool = True) -> Route:
         """`route_resolved` for a need computed by the caller (ToolRegistry's own tool tiers)."""

@@ -157,13 +157,16 @@ class Router:
         used = found[(decision.model, decision.effort)]
         return Route(decision.model, decision.effort, decision.reason, used, self.policy_for(used), asked)
 
-    def route_body(self, codec: Codec, body: dict[str, Any], info: RequestInfo, asked: Resolution) -> Route:
+    def route_body(self, codec: Codec, body: dict[str, Any], info: RequestInfo, asked: Resolution) -> Route | None:
         """Routing for a parsed client request (the proxy): the need of the tools it offers, the
         decision, and, when routed, `body` rewritten in place for the routed pair (the protocol's
-        own model and effort fields). Gate `body` with the result's resolution and policy."""
+        own model and effort fields). Gate `body` with the result's resolution and policy.
+        None: routing does not apply (no `routing:` section, or the request offers no tool)."""
         if self.rules is None:
-            return self.route(asked, info.model, info.effort, None)
+            return None
         need = self.need_of_body(codec, body)
+        if need is None:
+            return None
         route = self.route(asked, info.model, info.effort, need, TARGETS.get(codec.name, ()))
         if not route.routed:
             return route

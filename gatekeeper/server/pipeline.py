@@ -170,12 +170,17 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     gk: Gatekeeper = state.gk
     snapshot = gk.snapshot()  # taken before the body: a reload while it uploads changes nothing here
     body = await read_json(request, snapshot.settings.max_body_bytes)
-    admitted = await aadmit(gk, codec, body, snapshot)
+    admitted = await aadmit(gk, codec, body, snapshot, route=True)  # routing: may rewrite model/effort
     resolution = admitted.resolution
     tier = resolution.tier.value
     metrics.REQUESTS.labels(tier, resolution.source).inc()
     if admitted.gated.hidden:
         metrics.TOOLS_HIDDEN.inc(len(admitted.gated.hidden))
+    headers = {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": resolution.source, "x-request-id": request_id}
+    if admitted.route is not None:
+        metrics.ROUTED.labels(admitted.route.reason).inc()
+        if admitted.route.routed:
+            headers["x-gatekeeper-routed"] = admitted.route.pair
     upstreams: Upstreams = state.upstreams
     upstream = upstreams.mounts(snapshot.settings).for_model(admitted.info.model)
     call = ModelCall(
@@ -183,7 +188,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
         codec.offered(body),
         body,
         resolution,
-        {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": resolution.source, "x-request-id": request_id},
+        headers,
         started,
         gk.drift,
     )
