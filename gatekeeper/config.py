@@ -237,6 +237,11 @@ class Settings(_Section):
     drift: DriftSettings = Field(default_factory=DriftSettings)
     routing: Routing | None = None  # absent: no routing, tools above the asked pair are hidden
     mcp: McpSettings = Field(default_factory=McpSettings)
+    # What takes the place of a call removed from an answer: `explain`, a short assistant text
+    # naming the tool and the tier it needs (the default, also for a config without the key: an
+    # answer emptied by enforcement makes agent frameworks raise, and the text names only what
+    # the model itself called); `strip`, nothing (round 2's behaviour).
+    blocked_calls: Literal["explain", "strip"] = "explain"
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

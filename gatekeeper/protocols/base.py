@@ -84,6 +84,10 @@ class StreamFilter(Protocol):
         """Events to send at the end of the upstream stream (possibly none). Raises
         AnswerInvalid when the stream ended before its protocol's end marker (chat: [DONE])."""
 
+    def error(self, message: str, kind: str, code: str | None) -> Event:
+        """The event that ends this stream in error (the codec's `stream_error`, numbered as
+        this stream's next event where the protocol numbers them)."""
+
 
 Schema = dict[str, Any]
 

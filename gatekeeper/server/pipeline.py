@@ -36,10 +36,10 @@ from gatekeeper.drift.monitor import DriftMonitor
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, ProxyError
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import (
+    Allowed,
     Codec,
     Enforced,
     Event,
-    Offered,
     StreamConverter,
     StreamFilter,
     Translator,
@@ -87,7 +87,7 @@ class Exchange:
         result: dict[str, Any] = counter(body)
         return result
 
-    def plain(self, raw: bytes, offered: Offered, request: dict[str, Any]) -> tuple[bytes, Enforced | None]:
+    def plain(self, raw: bytes, offered: Allowed, request: dict[str, Any]) -> tuple[bytes, Enforced | None]:
         """A plain answer for the client: the upstream's own bytes when they cannot spell a call
         (enforced None), else parsed strictly, translated, enforced and re-serialised."""
         if self.translator is None and not may_carry_calls(raw, self.codec.markers):
@@ -100,7 +100,7 @@ class Exchange:
         enforced = self.codec.enforce(doc, offered)
         return orjson.dumps(doc), enforced
 
-    def stream_filter(self, offered: Offered, request: dict[str, Any]) -> StreamFilter:
+    def stream_filter(self, offered: Allowed, request: dict[str, Any]) -> StreamFilter:
         """Per-stream state: upstream events in, the client's (translated, enforced) events out."""
         enforcer = self.codec.stream_filter(offered)
         if self.translator is None:
@@ -126,6 +126,9 @@ class _Translated:
     def finish(self) -> list[Event]:
         out = [kept for converted in self._converter.finish() for kept in self._enforcer.feed(converted)]
         return out + self._enforcer.finish()
+
+    def error(self, message: str, kind: str, code: str | None) -> Event:
+        return self._enforcer.error(message, kind, code)
 
 
 _EXCHANGES: dict[tuple[str, bool], Exchange] = {}
@@ -185,7 +188,8 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     upstream = upstreams.mounts(snapshot.settings).for_model(admitted.info.model)
     call = ModelCall(
         exchange(protocol, upstream.protocols),
-        codec.offered(body),
+        # What the answer may carry: the offered tools, the tier's rules, what replaces a removed call.
+        Allowed(codec.offered(body), resolution.tier, snapshot.policy, snapshot.settings.blocked_calls == "explain"),
         body,
         resolution,
         headers,
@@ -216,7 +220,7 @@ class ModelCall:
     def __init__(
         self,
         exchange: Exchange,
-        offered: Offered,
+        offered: Allowed,
         request: dict[str, Any],
         resolution: Resolution,
         headers: dict[str, str],
@@ -269,7 +273,7 @@ class ModelCall:
                 error = (f"gatekeeper internal error: {type(exc).__name__}", "internal_error")
             if error is not None:
                 structlog.contextvars.bind_contextvars(stream_error=error[0])
-                out.append(b"\n" + encode(self.exchange.codec.stream_error(error[0], "upstream_error", error[1])))
+                out.append(b"\n" + encode(stream_filter.error(error[0], "upstream_error", error[1])))
             if out:
                 yield b"".join(out)
         finally:
@@ -317,7 +321,9 @@ class ModelCall:
             structlog.contextvars.bind_contextvars(blocked_calls=enforced.removed)
             log.warning("tool_calls_blocked", tools=enforced.removed)
         if enforced.calls and self.drift is not None:
-            self.drift.submit(self.resolution, enforced.calls, self.offered)  # O(1): judged off the request path
+            self.drift.submit(
+                self.resolution, enforced.calls, self.offered.offered
+            )  # O(1): judged off the request path
 
     def finish(self, response: Response | None, **fields: Any) -> Response:
         """The request's one `request` log line (its context says the rest)."""
