@@ -239,6 +239,9 @@ def settings_for(upstream_url: str, store: Path, **changes) -> Settings:
         "store": str(store),
         "tools": {"default_tier": "small", "required_tier": {"execute_command": "large", "write_*": "medium"}},
         "bench": {"retry_after_s": 0.2, "max_retries": 0, "timeout_s": 10},
+        # Tests written before `blocked_calls: explain` (the default) assert stripped answers;
+        # explain is tested on its own (tests/protocols/test_answer_proxy.py).
+        "blocked_calls": "strip",
     }
     return Settings.model_validate(base | changes)
 

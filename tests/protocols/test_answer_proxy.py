@@ -186,7 +186,7 @@ def test_a_translated_messages_stream_cut_raises_in_the_client(store_path, defau
 def explaining(request, native, store_path, default_suite) -> Iterator[Proxy]:
     protocols = ("chat", "responses", "messages") if request.param == "native" else ("chat",)
     native.responder = lambda body: HIDDEN_ONLY
-    with proxy_for(native, store_path, default_suite, protocols) as running:  # explain: the default
+    with proxy_for(native, store_path, default_suite, protocols, blocked_calls="explain") as running:
         yield running
 
 

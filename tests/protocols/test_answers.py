@@ -326,3 +326,13 @@ def test_offered_is_typed_and_keeps_schemas_for_the_drift_tracker():
     offered = R.offered({"tools": [fn("read_file"), {"type": "web_search", "name": "read_file"}]})
     assert offered.tools == {ToolId.function("read_file"), ToolId.builtin("web_search")}
     assert offered["read_file"] == {"type": "object", "properties": {}}
+
+
+def test_blocked_calls_defaults_to_explain_and_refuses_other_values():
+    from gatekeeper.config import Settings
+    from gatekeeper.errors import ConfigError
+
+    assert Settings().blocked_calls == "explain"
+    assert Settings.model_validate({"blocked_calls": "strip"}).blocked_calls == "strip"
+    with pytest.raises((ConfigError, ValueError), match="blocked_calls"):
+        Settings.model_validate({"blocked_calls": "hide"})
