@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -19,8 +22,10 @@ from conftest import (
     tool,
     wait_until,
 )
-from scripted import ScriptedServer, SuiteScript, free_port
+from scripted import RawAnswer, RawUpstream, ScriptedServer, SuiteScript, ThreadedServer, chat_completion, free_port
 
+from gatekeeper import Gatekeeper
+from gatekeeper.server.app import create_app
 from gatekeeper.tiers import Tier
 
 TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
@@ -531,3 +536,93 @@ def test_new_upstream_settings_take_effect_without_a_restart(store_path, default
             proxy.gk.reload(config)
             assert ask(proxy).parse().choices[0].message.content == "second"
     assert len(first.requests) == 1 and len(second.requests) == 1
+
+
+# -- one settings snapshot per request; upstream backoff headers ------------------------------
+
+
+def test_a_reload_while_the_body_uploads_changes_nothing_for_that_request(upstream, store_path):
+    """Issue 20: config A (`mx` pinned small, execute_command: medium) reloaded to B (`mx` pinned
+    medium, execute_command: large) while the body uploads. Each config alone hides
+    execute_command from `mx`; B's tier with A's rules would offer it. The request is decided by A
+    throughout, the config in force when it arrived."""
+    config = store_path.with_name("gatekeeper.yaml")
+
+    def write(pin: str, rule: str) -> None:
+        settings = settings_for(
+            upstream.base_url, store_path, pins={"mx": pin}, tools={"required_tier": {"execute_command": rule}}
+        )
+        config.write_text(json.dumps(settings.model_dump(mode="json")))  # JSON is YAML
+
+    write("small", "medium")
+    gk = Gatekeeper.from_config(config)
+    arrived, uploaded = threading.Event(), threading.Event()
+    snapshot = gk.snapshot
+
+    def taken():  # the request took its snapshot: it has arrived, its body has not
+        arrived.set()
+        return snapshot()
+
+    gk.snapshot = taken
+    body = json.dumps({"model": "mx", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS}).encode()
+
+    def upload():
+        yield body[:16]
+        assert uploaded.wait(20), "the test never released the rest of the body"
+        yield body[16:]
+
+    try:
+        with ThreadedServer(create_app(gk)) as server, ThreadPoolExecutor(1) as pool:
+            url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+            sent = pool.submit(httpx.post, url, content=upload(), headers={"content-type": "application/json"})
+            assert arrived.wait(20), "the request never reached the proxy"
+            write("medium", "large")
+            gk.reload()
+            assert gk.resolve("mx").tier is Tier.MEDIUM  # B is in force for the next request
+            uploaded.set()
+            response = sent.result(timeout=30)
+    finally:
+        gk.close()
+    assert response.status_code == 200, response.text
+    assert response.headers["x-gatekeeper-tier"] == "small"
+    assert forwarded_tools(upstream) == ["read_file", "write_file"]
+
+
+RATE_LIMITED = {"retry-after": "2", "x-ratelimit-remaining-requests": "0", "anthropic-ratelimit-tokens-remaining": "0"}
+
+
+def _rate_limited_once(error_body: bytes, answer: bytes) -> Callable[[dict], RawAnswer]:
+    answers = [RawAnswer(error_body, 429, headers=RATE_LIMITED | {"retry-after-ms": "10"}), RawAnswer(answer)]
+    return lambda body: answers.pop(0) if len(answers) > 1 else answers[0]
+
+
+@pytest.mark.parametrize("protocol", ["chat", "messages"])
+def test_an_upstream_429_keeps_retry_after_and_the_rate_limit_headers(store_path, default_suite, protocol):
+    error = json.dumps({"error": {"message": "slow down", "type": "rate_limit_error"}}).encode()
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    with RawUpstream(RawAnswer(error, 429, headers=RATE_LIMITED | {"set-cookie": "a=b"})) as upstream:
+        with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+            with pytest.raises((openai.RateLimitError, anthropic.RateLimitError)) as info:
+                if protocol == "chat":
+                    ask(proxy)
+                else:  # translated to chat: the chat-only upstream's error, in Anthropic's shape
+                    anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0).messages.create(
+                        model="m", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+                    )
+    headers = info.value.response.headers
+    assert {name: headers.get(name) for name in RATE_LIMITED} == RATE_LIMITED
+    assert "set-cookie" not in headers
+
+
+def test_the_official_clients_retry_after_the_relayed_retry_after(store_path, default_suite):
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    error = json.dumps({"error": {"message": "slow down"}}).encode()
+    text = json.dumps(chat_completion({"content": "after the wait"})).encode()
+    with RawUpstream(_rate_limited_once(error, text)) as upstream:
+        with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+            client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=1)
+            raw = client.chat.completions.with_raw_response.create(
+                model="m", messages=[{"role": "user", "content": "hi"}]
+            )
+    assert raw.parse().choices[0].message.content == "after the wait"
+    assert raw.retries_taken == 1 and len(upstream.requests) == 2
