@@ -99,11 +99,16 @@ def _capped(value: Any, limit: int, depth: int) -> Any:
         return redact(value)
     if depth > 3:  # log values are flat in practice; deeper nesting is shown as its repr
         return _capped(repr(value), limit, 0) if isinstance(value, (list, tuple, dict)) else value
+    # Items of lists and dicts are names (tools kept, hidden, blocked): a name's length each, and
+    # 64 of them, so a request offering a thousand long names still logs a short line.
     if isinstance(value, (list, tuple)):
-        items = [_capped(v, limit, depth + 1) for v in value[:64]]
+        items = [_capped(v, CLIENT_TEXT_LIMIT, depth + 1) for v in value[:64]]
         if len(value) > 64:
             items.append(f"...[{len(value) - 64} more items]")
         return items
     if isinstance(value, dict):
-        return {_capped(k, CLIENT_TEXT_LIMIT, depth + 1): _capped(v, limit, depth + 1) for k, v in value.items()}
+        return {
+            _capped(k, CLIENT_TEXT_LIMIT, depth + 1): _capped(v, CLIENT_TEXT_LIMIT, depth + 1)
+            for k, v in list(value.items())[:64]
+        }
     return value

@@ -21,6 +21,7 @@ import structlog
 from gatekeeper.errors import ToolChoiceBlocked
 from gatekeeper.gating import Gated, ToolPolicy
 from gatekeeper.protocols.base import Codec, RequestInfo
+from gatekeeper.redact import clip
 from gatekeeper.store.profile import DEFAULT_EFFORT
 
 if TYPE_CHECKING:
@@ -59,7 +60,8 @@ async def aadmit(
 
 def parse(codec: Codec, body: dict[str, Any]) -> RequestInfo:
     info = codec.parse(body)
-    structlog.contextvars.bind_contextvars(model=info.model, effort=info.effort or "default")
+    # Client strings, on every line this request logs: capped (a 1 MB model name costs 256 bytes).
+    structlog.contextvars.bind_contextvars(model=clip(info.model), effort=clip(info.effort or "default"))
     return info
 
 

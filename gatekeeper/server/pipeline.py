@@ -19,7 +19,6 @@ which request, model, tier and tools it was about.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
@@ -29,7 +28,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from gatekeeper import metrics
+from gatekeeper import metrics, redact
 from gatekeeper.core.admit import aadmit
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
 from gatekeeper.drift.monitor import DriftMonitor
@@ -164,7 +163,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     """The model routes' endpoint: raises ProxyError and the core's errors (the app's exception
     handler shapes them in the client's protocol)."""
     started = time.perf_counter()
-    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+    request_id = redact.request_id(request.headers.get("x-request-id"))  # the client's, when it is safe to log
     structlog.contextvars.bind_contextvars(request_id=request_id)
     codec = protocols.codec(protocol)
     if codec is None:

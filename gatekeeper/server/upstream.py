@@ -37,6 +37,7 @@ from gatekeeper import metrics
 from gatekeeper.config import Upstream as UpstreamSettings
 from gatekeeper.errors import ProxyError
 from gatekeeper.protocols.base import Event
+from gatekeeper.redact import redact_url
 from gatekeeper.server.sse import SSEParser
 
 # Headers that describe one hop, or that the client library recomputes: never copied across the
@@ -218,6 +219,7 @@ class PooledUpstream:
         self.upstream = upstream  # the settings it was built from (a reload may bring new ones)
         self.protocols: tuple[str, ...] = tuple(upstream.protocols)
         self.base_url = upstream.base_url
+        self._shown = redact_url(upstream.base_url)  # what error bodies say: never its credentials
         self.api_key = upstream.api_key
         self.max_response_bytes = upstream.max_response_bytes
         self._session = aiohttp.ClientSession(
@@ -279,12 +281,12 @@ class PooledUpstream:
                 response = await self._request(request.method, url, headers, content)
         except TimeoutError:
             metrics.UPSTREAM_ERRORS.labels("timeout").inc()
-            raise ProxyError(504, f"upstream {self.base_url} timed out", "upstream_timeout", "upstream_error") from None
+            raise ProxyError(504, f"upstream {self._shown} timed out", "upstream_timeout", "upstream_error") from None
         except aiohttp.ClientError as exc:
             metrics.UPSTREAM_ERRORS.labels("unreachable").inc()
             raise ProxyError(
                 502,
-                f"upstream {self.base_url} unreachable: {type(exc).__name__}",
+                f"upstream {self._shown} unreachable: {type(exc).__name__}",
                 "upstream_unreachable",
                 "upstream_error",
             ) from None

@@ -4,6 +4,7 @@ port, a real HTTP upstream misbehaving in exactly that way, the official openai 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -722,7 +723,34 @@ def test_every_logged_string_is_capped_and_redacted():
     event = cap_strings(None, "info", {"event": "x", "model": "m" * 100_000, "url": "redis://:pw@h/0", "n": 3})
     assert len(event["model"]) < 5000 and event["url"] == "redis://***@h/0" and event["n"] == 3
     nested = cap_strings(None, "info", {"event": "x", "tools": ["t" * 100_000] * 1000})
-    assert len(json.dumps(nested["tools"])) < 300_000
+    assert len(json.dumps(nested["tools"])) < 32768
+
+
+@pytest.mark.parametrize("given", ["x" * 500, "two words", "<script>", "a/b", ""])
+def test_an_unsafe_request_id_is_replaced(upstream, store_path, default_suite, given):
+    with gate(upstream, store_path, default_suite) as proxy:
+        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+            answer = httpx.post(
+                proxy.url + "/v1/chat/completions",
+                json={"model": "m", "messages": HI},
+                headers={"x-request-id": given},
+                timeout=30,
+            )
+        line = wait_until(lambda: next((e for e in logs if e["event"] == "request"), None), "the log line")
+    replaced = answer.headers["x-request-id"]
+    assert replaced != given and re.fullmatch(r"[0-9a-f]{32}", replaced)
+    assert line["request_id"] == replaced
+
+
+def test_a_safe_request_id_is_kept(upstream, store_path, default_suite):
+    with gate(upstream, store_path, default_suite) as proxy:
+        answer = httpx.post(
+            proxy.url + "/v1/chat/completions",
+            json={"model": "m", "messages": HI},
+            headers={"x-request-id": "req-42_a:b.c"},
+            timeout=30,
+        )
+    assert answer.headers["x-request-id"] == "req-42_a:b.c"
 
 
 def test_clip_bounds_and_escapes_client_text():
