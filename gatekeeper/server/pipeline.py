@@ -182,7 +182,8 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     if admitted.route is not None:
         metrics.ROUTED.labels(admitted.route.reason).inc()
         if admitted.route.routed:
-            headers["x-gatekeeper-routed"] = admitted.route.pair
+            # A model name may carry any printable character: encoded so the header stays ASCII.
+            headers["x-gatekeeper-routed"] = quote(admitted.route.pair, safe="_-.:/@+")
     upstreams: Upstreams = state.upstreams
     upstream = upstreams.mounts(snapshot.settings).for_model(admitted.info.model)
     call = ModelCall(

@@ -87,3 +87,23 @@ def test_an_unmeasured_candidate_is_measured_lazily_and_used_once_measured(store
             wait_until(lambda: gk.lookup("fresh", None), "fresh@default to be measured")
             second = gk.route("gemma-2b", None, [EXEC])
     assert (second.pair, second.reason) == ("fresh@default", "fallback")
+
+
+def intervals(low: float) -> dict[str, list[float]]:
+    return {c: [low, 1.0] for c in ("instruction", "json", "toolCalling")}
+
+
+def test_economize_sends_a_request_to_a_cheaper_effort_no_worse_in_any_category(store_path, default_suite):
+    seed_store(
+        store_path,
+        make_profile("m", Tier.LARGE, default_suite, effort="none", score_intervals=intervals(0.80)),
+        make_profile("m", Tier.LARGE, default_suite, effort="low", score_intervals=intervals(0.93)),
+        make_profile("m", Tier.LARGE, default_suite, effort="high", score_intervals=intervals(0.92)),
+    )
+    settings = settings_for("http://127.0.0.1:9/v1", store_path, routing={"economize_effort": True})
+    with Gatekeeper(settings) as gk:
+        route = gk.route("m", "high", [WRITE])
+        assert (route.pair, route.reason) == ("m@low", "economized")  # none is cheaper, but worse
+        assert gk.route("m", "high", []).reason == "none"  # no tools: never routed
+    with Gatekeeper(settings_for("http://127.0.0.1:9/v1", store_path, routing={})) as gk:
+        assert gk.route("m", "high", [WRITE]).reason == "none"  # economize_effort is off by default

@@ -254,3 +254,29 @@ def test_a_translated_request_reaches_a_chat_only_upstream_at_the_routed_effort(
     assert raw.headers["x-gatekeeper-routed"] == "m@medium"
     sent = chat_only.requests[-1]
     assert sent["reasoning_effort"] == "medium" and [t["function"]["name"] for t in sent["tools"]] == ["write_file"]
+
+
+def test_an_economized_request_reaches_the_upstream_at_the_cheaper_effort(upstream, store_path, default_suite):
+    bounds = {c: [0.93, 1.0] for c in ("instruction", "json", "toolCalling")}
+    seed_store(
+        store_path,
+        make_profile("m", Tier.LARGE, default_suite, effort="low", score_intervals=bounds),
+        make_profile("m", Tier.LARGE, default_suite, effort="xhigh", score_intervals=bounds),
+    )
+    settings = settings_for(upstream.base_url, store_path, routing={"economize_effort": True})
+    with running_proxy(settings) as proxy:
+        seen = send(proxy, upstream, "chat", "m", "xhigh", ["write_file"], False)
+    assert seen.sent_effort == "low" and seen.headers["x-gatekeeper-routed"] == "m@low"
+    assert seen.calls == ["write_file"]
+
+
+def test_the_routed_header_stays_ascii_whatever_the_model_is_called(upstream, store_path, default_suite):
+    seed_store(
+        store_path,
+        make_profile("modèle-東", Tier.SMALL, default_suite, effort="low"),
+        make_profile("modèle-東", Tier.MEDIUM, default_suite, effort="high"),
+    )
+    with running_proxy(settings_for(upstream.base_url, store_path, routing={})) as proxy:
+        seen = send(proxy, upstream, "chat", "modèle-東", "low", ["write_file"], False)
+    assert seen.headers["x-gatekeeper-routed"] == "mod%C3%A8le-%E6%9D%B1@high"
+    assert seen.sent["model"] == "modèle-東" and seen.sent_effort == "high"
