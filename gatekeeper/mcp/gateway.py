@@ -110,6 +110,9 @@ class McpGateway:
             maxsize=_MAX_SESSIONS, ttl=DEFAULT_SESSION_IDLE_TIMEOUT, timer=time.monotonic
         )
         self._resource_server: TTLCache[str, str] = TTLCache(maxsize=_RESOURCE_ROUTES, ttl=3600, timer=time.monotonic)
+        # What the console shows, per (server, model): listed, hidden, refused. `model` is the
+        # bounded metrics label, so this table is bounded too.
+        self.tallies: dict[tuple[str, str], dict[str, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._recheck = asyncio.Event()
         self._unsubscribe: Callable[[], None] = lambda: None
@@ -221,6 +224,7 @@ class McpGateway:
             for label, (listed, hidden) in counts.items():
                 metrics.TOOLS_LISTED.labels(label, model).inc(listed)
                 metrics.TOOLS_HIDDEN.labels(label, model).inc(hidden)
+                self._tally(label, model, listed=listed, hidden=hidden)
         self._watch(ctx, binding, frozenset(tool.name for tool in shown))
         page = shown[start : start + PAGE_SIZE]
         more = start + PAGE_SIZE < len(shown)
@@ -246,7 +250,9 @@ class McpGateway:
         parts = split_exposed(name)
         upstream = self.upstreams.get(parts[0]) if parts is not None else None
         if parts is None or upstream is None or parts[1] not in upstream.tools:
-            metrics.CALLS_REFUSED.labels(parts[0] if upstream is not None and parts else "(none)", model).inc()
+            server = parts[0] if upstream is not None and parts else "(none)"
+            metrics.CALLS_REFUSED.labels(server, model).inc()
+            self._tally(server, model, refused=1)
             log.warning("mcp_call_refused", tool=name[:200], model=binding.shown, reason="unknown")
             offered = "no server behind this gateway offers it" + (
                 f" (server {parts[0]!r} is unavailable: {upstream.error})"
@@ -263,6 +269,7 @@ class McpGateway:
         if not policy.allows(resolution.tier, rule):
             needs = policy.required_tier(rule)
             metrics.CALLS_REFUSED.labels(label, model).inc()
+            self._tally(label, model, refused=1)
             log.warning(
                 "mcp_call_refused",
                 tool=name,
@@ -365,6 +372,11 @@ class McpGateway:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
 
     # -- what the console shows -------------------------------------------------------------
+
+    def _tally(self, server: str, model: str, **counts: int) -> None:
+        row = self.tallies.setdefault((server, model), {"listed": 0, "hidden": 0, "refused": 0})
+        for name, n in counts.items():
+            row[name] += n
 
     def status(self) -> list[dict[str, Any]]:
         return [upstream.status() for upstream in self.upstreams.values()]

@@ -318,3 +318,81 @@ async def test_a_crashed_stdio_server_is_restarted(tmp_path, default_suite, note
         async with connect(proxy.url + "/mcp/small-model") as session:
             assert (await session.call_tool("notes__read_note", {"name": "x"})).is_error is False
         assert [c["tool"] for c in calls(notes_dir)] == ["crash", "read_note"]
+
+
+async def test_the_console_shows_servers_and_what_each_model_was_shown_and_refused(tmp_path, default_suite, notes_dir):
+    servers = {"notes": toy("notes", notes_dir), "dup": toy("duplicate", notes_dir)}
+    with gateway(tmp_path, default_suite, servers, admin_key="console-key") as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        async with connect(proxy.url + "/mcp/small-model") as session:
+            await tool_names(session)
+            with pytest.raises(MCPError):
+                await session.call_tool("notes__write_note", {"name": "n", "text": "t"})
+        with httpx.Client(base_url=proxy.url, timeout=10) as http:
+            signed = http.post("/admin/login", data={"key": "console-key"}, headers={"origin": proxy.url})
+            assert signed.status_code == 303
+
+            def failed_listing() -> str | None:
+                section = http.get("/admin/").text.split('id="mcp"', 1)[1]
+                return section if "listed the tool &#39;twice&#39; twice" in section else None
+
+            section = await await_until(failed_listing, "the misbehaving server shown down, with why")
+        assert "<code>notes</code>" in section and "up</span>" in section
+        row = section.split("<td><code>notes</code></td><td><code>small-model@default</code></td>", 1)[1].split("</tr>")[0]
+        assert row.replace(" ", "") == '<tdclass="num">2</td><tdclass="num">3</td><tdclass="num">1</td>'
+
+
+async def test_resources_and_prompts_are_relayed(tmp_path, default_suite, notes_dir):
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        async with connect(proxy.url + "/mcp/small-model") as session:
+            resources = (await session.list_resources()).resources
+            assert [str(r.uri) for r in resources] == ["note://readme"]
+            read = await session.read_resource("note://readme")
+            assert read.contents[0].text == "notes server readme"
+            with pytest.raises(MCPError):
+                await session.read_resource("note://unlisted")
+            prompts = (await session.list_prompts()).prompts
+            assert [p.name for p in prompts] == ["notes__summarise"]
+            prompt = await session.get_prompt("notes__summarise", {"name": "plan"})
+            assert "Summarise the note plan." in prompt.messages[0].content.text
+
+
+async def test_a_reload_of_pins_or_rules_tells_open_sessions(tmp_path, default_suite, notes_dir):
+    import yaml
+
+    from gatekeeper.core.gatekeeper import Gatekeeper
+    from gatekeeper.server.app import create_app
+    from scripted import ThreadedServer
+
+    config = tmp_path / "gatekeeper.yaml"
+    doc = {
+        "upstream": {"base_url": "http://127.0.0.1:9/v1"},
+        "store": str(tmp_path / "profiles.json"),
+        "mcp": {"api_keys": [KEY], "servers": {"notes": toy("notes", notes_dir)}},
+        "tools": {"required_tier": {"notes.write_note": "medium", "notes.progress_steps": "large", "notes.crash": "large"}},
+        "pins": {"team-model": "small"},
+    }
+    config.write_text(yaml.safe_dump(doc))
+    with Gatekeeper.from_config(config) as gk, ThreadedServer(create_app(gk)) as server:
+        url = f"http://127.0.0.1:{server.port}/mcp/team-model"
+        heard: list[object] = []
+
+        async def on_message(message: object) -> None:
+            heard.append(message)
+
+        def changes() -> int:
+            return sum(isinstance(m, types.ToolListChangedNotification) for m in heard)
+
+        await wait_listed(url.replace("team-model", "nobody"), NOTES_SMALL)
+        async with connect(url, message_handler=on_message) as session:
+            assert await tool_names(session) == NOTES_SMALL
+            config.write_text(yaml.safe_dump(doc | {"pins": {"team-model": "medium"}}))
+            gk.reload()
+            await await_until(lambda: changes() == 1, "list_changed after the pin changed")
+            assert sorted(await tool_names(session)) == sorted(NOTES_MEDIUM)
+            rules = doc["tools"]["required_tier"] | {"notes.write_note": "large"}
+            config.write_text(yaml.safe_dump(doc | {"pins": {"team-model": "medium"}, "tools": {"required_tier": rules}}))
+            gk.reload()
+            await await_until(lambda: changes() == 2, "list_changed after the rule changed")
+            assert await tool_names(session) == NOTES_SMALL

@@ -253,6 +253,7 @@ class Console:
                 unknown_tier=gk.settings.unknown_tier.value,
                 policy=gk.settings.unknown_models,
                 bar_width=views.BAR_WIDTH,
+                mcp=getattr(request.app.state, "mcp", None),  # the MCP gateway, when mcp.servers is set
             ),
         )
 
