@@ -5,7 +5,6 @@ only the tools its measured tier admits, and every other call refused before it 
     gatekeeper.mcp.upstream  one configured server, connected, listed, supervised
     gatekeeper.mcp.gateway   the gateway's MCP server: tier -> tools/list, tools/call, list_changed
     gatekeeper.mcp.http      the door: Origin, key, throttle, the model a session is bound to
-    gatekeeper.mcp.throttle  failed keys per source
     gatekeeper.mcp.metrics   gatekeeper_mcp_* counters
 
 Needs the `mcp` extra (`pip install 'gatekeeper[mcp]'`); the proxy imports this package only when

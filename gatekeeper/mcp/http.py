@@ -3,18 +3,21 @@
 Every request passes, in this order:
 1. `Origin`: absent (not a browser) or one of `mcp.allowed_origins`; else 403 (the MCP spec's
    rule against DNS rebinding);
-2. the per-source throttle of failed keys: past it, 429 until the window passes;
+2. the per-source throttle of wrong keys (the admin API's rules and source address, its own
+   count): past it, 429 with `Retry-After`, before the key is looked at;
 3. `Authorization: Bearer <one of mcp.api_keys>`, compared in constant time; else 401;
-4. the model: from the path, else the header, else none (the unknown tier). The session the
-   request opens is bound to that model and key: the SDK answers 404 to a request for the session
-   under another model or key, so a session cannot be re-pointed at a larger model.
+4. the model: from the path, else the header, else none (the unknown tier); its effort one of the
+   closed set (400 otherwise). The session the request opens is bound to that model and key: the
+   SDK answers 404 to a request for the session under another model or key, so a session cannot
+   be re-pointed at a larger model.
 """
 
 from __future__ import annotations
 
 import hmac
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 import structlog
@@ -25,9 +28,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from gatekeeper.errors import RequestInvalid
 from gatekeeper.mcp.gateway import BINDING, Binding
-from gatekeeper.mcp.throttle import FailureThrottle
-from gatekeeper.store.profile import split_key
+from gatekeeper.store.profile import check_effort, split_key
 
 if TYPE_CHECKING:
     from gatekeeper.mcp.gateway import McpGateway
@@ -39,54 +42,66 @@ _MAX_MODEL = 256
 _PRINTABLE = re.compile(r"^[\x21-\x7e]+$")  # visible ASCII: no spaces, controls or line breaks
 
 
+class Throttle(Protocol):
+    """Wrong keys per source (the proxy passes gatekeeper.server.throttle.KeyThrottle)."""
+
+    def retry_after(self, source: str) -> int: ...
+    def failed(self, source: str) -> None: ...
+    def succeeded(self, source: str) -> None: ...
+
+
 class McpEndpoint:
     """The ASGI app behind the /mcp routes."""
 
-    def __init__(self, gateway: McpGateway) -> None:
-        self.gateway = gateway
-        self.throttle = FailureThrottle()
+    def __init__(self, gateway: McpGateway, throttle: Throttle, source: Callable[[Request], str]) -> None:
+        """`source(request)` is the address wrong keys are counted by (the admin API's rule)."""
+        self.gateway, self.throttle, self.source = gateway, throttle, source
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope)
-        settings = self.gateway.gk.settings.mcp  # read per request: a reload can rotate the keys
-        origin = request.headers.get("origin")
-        if origin is not None and origin.lower() not in settings.allowed_origins:
-            log.warning("mcp_origin_refused", origin=origin[:200])
-            await _error(403, f"Origin {origin[:200]!r} is not allowed (mcp.allowed_origins)")(scope, receive, send)
+        admitted = self._admit(request)
+        if isinstance(admitted, Response):
+            await admitted(scope, receive, send)
             return
-        source = request.client.host if request.client is not None else "unknown"
-        retry_after = self.throttle.blocked(source)
-        if retry_after is not None:
-            headers = {"retry-after": str(max(1, round(retry_after)))}
-            await _error(429, "too many failed MCP keys from this address; retry later", headers)(scope, receive, send)
-            return
-        key_index = _key_index(request.headers.get("authorization", ""), settings.keys)
-        if key_index is None:
-            self.throttle.failed(source)
-            log.warning("mcp_key_refused", source=source)
-            await _error(
-                401,
-                "the MCP gateway needs 'Authorization: Bearer <one of mcp.api_keys>'",
-                {"www-authenticate": "Bearer"},
-            )(scope, receive, send)
-            return
-        raw = request.path_params.get("model") or request.headers.get(MODEL_HEADER)
-        if raw is not None and (len(raw) > _MAX_MODEL or not _PRINTABLE.match(raw)):
-            await _error(400, f"not a model name (visible ASCII, at most {_MAX_MODEL} characters)")(
-                scope, receive, send
-            )
-            return
-        binding = _bind(raw)
-        if raw is not None and binding.model is None:
-            await _error(400, f"expected MODEL or MODEL@EFFORT, got {raw[:_MAX_MODEL]!r}")(scope, receive, send)
-            return
+        binding, principal = admitted
         scope[BINDING] = binding
-        # The SDK binds a session to the principal that opened it: the key and the model.
-        principal = f"key{key_index}|{binding.shown}"
+        # The SDK binds a session to the principal that opened it: here, the key and the model.
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=principal, scopes=[]))
         await self.gateway.manager.handle_request(scope, receive, send)
         if request.method == "DELETE" and (session_id := request.headers.get("mcp-session-id")):
             self.gateway.forget_session(session_id)  # closed by the client: no more notifications
+
+    def _admit(self, request: Request) -> Response | tuple[Binding, str]:
+        """The request's binding and principal, or the error response that refuses it."""
+        settings = self.gateway.gk.settings  # read per request: a reload can rotate the keys
+        origin = request.headers.get("origin")
+        if origin is not None and origin.lower() not in settings.mcp.allowed_origins:
+            log.warning("mcp_origin_refused", origin=origin[:200])
+            return _error(403, f"Origin {origin[:200]!r} is not allowed (mcp.allowed_origins)")
+        source = self.source(request)
+        wait = self.throttle.retry_after(source)
+        if wait:
+            log.warning("mcp_key_throttled", client=source, retry_after_s=wait)
+            return _error(429, "too many wrong MCP keys from this address; retry later", {"retry-after": str(wait)})
+        key_index = _key_index(request.headers.get("authorization", ""), settings.mcp.keys)
+        if key_index is None:
+            self.throttle.failed(source)
+            log.warning("mcp_key_refused", client=source)
+            message = "the MCP gateway needs 'Authorization: Bearer <one of mcp.api_keys>'"
+            return _error(401, message, {"www-authenticate": "Bearer"})
+        self.throttle.succeeded(source)
+        raw = request.path_params.get("model") or request.headers.get(MODEL_HEADER)
+        if raw is not None and (len(raw) > _MAX_MODEL or not _PRINTABLE.match(raw)):
+            return _error(400, f"not a model name (visible ASCII, at most {_MAX_MODEL} characters)")
+        binding = _bind(raw)
+        if raw is not None and binding.model is None:
+            return _error(400, f"expected MODEL or MODEL@EFFORT, got {raw!r}")
+        if binding.effort is not None:
+            try:
+                check_effort(binding.effort, settings.extra_efforts)
+            except RequestInvalid as exc:
+                return _error(400, str(exc))
+        return binding, f"key{key_index}|{binding.shown}"
 
 
 def _key_index(header: str, keys: list[str]) -> int | None:
@@ -113,6 +128,6 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return Response(orjson.dumps(body), status_code=status, headers=headers, media_type="application/json")
 
 
-def mcp_routes(gateway: McpGateway) -> list[BaseRoute]:
-    endpoint = McpEndpoint(gateway)
+def mcp_routes(gateway: McpGateway, throttle: Throttle, source: Callable[[Request], str]) -> list[BaseRoute]:
+    endpoint = McpEndpoint(gateway, throttle, source)
     return [Route("/mcp", endpoint), Route("/mcp/{model:path}", endpoint)]

@@ -42,6 +42,7 @@ from gatekeeper.protocols.base import Codec
 from gatekeeper.server.admin import admin_routes
 from gatekeeper.server.mounts import Upstreams
 from gatekeeper.server.pipeline import JSON, forward, model_call, read_json
+from gatekeeper.server.throttle import KeyThrottle, client_source
 from gatekeeper.server.upstream import Upstream
 
 log = structlog.get_logger("gatekeeper.server.app")
@@ -77,7 +78,7 @@ def create_app(gk: Gatekeeper, *, upstream: Upstream | None = None) -> Starlette
         from gatekeeper.mcp import McpGateway, mcp_routes  # the mcp SDK is imported only when configured
 
         gateway = McpGateway(gk)
-        routes += mcp_routes(gateway)
+        routes += mcp_routes(gateway, KeyThrottle(), client_source)  # wrong keys: the admin API's rules, own count
     app = _App(
         routes=routes,
         lifespan=_lifespan,

@@ -245,7 +245,8 @@ def test_the_door_needs_a_key_an_allowed_origin_and_throttles_guessing(tmp_path,
             assert evil.status_code == 403 and "evil.example" in evil.json()["error"]["message"]
             allowed = http.post(url, json=ping, headers=good | {"Origin": "http://app.example:3000"})
             assert allowed.status_code != 403
-            for _ in range(9):  # the missing key above was the first of the 10 failures allowed
+            assert http.post(proxy.url + "/mcp/large-model@bogus", json=ping, headers=good).status_code == 400
+            for _ in range(10):  # the right key above cleared the missing one's count
                 assert http.post(url, json=ping, headers=accept | {"Authorization": "Bearer guess"}).status_code == 401
             throttled = http.post(url, json=ping, headers=good)  # even the right key waits out the window
             assert throttled.status_code == 429 and int(throttled.headers["retry-after"]) >= 1
@@ -338,7 +339,9 @@ async def test_the_console_shows_servers_and_what_each_model_was_shown_and_refus
 
             section = await await_until(failed_listing, "the misbehaving server shown down, with why")
         assert "<code>notes</code>" in section and "up</span>" in section
-        row = section.split("<td><code>notes</code></td><td><code>small-model@default</code></td>", 1)[1].split("</tr>")[0]
+        row = section.split("<td><code>notes</code></td><td><code>small-model@default</code></td>", 1)[1].split(
+            "</tr>"
+        )[0]
         assert row.replace(" ", "") == '<tdclass="num">2</td><tdclass="num">3</td><tdclass="num">1</td>'
 
 
@@ -360,17 +363,19 @@ async def test_resources_and_prompts_are_relayed(tmp_path, default_suite, notes_
 
 async def test_a_reload_of_pins_or_rules_tells_open_sessions(tmp_path, default_suite, notes_dir):
     import yaml
+    from scripted import ThreadedServer
 
     from gatekeeper.core.gatekeeper import Gatekeeper
     from gatekeeper.server.app import create_app
-    from scripted import ThreadedServer
 
     config = tmp_path / "gatekeeper.yaml"
     doc = {
         "upstream": {"base_url": "http://127.0.0.1:9/v1"},
         "store": str(tmp_path / "profiles.json"),
         "mcp": {"api_keys": [KEY], "servers": {"notes": toy("notes", notes_dir)}},
-        "tools": {"required_tier": {"notes.write_note": "medium", "notes.progress_steps": "large", "notes.crash": "large"}},
+        "tools": {
+            "required_tier": {"notes.write_note": "medium", "notes.progress_steps": "large", "notes.crash": "large"}
+        },
         "pins": {"team-model": "small"},
     }
     config.write_text(yaml.safe_dump(doc))
@@ -392,7 +397,9 @@ async def test_a_reload_of_pins_or_rules_tells_open_sessions(tmp_path, default_s
             await await_until(lambda: changes() == 1, "list_changed after the pin changed")
             assert sorted(await tool_names(session)) == sorted(NOTES_MEDIUM)
             rules = doc["tools"]["required_tier"] | {"notes.write_note": "large"}
-            config.write_text(yaml.safe_dump(doc | {"pins": {"team-model": "medium"}, "tools": {"required_tier": rules}}))
+            config.write_text(
+                yaml.safe_dump(doc | {"pins": {"team-model": "medium"}, "tools": {"required_tier": rules}})
+            )
             gk.reload()
             await await_until(lambda: changes() == 2, "list_changed after the rule changed")
             assert await tool_names(session) == NOTES_SMALL
