@@ -171,8 +171,9 @@ class ToolPolicy:
     covers it, and the highest tier found wins (fail closed):
       * FUNCTION / CUSTOM: its name;
       * BUILTIN: its versioned type and its family (`web_search_2025_08_26`, `web_search`);
-      * MCP / NAMESPACED: its group (`github`, which gates the whole server) and `group.tool`
-        (`github.delete_repo`, matched by `github.delete_*`).
+      * MCP / NAMESPACED: its group (`github`, which gates the whole server), `group.tool`
+        (`github.delete_repo`, matched by `github.delete_*`) and the bare tool name
+        (`delete_repo`: a rule for a function is not escaped by wrapping it in a namespace).
     A name no rule matches requires `default_tier`.
     """
 
@@ -209,9 +210,12 @@ class ToolPolicy:
             return max(found, key=lambda t: t.rank) if found else self.default_tier
         group = tool.group
         if group is not None:
-            own = self._rule(tool.name)
-            whole = self._rule(group) or self.default_tier
-            return whole if own is None or own.rank <= whole.rank else own
+            # The group's rule (or the default), `group.tool`'s, and the bare tool name's: a rule
+            # for `execute_command` is not escaped by offering it inside a namespace or server.
+            bare = tool.name.partition(".")[2]
+            found = [self._rule(group) or self.default_tier]
+            found += [t for t in (self._rule(tool.name), self._rule(bare)) if t is not None]
+            return max(found, key=lambda t: t.rank)
         return self._rule(tool.name) or self.default_tier
 
     def required_tier(self, tool: str | ToolId) -> Tier:
@@ -227,20 +231,21 @@ class ToolPolicy:
 
     def rule_hiding_part_of(self, group: str, tier: Tier) -> str | None:
         """A rule that could hide, at `tier`, some tool of the MCP server or namespace `group`
-        (`github.delete_*: large` at small), or None when every tool of `group` is admitted
-        whenever the group is. Patterns are judged by their literal prefix, so the answer errs
-        towards "some tool may be hidden" (which narrows or refuses, never opens)."""
+        (`github.delete_*: large` at small; or a rule without a dot, which names bare tool
+        names such as `write_*`), or None when every tool of `group` is admitted whenever the
+        group is. Patterns are judged by their literal prefix, so the answer errs towards "some
+        tool may be hidden" (which narrows or refuses, never opens)."""
         prefix = f"{group}."
-        for rule, required in [*self._exact.items(), *self._patterns]:
-            if tier.allows(required):
-                continue
+        above = [r for r, required in [*self._exact.items(), *self._patterns] if not tier.allows(required)]
+        for rule in above:  # rules that name this group's tools first: they make the clearer message
             literal = rule
             for c in _WILDCARDS:
                 literal = literal.split(c, 1)[0]
-            is_pattern = literal != rule
-            if rule.startswith(prefix) or (is_pattern and (literal.startswith(prefix) or prefix.startswith(literal))):
+            if rule.startswith(prefix) or (
+                literal != rule and (literal.startswith(prefix) or prefix.startswith(literal))
+            ):
                 return rule
-        return None
+        return next((r for r in above if "." not in r and r != group), None)
 
 
 @dataclass

@@ -90,14 +90,24 @@ def test_group_rules(rules: dict[str, Tier], tool: ToolId, expected: Tier) -> No
 
 
 def test_rule_hiding_part_of_a_group() -> None:
-    policy = ToolPolicy({"github.delete_*": Tier.LARGE, "read_*": Tier.LARGE, "files.write": Tier.MEDIUM})
+    policy = ToolPolicy({"github.delete_*": Tier.LARGE, "files.write": Tier.MEDIUM})
     assert policy.rule_hiding_part_of("github", Tier.SMALL) == "github.delete_*"
     assert policy.rule_hiding_part_of("github", Tier.LARGE) is None
     assert policy.rule_hiding_part_of("files", Tier.SMALL) == "files.write"
     assert policy.rule_hiding_part_of("files", Tier.MEDIUM) is None
     assert policy.rule_hiding_part_of("docs", Tier.SMALL) is None
+    assert ToolPolicy({"docs": Tier.LARGE}).rule_hiding_part_of("docs", Tier.SMALL) is None  # hidden whole
     assert ToolPolicy({"*": Tier.LARGE}).rule_hiding_part_of("docs", Tier.SMALL) == "*"
     assert ToolPolicy({"*.delete": Tier.LARGE}).rule_hiding_part_of("docs", Tier.SMALL) == "*.delete"
+    # A bare-name rule may name one of the group's tools: the group cannot be offered whole.
+    assert ToolPolicy({"write_*": Tier.MEDIUM}).rule_hiding_part_of("files", Tier.SMALL) == "write_*"
+
+
+def test_a_bare_name_rule_reaches_into_groups() -> None:
+    policy = ToolPolicy({"execute_command": Tier.LARGE})
+    assert policy.required_tier(ToolId.namespaced("ops", "execute_command")) == Tier.LARGE
+    assert policy.required_tier(ToolId.mcp("shell", "execute_command")) == Tier.LARGE
+    assert policy.required_tier(ToolId.mcp("shell", "list")) == Tier.SMALL
 
 
 def test_group_and_str() -> None:
