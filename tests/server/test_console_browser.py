@@ -137,8 +137,9 @@ def test_the_model_page_shows_tests_sweep_tools_and_pins(
     expect(page.locator("code.pin")).to_have_text("weak@high: medium")
     # weak@low is small: it does not see execute_command (large) nor write_* (medium) ...
     tools = page.locator("table.tools")
-    expect(tools.locator('tr[data-rule="execute_command"] td').nth(2)).to_have_text("hidden")
-    expect(tools.locator('tr[data-rule="write_*"] td').nth(2)).to_have_text("hidden")
+    # (a hidden cell says which requirement hides the tool)
+    expect(tools.locator('tr[data-rule="execute_command"] td').nth(2)).to_have_text("hidden tier small < large")
+    expect(tools.locator('tr[data-rule="write_*"] td').nth(2)).to_have_text("hidden tier small < medium")
     expect(tools.locator('tr[data-rule="any other tool"] td').nth(2)).to_have_text("sees")
     # ... and weak@high, pinned to medium, sees write_*.
     expect(tools.locator('tr[data-rule="write_*"] td').nth(3)).to_have_text("sees")
