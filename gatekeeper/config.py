@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -229,6 +230,9 @@ class Settings(_Section):
     # counted by; server/throttle.py).
     trusted_proxy_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
     trusted_proxy_hops: int = Field(default=1, ge=1, le=16)
+    # The peers whose header is believed (addresses or CIDR blocks): a client that reaches
+    # gatekeeper directly cannot name itself a new address per request.
+    trusted_proxies: list[str] = Field(default_factory=lambda: ["127.0.0.0/8", "::1/128"])
     # Efforts a request may name besides the protocols' own levels (store/profile.py EFFORTS):
     # a closed set, so effort names cannot mint measurements.
     extra_efforts: list[str] = Field(default_factory=list)
@@ -253,6 +257,16 @@ class Settings(_Section):
         if value is not None and value and not value.strip():
             raise ValueError("blank (whitespace only); set a real key, or leave it empty to disable the admin API")
         return value or None
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r}: expected an IP address or a CIDR block such as 10.0.0.0/8") from None
+        return value
 
     @field_validator("extra_efforts")
     @classmethod

@@ -111,4 +111,9 @@ def _capped(value: Any, limit: int, depth: int) -> Any:
             _capped(k, CLIENT_TEXT_LIMIT, depth + 1): _capped(v, CLIENT_TEXT_LIMIT, depth + 1)
             for k, v in list(value.items())[:64]
         }
-    return value
+    if isinstance(value, _SCALARS):
+        return value
+    # Anything else (an exception, a path) is rendered by its repr, which may quote a client's
+    # string: a long one is replaced by its capped text.
+    shown = repr(value)
+    return _capped(shown, limit, depth) if len(shown) > limit or "@" in shown else value

@@ -18,6 +18,7 @@ cycling through the addresses of one block buys nothing.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import threading
@@ -73,22 +74,36 @@ class KeyThrottle:
 def client_source(request: Request) -> str:
     """The address a request comes from, as the throttle counts it.
 
-    With `trusted_proxy_header` set (e.g. `X-Forwarded-For`, or `X-Real-IP`), the address is read
-    from that header: its comma-separated entries are appended by each proxy in turn, so with
-    `trusted_proxy_hops: N` (the number of proxies in front of gatekeeper that append to it) the
-    client is the N-th entry from the right; entries left of it were written by the client and
-    are never believed. A request without the header (or with fewer entries than hops: it did not
-    come through every proxy) is counted by its socket peer address.
+    With `trusted_proxy_header` set (e.g. `X-Forwarded-For`, or `X-Real-IP`), and only when the
+    socket peer is one of `trusted_proxies` (from any other peer the header is the client's own
+    word), the address is read from that header. Each proxy appends to it in turn, so with
+    `trusted_proxy_hops: N` (the proxies in front of gatekeeper that append to it) the client is
+    the N-th entry from the right; entries left of it were written by the client, never believed.
+    Otherwise (no header, fewer entries than hops: it did not come through every proxy, or an
+    untrusted peer) the source is the socket peer's address.
     """
     settings = request.app.state.gk.settings
     peer = request.client.host if request.client else "unknown"
     header = getattr(settings, "trusted_proxy_header", None)
-    if header:
+    if header and _is_trusted(peer, tuple(getattr(settings, "trusted_proxies", ()))):
         entries = [e.strip() for e in ",".join(request.headers.getlist(header)).split(",") if e.strip()]
         hops = getattr(settings, "trusted_proxy_hops", 1)
         if len(entries) >= hops:
             return _source(entries[-hops])
     return _source(peer)
+
+
+def _is_trusted(peer: str, proxies: tuple[str, ...]) -> bool:
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    return any(address in network for network in _networks(proxies))
+
+
+@functools.lru_cache(maxsize=8)
+def _networks(proxies: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    return tuple(ipaddress.ip_network(p, strict=False) for p in proxies)
 
 
 def _source(address: str) -> str:

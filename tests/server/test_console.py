@@ -429,15 +429,17 @@ def test_the_source_is_the_peer_unless_a_trusted_header_is_configured() -> None:
     forged = {"x-forwarded-for": "1.2.3.4"}
     assert client_source(_request("10.0.0.1", forged)) == "10.0.0.1"
     assert client_source(_request("10.0.0.1", forged, trusted_proxy_header=None)) == "10.0.0.1"
-    trusted = {"trusted_proxy_header": "X-Forwarded-For", "trusted_proxy_hops": 2}
+    trusted = {"trusted_proxy_header": "X-Forwarded-For", "trusted_proxy_hops": 2, "trusted_proxies": ["10.0.0.1"]}
     # Two proxies append: the client is the second entry from the right, whatever it forged before.
     assert (
         client_source(_request("10.0.0.1", {"x-forwarded-for": "6.6.6.6, 1.2.3.4, 10.0.0.9"}, **trusted)) == "1.2.3.4"
     )
     # Fewer entries than hops: it did not come through both proxies; counted by its peer.
     assert client_source(_request("10.0.0.1", {"x-forwarded-for": "1.2.3.4"}, **trusted)) == "10.0.0.1"
-    one_hop = {"trusted_proxy_header": "X-Real-IP", "trusted_proxy_hops": 1}
+    one_hop = {"trusted_proxy_header": "X-Real-IP", "trusted_proxy_hops": 1, "trusted_proxies": ["10.0.0.0/8"]}
     assert client_source(_request("10.0.0.1", {"x-real-ip": "1.2.3.4:5555"}, **one_hop)) == "1.2.3.4"
+    # A client that reaches gatekeeper directly cannot name itself a new address per request.
+    assert client_source(_request("192.0.2.8", {"x-real-ip": "1.2.3.4"}, **one_hop)) == "192.0.2.8"
 
 
 def test_ipv6_sources_count_per_64_block() -> None:

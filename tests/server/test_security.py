@@ -15,6 +15,7 @@ import pytest
 import structlog
 from accumulate import chunks_of, client_events, node_names, plain_names, python_names, stream_names
 from conftest import (
+    ROOT,
     Proxy,
     make_profile,
     measuring_upstream,
@@ -724,6 +725,8 @@ def test_every_logged_string_is_capped_and_redacted():
     assert len(event["model"]) < 5000 and event["url"] == "redis://***@h/0" and event["n"] == 3
     nested = cap_strings(None, "info", {"event": "x", "tools": ["t" * 100_000] * 1000})
     assert len(json.dumps(nested["tools"])) < 32768
+    error = cap_strings(None, "error", {"event": "x", "exc_info": KeyError("k" * 100_000), "path": ROOT})
+    assert len(error["exc_info"]) < 5000 and error["path"] == ROOT  # short objects are left to the renderer
 
 
 @pytest.mark.parametrize("given", ["x" * 500, "two words", "<script>", "a/b", ""])
