@@ -98,9 +98,10 @@ class Router:
         if cached is not None and cached[0] is resolution:
             return cached[1]
         found = self._capability(resolution)
-        if len(self._capabilities) >= _CAPABILITIES_KEPT:
-            self._capabilities.clear()
-        self._capabilities[id(resolution)] = (resolution, found)
+        if resolution.source in ("measured", "pinned"):  # the others are new objects per request
+            if len(self._capabilities) >= _CAPABILITIES_KEPT:
+                self._capabilities.clear()
+            self._capabilities[id(resolution)] = (resolution, found)
         return found
 
     def _capability(self, resolution: Resolution) -> Capability:

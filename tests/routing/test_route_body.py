@@ -67,3 +67,13 @@ def test_a_request_the_asked_pair_admits_is_untouched(gk):
     before = dict(body)
     assert gk.route_body(CHAT, body).reason == "none"
     assert body == before
+
+
+def test_a_whole_mcp_server_needs_the_strictest_rule_under_it(gk):
+    mcp = {"type": "mcp", "server_label": "github", "server_url": "https://example.invalid/mcp"}
+    body = {"model": "m", "input": "hi", "reasoning": {"effort": "low"}, "tools": [mcp]}
+    route = gk.route_body(RESPONSES, body)
+    # github.delete_* is large: only m@high may be offered the server whole.
+    assert route.pair == "m@high" and body["reasoning"] == {"effort": "high"}
+    gated = RESPONSES.gate(body, route.resolution.tier, route.policy)
+    assert gated.hidden == [] and body["tools"] == [mcp]
