@@ -1,5 +1,7 @@
 """What the OpenAI and Anthropic SDK wrappers share: a transparent proxy over an SDK client whose
-request-making methods on chosen resources gate their keyword arguments first.
+request-making methods on chosen resources gate their keyword arguments first, and that gating
+step (the call's keyword arguments -> a request body for gatekeeper's own request step,
+`gatekeeper.gate_body`). It imports neither SDK: each wrapper imports only its own.
 
 `routes` maps a resource path (`("chat", "completions")`, `("responses",)`, `("messages",)`) to
 the protocol its calls speak. Reaching a resource through `with_raw_response`,
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gatekeeper.core.gatekeeper import Gatekeeper
+from gatekeeper import Gatekeeper, RequestInvalid, agate_body, gate_body
 
 GATED_CALLS = frozenset({"create", "parse", "stream", "count_tokens"})
 _VIEWS = frozenset({"with_raw_response", "with_streaming_response"})
@@ -97,3 +99,77 @@ class _GatedAsyncContext:
 
     async def __aexit__(self, *exc: Any) -> Any:
         return await self._manager.__aexit__(*exc)
+
+
+# -- the gating step, shared --------------------------------------------------------------------
+
+# The request fields that carry tools (or could: a stored prompt), per protocol.
+TOOL_FIELDS = {
+    "chat": ("tools", "tool_choice", "functions", "function_call"),
+    "responses": ("tools", "tool_choice", "prompt"),
+    "messages": ("tools", "tool_choice", "mcp_servers"),
+}
+# The SDKs' own keyword arguments (request options, and `parse`'s output type): not request fields.
+SDK_ARGUMENTS = ("extra_headers", "extra_query", "extra_body", "timeout", "text_format", "betas", "output_format")
+# The SDKs' "not given" markers: `openai.NOT_GIVEN` / `openai.omit` and anthropic's of the same
+# names. Known by class and package, so that neither SDK needs to be imported to recognise them.
+_SENTINEL_CLASSES = frozenset({"NotGiven", "Omit"})
+_SENTINEL_PACKAGES = frozenset({"openai", "anthropic"})
+
+
+def is_sentinel(value: Any) -> bool:
+    """An SDK's "not given" marker: the SDK sends nothing for that field."""
+    kind = type(value)
+    return kind.__name__ in _SENTINEL_CLASSES and kind.__module__.partition(".")[0] in _SENTINEL_PACKAGES
+
+
+def given(value: Any) -> Any:
+    """`value` without the SDKs' "not given" markers, at any depth (dict values, list items), as
+    the SDK itself would send it; other values are left as they are."""
+    if isinstance(value, dict):
+        return {k: given(v) for k, v in value.items() if not is_sentinel(v)}
+    if isinstance(value, list):
+        return [given(v) for v in value if not is_sentinel(v)]
+    return value
+
+
+def tool_body(protocol: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The call's keyword arguments as the request body the SDK would send (every "not given"
+    marker removed, in every field; a tool field set to None counts as not given); None when it
+    has no tool field (nothing to gate)."""
+    fields = TOOL_FIELDS[protocol]
+    extra = kwargs.get("extra_body")
+    if isinstance(extra, dict) and any(k in extra for k in fields):
+        raise RequestInvalid(
+            f"tool fields in extra_body ({', '.join(k for k in fields if k in extra)}) "
+            "cannot be gated: pass them as keyword arguments"
+        )
+    body = {
+        k: v
+        for k, v in kwargs.items()
+        if not is_sentinel(v) and not (v is None and k in (*fields, "parallel_tool_calls"))
+    }
+    if not any(k in body for k in fields) or not isinstance(body.get("model"), str):
+        return None
+    for field in ("tools", "functions", "mcp_servers", "messages", "input"):
+        if field in body and not isinstance(body[field], (list, str, dict)):
+            body[field] = list(body[field])  # the SDKs accept any iterable
+    return {k: v if k in SDK_ARGUMENTS else given(v) for k, v in body.items()}
+
+
+def gate_kwargs(protocol: str, gk: Gatekeeper, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments to call the SDK with: gated when they carry tools, else as given."""
+    body = tool_body(protocol, kwargs)
+    if body is None:
+        return kwargs
+    gate_body(gk, protocol, body, SDK_ARGUMENTS)
+    return body
+
+
+async def agate_kwargs(protocol: str, gk: Gatekeeper, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`gate_kwargs` for async clients (never blocks the event loop)."""
+    body = tool_body(protocol, kwargs)
+    if body is None:
+        return kwargs
+    await agate_body(gk, protocol, body, SDK_ARGUMENTS)
+    return body

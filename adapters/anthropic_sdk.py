@@ -9,6 +9,8 @@ semantics for the Messages API (gatekeeper/protocols/messages.py): tools and MCP
 the model's tier are removed, `tool_choice` forcing a hidden tool (or `any` with every tool
 hidden) raises `gatekeeper.errors.ToolChoiceBlocked`, effort is `output_config.effort` or the
 thinking budget's mapping. A call without tool fields is passed on untouched.
+The SDK's "not given" markers (`anthropic.NOT_GIVEN`, `anthropic.omit`), which agent frameworks pass for every
+field they leave unset, are removed from every field first, as the SDK itself would not send them.
 """
 
 from __future__ import annotations
@@ -17,13 +19,12 @@ from typing import Any
 
 import anthropic
 
-from gatekeeper.adapters._sdk import GatedClient
-from gatekeeper.adapters.openai_sdk import _agate, _gate
-from gatekeeper.core.gatekeeper import Gatekeeper
+from gatekeeper import Gatekeeper
+from gatekeeper.adapters._sdk import GatedClient, agate_kwargs, gate_kwargs
 
 _ROUTES = {("messages",): "messages", ("beta", "messages"): "messages"}
 
 
 def gate_client(client: anthropic.Anthropic | anthropic.AsyncAnthropic, gk: Gatekeeper) -> Any:
     """Return `client` with its messages gated by `gk`; the original client is unchanged."""
-    return GatedClient(client, gk, _ROUTES, _gate, _agate, isinstance(client, anthropic.AsyncAnthropic))
+    return GatedClient(client, gk, _ROUTES, gate_kwargs, agate_kwargs, isinstance(client, anthropic.AsyncAnthropic))

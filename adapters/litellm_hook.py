@@ -26,10 +26,16 @@ from typing import Any
 import structlog
 from litellm.integrations.custom_logger import CustomLogger
 
-from gatekeeper.core.gatekeeper import Gatekeeper
-from gatekeeper.errors import ConfigError, GatekeeperError, NotMeasured
-from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked
-from gatekeeper.inprocess.wrap import agate_body, unlisted_fields
+from gatekeeper import (
+    ConfigError,
+    Gatekeeper,
+    GatekeeperError,
+    NotMeasured,
+    RequestInvalid,
+    ToolChoiceBlocked,
+    agate_body,
+    unlisted_fields,
+)
 
 log = structlog.get_logger("gatekeeper.litellm_hook")
 

@@ -38,7 +38,7 @@ from gatekeeper.errors import (
     WriteFenced,
 )
 from gatekeeper.inprocess.registry import RegisteredTool, RoutedTools, ToolRegistry, function_schema
-from gatekeeper.inprocess.wrap import gated
+from gatekeeper.inprocess.wrap import agate_body, gate_body, gated, unlisted_fields
 from gatekeeper.store import JsonFileStore, ProfileStore
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import Suite, load_suite
@@ -54,6 +54,10 @@ __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     "RoutedTools",
     "function_schema",
     "gated",
+    # the proxy's request step in process, for any client protocol (what the adapters build on)
+    "gate_body",
+    "agate_body",
+    "unlisted_fields",
     # settings, suite, profiles
     "Settings",
     "load_settings",
