@@ -403,3 +403,24 @@ async def test_a_reload_of_pins_or_rules_tells_open_sessions(tmp_path, default_s
             gk.reload()
             await await_until(lambda: changes() == 2, "list_changed after the rule changed")
             assert await tool_names(session) == NOTES_SMALL
+
+
+async def test_the_2026_single_exchange_protocol_is_gated_the_same(tmp_path, default_suite, notes_dir):
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}) as http,
+            streamable_http_client(proxy.url + "/mcp/small-model", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.discover()  # no handshake, no session: every request carries its envelope
+            assert session.protocol_version == "2026-07-28"
+            assert [t.name for t in (await session.list_tools()).tools] == NOTES_SMALL
+            with pytest.raises(MCPError) as refused:
+                await session.call_tool("notes__write_note", {"name": "n", "text": "t"})
+        assert "needs tier medium" in refused.value.message
+        assert calls(notes_dir) == []

@@ -1,0 +1,128 @@
+"""What the MCP gateway adds to a tool call and a listing. Not a test: run it by hand.
+
+    python tests/perf/mcp_overhead.py [--calls 200] [--rounds 5]
+
+One MCP server (the SDK's MCPServer, Streamable HTTP, in this process on its own port) is called
+two ways with the official client (`streamable_http_client` + `ClientSession`, one session per
+arm, kept open):
+  * direct: client -> server;
+  * gateway: client -> gatekeeper's /mcp/<model> (a real proxy on a real port, the server
+    behind it as a `url:` server) -> server; the tier resolved, the listing filtered and the call
+    checked on every request.
+Each round times `--calls` sequential `tools/call` (a tool that echoes its argument) and
+`tools/list` on each arm, interleaved; each figure is the median over rounds of the round's mean
+wall time per request (milliseconds). Both servers share the process and the machine, so the
+difference is the gateway's hop plus its work, on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests/mcp")]
+
+import httpx2  # noqa: E402
+from conftest import make_profile, running_proxy, seed_store, settings_for  # noqa: E402
+from gateway_helpers import KEY  # noqa: E402
+from mcp import ClientSession  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from mcp.server.mcpserver import MCPServer  # noqa: E402
+from scripted import ThreadedServer  # noqa: E402
+
+from gatekeeper.logs import configure as configure_logs  # noqa: E402
+from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, load_suite  # noqa: E402
+from gatekeeper.tiers import Tier  # noqa: E402
+
+
+def echo_server() -> object:
+    server = MCPServer("echo")
+
+    @server.tool(description="Echo the text.")
+    def echo(text: str) -> str:
+        return text
+
+    for i in range(20):  # a listing of a realistic size
+        server.add_tool(lambda text="": text, name=f"tool_{i}", description=f"tool {i}")
+    return server.streamable_http_app()
+
+
+async def timed(n: int, step: Callable[[], Awaitable[object]]) -> float:
+    started = time.perf_counter()
+    for _ in range(n):
+        await step()
+    return (time.perf_counter() - started) / n * 1000
+
+
+async def measure(direct_url: str, gateway_url: str, calls: int, rounds: int) -> dict[str, list[float]]:
+    results: dict[str, list[float]] = {}
+    async with (
+        httpx2.AsyncClient() as plain,
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}) as keyed,
+        streamable_http_client(direct_url, http_client=plain) as (dr, dw),
+        streamable_http_client(gateway_url, http_client=keyed) as (gr, gw),
+        ClientSession(dr, dw) as direct,
+        ClientSession(gr, gw) as gated,
+    ):
+        await direct.initialize()
+        await gated.initialize()
+        names = {"direct": "echo", "gateway": "echo__echo"}
+        for _ in range(rounds):
+            for arm, session in (("direct", direct), ("gateway", gated)):
+                name = names[arm]
+                results.setdefault(f"{arm} tools/call", []).append(
+                    await timed(calls, lambda s=session, n=name: s.call_tool(n, {"text": "hi"}))
+                )
+                results.setdefault(f"{arm} tools/list", []).append(await timed(calls, lambda s=session: s.list_tools()))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    configure_logs("warning")
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK logs every session at INFO
+    suite = load_suite(DEFAULT_SUITE_DIR)
+    with ThreadedServer(echo_server()) as upstream, tempfile.TemporaryDirectory() as tmp:
+        store = Path(tmp) / "profiles.json"
+        seed_store(store, make_profile("large-model", Tier.LARGE, suite))
+        mcp = {"api_keys": [KEY], "servers": {"echo": {"url": f"http://127.0.0.1:{upstream.port}/mcp"}}}
+        settings = settings_for("http://127.0.0.1:9/v1", store, mcp=mcp, log_level="warning")
+        with running_proxy(settings) as proxy:
+            direct_url = f"http://127.0.0.1:{upstream.port}/mcp"
+            gateway_url = proxy.url + "/mcp/large-model"
+
+            async def ready() -> None:
+                for _ in range(200):
+                    async with (
+                        httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}) as http,
+                        streamable_http_client(gateway_url, http_client=http) as (r, w),
+                        ClientSession(r, w) as s,
+                    ):
+                        await s.initialize()
+                        if (await s.list_tools()).tools:
+                            return
+                    await asyncio.sleep(0.05)
+                raise SystemExit("the gateway never listed the echo server's tools")
+
+            asyncio.run(ready())
+            results = asyncio.run(measure(direct_url, gateway_url, args.calls, args.rounds))
+    print(f"{args.rounds} rounds x {args.calls} sequential requests per arm; ms per request (median of rounds)")
+    for what in ("tools/call", "tools/list"):
+        direct = statistics.median(results[f"direct {what}"])
+        gated = statistics.median(results[f"gateway {what}"])
+        print(f"  {what:10}  direct {direct:6.2f}   through the gateway {gated:6.2f}   added {gated - direct:+6.2f}")
+
+
+if __name__ == "__main__":
+    main()
