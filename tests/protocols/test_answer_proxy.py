@@ -179,6 +179,25 @@ def test_a_translated_messages_stream_cut_raises_in_the_client(store_path, defau
                 events.get_final_message()
 
 
+def chat_error() -> RawAnswer:
+    chunks = sse(chat_chunk({"role": "assistant", "content": "par"}), {"error": {"message": "upstream overloaded"}})
+    return RawAnswer([chunks], content_type="text/event-stream")
+
+
+def test_a_translated_responses_stream_error_chunk_raises_in_the_client(store_path, default_suite):
+    with RawUpstream(chat_error()) as upstream, proxy_for(upstream, store_path, default_suite, ("chat",)) as proxy:
+        with pytest.raises(openai.APIError, match="upstream overloaded"):
+            for _ in proxy.client.responses.create(model="small-model", input="hi", stream=True):
+                pass
+
+
+def test_a_translated_messages_stream_error_chunk_raises_in_the_client(store_path, default_suite):
+    with RawUpstream(chat_error()) as upstream, proxy_for(upstream, store_path, default_suite, ("chat",)) as proxy:
+        with pytest.raises(anthropic.APIStatusError, match="upstream overloaded"):
+            with anthropic_client(proxy).messages.stream(model="small-model", max_tokens=5, messages=HI) as events:
+                events.get_final_message()
+
+
 # -- blocked_calls: explain ---------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from gatekeeper.errors import AnswerInvalid, RequestInvalid
+from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
 from gatekeeper.protocols.base import Event
 
 
@@ -180,3 +180,82 @@ def text_of(content: Any, where: str) -> str:
             parts.append(part["text"])
         return "".join(parts)
     raise RequestInvalid(f"{where} must be a string or an array of text parts")
+
+
+class FromChatStream:
+    """What both chat-to-X stream converters share (translate/responses.py, translate/messages.py):
+    reading each chunk strictly, the model name, the opening events, an error chunk, [DONE], text
+    and call deltas, the finish reason and usage. A subclass says how each piece is spelled in its
+    protocol (`_begin`, `_text`, `_call`, `_arguments`, `_complete`, `_error`). A tool call keeps
+    the name its first delta gave it; a later name is ignored, as the Chat Completions stream rule
+    says nothing more."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        self.request = request
+        self._calls: set[int] = set()  # chat tool-call indexes started
+        self._finish: str | None = None
+        self._usage: dict[str, int] = {}
+        self._started = False
+        self._ended = False
+
+    def feed(self, event: Event) -> list[Event]:
+        if self._ended:
+            return []
+        delta = read_chunk(event)
+        if not self.request.get("model") and delta.model:
+            self.request = self.request | {"model": delta.model}
+        out: list[Event] = []
+        if not self._started:
+            self._started = True
+            out += self._begin()
+        if delta.error is not None:
+            self._ended = True
+            return [*out, self._error(delta.error)]
+        if delta.done:
+            if self._finish is None:
+                raise AnswerInvalid("chat stream ended without a finish_reason")
+            self._ended = True
+            return out + self._complete()
+        if delta.text:
+            out += self._text(delta.text)
+        for index, call_id, name, arguments in delta.calls:
+            if index not in self._calls:
+                if not name:
+                    raise AnswerInvalid(f"chat stream: tool call {index} starts without a function name")
+                self._calls.add(index)
+                out += self._call(index, call_id, name)
+            out += self._arguments(index, arguments)
+        if delta.finish_reason:
+            self._finish = delta.finish_reason
+        if delta.usage:
+            self._usage = delta.usage
+        return out
+
+    def finish(self) -> list[Event]:
+        """The upstream stream ended: [DONE] must have completed the answer already."""
+        if self._ended:
+            return []
+        raise AnswerIncomplete("chat stream ended before [DONE]")
+
+    def _begin(self) -> list[Event]:
+        """The events that open the client's stream."""
+        raise NotImplementedError
+
+    def _text(self, text: str) -> list[Event]:
+        raise NotImplementedError
+
+    def _call(self, index: int, call_id: str | None, name: str) -> list[Event]:
+        """A new tool call (chat index `index`) starts."""
+        raise NotImplementedError
+
+    def _arguments(self, index: int, arguments: str) -> list[Event]:
+        """Argument text for a started call (possibly empty)."""
+        raise NotImplementedError
+
+    def _complete(self) -> list[Event]:
+        """The closing events, after [DONE] (a finish reason was seen)."""
+        raise NotImplementedError
+
+    def _error(self, message: str) -> Event:
+        """The client protocol's error event for an upstream error chunk."""
+        raise NotImplementedError

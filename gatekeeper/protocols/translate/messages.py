@@ -13,10 +13,11 @@ from typing import Any
 
 import orjson
 
-from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
+from gatekeeper.errors import AnswerInvalid, RequestInvalid
 from gatekeeper.protocols.base import Event
+from gatekeeper.protocols.messages import CODEC as MESSAGES
 from gatekeeper.protocols.messages import effort_of
-from gatekeeper.protocols.translate.chat import read_answer, read_chunk, text_of
+from gatekeeper.protocols.translate.chat import FromChatStream, read_answer, text_of
 from gatekeeper.suite.jsonrepair import extract_json
 
 _STOP = {
@@ -185,87 +186,57 @@ def from_chat(doc: Any, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class MessagesFromChat:
-    """Chat stream events in, Messages stream events out. One content block is open at a time
-    (as Anthropic streams them); a chat tool call keeps the name its first delta gave it, and a
-    delta for a call whose block is already closed cannot be translated (AnswerInvalid)."""
+class MessagesFromChat(FromChatStream):
+    """Chat stream events in, Messages stream events out (the shared reading is FromChatStream's).
+    One content block is open at a time (as Anthropic streams them): a delta for a call whose
+    block is already closed cannot be translated (AnswerInvalid)."""
 
     def __init__(self, request: dict[str, Any]) -> None:
-        self.request = request
+        super().__init__(request)
         self._blocks = 0
         self._open: tuple[str, int] | None = None  # ("text", -1) or ("tool", chat index)
-        self._calls: set[int] = set()
-        self._finish: str | None = None
-        self._usage: dict[str, int] = {}
-        self._started = False
-        self._ended = False
 
     @staticmethod
     def _emit(kind: str, **fields: Any) -> Event:
         return Event(data=orjson.dumps({"type": kind, **fields}).decode(), event=kind)
 
-    def feed(self, event: Event) -> list[Event]:
-        if self._ended:
-            return []
-        delta = read_chunk(event)
+    def _begin(self) -> list[Event]:
+        message: dict[str, Any] = {
+            "id": _new_id("msg"),
+            "type": "message",
+            "role": "assistant",
+            "model": self.request.get("model"),
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        }
+        return [self._emit("message_start", message=message)]
+
+    def _error(self, message: str) -> Event:
+        return MESSAGES.stream_error(message, "api_error", None)
+
+    def _text(self, text: str) -> list[Event]:
         out: list[Event] = []
-        if not self.request.get("model") and delta.model:
-            self.request = self.request | {"model": delta.model}
-        if not self._started:
-            self._started = True
-            out.append(
-                self._emit(
-                    "message_start",
-                    message={
-                        "id": _new_id("msg"),
-                        "type": "message",
-                        "role": "assistant",
-                        "model": self.request.get("model"),
-                        "content": [],
-                        "stop_reason": None,
-                        "stop_sequence": None,
-                        "usage": {"input_tokens": 0, "output_tokens": 0},
-                    },
-                )
-            )
-        if delta.error is not None:
-            self._ended = True
-            return out + [self._emit("error", error={"type": "api_error", "message": delta.error})]
-        if delta.done:
-            return out + self._complete()
-        if delta.text:
-            if self._open != ("text", -1):
-                out += self._close() + self._start({"type": "text", "text": ""})
-                self._open = ("text", -1)
-            out.append(
-                self._emit(
-                    "content_block_delta", index=self._blocks - 1, delta={"type": "text_delta", "text": delta.text}
-                )
-            )
-        for index, call_id, name, arguments in delta.calls:
-            if index not in self._calls:
-                if not name:
-                    raise AnswerInvalid(f"chat stream: tool call {index} starts without a function name")
-                self._calls.add(index)
-                out += self._close() + self._start(
-                    {"type": "tool_use", "id": call_id or _new_id("toolu"), "name": name, "input": {}}
-                )
-                self._open = ("tool", index)
-            elif self._open != ("tool", index):
-                raise AnswerInvalid(f"chat stream: tool call {index} continues after another block began")
-            if arguments:
-                out.append(
-                    self._emit(
-                        "content_block_delta",
-                        index=self._blocks - 1,
-                        delta={"type": "input_json_delta", "partial_json": arguments},
-                    )
-                )
-        if delta.finish_reason:
-            self._finish = delta.finish_reason
-        if delta.usage:
-            self._usage = delta.usage
+        if self._open != ("text", -1):
+            out += self._close() + self._start({"type": "text", "text": ""})
+            self._open = ("text", -1)
+        delta = {"type": "text_delta", "text": text}
+        return [*out, self._emit("content_block_delta", index=self._blocks - 1, delta=delta)]
+
+    def _call(self, index: int, call_id: str | None, name: str) -> list[Event]:
+        block = {"type": "tool_use", "id": call_id or _new_id("toolu"), "name": name, "input": {}}
+        out = self._close() + self._start(block)
+        self._open = ("tool", index)
         return out
+
+    def _arguments(self, index: int, arguments: str) -> list[Event]:
+        if self._open != ("tool", index):
+            raise AnswerInvalid(f"chat stream: tool call {index} continues after another block began")
+        if not arguments:
+            return []
+        delta = {"type": "input_json_delta", "partial_json": arguments}
+        return [self._emit("content_block_delta", index=self._blocks - 1, delta=delta)]
 
     def _start(self, block: dict[str, Any]) -> list[Event]:
         self._blocks += 1
@@ -278,10 +249,7 @@ class MessagesFromChat:
         return [self._emit("content_block_stop", index=self._blocks - 1)]
 
     def _complete(self) -> list[Event]:
-        if self._finish is None:
-            raise AnswerInvalid("chat stream ended without a finish_reason")
-        self._ended = True
-        stop = "tool_use" if self._calls else _STOP.get(self._finish, "end_turn")
+        stop = "tool_use" if self._calls else _STOP.get(self._finish or "stop", "end_turn")
         return self._close() + [
             self._emit(
                 "message_delta",
@@ -290,11 +258,6 @@ class MessagesFromChat:
             ),
             self._emit("message_stop"),
         ]
-
-    def finish(self) -> list[Event]:
-        if self._ended:
-            return []
-        raise AnswerIncomplete("chat stream ended before [DONE]")
 
 
 class MessagesTranslator:

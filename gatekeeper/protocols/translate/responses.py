@@ -23,9 +23,10 @@ from typing import Any
 
 import orjson
 
-from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
+from gatekeeper.errors import RequestInvalid
 from gatekeeper.protocols.base import Event
-from gatekeeper.protocols.translate.chat import ChatAnswer, read_answer, read_chunk, text_of
+from gatekeeper.protocols.responses import CODEC as RESPONSES
+from gatekeeper.protocols.translate.chat import ChatAnswer, FromChatStream, read_answer, text_of
 
 _STATEFUL = ("previous_response_id", "conversation", "background")
 _PASSED = ("model", "temperature", "top_p", "user", "parallel_tool_calls", "stream", "top_logprobs")
@@ -310,23 +311,19 @@ def from_chat(doc: Any, request: dict[str, Any]) -> dict[str, Any]:
     return _response(request, _new_id("resp"), output, status, _usage(answer.usage), int(time.time()))
 
 
-class ResponsesFromChat:
+class ResponsesFromChat(FromChatStream):
     """Chat stream events in, Responses stream events out (created, in_progress, item events,
-    completed). A tool call keeps the name its first delta gave it."""
+    completed); the shared reading is FromChatStream's."""
 
     def __init__(self, request: dict[str, Any]) -> None:
-        self.request = request
+        super().__init__(request)
         self._namespaced = namespaced_names(request.get("tools"))
         self.id = _new_id("resp")
         self.created = int(time.time())
         self._sequence = 0
         self._output: list[dict[str, Any]] = []  # items in output order, as they stand
         self._message: int | None = None  # output index of the open message item
-        self._calls: dict[int, int] = {}  # chat tool-call index -> output index
-        self._finish: str | None = None
-        self._usage: dict[str, int] = {}
-        self._started = False
-        self._ended = False
+        self._positions: dict[int, int] = {}  # chat tool-call index -> output index
 
     def _emit(self, kind: str, **fields: Any) -> Event:
         doc = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -336,64 +333,42 @@ class ResponsesFromChat:
     def _snapshot(self, status: str, usage: dict[str, Any] | None = None) -> dict[str, Any]:
         return _response(self.request, self.id, list(self._output), status, usage, self.created)
 
-    def feed(self, event: Event) -> list[Event]:
-        if self._ended:
+    def _begin(self) -> list[Event]:
+        return [
+            self._emit("response.created", response=self._snapshot("in_progress")),
+            self._emit("response.in_progress", response=self._snapshot("in_progress")),
+        ]
+
+    def _error(self, message: str) -> Event:
+        return RESPONSES.stream_error(message, "upstream_error", "upstream_error", self._sequence)
+
+    def _text(self, text: str) -> list[Event]:
+        out = self._open_message() if self._message is None else []
+        item = self._output[self._message]  # type: ignore[index]
+        item["content"][0]["text"] += text
+        at = {"item_id": item["id"], "output_index": self._message, "content_index": 0}
+        return [*out, self._emit("response.output_text.delta", **at, delta=text, logprobs=[])]
+
+    def _call(self, index: int, call_id: str | None, name: str) -> list[Event]:
+        out = self._close_message()
+        self._positions[index] = len(self._output)
+        item = _call_item(_new_id("fc"), call_id or _new_id("call"), name, "", "in_progress", self._namespaced)
+        self._output.append(item)
+        return [*out, self._emit("response.output_item.added", output_index=self._positions[index], item=item)]
+
+    def _arguments(self, index: int, arguments: str) -> list[Event]:
+        if not arguments:
             return []
-        delta = read_chunk(event)
-        out: list[Event] = []
-        if not self.request.get("model") and delta.model:
-            self.request = self.request | {"model": delta.model}
-        if not self._started:
-            self._started = True
-            out += [
-                self._emit("response.created", response=self._snapshot("in_progress")),
-                self._emit("response.in_progress", response=self._snapshot("in_progress")),
-            ]
-        if delta.error is not None:
-            self._ended = True
-            return [*out, self._emit("error", code="upstream_error", message=delta.error, param=None)]
-        if delta.done:
-            return out + self._complete()
-        if delta.text:
-            if self._message is None:
-                out += self._open_message()
-            item = self._output[self._message]  # type: ignore[index]
-            item["content"][0]["text"] += delta.text
-            out.append(
-                self._emit(
-                    "response.output_text.delta",
-                    item_id=item["id"],
-                    output_index=self._message,
-                    content_index=0,
-                    delta=delta.text,
-                    logprobs=[],
-                )
+        item = self._output[self._positions[index]]
+        item["arguments"] += arguments
+        return [
+            self._emit(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=self._positions[index],
+                delta=arguments,
             )
-        for index, call_id, name, arguments in delta.calls:
-            if index not in self._calls:
-                if not name:
-                    raise AnswerInvalid(f"chat stream: tool call {index} starts without a function name")
-                out += self._close_message()
-                self._calls[index] = len(self._output)
-                item = _call_item(_new_id("fc"), call_id or _new_id("call"), name, "", "in_progress", self._namespaced)
-                self._output.append(item)
-                out.append(self._emit("response.output_item.added", output_index=self._calls[index], item=item))
-            item = self._output[self._calls[index]]
-            if arguments:
-                item["arguments"] += arguments
-                out.append(
-                    self._emit(
-                        "response.function_call_arguments.delta",
-                        item_id=item["id"],
-                        output_index=self._calls[index],
-                        delta=arguments,
-                    )
-                )
-        if delta.finish_reason:
-            self._finish = delta.finish_reason
-        if delta.usage:
-            self._usage = delta.usage
-        return out
+        ]
 
     def _open_message(self) -> list[Event]:
         self._message = len(self._output)
@@ -418,27 +393,16 @@ class ResponsesFromChat:
         item = self._output[index]
         item["status"] = "completed"
         part = item["content"][0]
+        at = {"item_id": item["id"], "output_index": index, "content_index": 0}
         return [
-            self._emit(
-                "response.output_text.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
-                text=part["text"],
-                logprobs=[],
-            ),
-            self._emit(
-                "response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part
-            ),
+            self._emit("response.output_text.done", **at, text=part["text"], logprobs=[]),
+            self._emit("response.content_part.done", **at, part=part),
             self._emit("response.output_item.done", output_index=index, item=item),
         ]
 
     def _complete(self) -> list[Event]:
-        if self._finish is None:
-            raise AnswerInvalid("chat stream ended without a finish_reason")
-        self._ended = True
         out = self._close_message()
-        for index in self._calls.values():
+        for index in self._positions.values():
             item = self._output[index]
             item["status"] = "completed"
             out += [
@@ -453,12 +417,6 @@ class ResponsesFromChat:
         status = "incomplete" if self._finish == "length" else "completed"
         out.append(self._emit(f"response.{status}", response=self._snapshot(status, _usage(self._usage))))
         return out
-
-    def finish(self) -> list[Event]:
-        """The upstream stream ended: [DONE] must have completed the response already."""
-        if self._ended:
-            return []
-        raise AnswerIncomplete("chat stream ended before [DONE]")
 
 
 class ResponsesTranslator:
