@@ -94,6 +94,7 @@ class McpGateway:
         self.upstreams = {
             label: Upstream(label, config, self._tools_changed) for label, config in gk.settings.mcp.servers.items()
         }
+        self._servers_started = gk.settings.mcp.servers
         self.server = _Server(
             "gatekeeper",
             version="1",
@@ -156,6 +157,9 @@ class McpGateway:
             await self._recheck.wait()
             self._recheck.clear()
             await anyio.sleep(0.05)  # let a burst of changes (a reload, a server relisting) settle
+            if self.gk.settings.mcp.servers != self._servers_started:
+                self._servers_started = self.gk.settings.mcp.servers  # said once per change
+                log.warning("mcp_servers_changed", detail="mcp.servers takes effect at the next restart")
             for session_id, watched in list(self._watched.items()):
                 try:
                     names = frozenset(name for name, _ in await self._visible(watched.binding))

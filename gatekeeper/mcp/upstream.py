@@ -89,10 +89,10 @@ class Upstream:
             delay = min(delay * 2, BACKOFF_S[1])
 
     def _down(self, error: str) -> None:
+        was_up = self.session is not None or bool(self.tools)
         self.session, self.error = None, error
-        had_tools = bool(self.tools)
         self.tools, self.skipped = {}, {}
-        if had_tools:
+        if was_up:
             self._changed()
 
     async def _serve(self) -> None:
