@@ -37,6 +37,7 @@ class Admitted:
     resolution: Resolution  # of the pair the request is sent to
     gated: Gated
     route: Route | None = None  # the routing decision (None: no `routing:` section, or no tools)
+    policy: ToolPolicy | None = None  # the tool policy the request was gated with (the pair's)
 
 
 def admit(gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot | None = None) -> Admitted:
@@ -78,7 +79,7 @@ def _gate(
     policy = routed.policy if routed is not None else snap.router.policy_for(resolution)
     gated = gate_resolved(codec, body, resolution, policy)
     structlog.contextvars.bind_contextvars(tools_kept=gated.kept, tools_hidden=gated.hidden)
-    return Admitted(info, resolution, gated, routed)
+    return Admitted(info, resolution, gated, routed, policy)
 
 
 def gate_resolved(codec: Codec, body: dict[str, Any], resolution: Resolution, policy: ToolPolicy) -> Gated:

@@ -188,8 +188,14 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     upstream = upstreams.mounts(snapshot.settings).for_model(admitted.info.model)
     call = ModelCall(
         exchange(protocol, upstream.protocols),
-        # What the answer may carry: the offered tools, the tier's rules, what replaces a removed call.
-        Allowed(codec.offered(body), resolution.tier, snapshot.policy, snapshot.settings.blocked_calls == "explain"),
+        # What the answer may carry: the offered tools, the rules of the pair used (tier rules and
+        # tools.requires), what replaces a removed call.
+        Allowed(
+            codec.offered(body),
+            resolution.tier,
+            admitted.policy or snapshot.policy,
+            snapshot.settings.blocked_calls == "explain",
+        ),
         body,
         resolution,
         headers,
