@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import await_until, metric
+from conftest import await_until
 from gateway_helpers import KEY, connect, gateway, tool_names, toy
 from mcp import types
 from mcp.shared.exceptions import MCPError
@@ -18,6 +18,19 @@ from gatekeeper.store.profile import profile_key
 NOTES_SMALL = ["notes__read_note", "notes__broken_tool"]
 NOTES_MEDIUM = [*NOTES_SMALL, "notes__write_note"]
 NOTES_ALL = ["notes__read_note", "notes__write_note", "notes__progress_steps", "notes__broken_tool", "notes__crash"]
+
+
+def sample(proxy_url: str, name: str, **labels: str) -> float:
+    """A sample of the proxy's /metrics. The registry is the process's: tests compare before and after."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(proxy_url + "/metrics", timeout=10).text
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
 
 
 def calls(folder: Path) -> list[dict]:
@@ -45,8 +58,14 @@ def notes_dir(tmp_path: Path) -> Path:
 async def test_each_model_lists_only_the_tools_its_tier_admits(tmp_path, default_suite, notes_dir):
     with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
         await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        changes = sample(proxy.url, "gatekeeper_mcp_list_changed_total")
+        hidden = sample(proxy.url, "gatekeeper_mcp_tools_hidden_total", server="notes", model="small-model@default")
         async with connect(proxy.url + "/mcp/small-model") as session:
             assert await tool_names(session) == NOTES_SMALL
+        assert (
+            sample(proxy.url, "gatekeeper_mcp_tools_hidden_total", server="notes", model="small-model@default")
+            == hidden + 3
+        )
         async with connect(proxy.url + "/mcp/medium-model") as session:
             assert sorted(await tool_names(session)) == sorted(NOTES_MEDIUM)
         async with connect(proxy.url + "/mcp/large-model") as session:
@@ -55,12 +74,14 @@ async def test_each_model_lists_only_the_tools_its_tier_admits(tmp_path, default
         write = next(t for t in tools if t.name == "notes__write_note")
         assert write.description == "Write a note (replaces it)."  # descriptions and schemas untouched
         assert set(write.input_schema["properties"]) == {"name", "text"}
-        assert metric(proxy.url, "gatekeeper_mcp_list_changed_total") == 0
+        assert sample(proxy.url, "gatekeeper_mcp_list_changed_total") == changes  # nothing changed, nobody told
 
 
 async def test_a_hidden_tool_call_is_refused_and_never_reaches_the_server(tmp_path, default_suite, notes_dir):
     with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
         await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        labels = {"server": "notes", "model": "small-model@default"}
+        before = sample(proxy.url, "gatekeeper_mcp_calls_refused_total", **labels)
         async with connect(proxy.url + "/mcp/small-model") as session:
             with pytest.raises(MCPError) as refused:
                 await session.call_tool("notes__write_note", {"name": "n", "text": "from a small model"})
@@ -69,8 +90,7 @@ async def test_a_hidden_tool_call_is_refused_and_never_reaches_the_server(tmp_pa
         assert refused.value.data["required_tier"] == "medium" and refused.value.data["tier"] == "small"
         assert calls(notes_dir) == []  # never forwarded
         assert not (notes_dir / "n.txt").exists()
-        text = httpx.get(proxy.url + "/metrics").text
-        assert 'gatekeeper_mcp_calls_refused_total{model="small-model@default",server="notes"} 1.0' in text
+        assert sample(proxy.url, "gatekeeper_mcp_calls_refused_total", **labels) == before + 1
 
 
 async def test_an_unknown_tool_is_refused_naming_it(tmp_path, default_suite, notes_dir):
@@ -149,6 +169,7 @@ async def test_open_sessions_hear_list_changed_when_their_tier_changes(tmp_path,
 
     with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
         await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        sent = sample(proxy.url, "gatekeeper_mcp_list_changed_total")
         heard: list[object] = []
 
         async def on_message(message: object) -> None:
@@ -171,7 +192,7 @@ async def test_open_sessions_hear_list_changed_when_their_tier_changes(tmp_path,
             proxy.gk.invalidate("rising-model")  # and back down: it hears again
             await await_until(lambda: changed() == 2, "a second list_changed")
             assert await tool_names(rising) == NOTES_SMALL
-        assert metric(proxy.url, "gatekeeper_mcp_list_changed_total") == 2
+        assert sample(proxy.url, "gatekeeper_mcp_list_changed_total") == sent + 2
 
 
 async def test_an_unknown_model_is_measured_lazily_and_its_session_told(tmp_path, default_suite, notes_dir):
