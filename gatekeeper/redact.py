@@ -30,7 +30,8 @@ LOG_VALUE_LIMIT = 4096
 _LOG_TRACEBACK_LIMIT = 16384
 
 # scheme://user:password@ or scheme://user@, anywhere in a text (messages embed URLs).
-_CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/@]*)@")
+# Up to the last `@` before the host's end: a password may contain a raw `@` (`redis://:p@ss@h`).
+_CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#]*)@")
 # Control and invisible-formatting characters that could forge a log line or hide text.
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
 # What a client's x-request-id may be: a uuid, a ULID, a trace id, a short tag.

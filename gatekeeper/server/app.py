@@ -39,6 +39,7 @@ from gatekeeper.errors import (
 )
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
+from gatekeeper.redact import clip
 from gatekeeper.server.admin import admin_routes
 from gatekeeper.server.mounts import Upstreams
 from gatekeeper.server.pipeline import JSON, forward, model_call, read_json
@@ -201,7 +202,7 @@ def _describe(request: Request, exc: Exception) -> tuple[int, str, str, str | No
     if isinstance(exc, ProxyError):
         return exc.status, exc.message, exc.kind, exc.code, exc.headers
     if isinstance(exc, HTTPException):
-        method, path = request.method, request.url.path
+        method, path = clip(request.method), clip(request.url.path)  # the client's: capped for the body and log
         if exc.status_code == 405:
             return (
                 405,

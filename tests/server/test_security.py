@@ -686,6 +686,11 @@ def test_redaction_hides_credentials_of_every_url():
     assert redact_url("redis://:pw@host:6379/0") == "redis://***@host:6379/0"
     assert redact_url("rediss://user:pw@host/1") == "rediss://***@host/1"
     assert redact_url("http://127.0.0.1:8080/v1") == "http://127.0.0.1:8080/v1"
+    assert redact_url("redis://:p@ss@host/0") == "redis://***@host/0"
+    assert redact("at redis://:p@ss@host/0, retrying") == "at redis://***@host/0, retrying"
+    assert (
+        redact("mail me@example.com, see https://example.com/a@b") == "mail me@example.com, see https://example.com/a@b"
+    )
     assert redact("cannot reach redis://:pw@h:1/0 nor https://u:p@x.example/v1") == (
         "cannot reach redis://***@h:1/0 nor https://***@x.example/v1"
     )
@@ -761,3 +766,10 @@ def test_clip_bounds_and_escapes_client_text():
     assert clip("a\nb\x1b[31m") == "a\\u000ab\\u001b[31m"
     clipped = clip("z" * 10_000, 100)
     assert clipped.startswith("z" * 100) and "9900 more characters" in clipped and len(clipped) < 150
+
+
+def test_a_long_unknown_path_is_named_capped(upstream, store_path):
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        answer = httpx.get(proxy.url + "/v1/" + "p" * 12_000, timeout=30)
+    assert answer.status_code == 404 and "more characters" in answer.json()["error"]["message"]
+    assert len(answer.content) < 4096
