@@ -717,10 +717,10 @@ store: "{tmp_path / "models_profile.json"}"
     with served(config, tmp_path) as proxy:
         before = proxy.log.stat().st_size
         answer = httpx.post(
-            proxy.url + "/v1/chat/completions", json={"model": "m" * 1_000_000, "messages": HI}, timeout=60
+            proxy.url + "/v1/chat/completions", json={"model": "m" * 1_000_000, "messages": HI}, timeout=180
         )
         assert answer.status_code == 200
-        wait_until(lambda: '"request"' in proxy.log_text()[before:], "the request's log line")
+        wait_until(lambda: '"request"' in proxy.log_text()[before:], "the request's log line", timeout_s=60)
         written = proxy.log.stat().st_size - before
     assert written < 32768, f"{written} bytes of log for one request"
 
