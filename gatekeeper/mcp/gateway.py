@@ -45,6 +45,7 @@ BINDING = "gatekeeper.mcp.binding"
 PAGE_SIZE = 100  # tools per tools/list page
 _MAX_SESSIONS = 10_000  # the SDK's default limit on open sessions; watched sessions are bounded alike
 _RESOURCE_ROUTES = 10_000  # resource URIs remembered for resources/read routing
+_NOTIFY_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -162,20 +163,27 @@ class McpGateway:
                 log.warning("mcp_servers_changed", detail="mcp.servers takes effect at the next restart")
             for session_id, watched in list(self._watched.items()):
                 try:
-                    names = frozenset(name for name, _ in await self._visible(watched.binding))
-                except (MCPError, NotMeasured):
-                    names = frozenset()
-                if names == watched.shown:
-                    continue
-                watched.shown = names
-                try:
-                    await watched.session.send_tool_list_changed()
-                except Exception as exc:  # noqa: BLE001 - the session is gone; forget it, keep the others
+                    await self._tell(watched)
+                except Exception as exc:  # noqa: BLE001 - the session is gone or stuck: forget it, tell the others
                     log.info("mcp_session_gone", session=session_id[:12], error=type(exc).__name__)
                     self._watched.pop(session_id, None)
-                    continue
-                metrics.LIST_CHANGED.inc()
-                log.info("mcp_tools_list_changed", model=watched.binding.shown, tools=len(names))
+
+    async def _tell(self, watched: _Watched) -> None:
+        """Send list_changed to one session if the tools it would be shown now differ."""
+        # The tier as it stands, without waiting for or starting a measurement: this loop serves
+        # every session, and the client's own tools/list that follows resolves as usual.
+        binding = watched.binding
+        found = self.gk.lookup(binding.model, binding.effort) if binding.model is not None else None
+        resolution = found or Resolution(self.gk.settings.unknown_tier, "unmeasured", binding.shown)
+        policy = self.gk.policy_for(resolution)
+        names = frozenset(t.name for t, rule, _ in self._catalogue() if policy.allows(resolution.tier, rule))
+        if names == watched.shown:
+            return
+        watched.shown = names
+        with anyio.fail_after(_NOTIFY_TIMEOUT_S):  # a client that does not read its stream is dropped
+            await watched.session.send_tool_list_changed()
+        metrics.LIST_CHANGED.inc()
+        log.info("mcp_tools_list_changed", model=binding.shown, tools=len(names))
 
     # -- tiers and visibility ------------------------------------------------------------------
 
@@ -187,11 +195,6 @@ class McpGateway:
             return await self.gk.aresolve(binding.model, binding.effort)
         except NotMeasured as exc:  # unknown_models: reject
             raise MCPError(types.INVALID_REQUEST, str(exc)) from None
-
-    async def _visible(self, binding: Binding) -> list[tuple[str, types.Tool]]:
-        resolution = await self._resolve(binding)
-        policy = self.gk.policy_for(resolution)
-        return [(tool.name, tool) for tool, rule, _ in self._catalogue() if policy.allows(resolution.tier, rule)]
 
     def _catalogue(self) -> list[tuple[types.Tool, ToolId, str]]:
         """Every offered tool: (the tool as exposed, the identity rules judge, its label)."""
