@@ -25,7 +25,7 @@ from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
 from gatekeeper.gating import Gated, ToolId, ToolPolicy, builtin_family, gate_request, tool_name
 from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
-from gatekeeper.protocols.enforce import allowed, explanation, record
+from gatekeeper.protocols.enforce import allowed, settle
 from gatekeeper.tiers import Tier
 
 _MARKERS = (b"tool_calls", b"function_call")
@@ -150,12 +150,10 @@ def _enforce_choice(choice: dict[str, Any], message: dict[str, Any], allow: Allo
     texts: list[str] = []
 
     def kept(tool: ToolId | None, name: str, arguments: str | None) -> bool:
-        if record(result, Call(name, arguments, tool is not None and allow.admits(tool))):
-            return True
-        text = explanation(allow, name, tool)
-        if text is not None:
-            texts.append(text)
-        return False
+        fate = settle((Call(name, arguments, tool is not None and allow.admits(tool)), tool), result, allow)
+        if isinstance(fate, str):
+            texts.append(fate)
+        return fate is True
 
     calls = message.get("tool_calls")
     if calls is not None:
@@ -442,7 +440,8 @@ class ChatStreamFilter:
             self._decided.add(ci)
             shown = str(tool) if tool is not None else name or ""
             call = Call(shown, arguments if isinstance(arguments, str) else None, bool(name) and self._admits(tool))
-            if record(self.result, call):
+            fate = settle((call, tool), self.result, self.allow)
+            if fate is True:
                 index = self._kept.get(ci, 0)
                 self._index[key] = index
                 self._kept[ci] = index + 1
@@ -450,9 +449,8 @@ class ChatStreamFilter:
                 self._arguments[key] = (len(self.result.calls) - 1, [arguments] if isinstance(arguments, str) else [])
                 return True
             self._index[key] = None
-            text = explanation(self.allow, shown, tool)
-            if text is not None:
-                self._texts.append(text)
+            if fate is not False:
+                self._texts.append(fate)
             return None
         if self._index[key] is None:
             return None

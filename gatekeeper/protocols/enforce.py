@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from gatekeeper.errors import AnswerInvalid
-from gatekeeper.gating import ToolId
+from gatekeeper.gating import ToolId, ToolKind
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Offered, Schema
 
 _SHOWN_CHARS = 80  # a called name longer than this is shown cut (it comes from the model)
@@ -73,6 +73,17 @@ Judge = Callable[[dict[str, Any]], "tuple[Call, ToolId | None] | bool"]
 Replace = Callable[[dict[str, Any], int, str], dict[str, Any]]  # removed item, position, text -> its stand-in
 
 
+def settle(verdict: tuple[Call, ToolId | None] | bool, result: Enforced, allow: Allowed) -> bool | str:
+    """One item's fate, for plain answers and streams alike: True, it reaches the client as it is;
+    a str, it is removed and this text stands in for it (`explain`); False, it is removed."""
+    if verdict is True or verdict is False:
+        return verdict
+    call, tool = verdict
+    if record(result, call):
+        return True
+    return explanation(allow, call.name, tool) or False
+
+
 def enforce_items(
     items: Any, what: str, judge: Judge, result: Enforced, replace: Replace, allow: Allowed
 ) -> list[dict[str, Any]] | None:
@@ -86,17 +97,26 @@ def enforce_items(
     for position, item in enumerate(items):
         if not isinstance(item, dict):
             raise AnswerInvalid(f"an item of '{what}' must be an object, got {type(item).__name__}")
-        verdict = judge(item)
-        if verdict is True or (verdict is not False and record(result, verdict[0])):
+        fate = settle(judge(item), result, allow)
+        changed = changed or fate is not True
+        if fate is True:
             kept.append(item)
-            continue
-        changed = True
-        if verdict is False:
-            continue
-        text = explanation(allow, verdict[0].name, verdict[1])
-        if text is not None:
-            kept.append(replace(item, position, text))
+        elif fate is not False:
+            kept.append(replace(item, position, fate))
     return kept if changed else None
+
+
+def admitted_listing(listed: Any, server: str, allow: Allowed, what: str) -> list[dict[str, Any]]:
+    """An MCP server's tool listing in an answer (Responses `mcp_list_tools`, Messages
+    `mcp_tool_listing`), cut to the tools the tier admits: the client shows the model this list."""
+    if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
+        raise AnswerInvalid(f"{what}'s 'tools' must be an array of objects")
+    return [t for t in listed if isinstance(t.get("name"), str) and allow.admits(ToolId.mcp(server, t["name"]))]
+
+
+def offers_server(allow: Allowed, server: str) -> bool:
+    """Whether the request offered any tool of the MCP server `server`."""
+    return any(t.kind is ToolKind.MCP and t.group == server for t in allow.offered.tools)
 
 
 class Positions:

@@ -33,10 +33,10 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid, ToolChoiceBlocked
-from gatekeeper.gating import BUILTIN_FAMILIES, Gated, ToolId, ToolKind, ToolPolicy
+from gatekeeper.gating import BUILTIN_FAMILIES, Gated, ToolId, ToolPolicy
 from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
-from gatekeeper.protocols.enforce import Positions, allowed, enforce_items, explanation, record
+from gatekeeper.protocols.enforce import Positions, admitted_listing, allowed, enforce_items, offers_server, settle
 from gatekeeper.protocols.stream import read_object
 from gatekeeper.tiers import Tier
 
@@ -601,15 +601,10 @@ class _Judge:
         server = block.get("mcp_server_name")
         if not isinstance(server, str):
             raise AnswerInvalid("an mcp_tool_listing block has no string 'mcp_server_name'")
-        if not any(t.kind is ToolKind.MCP and t.group == server for t in self.allow.offered.tools):
+        if not offers_server(self.allow, server):
             return Call(f"{server}.*", None, False), ToolId.mcp(server, "*")
-        listed = block.get("tools")
-        if listed is not None:
-            if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
-                raise AnswerInvalid("an mcp_tool_listing block's 'tools' must be an array of objects")
-            block["tools"] = [
-                t for t in listed if isinstance(t.get("name"), str) and self.allow.admits(ToolId.mcp(server, t["name"]))
-            ]
+        if block.get("tools") is not None:
+            block["tools"] = admitted_listing(block["tools"], server, self.allow, "an mcp_tool_listing block")
         return True
 
 
@@ -708,19 +703,19 @@ class MessagesStreamFilter:
         self._open.add(index)
         verdict = self._judge(block)
         if verdict is not True and verdict is not False:
-            self._arguments[index] = (len(self.result.calls), [])
-        if verdict is True or (verdict is not False and record(self.result, verdict[0])):
+            self._arguments[index] = (len(self.result.calls), [])  # its streamed input, for the record
+        fate = settle(verdict, self.result, self.allow)
+        position = self._positions.place(index, fate is not False)
+        if fate is True:
             self._tool_uses_kept += block.get("type") == "tool_use"
-            doc["index"] = self._positions.place(index, True)
+            doc["index"] = position
             return [doc]
         self._removed.add(index)
-        text = None if verdict is False else explanation(self.allow, verdict[0].name, verdict[1])
-        position = self._positions.place(index, text is not None)
-        if text is None or position is None:
+        if fate is False or position is None:
             return []
         return [
             {"type": "content_block_start", "index": position, "content_block": {"type": "text", "text": ""}},
-            {"type": "content_block_delta", "index": position, "delta": {"type": "text_delta", "text": text}},
+            {"type": "content_block_delta", "index": position, "delta": {"type": "text_delta", "text": fate}},
             {"type": "content_block_stop", "index": position},
         ]
 

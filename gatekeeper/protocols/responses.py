@@ -25,10 +25,10 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid, ToolChoiceBlocked
-from gatekeeper.gating import Gated, ToolId, ToolKind, ToolPolicy
+from gatekeeper.gating import Gated, ToolId, ToolPolicy
 from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
-from gatekeeper.protocols.enforce import Positions, allowed, enforce_items, explanation, record
+from gatekeeper.protocols.enforce import Positions, admitted_listing, allowed, enforce_items, offers_server, settle
 from gatekeeper.protocols.stream import read_object
 from gatekeeper.tiers import Tier
 
@@ -504,15 +504,10 @@ class _Judge:
         label = item.get("server_label")
         if not isinstance(label, str):
             raise AnswerInvalid("an mcp_list_tools item has no string 'server_label'")
-        if not any(t.kind is ToolKind.MCP and t.group == label for t in self.allow.offered.tools):
+        if not offers_server(self.allow, label):
             return Call(f"{label}.*", None, False), ToolId.mcp(label, "*")
-        listed = item.get("tools")
-        if listed is not None:
-            if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
-                raise AnswerInvalid("an mcp_list_tools item's 'tools' must be an array of objects")
-            item["tools"] = [
-                t for t in listed if isinstance(t.get("name"), str) and self.allow.admits(ToolId.mcp(label, t["name"]))
-            ]
+        if item.get("tools") is not None:
+            item["tools"] = admitted_listing(item["tools"], label, self.allow, "an mcp_list_tools item")
         return True
 
 
@@ -616,16 +611,15 @@ class ResponsesStreamFilter:
         if kind != "response.output_item.added" or item is None:
             raise AnswerInvalid(f"a {kind!r} event for output_index {index} came before its output_item.added")
         self._items[index] = (item["type"], item.get("name"))
-        verdict = self._judge(item)
-        if verdict is True or (verdict is not False and record(self.result, verdict[0])):
-            doc["output_index"] = self._positions.place(index, True)
+        fate = settle(self._judge(item), self.result, self.allow)
+        position = self._positions.place(index, fate is not False)
+        if fate is True:
+            doc["output_index"] = position
             return [doc]
         self._removed.add(index)
-        text = None if verdict is False else explanation(self.allow, verdict[0].name, verdict[1])
-        position = self._positions.place(index, text is not None)
-        if text is None or position is None:
+        if fate is False or position is None:
             return []
-        return _stand_in_events(_stand_in(item, index, text), position)
+        return _stand_in_events(_stand_in(item, index, fate), position)
 
     def _check_same(self, kind: str, index: int, doc: dict[str, Any], item: dict[str, Any] | None) -> None:
         """A later event must not retype or rename its item: the client would see the new name."""
