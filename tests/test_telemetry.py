@@ -3,16 +3,25 @@ by the SDK's in-memory exporter; nothing is recorded without a tracer provider."
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from conftest import TOOLS, make_profile, running_proxy, seed_store, settings_for
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gatekeeper import telemetry
+from gatekeeper.config import Settings
+from gatekeeper.measuring.backends import MockBackend
+from gatekeeper.measuring.service import MeasurementService
+from gatekeeper.store import JsonFileStore
+from gatekeeper.tiers import Tier
+from gatekeeper.types import Answer
 
 _EXPORTER = InMemorySpanExporter()
 
@@ -60,3 +69,41 @@ def test_without_a_tracer_provider_nothing_is_recorded() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "_NoSpan"
     assert out.stderr == ""
+
+
+def test_a_proxied_request_is_one_span_with_what_the_gate_decided(
+    spans: InMemorySpanExporter, upstream, store_path, default_suite
+) -> None:
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+        proxy.client.chat.completions.create(
+            model="small-model", messages=[{"role": "user", "content": "hi"}], tools=TOOLS
+        )
+    (done,) = [s for s in spans.get_finished_spans() if s.name.startswith("chat")]
+    assert done.name == "chat small-model"
+    assert done.kind == trace.SpanKind.SERVER
+    attributes = dict(done.attributes or {})
+    assert attributes["gen_ai.request.model"] == "small-model"
+    assert attributes["gatekeeper.protocol"] == "chat"
+    assert attributes["gatekeeper.tier"] == "small"
+    assert attributes["gatekeeper.profile"] == "measured"
+    assert tuple(attributes["gatekeeper.tools.kept"]) == ("read_file",)
+    assert set(attributes["gatekeeper.tools.hidden"]) == {"write_file", "execute_command"}
+    assert attributes["http.response.status_code"] == 200
+
+
+def test_a_measurement_is_one_span_with_its_tier_scores_and_bounds(
+    spans: InMemorySpanExporter, tmp_path: Path, default_suite
+) -> None:
+    # A model that answers every prompt with plain text: it fails the tool tests, passes little else.
+    service = MeasurementService(
+        Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda model: MockBackend(lambda r: Answer("ok"))
+    )
+    profile = asyncio.run(service.measure("texter"))
+    (done,) = [s for s in spans.get_finished_spans() if s.name == "measure texter"]
+    attributes = dict(done.attributes or {})
+    assert attributes["gen_ai.request.model"] == "texter"
+    assert tuple(attributes["gatekeeper.efforts"]) == ("default",)
+    assert attributes["gatekeeper.tier"] == profile.tier.value
+    assert attributes["gatekeeper.score.toolCalling"] == profile.scores["toolCalling"]
+    assert attributes["gatekeeper.calls"] > 0

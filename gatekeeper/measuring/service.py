@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from gatekeeper import metrics
+from gatekeeper import metrics, telemetry
 from gatekeeper.config import Settings
 from gatekeeper.errors import InconclusiveMeasurement
 from gatekeeper.measuring.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestSettings
@@ -174,6 +174,27 @@ class MeasurementService:
         return await self._run(model, list(efforts or DEFAULT_EFFORTS), on_progress, seed)
 
     async def _run(
+        self,
+        model: str,
+        efforts: list[str],
+        on_progress: ProgressFn | None,
+        seed: int | None,
+        progress: Progress | None = None,
+        lease: Lease | None = None,
+    ) -> ModelResult:
+        """A measurement under its OpenTelemetry span (`measure {model}`: what it found per level)."""
+        with telemetry.span("measure", model, efforts=efforts) as span:
+            result = await self._measured(model, efforts, on_progress, seed, progress, lease)
+            span.set("gatekeeper.calls", result.calls)
+            for profile in result.profiles:
+                prefix = "gatekeeper" if len(efforts) == 1 else f"gatekeeper.{profile.reasoning_effort}"
+                span.set(f"{prefix}.tier", profile.tier.value)
+                for category, score in profile.scores.items():
+                    span.set(f"{prefix}.score.{category}", score)
+                    span.set(f"{prefix}.bound.{category}", profile.lower_bound(category))
+            return result
+
+    async def _measured(
         self,
         model: str,
         efforts: list[str],

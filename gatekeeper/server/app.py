@@ -24,9 +24,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gatekeeper import logs, metrics
+from gatekeeper import logs, metrics, telemetry
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.errors import (
     AnswerInvalid,
@@ -124,7 +124,31 @@ class RequestScope:
             await self.app(scope, receive, send)
             return
         with logs.request_scope():
-            await self.app(scope, receive, send)
+            protocol = _MODEL_PATHS.get(scope["path"])
+            if protocol is None or not telemetry.active():
+                await self.app(scope, receive, send)
+                return
+            await self._traced(protocol, scope, receive, send)
+
+    async def _traced(self, protocol: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """A model call under its OpenTelemetry span, ended when the answer (a stream included)
+        is sent, with what the request's log context learnt."""
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        with telemetry.request_span(protocol) as end:
+            try:
+                await self.app(scope, receive, sending)
+            finally:
+                end(structlog.contextvars.get_contextvars(), status)
+
+
+_MODEL_PATHS = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages"}
 
 
 # -- the model routes (gatekeeper/server/pipeline.py) --------------------------------------------
