@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import litellm
 import orjson
 import structlog
 
@@ -114,6 +113,8 @@ async def complete(route: ModelRoute, body: dict[str, Any], stream: bool) -> Lit
     if dropped:
         log.warning("litellm_fields_dropped", fields=dropped)
     operator = {k: v for k, v in (("api_key", route.api_key), ("api_base", route.api_base)) if v}
+    import litellm  # heavy (seconds): imported by the first call of a route, not when the app starts
+
     try:
         response = await litellm.acompletion(model=route.litellm_model, **request, **operator)
     except Exception as exc:  # noqa: BLE001 - litellm raises many kinds; the client gets a clear error

@@ -58,7 +58,7 @@ class Upstreams:
             pool = self._pool = PooledUpstream(settings.upstream)
         table: dict[str, Upstream] = {"*": pool}
         if settings.models:
-            from gatekeeper.server.litellm_route import LiteLLMUpstream  # litellm is heavy: only for its routes
+            from gatekeeper.server.litellm_route import LiteLLMUpstream  # litellm itself: on a route's first call
 
             table |= {route.name: LiteLLMUpstream(route) for route in settings.models}
         self._models, self._mounts = settings.models, Mounts(table)

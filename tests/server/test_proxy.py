@@ -626,3 +626,16 @@ def test_the_official_clients_retry_after_the_relayed_retry_after(store_path, de
             )
     assert raw.parse().choices[0].message.content == "after the wait"
     assert raw.retries_taken == 1 and len(upstream.requests) == 2
+
+
+def test_a_litellm_route_keeps_the_providers_retry_after_on_a_429(store_path, default_suite):
+    error = json.dumps({"error": {"message": "slow down", "type": "rate_limit_error"}}).encode()
+    seed_store(store_path, make_profile("routed", Tier.SMALL, default_suite))
+    with RawUpstream(RawAnswer(error, 429, headers=RATE_LIMITED)) as provider:
+        route = {"name": "routed", "litellm_model": "openai/behind", "api_base": provider.base_url, "api_key": "k"}
+        settings = settings_for(f"http://127.0.0.1:{free_port()}/v1", store_path, models=[route])
+        with running_proxy(settings) as proxy:
+            with pytest.raises(openai.RateLimitError) as info:
+                ask(proxy, model="routed")
+    assert info.value.response.headers["retry-after"] == "2"
+    assert info.value.response.headers["x-ratelimit-remaining-requests"] == "0"
