@@ -51,7 +51,7 @@ def gateway(tmp_path: Path, suite: Suite, servers: dict[str, Any], **changes: An
         make_profile("large-model", Tier.LARGE, suite),
     )
     mcp = {"api_keys": [KEY], "servers": servers} | changes.pop("mcp", {})
-    tools = {"default_tier": "small", "required_tier": RULES}
+    tools = {"default_tier": "small", "required_tier": RULES} | changes.pop("tools", {})
     settings = settings_for("http://127.0.0.1:9/v1", store, mcp=mcp, tools=tools, **changes)
     with running_proxy(settings) as proxy:
         yield proxy

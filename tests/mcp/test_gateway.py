@@ -445,3 +445,36 @@ async def test_the_2026_single_exchange_protocol_is_gated_the_same(tmp_path, def
                 await session.call_tool("notes__write_note", {"name": "n", "text": "t"})
         assert "needs tier medium" in refused.value.message
         assert calls(notes_dir) == []
+
+
+async def test_tools_requires_hides_an_mcp_tool_whose_minimums_the_model_misses(tmp_path, default_suite, notes_dir):
+    from conftest import make_profile
+    from gateway_helpers import RULES
+
+    from gatekeeper.tiers import Tier
+
+    tools = {"required_tier": RULES, "requires": {"notes.write_note": {"toolCalling": 0.95}}}
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}, tools=tools) as proxy:
+        bounds = {c: [0.97, 1.0] for c in ("instruction", "json", "toolCalling")}
+        proxy.gk.store.save([make_profile("bounded-model", Tier.LARGE, default_suite, score_intervals=bounds)])
+        await wait_listed(proxy.url + "/mcp/bounded-model", NOTES_ALL)  # its lower bound 0.97 meets 0.95
+        async with connect(proxy.url + "/mcp/large-model") as session:  # large, but no bound measured
+            assert "notes__write_note" not in await tool_names(session)
+            with pytest.raises(MCPError) as refused:
+                await session.call_tool("notes__write_note", {"name": "n", "text": "t"})
+        assert refused.value.data["reason"] == "requirements_unmet"
+        assert "tools.requires" in refused.value.message
+        assert calls(notes_dir) == []
+
+
+async def test_an_unknown_model_outside_lazy_allow_stays_at_the_unknown_tier(tmp_path, default_suite, notes_dir):
+    from conftest import measuring_upstream
+
+    with measuring_upstream(default_suite) as upstream:
+        changes = {"upstream": {"base_url": upstream.base_url}, "lazy": {"allow": ["approved-*"]}}
+        with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}, **changes) as proxy:
+            await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+            async with connect(proxy.url + "/mcp/stranger-model") as session:
+                assert await tool_names(session) == NOTES_SMALL
+            assert proxy.gk.lookup("stranger-model") is None  # not measured: outside lazy.allow
+            assert upstream.requests == []
