@@ -8,7 +8,8 @@ Measures, in one process with a seeded JSON store (memory-cached, as the proxy r
     `low` whose tools need `medium` (so every request is escalated): parse + resolve + gate, and
     parse + resolve + route (dry gate, decision, rewrite) + gate. Their difference is what routing
     adds to a request, in microseconds;
-  * the same with the asked pair already admitting the tools (the common, unrouted case).
+  * the same with the asked pair already admitting the tools (the common, unrouted case), and
+    for a body without tools (never routed).
 Times are the calling thread's CPU time (`time.thread_time`), so the other processes of a shared
 machine do not count. The two arms of a comparison run interleaved, round after round, and each
 figure is the fastest round of its arm (each round times `--requests` calls and divides).
@@ -54,7 +55,7 @@ def profile(model: str, effort: str, tier: Tier, suite: Any) -> Profile:
 
 
 def body(effort: str, tools: int) -> dict[str, Any]:
-    names = ["write_file"] + [f"read_{i}" for i in range(tools - 1)]
+    names = (["write_file"] + [f"read_{i}" for i in range(tools - 1)]) if tools else []
     return {
         "model": "bench-model",
         "reasoning_effort": effort,
@@ -105,7 +106,10 @@ def request_step(gk: Gatekeeper, effort: str, tools: int, route: bool) -> Callab
 
     def step() -> object:
         request = dict(template)  # the body is rewritten in place: a fresh top level each time
-        request["tools"] = list(template["tools"])
+        if template["tools"]:
+            request["tools"] = list(template["tools"])
+        else:
+            del request["tools"]
         if route:
             chosen = gk.route_body(CHAT, request)  # parse, resolve, dry gate, decide, rewrite
             return CHAT.gate(request, chosen.resolution.tier, chosen.policy)
@@ -139,14 +143,18 @@ def main() -> int:
         plain = Gatekeeper(Settings.model_validate(base), suite=suite)
         routing = Gatekeeper(Settings.model_validate(base | {"routing": {}}), suite=suite)
         try:
-            for effort, what in (("low", "escalated"), ("medium", "already admitted")):
+            for effort, what, tools in (
+                ("low", "escalated", args.tools),
+                ("medium", "already admitted", args.tools),
+                ("low", "no tools: never routed", 0),
+            ):
                 without, with_routing = interleaved_us(
-                    [request_step(plain, effort, args.tools, False), request_step(routing, effort, args.tools, True)],
+                    [request_step(plain, effort, tools, False), request_step(routing, effort, tools, True)],
                     args.requests,
                     args.rounds,
                 )
                 print(
-                    f"request at {effort} ({what}, {args.tools} tools): {without:.1f} us without routing, "
+                    f"request at {effort} ({what}, {tools} tools): {without:.1f} us without routing, "
                     f"{with_routing:.1f} us with routing: +{with_routing - without:.1f} us per request"
                 )
         finally:
