@@ -106,8 +106,22 @@ class Exchange:
             return enforcer
         return _Translated(self.translator.stream_from_chat(request), enforcer)
 
-    def error_body(self, status: int, message: str, code: str | None) -> bytes:
-        return orjson.dumps(self.codec.error_body(status, message, "upstream_error", code))
+    def error(self, status: int, raw: bytes) -> bytes:
+        """An upstream error's body for the client: a JSON object in the client's own protocol
+        passes as it is; anything else (empty, not JSON, or a chat error for a translated
+        protocol) is re-shaped, keeping the upstream's message."""
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict) and self.translator is None:
+            return raw
+        error = doc.get("error") if isinstance(doc, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        if not isinstance(message, str):
+            message = raw.decode("utf-8", "replace").strip()[:500] or "empty body"
+        text = f"upstream answered HTTP {status}: {message}"
+        return orjson.dumps(self.codec.error_body(status, text, "upstream_error", None))
 
 
 class _Translated:
@@ -289,8 +303,7 @@ class ModelCall:
 
     async def upstream_error(self, answer: UpstreamAnswer) -> Response:
         """Upstream errors keep their status, and the headers a client's backoff reads
-        (Retry-After, rate limits). A JSON object body in the client's own protocol passes;
-        anything else (empty, not JSON, or a chat error for a translated protocol) is re-shaped."""
+        (Retry-After, rate limits); the body as `Exchange.error` shapes it."""
         status = answer.status_code
         passed = answer.passed_headers()
         raw = await answer.read()
@@ -302,18 +315,7 @@ class ModelCall:
                 "upstream_invalid",
                 "upstream_error",
             )
-        try:
-            doc = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            doc = None
-        if isinstance(doc, dict) and self.exchange.translator is None:
-            body = raw
-        else:
-            error = doc.get("error") if isinstance(doc, dict) else None
-            message = error.get("message") if isinstance(error, dict) else None
-            if not isinstance(message, str):
-                message = raw.decode("utf-8", "replace").strip()[:500] or "empty body"
-            body = self.exchange.error_body(status, f"upstream answered HTTP {status}: {message}", None)
+        body = self.exchange.error(status, raw)
         headers = rate_limit_headers(passed) | self.headers
         return self.finish(Response(body, status_code=status, headers=headers, media_type=JSON))
 

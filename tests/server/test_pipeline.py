@@ -217,3 +217,21 @@ def test_the_mock_answers_models_too(store_path, default_suite):
         assert [m.id for m in app.openai().models.list()] == ["m"]
     assert (app.upstream.requests[-1].method, app.upstream.requests[-1].path) == ("GET", "/models")
     assert json.loads(json.dumps(app.upstream.requests[-1].body)) is None
+
+
+def test_mounts_pick_a_models_route_by_its_exact_name_and_the_default_otherwise():
+    from gatekeeper.server.mounts import Mounts
+
+    default, routed = MockUpstream(lambda r: MockAnswer()), MockUpstream(lambda r: MockAnswer())
+    mounts = Mounts({"*": default, "claude-route": routed})
+    assert mounts.for_model("claude-route") is routed
+    assert mounts.for_model("claude-route-2") is default and mounts.for_model("claude-*") is default
+    with pytest.raises(ValueError, match=r"'\*'"):
+        Mounts({"claude-route": routed})
+
+
+def test_one_injected_upstream_serves_every_model_even_a_litellm_route(store_path, default_suite):
+    route = {"name": "routed", "litellm_model": "openai/x", "api_base": "http://provider.invalid/v1"}
+    with proxied(store_path, default_suite, lambda request: MockAnswer.json(TEXT), models=[route]) as app:
+        app.openai().chat.completions.create(model="routed", messages=HI)
+    assert app.upstream.requests[-1].body["model"] == "routed"
