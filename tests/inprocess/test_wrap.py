@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import pytest
+import structlog
 from conftest import names, tool
 
-from gatekeeper import gated
+from gatekeeper import ToolChoiceBlocked, gated
 
 TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
 
@@ -106,3 +108,50 @@ def test_a_call_without_a_model_is_a_clear_error(gk):
 def test_unknown_model_fails_closed(gk):
     listing = gated(gk, lambda model: TOOLS)
     assert names(listing("never-measured")) == ["read_file"]
+
+
+# -- the proxy's request step in process ------------------------------------------------------
+
+FORCE_EXECUTE = {"type": "function", "function": {"name": "execute_command"}}
+
+
+def _chat_body(model: str) -> dict:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [tool("read_file"), tool("execute_command")],
+        "tool_choice": FORCE_EXECUTE,
+    }
+
+
+@pytest.mark.parametrize("entry", ["gate_body", "agate_body", "Gatekeeper.gate", "Gatekeeper.agate"])
+async def test_every_entry_point_says_where_the_refusing_tier_came_from(gk, entry):
+    from gatekeeper import agate_body, gate_body
+
+    calls = {
+        "gate_body": lambda m: gate_body(gk, "chat", _chat_body(m)),
+        "agate_body": lambda m: agate_body(gk, "chat", _chat_body(m)),
+        "Gatekeeper.gate": lambda m: gk.gate(_chat_body(m), m),
+        "Gatekeeper.agate": lambda m: gk.agate(_chat_body(m), m),
+    }
+    for model, source in (("small-model", "measured"), ("pinned-model", "pinned"), ("never-seen", "pending")):
+        with pytest.raises(ToolChoiceBlocked) as info:
+            result = calls[entry](model)
+            if inspect.isawaitable(result):
+                await result
+        assert (info.value.tool, info.value.source) == ("execute_command", source)
+
+
+async def test_gating_in_process_leaves_the_callers_log_context_as_it_was(gk):
+    from gatekeeper import agate_body, gate_body
+
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(app_request="a1")
+    try:
+        body = _chat_body("small-model") | {"tool_choice": "auto"}
+        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]):
+            gate_body(gk, "chat", dict(body))
+            await agate_body(gk, "chat", dict(body))
+        assert structlog.contextvars.get_contextvars() == {"app_request": "a1"}
+    finally:
+        structlog.contextvars.clear_contextvars()
