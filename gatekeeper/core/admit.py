@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from gatekeeper.errors import ToolChoiceBlocked
-from gatekeeper.gating import Gated, ToolPolicy
+from gatekeeper.gating import Gated, ToolId, ToolPolicy
 from gatekeeper.protocols.base import Codec, RequestInfo
 from gatekeeper.redact import clip
 from gatekeeper.store.profile import DEFAULT_EFFORT
@@ -80,6 +80,32 @@ def _gate(
     gated = gate_resolved(codec, body, resolution, policy)
     structlog.contextvars.bind_contextvars(tools_kept=gated.kept, tools_hidden=gated.hidden)
     return Admitted(info, resolution, gated, routed, policy)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one resolved pair may see, for front ends that filter a list of tools by name (the
+    `gated` wrappers): its resolution and the policy of its pair, from one settings snapshot."""
+
+    resolution: Resolution
+    policy: ToolPolicy
+
+    def allows(self, tool: str | ToolId) -> bool:
+        return self.policy.allows(self.resolution.tier, tool)
+
+
+def decide(gk: Gatekeeper, model: str, effort: str | None) -> Decision:
+    """Resolve the pair (sync; under `wait` this blocks) and take its policy, with one snapshot."""
+    snap = gk.snapshot()
+    resolution = gk.resolve(model, effort, snapshot=snap)
+    return Decision(resolution, snap.router.policy_for(resolution))
+
+
+async def adecide(gk: Gatekeeper, model: str, effort: str | None) -> Decision:
+    """`decide` for async code."""
+    snap = gk.snapshot()
+    resolution = await gk.aresolve(model, effort, snapshot=snap)
+    return Decision(resolution, snap.router.policy_for(resolution))
 
 
 def gate_resolved(codec: Codec, body: dict[str, Any], resolution: Resolution, policy: ToolPolicy) -> Gated:

@@ -32,13 +32,12 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from gatekeeper import logs
-from gatekeeper.core.admit import aadmit, admit
+from gatekeeper.core.admit import Decision, aadmit, adecide, admit, decide
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Snapshot
 from gatekeeper.gating import Gated, tool_name
 from gatekeeper.protocols import fields
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
-from gatekeeper.tiers import Tier
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,10 +61,10 @@ def gated(
     name = name_of or default_tool_name
     locate = _argument_finder(fn, model_arg, effort_arg)
 
-    def keep(tier: Tier, tools: Iterable[Any] | None) -> list[Any] | None:
+    def keep(decision: Decision, tools: Iterable[Any] | None) -> list[Any] | None:
         if tools is None:
             return None
-        return [t for t in tools if gk.policy.allows(tier, name(t))]
+        return [t for t in tools if decision.allows(name(t))]
 
     if _is_async(fn):
 
@@ -73,7 +72,7 @@ def gated(
         async def gated_async(*args: Any, **kwargs: Any) -> Any:
             model, effort = locate(args, kwargs)
             tools = await fn(*args, **kwargs)
-            return keep((await gk.aresolve(model, effort)).tier, tools)
+            return keep(await adecide(gk, model, effort), tools)
 
         return gated_async
 
@@ -82,7 +81,7 @@ def gated(
         model, effort = locate(args, kwargs)
         tools = fn(*args, **kwargs)
         # Under fail_closed this never blocks: an unmeasured model gets unknown_tier at once.
-        return keep(gk.resolve(model, effort).tier, tools)
+        return keep(decide(gk, model, effort), tools)
 
     return gated_sync
 
@@ -206,8 +205,8 @@ def gated_prepare_tools(gk: Gatekeeper, effort: str | None = None) -> Callable[.
         settings = getattr(ctx, "model_settings", None) or {}
         if level is None and isinstance(settings.get("thinking"), str):
             level = settings["thinking"]
-        tier = (await gk.aresolve(model, level)).tier
-        return [t for t in tool_defs if gk.policy.allows(tier, t.name)]
+        decision = await adecide(gk, model, level)
+        return [t for t in tool_defs if decision.allows(t.name)]
 
     return prepare_tools
 
@@ -231,7 +230,7 @@ def gate_agent(gk: Gatekeeper, agent: Any) -> Any:
 
     def enabled(name: str, original: Any) -> Callable[..., Any]:
         async def is_enabled(ctx: Any, current: Any) -> bool:
-            if not gk.policy.allows((await gk.aresolve(model, effort)).tier, name):
+            if not (await adecide(gk, model, effort)).allows(name):
                 return False
             if isinstance(original, bool):
                 return original
@@ -240,11 +239,11 @@ def gate_agent(gk: Gatekeeper, agent: Any) -> Any:
 
         return is_enabled
 
-    tier = gk.resolve(model, effort).tier
+    decision = decide(gk, model, effort)
     tools = []
     for tool in agent.tools:
         if isinstance(tool, FunctionTool):
             tools.append(dataclasses.replace(tool, is_enabled=enabled(tool.name, tool.is_enabled)))
-        elif gk.policy.allows(tier, getattr(tool, "name", type(tool).__name__)):
+        elif decision.allows(getattr(tool, "name", type(tool).__name__)):
             tools.append(tool)
     return agent.clone(tools=tools)
