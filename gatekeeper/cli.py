@@ -249,6 +249,10 @@ def serve(
             loop="auto",
             http="auto",
             timeout_graceful_shutdown=10,
+            # The client's address is the socket peer's; forwarded headers are believed by
+            # gatekeeper itself, from `trusted_proxies` only (server/throttle.py), never by
+            # uvicorn's default trust in 127.0.0.1, so a local client cannot rotate its address.
+            proxy_headers=False,
         )
 
 

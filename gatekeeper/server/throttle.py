@@ -93,6 +93,17 @@ def client_source(request: Request) -> str:
     return _source(peer)
 
 
+def request_scheme(request: Request) -> str:
+    """`http` or `https` as the client sees it: a trusted proxy's `X-Forwarded-Proto` (a TLS
+    terminator in front), else the connection's own scheme."""
+    forwarded = request.headers.get("x-forwarded-proto", "").strip().lower()
+    if forwarded in ("http", "https") and request.client is not None:
+        settings = request.app.state.gk.settings
+        if _is_trusted(request.client.host, tuple(getattr(settings, "trusted_proxies", ()))):
+            return forwarded
+    return request.url.scheme
+
+
 def _is_trusted(peer: str, proxies: tuple[str, ...]) -> bool:
     try:
         address = ipaddress.ip_address(peer)

@@ -23,7 +23,7 @@ from serving import served
 from starlette.requests import Request
 
 from gatekeeper.server.console.session import COOKIE, Signer, same_origin
-from gatekeeper.server.throttle import KeyThrottle, client_source
+from gatekeeper.server.throttle import KeyThrottle, client_source, request_scheme
 from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, Suite
 from gatekeeper.tiers import Tier
 
@@ -422,7 +422,8 @@ def test_the_table_of_sources_is_bounded() -> None:
 def _request(peer: str, headers: dict[str, str], **settings: object) -> Request:
     app = SimpleNamespace(state=SimpleNamespace(gk=SimpleNamespace(settings=SimpleNamespace(**settings))))
     raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-    return Request({"type": "http", "headers": raw, "client": (peer, 4321), "app": app})
+    scope = {"type": "http", "scheme": "http", "server": ("gk", 80), "path": "/", "query_string": b""}
+    return Request(scope | {"headers": raw, "client": (peer, 4321), "app": app})
 
 
 def test_the_source_is_the_peer_unless_a_trusted_header_is_configured() -> None:
@@ -446,3 +447,10 @@ def test_ipv6_sources_count_per_64_block() -> None:
     assert client_source(_request("2001:db8:1:2::1", {})) == client_source(_request("2001:db8:1:2:ffff::9", {}))
     assert client_source(_request("2001:db8:1:2::1", {})) != client_source(_request("2001:db8:1:3::1", {}))
     assert client_source(_request("::ffff:10.1.2.3", {})) == "10.1.2.3"
+
+
+def test_only_a_trusted_proxy_says_the_client_uses_https() -> None:
+    https = {"x-forwarded-proto": "https"}
+    assert request_scheme(_request("127.0.0.1", https, trusted_proxies=["127.0.0.0/8"])) == "https"
+    assert request_scheme(_request("192.0.2.8", https, trusted_proxies=["127.0.0.0/8"])) == "http"
+    assert request_scheme(_request("127.0.0.1", {}, trusted_proxies=["127.0.0.0/8"])) == "http"

@@ -773,3 +773,23 @@ def test_a_long_unknown_path_is_named_capped(upstream, store_path):
         answer = httpx.get(proxy.url + "/v1/" + "p" * 12_000, timeout=30)
     assert answer.status_code == 404 and "more characters" in answer.json()["error"]["message"]
     assert len(answer.content) < 4096
+
+
+def test_a_forged_forwarded_header_buys_a_guesser_nothing(upstream, tmp_path):
+    """`gatekeeper serve`: without `trusted_proxy_header` the address is the socket peer's, so
+    a new X-Forwarded-For per attempt (uvicorn believes 127.0.0.1's by default) changes nothing."""
+    config = f"""
+upstream: {{base_url: "{upstream.base_url}", api_key: upstream-key}}
+store: "{tmp_path / "models_profile.json"}"
+admin_key: k3y
+"""
+    with served(config, tmp_path) as proxy:
+        statuses = [
+            httpx.get(
+                proxy.url + "/admin/profiles",
+                headers={"authorization": f"Bearer guess-{i}", "x-forwarded-for": f"198.51.100.{i}"},
+                timeout=30,
+            ).status_code
+            for i in range(30)
+        ]
+    assert statuses[:10] == [401] * 10 and set(statuses[10:]) == {429}

@@ -26,7 +26,7 @@ from gatekeeper.errors import RequestInvalid, StoreError
 from gatekeeper.redact import clip, redact
 from gatekeeper.server.console import views
 from gatekeeper.server.console.session import COOKIE, SESSION_TTL_S, Session, Signer, same_origin
-from gatekeeper.server.throttle import KeyThrottle, client_source
+from gatekeeper.server.throttle import KeyThrottle, client_source, request_scheme
 from gatekeeper.store.profile import check_effort, profile_key, split_key
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class Console:
         return same_origin(
             request.headers.get("origin"),
             request.headers.get("referer"),
-            request.url.scheme,
+            request_scheme(request),
             request.headers.get("host"),
         )
 
@@ -215,7 +215,7 @@ class Console:
             path=self.prefix,
             httponly=True,
             samesite="strict",
-            secure=request.url.scheme == "https",
+            secure=request_scheme(request) == "https",
         )
         log.info("console_signed_in", client=source)
         return response
@@ -234,7 +234,7 @@ class Console:
             log.info("console_signed_out", client=client_source(request))
             response = RedirectResponse(f"{self.prefix}/login", status_code=303, headers=self.headers)
         response.delete_cookie(
-            COOKIE, path=self.prefix, httponly=True, samesite="strict", secure=request.url.scheme == "https"
+            COOKIE, path=self.prefix, httponly=True, samesite="strict", secure=request_scheme(request) == "https"
         )
         return response
 
