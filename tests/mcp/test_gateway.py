@@ -478,3 +478,22 @@ async def test_an_unknown_model_outside_lazy_allow_stays_at_the_unknown_tier(tmp
                 assert await tool_names(session) == NOTES_SMALL
             assert proxy.gk.lookup("stranger-model") is None  # not measured: outside lazy.allow
             assert upstream.requests == []
+
+
+async def test_a_server_s_new_tools_reach_open_sessions(tmp_path, default_suite, notes_dir):
+    servers = {"notes": toy("notes", notes_dir), "grows": toy("growing", notes_dir)}
+    with gateway(tmp_path, default_suite, servers) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", [*NOTES_ALL, "grows__grow"])
+        heard: list[object] = []
+
+        async def on_message(message: object) -> None:
+            heard.append(message)
+
+        async with connect(proxy.url + "/mcp/small-model", message_handler=on_message) as session:
+            assert await tool_names(session) == [*NOTES_SMALL, "grows__grow"]
+            assert (await session.call_tool("grows__grow", {})).content[0].text == "grown"
+            await await_until(
+                lambda: any(isinstance(m, types.ToolListChangedNotification) for m in heard),
+                "list_changed after the server listed a new tool",
+            )
+            assert await tool_names(session) == [*NOTES_SMALL, "grows__grow", "grows__grown_tool"]

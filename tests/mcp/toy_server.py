@@ -3,6 +3,7 @@
 - `notes` (the SDK's MCPServer): read_note, write_note, progress_steps, broken_tool, crash, a
   resource and a prompt. Every tool call is appended to $TOY_DIR/calls.log before it runs, so a
   test can tell whether a call reached the server at all.
+- `growing` (MCPServer): its tool `grow` adds `grown_tool` and sends tools/list_changed.
 - `duplicate` (the low-level Server): lists the same tool twice.
 - `hang` (the low-level Server): never answers tools/list.
 - `garbage` (raw JSON-RPC over stdio): answers initialize, then a tools/list result whose `tools`
@@ -74,6 +75,18 @@ def notes() -> None:
     server.run("stdio")
 
 
+def growing() -> None:
+    server = MCPServer("growing")
+
+    @server.tool(description="Adds a tool to this server and says so.")
+    async def grow(ctx: Context) -> str:
+        server.add_tool(lambda: "grown", name="grown_tool", description="added at run time")
+        await ctx.session.send_tool_list_changed()
+        return "grown"
+
+    server.run("stdio")
+
+
 def _lowlevel(on_list_tools: Any) -> None:
     server = Server("bad", on_list_tools=on_list_tools)
 
@@ -121,4 +134,5 @@ def garbage() -> None:
 
 
 if __name__ == "__main__":
-    {"notes": notes, "duplicate": duplicate, "hang": hang, "garbage": garbage}[sys.argv[1]]()
+    modes = {"notes": notes, "growing": growing, "duplicate": duplicate, "hang": hang, "garbage": garbage}
+    modes[sys.argv[1]]()
