@@ -1,32 +1,29 @@
 """Live drift, as plain data: what the tool calls a model sends say about it.
 
 A benchmark is a snapshot; backends change under the same name. The proxy sees every tool call
-a model makes, so each call is classified (`classify`), kept in a rolling window per
-`model@effort` (`Window`, bounded by count and by age), and the window's fault rates are judged
-against the tier's ceilings on the lower confidence bound of each rate (`breaches`): a pair is
-said to drift only when even the optimistic reading of its error rate is above the ceiling.
+a model makes, so each call is classified (`classify`) and shown over a rolling window per
+`model@effort` (`Window`, bounded by count and by age). The tier's ceilings (`Ceilings`) are
+the fault rates a healthy model stays under; `sequential.py` judges the calls against them and
+`monitor.py` owns the state, the worker and the side effects (log line, metric, demotion).
 
-Pure: no I/O, no clock, no threads. `drift_monitor.py` owns the state, the worker and the
-side effects (log line, metric, demotion, re-measurement).
+Pure: no I/O, no clock, no threads.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
-from statistics import NormalDist
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gatekeeper.protocols.base import Call
 from gatekeeper.tiers import Tier
@@ -149,29 +146,6 @@ def loosen(schema: Any) -> Any:
     return out
 
 
-# -- the bound --------------------------------------------------------------------------------
-
-
-def z_for(confidence: float) -> float:
-    """The one-sided normal quantile for a confidence level (0.99 -> 2.326)."""
-    return NormalDist().inv_cdf(confidence)
-
-
-def wilson_lower(failures: int, calls: int, z: float) -> float:
-    """Lower end of the Wilson score interval of a rate `failures / calls` (0 when no calls).
-
-    Wilson rather than the normal approximation because the rates here are near 0 and the
-    counts small, where the plain interval collapses to nothing or goes negative.
-    """
-    if calls <= 0:
-        return 0.0
-    p = failures / calls
-    z2 = z * z
-    centre = p + z2 / (2 * calls)
-    margin = z * math.sqrt(p * (1 - p) / calls + z2 / (4 * calls * calls))
-    return max(0.0, (centre - margin) / (1 + z2 / calls))
-
-
 # -- the rolling window -----------------------------------------------------------------------
 
 
@@ -270,9 +244,10 @@ class Ceilings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    not_offered: float | None = Field(default=None, ge=0, le=1)
-    invalid_json: float | None = Field(default=None, ge=0, le=1)
-    invalid_args: float | None = Field(default=None, ge=0, le=1)
+    # Strictly between 0 and 1: a ceiling of 0 would demote on the first slip, 1 never.
+    not_offered: float | None = Field(default=None, gt=0, lt=1)
+    invalid_json: float | None = Field(default=None, gt=0, lt=1)
+    invalid_args: float | None = Field(default=None, gt=0, lt=1)
 
     def of(self, fault: Fault) -> float | None:
         return {
@@ -294,19 +269,36 @@ DEFAULT_CEILINGS: dict[Tier, dict[str, float]] = {
 
 
 class DriftSettings(BaseModel):
-    """The `drift:` section of the config file."""
+    """The `drift:` section of the config file (the statistics: gatekeeper.drift.sequential)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True
-    window_calls: int = Field(default=200, ge=1)  # the last N calls ...
-    window_s: float = Field(default=3600.0, gt=0)  # ... no older than this
-    # No verdict on fewer calls: at 50, a `large` pair needs 4 bad calls (bound 0.027 > 0.02);
-    # a model whose true rate is 1% shows 4 in 50 about once in 600 windows.
-    min_calls: int = Field(default=50, ge=1)
-    confidence: float = Field(default=0.99, gt=0.5, lt=1)  # one-sided, for the lower bound
-    remeasure: bool = True  # schedule a measurement on demotion
+    # P(a pair whose rates are at or below its ceilings is demoted within `horizon_calls` calls)
+    # is at most 1 - confidence; a demotion ends on calls whose upper bound at this level is
+    # under the ceilings.
+    confidence: float = Field(default=0.99, gt=0.5, lt=1)
+    horizon_calls: int = Field(default=10_000, ge=100)
+    # The fault rate, as a multiple of the ceiling, the test catches fastest. 3 balances: at
+    # 5x a `large` pair is demoted in a median of ~160 calls, at 2x in ~1,500 (4: 140 and 2,400).
+    detect_ratio: float = Field(default=3.0, gt=1, le=100)
+    # Failing evidence from this many distinct clients demotes a pair for everyone; fewer demote
+    # it only for the clients whose own traffic shows it.
+    min_clients: int = Field(default=3, ge=1, le=100)
+    # A header set by a trusted front proxy naming the client (e.g. x-forwarded-user); it
+    # replaces the credential hash as the identity. Clients must not be able to set it.
+    client_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
+    window_calls: int = Field(default=1000, ge=1, le=100_000)  # calls a demotion's end is judged on
+    window_s: float = Field(default=3600.0, gt=0)  # the figures shown (GET /admin/drift) are this recent
+    remeasure: bool = True  # measure the pair again when it is demoted for everyone
     ceilings: dict[Tier, Ceilings] = Field(default_factory=dict)
+
+    @field_validator("client_header")
+    @classmethod
+    def _lower(cls, value: str | None) -> str | None:
+        if value is not None and value.lower() in ("authorization", "x-api-key"):
+            raise ValueError("names a credential header; those are the default identity already (hashed)")
+        return value.lower() if value is not None else None
 
     @model_validator(mode="before")
     @classmethod
@@ -328,46 +320,3 @@ class DriftSettings(BaseModel):
 
     def ceilings_for(self, tier: Tier) -> Ceilings:
         return self.ceilings.get(tier) or Ceilings(**DEFAULT_CEILINGS[tier])
-
-
-@dataclass(frozen=True)
-class Breach:
-    """One fault rate whose lower bound passed its ceiling: the evidence of a verdict."""
-
-    fault: Fault
-    count: int
-    calls: int
-    lower: float
-    ceiling: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fault": self.fault.value,
-            "count": self.count,
-            "calls": self.calls,
-            "rate": round(self.count / self.calls, 4),
-            "lower": round(self.lower, 4),
-            "ceiling": self.ceiling,
-        }
-
-    def __str__(self) -> str:
-        return f"{self.fault.value} {self.count}/{self.calls}: lower bound {self.lower:.3f} > ceiling {self.ceiling}"
-
-
-def rates(figures: Figures, ceilings: Ceilings, z: float) -> dict[Fault, tuple[int, float, float | None]]:
-    """Per fault: (count, lower bound of its rate, ceiling)."""
-    return {
-        f: (figures.faults.get(f, 0), wilson_lower(figures.faults.get(f, 0), figures.calls, z), ceilings.of(f))
-        for f in Fault
-    }
-
-
-def breaches(figures: Figures, ceilings: Ceilings, z: float, min_calls: int) -> list[Breach]:
-    """The faults whose lower bound passed the ceiling; none on fewer than `min_calls` calls."""
-    if figures.calls < min_calls:
-        return []
-    found = []
-    for fault, (count, lower, ceiling) in rates(figures, ceilings, z).items():
-        if ceiling is not None and lower > ceiling:
-            found.append(Breach(fault, count, figures.calls, lower, ceiling))
-    return found

@@ -1,0 +1,225 @@
+"""The statistics of live drift: the sequential test that demotes, and the check that restores.
+
+**What is tested.** For one `model@effort` and one fault kind f with ceiling c (the tier's
+ceiling for f), the tool calls form a 0/1 sequence X_1, X_2, ... (1: the call has fault f). The
+model is *healthy* when, whatever came before, each call has fault f with probability at most c.
+The proxy looks after every call, for ever; a healthy model must still almost never be demoted.
+
+**The statistic** is Page's CUSUM (1954) of the log-likelihood ratio between a faulty rate
+p1 = min(r·c, (1+c)/2) and the ceiling c (r = `drift.detect_ratio`, default 3: the rate the test
+is tuned to catch fastest; the cap keeps p1 < 1 for large ceilings):
+
+    up   = ln(p1 / c)               for a call with the fault
+    down = ln((1 - p1) / (1 - c))   for one without (negative)
+    S_t  = max(0, S_{t-1} + up | down)           alarm when S_t >= h
+
+S never goes below 0, so a long healthy past is no credit: a model that breaks after a million
+good calls is caught as fast as a new one.
+
+**The threshold** is h = ln(N · p1 · k / α): N = `drift.horizon_calls` (10,000), α = 1 -
+`drift.confidence` (0.01), k = the fault kinds judged (3). Defaults, `large` (c = 0.02 and 0.01,
+p1 = 0.06 and 0.03): h = ln(10,000 · 0.06 · 3 / 0.01) = 12.1 and ln(9 · 10^4) = 11.4.
+
+**Why a look after every call does not inflate it.** S leaves 0 only on a call with the fault;
+call the calls from there on, until S is back at 0, a *run*. Within a run, exp(the sum of the
+increments since its first call) is a nonnegative supermartingale for a healthy model:
+E[e^inc] = p·p1/c + (1-p)·(1-p1)/(1-c) <= 1 for every p <= c (= 1 at p = c, increasing in p).
+After its first call it stands at p1/c, so by Ville's inequality the run *ever* reaches h with
+probability at most (p1/c)·e^-h: a bound on the maximum over every later look, which is what
+makes continuous monitoring safe. A false alarm within N calls needs a run that starts within
+them and reaches h; runs start on faulty calls, of which a healthy model makes at most c·N
+expected. So P(false alarm within N calls) <= c·N·(p1/c)·e^-h = N·p1·e^-h = α/k per kind, and
+<= α for the pair (the union over the k kinds). Every later stretch of N calls alike: the run in
+progress at its start is almost surely short, since S keeps falling back to 0. The bound is
+conservative (it counts every faulty call as a run start and ignores the overshoot past h):
+scripts/drift_simulation.py measures the real rate, and the delays the threshold costs.
+
+**Restoring.** A demotion ends when the calls since it began (the last `window_calls` of them)
+are clean: for every judged kind, P(Binomial(n, c) <= faults) <= α, i.e. the Clopper-Pearson
+upper bound of the rate at `confidence` is under the ceiling. With no fault at all that takes
+n >= ln(1/α) / -ln(1 - c) calls: 228 at c = 0.02, 459 at c = 0.01. (`Tally.clean` says how
+the calls of several clients are counted so that no `min_clients - 1` of them decide.)
+
+Pure: no I/O, no clock, no threads.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from gatekeeper.drift.window import Ceilings, Fault
+
+
+@dataclass(frozen=True)
+class Cusum:
+    """The CUSUM of one fault kind against its ceiling: the two increments and the threshold."""
+
+    fault: Fault
+    ceiling: float
+    faulty: float  # p1, the rate the test is tuned to
+    up: float
+    down: float
+    threshold: float
+
+    def step(self, score: float, fault: Fault | None) -> float:
+        return max(0.0, score + (self.up if fault is self.fault else self.down))
+
+
+@lru_cache(maxsize=256)
+def make_cusum(
+    fault: Fault, ceiling: float, detect_ratio: float, horizon_calls: int, alpha: float, kinds: int
+) -> Cusum:
+    faulty = min(detect_ratio * ceiling, (1 + ceiling) / 2)
+    up = math.log(faulty / ceiling)
+    down = math.log((1 - faulty) / (1 - ceiling))
+    threshold = math.log(horizon_calls * faulty * kinds / alpha)
+    return Cusum(fault, ceiling, faulty, up, down, max(threshold, up))  # one faulty call never suffices
+
+
+def cusums_for(ceilings: Ceilings, detect_ratio: float, horizon_calls: int, confidence: float) -> dict[Fault, Cusum]:
+    """One test per judged fault kind (a null ceiling is not judged)."""
+    judged = {f: c for f in Fault if (c := ceilings.of(f)) is not None}
+    return {f: make_cusum(f, c, detect_ratio, horizon_calls, 1 - confidence, len(judged)) for f, c in judged.items()}
+
+
+# -- the evidence of many clients ------------------------------------------------------------
+
+
+@dataclass
+class Pooled:
+    """The CUSUM of every identified client's calls together, and each client's share of the
+    current run, per fault kind.
+
+    `standing(f, drop)` is the run's score without the `drop` clients that contributed most. It
+    passing the threshold means that no `drop` clients could have produced the alarm: for any set
+    A of at most `drop` clients, the other clients' calls alone, from the run's start, sum to at
+    least score - (the `drop` largest shares) >= h, so the CUSUM of their calls alone passed h,
+    and for healthy clients that has the probability bounded above, whatever A sent.
+    """
+
+    score: dict[Fault, float] = field(default_factory=dict)
+    shares: dict[Fault, dict[str, float]] = field(default_factory=dict)
+
+    def add(self, tests: Iterable[Cusum], client: str, fault: Fault | None, max_clients: int) -> None:
+        for test in tests:
+            inc = test.up if fault is test.fault else test.down
+            score = self.score.get(test.fault, 0.0) + inc
+            shares = self.shares.setdefault(test.fault, {})
+            if score <= 0:  # the run is over: the next one starts from nothing
+                self.score[test.fault] = 0.0
+                shares.clear()
+                continue
+            if client in shares or len(shares) < max_clients:
+                shares[client] = shares.get(client, 0.0) + inc
+            elif inc > 0:
+                continue  # a client past the table's bound brings no evidence (keeps the bound sound)
+            self.score[test.fault] = score
+
+    def standing(self, fault: Fault, drop: int) -> float:
+        score = self.score.get(fault, 0.0)
+        if drop <= 0 or score <= 0:
+            return score
+        shares = self.shares.get(fault, {})
+        return score - sum(s for s in heapq.nlargest(drop, shares.values()) if s > 0)
+
+    def clients(self, fault: Fault) -> int:
+        return sum(1 for s in self.shares.get(fault, {}).values() if s > 0)
+
+    def reset(self) -> None:
+        self.score.clear()
+        self.shares.clear()
+
+
+# -- restoring ----------------------------------------------------------------------------------
+
+
+def binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(Binomial(n, p) <= k), summed in logs (n in the thousands underflows a plain product)."""
+    if k >= n:
+        return 1.0
+    if k < 0:
+        return 0.0
+    log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    total = 0.0
+    for i in range(k + 1):
+        total += math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q)
+    return min(total, 1.0)
+
+
+def under_ceiling(faults: int, calls: int, ceiling: float, alpha: float) -> bool:
+    """The Clopper-Pearson upper bound of `faults / calls` at 1 - alpha is at most the ceiling."""
+    if calls <= 0 or faults >= calls * ceiling:  # at or above the ceiling: never under it
+        return False
+    return binomial_cdf(faults, calls, ceiling) <= alpha
+
+
+@dataclass
+class Tally:
+    """The last `size` calls since a demotion began: faults per kind, calls and faults per client."""
+
+    size: int
+    _calls: deque[tuple[str, Fault | None]] = field(default_factory=deque)
+    faults: Counter[Fault] = field(default_factory=Counter)
+    by_client: Counter[str] = field(default_factory=Counter)
+    _client_faults: Counter[tuple[str, Fault]] = field(default_factory=Counter)
+
+    def add(self, client: str, fault: Fault | None) -> None:
+        self._calls.append((client, fault))
+        self.by_client[client] += 1
+        if fault is not None:
+            self.faults[fault] += 1
+            self._client_faults[(client, fault)] += 1
+        while len(self._calls) > self.size:
+            old_client, old_fault = self._calls.popleft()
+            self.by_client[old_client] -= 1
+            if not self.by_client[old_client]:
+                del self.by_client[old_client]
+            if old_fault is not None:
+                self.faults[old_fault] -= 1
+                self._client_faults[(old_client, old_fault)] -= 1
+                if not self._client_faults[(old_client, old_fault)]:
+                    del self._client_faults[(old_client, old_fault)]
+
+    @property
+    def calls(self) -> int:
+        return len(self._calls)
+
+    def counted(self, drop: int) -> int:
+        """The calls without those of the `drop` busiest clients."""
+        return self.calls - sum(n for _, n in self.by_client.most_common(drop)) if drop > 0 else self.calls
+
+    def clean(self, tests: Iterable[Cusum], alpha: float, drop: int = 0) -> bool:
+        """Every judged rate is back under its ceiling, whatever `drop` clients sent. Either of:
+
+        - on every fault, over the calls of all but the `drop` busiest clients: for any `drop`
+          clients, the others' calls hold every fault they made and at least that many calls,
+          and the binomial CDF grows with the faults and falls with the calls;
+        - on the calls of each of `drop + 1` clients alone: one of them is not among any `drop`.
+        """
+        tests = list(tests)
+        n = self.counted(drop)
+        if all(under_ceiling(self.faults[t.fault], n, t.ceiling, alpha) for t in tests):
+            return True
+        return drop > 0 and self.clean_clients(tests, alpha, enough=drop + 1) > drop
+
+    def clean_clients(self, tests: list[Cusum], alpha: float, enough: int) -> int:
+        """How many clients' own calls are clean (counting stops at `enough`)."""
+        # A client with fewer calls than a faultless run needs cannot pass: skip it cheaply.
+        needed = max((math.log(alpha) / math.log1p(-t.ceiling) for t in tests), default=0.0)
+        found = 0
+        for client, calls in self.by_client.items():
+            if calls >= needed and all(
+                under_ceiling(self._client_faults[(client, t.fault)], calls, t.ceiling, alpha) for t in tests
+            ):
+                found += 1
+                if found >= enough:
+                    break
+        return found
+
+    def to_json(self, drop: int = 0) -> dict[str, int]:
+        return {"calls": self.calls, "counted": self.counted(drop), **{f.value: self.faults[f] for f in Fault}}

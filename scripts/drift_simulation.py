@@ -1,0 +1,205 @@
+"""Drift's sequential test on simulated traffic whose true fault rates are known.
+
+Prints, for the default settings:
+  1. the false-demotion rate over 10,000 calls of a model at 0.9x and 1.0x every ceiling
+     (`large` and `medium`), with a 95% upper bound on it, against the stated 1%;
+  2. the delay (calls after the fault starts) until the demotion, at 1.5x, 2x and 5x one ceiling;
+  3. through the real DriftMonitor (fake clock, no threads): what one client can do beside
+     healthy ones, how fast faulty traffic spread over 3 or 10 clients demotes everyone, and how
+     many clean calls end the demotion.
+
+    python scripts/drift_simulation.py             # about two minutes on one core
+    python scripts/drift_simulation.py --runs 2000 # quicker, coarser
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gatekeeper.drift.monitor import DriftMonitor
+from gatekeeper.drift.sequential import Cusum, binomial_cdf, cusums_for
+from gatekeeper.drift.window import DriftSettings, Fault
+from gatekeeper.protocols.base import Call
+from gatekeeper.store.profile import Profile
+from gatekeeper.tiers import Tier
+
+SETTINGS = DriftSettings()
+
+
+def tests(tier: Tier) -> dict[Fault, Cusum]:
+    s = SETTINGS
+    return cusums_for(s.ceilings_for(tier), s.detect_ratio, s.horizon_calls, s.confidence)
+
+
+def first_alarm(cusums: dict[Fault, Cusum], rates: dict[Fault, float], calls: int, rng: random.Random) -> int | None:
+    """The call on which the pair's first test alarms, None when none does within `calls`.
+
+    Exactly the CUSUMs of sequential.py, run on i.i.d. calls with the given fault rates (at most
+    one fault per call). Faulty calls come at geometric gaps; between two of them every score
+    only falls by `down` per call (floored at 0), so a run costs one step per faulty call."""
+    total = sum(rates.values())
+    kinds, weights = list(rates), list(rates.values())
+    scores = dict.fromkeys(cusums, 0.0)
+    at = 0
+    while True:
+        gap = int(math.log(1.0 - rng.random()) / math.log1p(-total)) + 1
+        if at + gap > calls:
+            return None
+        at += gap
+        kind = rng.choices(kinds, weights)[0]
+        for fault, test in cusums.items():
+            score = max(0.0, scores[fault] + (gap - 1) * test.down)
+            scores[fault] = score = test.step(score, kind)
+            if score >= test.threshold:
+                return at
+
+
+def upper95(hits: int, runs: int) -> float:
+    """Clopper-Pearson one-sided 95% upper bound of hits / runs (bisection on the binomial CDF)."""
+    lo, hi = hits / runs, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if binomial_cdf(hits, runs, mid) > 0.05 else (lo, mid)
+    return hi
+
+
+def false_alarms(runs: int, rng: random.Random) -> None:
+    print(f"1. False demotions within {SETTINGS.horizon_calls:,} calls (stated bound 1%)")
+    print("   tier     rates             demoted   95% upper bound")
+    for tier in (Tier.LARGE, Tier.MEDIUM):
+        cusums = tests(tier)
+        cell = runs if tier is Tier.LARGE else runs // 4  # medium's calls fault 4x as often: 4x the steps
+        for factor in (0.9, 1.0):
+            rates = {f: factor * t.ceiling for f, t in cusums.items()}
+            hits = sum(first_alarm(cusums, rates, SETTINGS.horizon_calls, rng) is not None for _ in range(cell))
+            shown = f"{hits / cell:7.3%}   {upper95(hits, cell):.3%}"
+            print(f"   {tier.value:7}  {factor:.1f}x ceilings    {shown}   ({cell:,} runs)")
+
+
+def delays(runs: int, rng: random.Random) -> None:
+    print(f"\n2. Calls from the start of a fault to the demotion (`large`; the other kinds at 0.9x; {runs:,} runs)")
+    print("   fault (ceiling)         rate   median    p90   caught within 10,000")
+    cusums = tests(Tier.LARGE)
+    for fault in (Fault.INVALID_ARGS, Fault.INVALID_JSON):
+        for factor in (1.5, 2.0, 5.0):
+            rates = {f: 0.9 * t.ceiling for f, t in cusums.items()} | {fault: factor * cusums[fault].ceiling}
+            found = [first_alarm(cusums, rates, 100_000, rng) for _ in range(runs)]
+            got = sorted(d if d is not None else 10**9 for d in found)
+            median, p90 = got[len(got) // 2], got[int(len(got) * 0.9)]
+            within = sum(d <= 10_000 for d in got) / runs
+            shown = [f"{v:6,}" if v < 10**9 else " >100k" for v in (median, p90)]
+            label = f"{fault.value} ({cusums[fault].ceiling})"
+            print(f"   {label:22} {factor:4.1f}x  {shown[0]}  {shown[1]}   {within:6.1%}")
+
+
+# -- through the real monitor ---------------------------------------------------------------
+
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+OFFERED = {"count": SCHEMA}
+GOOD, BAD = Call("count", '{"n": 5}', True), Call("count", '{"n": "5"}', True)
+PROFILE = Profile(
+    model="m",
+    provider="p",
+    tier=Tier.LARGE,
+    scores={},
+    tokens_per_second=1.0,
+    tested_at="2026-12-01T10:00:00+00:00",
+    benchmark_version=1,
+    tests_hash="abcd1234",
+)
+
+
+class Served:
+    key, tier, source, profile = "m@default", Tier.LARGE, "measured", PROFILE
+
+
+class Monitor:
+    """A DriftMonitor judged call by call (drain after each answer), on a fake clock."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+        self.mon = DriftMonitor(SETTINGS, clock=lambda: self.now)
+
+    def send(self, client: str, faulty: bool) -> None:
+        self.mon.submit(Served(), [BAD if faulty else GOOD], OFFERED, client)
+        self.mon.drain()
+        self.now += 0.01
+
+    def demoted(self, client: str | None) -> bool:
+        return self.mon.demotion("m@default", client) is not None
+
+
+def one_client_alone(runs: int, rng: random.Random) -> None:
+    calls = 10_000
+    everyone = own = 0
+    for _ in range(runs):
+        m = Monitor()
+        for i in range(calls):
+            if i % 4 == 0:
+                m.send("key:attacker", True)  # a quarter of the traffic, every call faulty
+            else:
+                m.send(f"key:h{i % 3}", rng.random() < 0.9 * 0.02)
+        everyone += m.demoted(None)
+        own += m.demoted("key:attacker")
+    print(f"\n3. Through DriftMonitor (min_clients {SETTINGS.min_clients}; {runs} runs each)")
+    print(
+        f"   one client failing every call beside 3 healthy ones (0.9x), {calls:,} calls: demoted for everyone "
+        f"{everyone}/{runs}, for itself {own}/{runs}"
+    )
+
+
+def spread(runs: int, clients: int, rng: random.Random) -> None:
+    to_everyone: list[int] = []
+    to_own: list[int] = []
+    restored: list[int] = []
+    for _ in range(runs):
+        m = Monitor()
+        for i in range(2000):  # healthy first
+            m.send(f"key:{i % clients}", rng.random() < 0.9 * 0.02)
+        first_own = None
+        for i in range(20_000):
+            m.send(f"key:{i % clients}", rng.random() < 5 * 0.02)
+            if first_own is None and m.demoted(f"key:{i % clients}"):
+                first_own = i + 1
+            if m.demoted(None):
+                to_everyone.append(i + 1)
+                break
+        to_own.append(first_own or 20_000)
+        for i in range(50_000):  # the fault is fixed: clean traffic (the healthy rate, 0.9x)
+            m.send(f"key:{i % clients}", rng.random() < 0.9 * 0.005)
+            if not m.demoted(None):
+                restored.append(i + 1)
+                break
+    print(
+        f"   invalidArgs at 5x, spread evenly over {clients:2} clients: the first client demoted after a median "
+        f"of {statistics.median(to_own):.0f} calls, everyone after {statistics.median(to_everyone):.0f} "
+        f"(max {max(to_everyone)}, {len(to_everyone)}/{runs} within 20,000); restored after "
+        f"{statistics.median(restored):.0f} clean calls (max {max(restored)}, {len(restored)}/{runs})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20_000, help="runs per false-alarm cell (default 20,000)")
+    parser.add_argument("--seed", type=int, default=21)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    started = time.perf_counter()
+    false_alarms(args.runs, rng)
+    delays(max(args.runs // 10, 200), rng)
+    one_client_alone(max(args.runs // 2000, 3), rng)
+    for clients in (3, 10):
+        spread(max(args.runs // 2000, 3), clients, rng)
+    print(f"\n({time.perf_counter() - started:.0f} s, seed {args.seed})")
+
+
+if __name__ == "__main__":
+    main()
