@@ -360,17 +360,21 @@ def _live_drift(proxy: str, admin_key: str | None) -> dict[str, Any]:
 
 
 def _drift_table(pairs: dict[str, Any]) -> Table:
-    table = Table(title="live drift (rolling window; lo = lower bound of the rate, vs the tier's ceiling)")
+    table = Table(title="live drift (count in the window; evidence for everyone vs its threshold; ceiling)")
     for column in ("profile", "tier", "calls", "notOffered", "invalidJson", "invalidArgs", "state"):
         table.add_column(column)
     for key, pair in pairs.items():
         rates = [pair["rates"][fault] for fault in ("notOffered", "invalidJson", "invalidArgs")]
         cells = [
-            f"{r['count']} (lo {r['lower']:.3f} / {r['ceiling'] if r['ceiling'] is not None else '-'})" for r in rates
+            f"{r['count']} ({r['score']}/{r['threshold']}; {r['ceiling']})" if r["ceiling"] is not None else "-"
+            for r in rates
         ]
-        demoted = pair["demoted"]
+        demoted, clients = pair["demoted"], pair.get("clientsDemoted") or {}
         if demoted:
-            state = f"demoted {demoted['fromTier']} -> {demoted['toTier']}: {demoted['reason']}"
+            state = f"demoted {demoted['fromTier']} -> {demoted['toTier']} for everyone: {demoted['reason']}"
+        elif clients:
+            one = next(iter(clients.values()))
+            state = f"demoted {one['fromTier']} -> {one['toTier']} for {len(clients)} client(s): {one['reason']}"
         elif pair["drifting"]:
             state = f"drifting ({pair['source']}: not demoted)"
         else:

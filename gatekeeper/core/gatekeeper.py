@@ -204,39 +204,45 @@ class Gatekeeper:
 
     # -- tier resolution ---------------------------------------------------------------------
 
-    def lookup(self, model: str, effort: str | None = None) -> Resolution | None:
-        """Pin or valid measured profile for the pair, without side effects; None when neither."""
-        return self._snapshot.resolver.lookup(model, effort)
+    def lookup(self, model: str, effort: str | None = None, client: str | None = None) -> Resolution | None:
+        """Pin or valid measured profile for the pair, without side effects; None when neither.
+        `client`: the caller's drift identity (gatekeeper.drift.identity; None: no particular one)."""
+        return self._snapshot.resolver.lookup(model, effort, client)
 
-    def resolve(self, model: str, effort: str | None = None, *, snapshot: Snapshot | None = None) -> Resolution:
-        """Sync tier resolution under `snapshot` (default: the settings in force now). Under
-        `wait` this blocks up to `wait_timeout_s`."""
-        return self._resolve(snapshot or self._snapshot, model, effort)
+    def resolve(
+        self, model: str, effort: str | None = None, client: str | None = None, *, snapshot: Snapshot | None = None
+    ) -> Resolution:
+        """Sync tier resolution under `snapshot` (default: the settings in force now) for the
+        drift identity `client` (gatekeeper.drift.identity). Under `wait` this blocks up to
+        `wait_timeout_s`."""
+        return self._resolve(snapshot or self._snapshot, model, effort, client)
 
-    async def aresolve(self, model: str, effort: str | None = None, *, snapshot: Snapshot | None = None) -> Resolution:
+    async def aresolve(
+        self, model: str, effort: str | None = None, client: str | None = None, *, snapshot: Snapshot | None = None
+    ) -> Resolution:
         """Async tier resolution under `snapshot` (default: now); never blocks the calling event loop."""
-        return await self._aresolve(snapshot or self._snapshot, model, effort)
+        return await self._aresolve(snapshot or self._snapshot, model, effort, client)
 
-    def _resolve(self, snap: Snapshot, model: str, effort: str | None) -> Resolution:
-        found, flight = self._find_or_start(snap, model, effort)
+    def _resolve(self, snap: Snapshot, model: str, effort: str | None, client: str | None = None) -> Resolution:
+        found, flight = self._find_or_start(snap, model, effort, client)
         if found is None and flight is not None and snap.settings.unknown_models == "wait":
             with contextlib.suppress(Exception):  # timeout or failed measurement: fail closed below
                 flight.result(timeout=snap.settings.wait_timeout_s)
-            found = snap.resolver.lookup(model, effort)
+            found = snap.resolver.lookup(model, effort, client)
         return found or self._unknown(snap, profile_key(model, effort), flight)
 
-    async def _aresolve(self, snap: Snapshot, model: str, effort: str | None) -> Resolution:
-        found, flight = self._find_or_start(snap, model, effort)
+    async def _aresolve(self, snap: Snapshot, model: str, effort: str | None, client: str | None = None) -> Resolution:
+        found, flight = self._find_or_start(snap, model, effort, client)
         if found is None and flight is not None and snap.settings.unknown_models == "wait":
             with contextlib.suppress(Exception):  # timeout or failed measurement: fail closed below
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(flight)), snap.settings.wait_timeout_s)
-            found = snap.resolver.lookup(model, effort)
+            found = snap.resolver.lookup(model, effort, client)
         return found or self._unknown(snap, profile_key(model, effort), flight)
 
     def _find_or_start(
-        self, snap: Snapshot, model: str, effort: str | None
+        self, snap: Snapshot, model: str, effort: str | None, client: str | None = None
     ) -> tuple[Resolution | None, concurrent.futures.Future[Profile] | None]:
-        found = snap.resolver.lookup(model, effort)
+        found = snap.resolver.lookup(model, effort, client)
         if found is not None:
             return found, None
         return None, self._scheduler.start(model, effort or DEFAULT_EFFORT)
@@ -433,8 +439,11 @@ class Gatekeeper:
         return lambda: self._tier_listeners.remove(listener) if listener in self._tier_listeners else None
 
     def _remeasure_drifting(self, key: str) -> None:
+        """A pair demoted for everyone is measured again, within the lazy limits like any
+        measurement a client's traffic causes (never `force`)."""
         model, effort = split_key(key)
-        self.measure(model, effort)
+        if self._scheduler.start(model, effort, fresh=True) is None:
+            raise MeasurementFailed(f"{key}: the lazy limits refuse a measurement now (see measurement_refused)")
 
     async def _measure(self, model: str, effort: str, lease: Lease, progress: Progress) -> Profile:
         """The scheduler's measure step: the measurement service of the settings in force, saving

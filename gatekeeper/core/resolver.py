@@ -14,7 +14,7 @@ from gatekeeper.config import Settings
 from gatekeeper.store import ProfileStore
 from gatekeeper.store.profile import Profile, check_effort, profile_key
 from gatekeeper.suite.loader import Suite
-from gatekeeper.tiers import Tier
+from gatekeeper.tiers import Tier, lowest
 
 if TYPE_CHECKING:
     from gatekeeper.drift.monitor import Demotion
@@ -51,9 +51,10 @@ class TierResolver:
         settings: Settings,
         suite: Suite,
         store: ProfileStore,
-        demotion: Callable[[str, Profile], Demotion | None] | None = None,
+        demotion: Callable[[str, str | None], Demotion | None] | None = None,
     ) -> None:
-        """`demotion(key, profile)`: live drift's verdict on a measured pair (gatekeeper.drift.monitor)."""
+        """`demotion(key, client)`: live drift's demotion of a measured pair for that client, if
+        any (gatekeeper.drift.monitor)."""
         self.settings, self.suite, self.store = settings, suite, store
         self._demotion = demotion
         # Bounded (model names come from clients) and expiring: cachetools, like every cache here.
@@ -62,20 +63,33 @@ class TierResolver:
         )
         self._lock = threading.Lock()  # a TTLCache is not thread-safe; threads resolve too (ToolRegistry)
 
-    def lookup(self, model: str, effort: str | None = None) -> Resolution | None:
+    def lookup(self, model: str, effort: str | None = None, client: str | None = None) -> Resolution | None:
         """Pin or valid measured profile for the pair, without side effects; None when neither.
-        RequestInvalid when `effort` is not one of the closed set (every front end asks here)."""
+        RequestInvalid when `effort` is not one of the closed set (every front end asks here).
+
+        `client` is the drift identity of the caller (gatekeeper.drift.identity): a demotion of
+        the pair for that client, or for everyone, lowers the tier. None: everyone's only."""
         effort = check_effort(effort, self.settings.extra_efforts)
         with self._lock:
-            cached = self._cache.get((model, effort))
-        if cached is not None:
-            return cached
-        found = self._find(model, effort)
-        # Only answers are cached: a miss must see a measurement the moment it lands.
-        if found is not None:
-            with self._lock:
-                self._cache[(model, effort)] = found
-        return found
+            found = self._cache.get((model, effort))
+        if found is None:
+            found = self._find(model, effort)
+            # Only answers are cached: a miss must see a measurement the moment it lands.
+            if found is not None:
+                with self._lock:
+                    self._cache[(model, effort)] = found
+        return self._demoted(found, client) if found is not None else None
+
+    def _demoted(self, found: Resolution, client: str | None) -> Resolution:
+        """Live drift's word, asked on every call (not cached: it is per client, and a demotion
+        must apply from the next request on). A profile measured during a demotion may lower
+        the tier further, never lift it: the lower of the two applies."""
+        if found.source != "measured" or self._demotion is None:
+            return found
+        demoted = self._demotion(found.key, client)
+        if demoted is None:
+            return found
+        return Resolution(lowest(found.tier, demoted.to_tier), "demoted", found.key, found.profile)
 
     def _find(self, model: str, effort: str) -> Resolution | None:
         key = profile_key(model, effort)
@@ -84,9 +98,6 @@ class TierResolver:
             return Resolution(pin, "pinned", key)
         profile = self.store.get(key)
         if profile is not None and profile.is_valid_for(self.suite):
-            demoted = self._demotion(key, profile) if self._demotion is not None else None
-            if demoted is not None:
-                return Resolution(demoted.to_tier, "demoted", key, profile)
             return Resolution(profile.tier, "measured", key, profile)
         return None
 

@@ -3,8 +3,11 @@
 Each replica judges the traffic it relays (its windows stay local: counters in Redis would put
 a round trip on every answer); a demotion decided by any of them applies to all of them:
 
-    {gatekeeper}:demotions   hash     model@effort -> demotion JSON (those in force)
-    {gatekeeper}:drift       pub/sub  {"op": "demoted", "demotion": {...}} | {"op": "ended", "key", "why"}
+    {gatekeeper}:demotions   hash     slot -> demotion JSON (those in force)
+    {gatekeeper}:drift       pub/sub  {"op": "demoted", "demotion": {...}} | {"op": "ended", "key": slot, "why"}
+
+A slot is `model@effort` for a demotion that applies to everyone, `model@effort<TAB>client` for
+one that applies to one client identity.
 
 Every replica mirrors the hash (loaded on connect, kept fresh by the channel), so resolving a
 tier never waits on Redis. While Redis is down each replica keeps its own demotions, queues what
@@ -47,7 +50,7 @@ class RedisDemotionBoard:
             retry=Retry(NoBackoff(), 0),
             health_check_interval=5,
         )
-        self._pending: list[tuple[str, Any]] = []  # ("demoted", record) | ("ended", (key, why)) while down
+        self._pending: list[tuple[str, Any]] = []  # ("demoted", record) | ("ended", (slot, why)) while down
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -70,8 +73,8 @@ class RedisDemotionBoard:
     def publish(self, record: Record) -> None:
         self._send("demoted", record)
 
-    def retract(self, key: str, why: str) -> None:
-        self._send("ended", (key, why))
+    def retract(self, slot: str, why: str) -> None:
+        self._send("ended", (slot, why))
 
     def close(self) -> None:
         self._stopped.set()
@@ -95,7 +98,7 @@ class RedisDemotionBoard:
     def _write(self, op: str, what: Any) -> None:
         pipe = self._redis.pipeline(transaction=True)
         if op == "demoted":
-            pipe.hset(DEMOTIONS, what["key"], json.dumps(what))
+            pipe.hset(DEMOTIONS, what.get("slot") or what["key"], json.dumps(what))
             pipe.publish(CHANNEL, json.dumps({"op": op, "origin": self.origin, "demotion": what}))
         else:
             key, why = what

@@ -1,12 +1,26 @@
-"""The drift monitor: one rolling window per `model@effort`, demotions, and their side effects.
+"""The drift monitor: per `model@effort` evidence, demotions, their ends, and their side effects.
 
 The request path only appends to a queue (`submit`: a deque append and, when the worker sleeps,
-waking it); a worker thread classifies the calls, judges the windows and demotes. Tier
-resolution asks `demotion(key, profile)`: one dict lookup.
+waking it); a worker thread classifies the calls, judges them and demotes. Tier resolution asks
+`demotion(key, client)`: two dict lookups.
 
-A demotion lowers a measured pair by one tier until a newer profile of it lands (the
-re-measurement it schedules, or any other) or an admin clears it. Pins are never demoted: a
-drifting pinned pair is logged and shown, nothing more. `small` has no lower tier: same.
+Who can demote whom (the statistics are gatekeeper.drift.sequential's):
+
+- each client identity (gatekeeper.drift.identity) has its own CUSUM per fault kind; when it
+  passes the threshold the pair is demoted one tier **for that client only**;
+- the calls of every identified client together have one more CUSUM, judged without the
+  `min_clients - 1` clients that contributed most to it: when even that passes the threshold,
+  the pair is demoted **for everyone** (and measured again). No `min_clients - 1` clients,
+  however much they send, can do that alone; anonymous traffic never counts towards it;
+- clients without an identity share one, ANONYMOUS: they can demote the pair for each other.
+
+A demotion lasts until live traffic ends it or an admin clears it: the calls since it began
+(of that client, or for everyone's: of all identified clients, without the `min_clients - 1`
+busiest) must show every rate under its ceiling. A measurement that lands meanwhile changes
+nothing about it: the served tier is the lower of the profile's and the demotion's. Evidence
+towards a demotion is gathered only while none covers the client, and starts from nothing when
+one ends. Pins are never demoted: a drifting pinned pair is logged and shown, nothing more.
+`small` has no lower tier: same.
 """
 
 from __future__ import annotations
@@ -14,7 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -22,7 +36,9 @@ from typing import Any, Protocol
 import structlog
 
 from gatekeeper import metrics
-from gatekeeper.drift.window import Breach, DriftSettings, Fault, Schema, Window, breaches, observe, rates, z_for
+from gatekeeper.drift.identity import ANONYMOUS
+from gatekeeper.drift.sequential import Cusum, Pooled, Tally, cusums_for
+from gatekeeper.drift.window import DriftSettings, Fault, Schema, Window, observe
 from gatekeeper.protocols.base import Call
 from gatekeeper.store.profile import Profile
 from gatekeeper.tiers import Tier
@@ -32,10 +48,13 @@ log = structlog.get_logger("gatekeeper.drift.window")
 _LOWER = {Tier.LARGE: Tier.MEDIUM, Tier.MEDIUM: Tier.SMALL}
 _TRACKED = frozenset({"measured", "pinned", "demoted"})  # unmeasured pairs have nothing to judge
 _MAX_PAIRS = 4096  # keys come from clients' model names: bound what is kept
+_MAX_CLIENTS = 1024  # identities with evidence kept per pair (least recently seen dropped first)
 _HISTORY = 50  # events kept per pair
 _EXAMPLES = 3  # failing calls quoted as evidence
 _INBOX = 10_000  # answers queued for the worker at most
 _BATCH_S = 0.25  # the worker judges what gathered in this long, at once
+
+Scope = str | None  # whom a demotion applies to: None = everyone, else one client identity
 
 
 class Served(Protocol):
@@ -52,7 +71,7 @@ class Served(Protocol):
 
 
 class DemotionBoard(Protocol):
-    """Where replicas share demotions (drift_board.RedisDemotionBoard)."""
+    """Where replicas share demotions (board.RedisDemotionBoard). Records are keyed by `slot`."""
 
     def start(
         self,
@@ -63,13 +82,12 @@ class DemotionBoard(Protocol):
 
     def publish(self, record: dict[str, Any]) -> None: ...
 
-    def retract(self, key: str, why: str) -> None: ...
+    def retract(self, slot: str, why: str) -> None: ...
 
     def close(self) -> None: ...
 
 
 def _stamp(profile: Profile | None) -> str | None:
-    """Which measurement a profile is: a newer one ends a demotion of the older."""
     return profile.tested_at if profile is not None else None
 
 
@@ -77,25 +95,71 @@ def _iso(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
 
 
+def slot_of(key: str, client: Scope) -> str:
+    """A demotion's name among the replicas: the pair, and the client when it is only theirs."""
+    return key if client is None else f"{key}\t{client}"
+
+
+@dataclass(frozen=True)
+class Breach:
+    """One fault kind whose evidence passed its threshold: the reason of a verdict."""
+
+    fault: Fault
+    score: float
+    threshold: float
+    ceiling: float
+    clients: int  # identities whose calls carry the evidence
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fault": self.fault.value,
+            "score": round(self.score, 2),
+            "threshold": round(self.threshold, 2),
+            "ceiling": self.ceiling,
+            "clients": self.clients,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Breach:
+        return cls(
+            Fault(raw["fault"]),
+            float(raw.get("score", 0.0)),
+            float(raw.get("threshold", 0.0)),
+            float(raw["ceiling"]),
+            int(raw.get("clients", 1)),
+        )
+
+    def __str__(self) -> str:
+        who = f"{self.clients} clients" if self.clients != 1 else "one client"
+        return f"{self.fault.value} evidence {self.score:.1f} >= {self.threshold:.1f} (ceiling {self.ceiling}; {who})"
+
+
 @dataclass(frozen=True)
 class Demotion:
     key: str
+    client: Scope
     from_tier: Tier
     to_tier: Tier
     at: float
-    stamp: str | None  # the profile it demotes
+    stamp: str | None  # the profile in force when it began
     breaches: tuple[Breach, ...]
     examples: tuple[dict[str, Any], ...]
     window: dict[str, Any]
+
+    @property
+    def slot(self) -> str:
+        return slot_of(self.key, self.client)
 
     @property
     def reason(self) -> str:
         return "; ".join(str(b) for b in self.breaches)
 
     def to_record(self) -> dict[str, Any]:
-        """As shared with other replicas (drift_board.py)."""
+        """As shared with other replicas (board.py)."""
         return {
+            "slot": self.slot,
             "key": self.key,
+            "client": self.client,
             "fromTier": self.from_tier.value,
             "toTier": self.to_tier.value,
             "at": self.at,
@@ -107,23 +171,22 @@ class Demotion:
 
     @classmethod
     def from_record(cls, raw: dict[str, Any]) -> Demotion:
-        breaches = tuple(
-            Breach(Fault(b["fault"]), int(b["count"]), int(b["calls"]), float(b["lower"]), float(b["ceiling"]))
-            for b in raw["breaches"]
-        )
+        client = raw.get("client")
         return cls(
             str(raw["key"]),
+            str(client) if client is not None else None,
             Tier(raw["fromTier"]),
             Tier(raw["toTier"]),
             float(raw["at"]),
             raw.get("stamp"),
-            breaches,
+            tuple(Breach.from_json(b) for b in raw["breaches"]),
             tuple(raw.get("examples") or ()),
             dict(raw.get("window") or {}),
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "client": self.client or "everyone",
             "fromTier": self.from_tier.value,
             "toTier": self.to_tier.value,
             "at": _iso(self.at),
@@ -137,12 +200,30 @@ class Demotion:
 
 @dataclass
 class _Pair:
-    window: Window
-    tier: Tier = Tier.SMALL
-    source: str = "measured"
+    window: Window  # the figures shown; verdicts are the tests'
+    tier: Tier = Tier.SMALL  # the tier whose ceilings the pair is judged on (its profile's or pin's)
+    source: str = "measured"  # "measured" | "pinned"
     stamp: str | None = None
-    drifting: list[Breach] = field(default_factory=list)
+    tests: dict[Fault, Cusum] = field(default_factory=dict)
+    pooled: Pooled = field(default_factory=Pooled)
+    own: OrderedDict[str, dict[Fault, float]] = field(default_factory=OrderedDict)
+    restoring: dict[Scope, Tally] = field(default_factory=dict)  # the calls since each demotion in force
+    alarmed: set[Scope] = field(default_factory=set)  # scopes drifting where no demotion can follow
     history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=_HISTORY))
+
+    def own_scores(self, client: str) -> dict[Fault, float]:
+        scores = self.own.get(client)
+        if scores is None:
+            if len(self.own) >= _MAX_CLIENTS:
+                self.own.popitem(last=False)
+            scores = self.own[client] = {}
+        self.own.move_to_end(client)
+        return scores
+
+    def reset_evidence(self) -> None:
+        self.pooled.reset()
+        self.own.clear()
+        self.alarmed.clear()
 
 
 class DriftMonitor:
@@ -161,14 +242,12 @@ class DriftMonitor:
         self._remeasure = remeasure  # key -> start a measurement of that pair
         self._changed = changed  # a demotion began or ended: drop cached resolutions
         self._clock = clock
-        self._z = z_for(self.settings.confidence)
         # Bounded: if the worker ever falls behind, the oldest answers are dropped, not the proxy.
-        self._inbox: deque[tuple[float, str, Tier, str, str | None, Sequence[Call], Mapping[str, Schema | None]]] = (
-            deque(maxlen=_INBOX)
-        )
-        self._ended: deque[tuple[str, Demotion, str]] = deque()
+        self._inbox: deque[
+            tuple[float, str, Tier, str, str | None, str, Sequence[Call], Mapping[str, Schema | None]]
+        ] = deque(maxlen=_INBOX)
         self._pairs: OrderedDict[str, _Pair] = OrderedDict()
-        self._demotions: dict[str, Demotion] = {}
+        self._demotions: dict[tuple[str, Scope], Demotion] = {}
         self._lock = threading.RLock()  # the pairs and demotions
         self._draining = threading.Lock()  # one drain at a time, so a drain sees all before it
         self._wake = threading.Event()
@@ -179,88 +258,101 @@ class DriftMonitor:
         # under the lock and sent outside it.
         self._board = board
         self._outbox: deque[tuple[str, Any]] = deque()
-        self._adopted: set[str] = set()  # keys whose demotion in force came from another replica
+        self._adopted: set[tuple[str, Scope]] = set()  # demotions in force that came from another replica
         if board is not None:
             board.start(self._adopt, self._remote_end, self._sync)
 
     # -- the request path: cheap ------------------------------------------------------------
 
-    def submit(self, served: Served, calls: Sequence[Call], offered: Mapping[str, Schema | None]) -> None:
-        """Queue the calls of one answer for judging. O(1); never raises, never blocks."""
+    def submit(
+        self,
+        served: Served,
+        calls: Sequence[Call],
+        offered: Mapping[str, Schema | None],
+        client: str | None = None,
+        hidden: Collection[str] = (),
+    ) -> None:
+        """Queue the calls of one answer for judging, as evidence of `client` (None: anonymous).
+        Calls to `hidden` tools (offered by the client, hidden by the tier) are no evidence: an
+        agent's history asks for them, and counting them would make a demotion feed itself.
+        O(1); never raises, never blocks."""
         if not calls or not self.settings.enabled or served.source not in _TRACKED or self._stop:
             return
         profile = served.profile
         # Ceilings are those of the tier the pair earned (or was pinned to), not of a demotion.
         tier = profile.tier if profile is not None and served.source != "pinned" else served.tier
-        self._inbox.append((self._clock(), served.key, tier, served.source, _stamp(profile), calls, offered))
+        source = "pinned" if served.source == "pinned" else "measured"
+        if hidden:
+            calls = [c for c in calls if c.name not in hidden]
+            if not calls:
+                return
+        item = (self._clock(), served.key, tier, source, _stamp(profile), client or ANONYMOUS, calls, offered)
+        self._inbox.append(item)
         if not self._wake.is_set():
             if self._worker is None:
                 self._start_worker()
             self._wake.set()
 
-    def demotion(self, key: str, profile: Profile | None) -> Demotion | None:
-        """The demotion in force for a pair served by `profile`, if any (one dict lookup)."""
-        found = self._demotions.get(key)
-        if found is None or not self.settings.enabled:
+    def demotion(self, key: str, client: str | None = None) -> Demotion | None:
+        """The demotion in force for `client` on the pair: everyone's, else the client's own.
+        `client` None asks for everyone's only (an in-process caller, the console)."""
+        if not self.settings.enabled:
             return None
-        if profile is None or _stamp(profile) != found.stamp:
-            # A newer profile decides now (perhaps measured by another replica). The bookkeeping
-            # (history, log line) is the worker's: this runs on the request path.
-            if self._demotions.pop(key, None) is not None:
-                why = f"a newer profile landed (tier {profile.tier.value})" if profile else "the profile is gone"
-                self._ended.append((key, found, why))
-                self._wake.set()
-            return None
+        found = self._demotions.get((key, None))
+        if found is None and client is not None:
+            found = self._demotions.get((key, client))
         return found
 
     # -- admin and core ---------------------------------------------------------------------
 
     def profile_landed(self, key: str, profile: Profile) -> None:
-        """A measurement of the pair landed: it decides from now on, on a fresh window."""
+        """A measurement of the pair landed. Demotions stand (live evidence is not overruled by
+        a benchmark that cannot see what live traffic sees); the served tier is the lower one."""
         with self._lock:
-            found = self._demotions.get(key)
-            if found is not None:
-                self._end(key, found, f"re-measured: tier {profile.tier.value}")
+            standing = [d for (k, _), d in self._demotions.items() if k == key]
             pair = self._pairs.get(key)
-            if pair is not None:
-                pair.window.clear()
-                pair.drifting = []
-                pair.stamp = _stamp(profile)
-        self._flush()
+            if pair is not None and standing:
+                self._event(pair, self._clock(), "remeasured", f"tier {profile.tier.value}; the demotion stands")
 
     def reconfigure(self, settings: DriftSettings) -> None:
-        """New settings (a config reload): windows are resized, not emptied; demotions stand.
-        Turning drift off stops recording and lifts every demotion from resolution at once."""
+        """New settings (a config reload): evidence judged by changed tests starts afresh;
+        demotions stand. Turning drift off stops recording and lifts every demotion from
+        resolution at once."""
         with self._lock:
             self.settings = settings
-            self._z = z_for(settings.confidence)
             now = self._clock()
             for pair in self._pairs.values():
                 pair.window.resize(settings.window_calls, settings.window_s, now)
+                for scope, tally in pair.restoring.items():
+                    tally.size = self._tally_size(scope)
+                tests = self._tests(pair.tier)
+                if tests != pair.tests:
+                    pair.tests = tests
+                    pair.reset_evidence()
         if self._changed is not None:
             self._changed()
 
     def clear(self, key: str, by: str = "admin") -> bool:
-        """End a pair's demotion and start its window afresh; False when it was not demoted."""
+        """End every demotion of a pair (everyone's and clients' own) and start its evidence
+        afresh; False when none was in force."""
         self.drain()
         with self._lock:
-            found = self._demotions.get(key)
+            found = [d for (k, _), d in self._demotions.items() if k == key]
             pair = self._pairs.get(key)
             if pair is not None:  # the evidence would demote it again at once
                 pair.window.clear()
-                pair.drifting = []
-            if found is None:
-                return False
-            self._end(key, found, f"cleared by {by}")
+                pair.reset_evidence()
+            for demotion in found:
+                self._end(demotion, f"cleared by {by}")
         self._flush()
-        return True
+        return bool(found)
 
     def report(self) -> dict[str, dict[str, Any]]:
         """Live figures per pair, for the admin API and `gatekeeper profiles`."""
         self.drain()
         now = self._clock()
         with self._lock:
-            keys = set(self._pairs) | set(self._demotions)
+            keys = set(self._pairs) | {k for k, _ in self._demotions}
             return {key: self._describe(key, now) for key in sorted(keys)}
 
     def drain(self) -> None:
@@ -269,10 +361,6 @@ class DriftMonitor:
         Returns once every answer queued before the call is judged, also those the worker had
         already taken. Only readers wait here, never a request."""
         with self._draining:
-            while self._ended:
-                key, demotion, why = self._ended.popleft()
-                with self._lock:
-                    self._log_end(key, demotion, why)
             while True:
                 try:
                     item = self._inbox.popleft()
@@ -315,6 +403,10 @@ class DriftMonitor:
                 return
             self.drain()
 
+    def _tests(self, tier: Tier) -> dict[Fault, Cusum]:
+        s = self.settings
+        return cusums_for(s.ceilings_for(tier), s.detect_ratio, s.horizon_calls, s.confidence)
+
     def _record(
         self,
         at: float,
@@ -322,19 +414,47 @@ class DriftMonitor:
         tier: Tier,
         source: str,
         stamp: str | None,
+        client: str,
         calls: Iterable[Call],
         offered: Mapping[str, Schema | None],
     ) -> None:
         pair = self._pair(key)
-        if source != "pinned" and stamp != pair.stamp:
-            pair.window.clear()  # a new measurement starts its own evidence
-            pair.drifting = []
+        if tier != pair.tier or not pair.tests:  # new ceilings: their own evidence
+            pair.tests = self._tests(tier)
+            pair.reset_evidence()
         pair.tier, pair.source, pair.stamp = tier, source, stamp
+        identified = client != ANONYMOUS
+        everyone = (key, None) in self._demotions
+        mine = (key, client) in self._demotions
+        # Evidence towards a demotion only while none covers the client; the calls since a
+        # demotion are what ends it.
+        own = None if everyone or mine else pair.own_scores(client)
+        tests = list(pair.tests.values())
         for call in calls:
             seen = observe(call, offered, at)
             pair.window.add(seen)
             metrics.DRIFT_CALLS.labels(seen.fault.value if seen.fault else "ok").inc()
-        self._judge(key, pair, at)
+            if own is not None:
+                for test in tests:
+                    own[test.fault] = test.step(own.get(test.fault, 0.0), seen.fault)
+            if identified and not everyone:
+                pair.pooled.add(tests, client, seen.fault, _MAX_CLIENTS)
+            if identified and everyone:
+                self._tally(pair, None).add(client, seen.fault)
+            if mine:
+                self._tally(pair, client).add(client, seen.fault)
+        self._judge(key, pair, client, at)
+
+    def _tally(self, pair: _Pair, scope: Scope) -> Tally:
+        tally = pair.restoring.get(scope)
+        if tally is None:  # e.g. a demotion adopted from another replica
+            tally = pair.restoring[scope] = Tally(self._tally_size(scope))
+        return tally
+
+    def _tally_size(self, scope: Scope) -> int:
+        # Everyone's end is judged without the `min_clients - 1` busiest clients: with as few
+        # clients as that, a window of `window_calls` would never count enough calls.
+        return self.settings.window_calls * (self.settings.min_clients if scope is None else 1)
 
     def _pair(self, key: str) -> _Pair:
         pair = self._pairs.get(key)
@@ -345,38 +465,77 @@ class DriftMonitor:
         self._pairs.move_to_end(key)
         return pair
 
-    def _judge(self, key: str, pair: _Pair, now: float) -> None:
-        figures = pair.window.figures(now)
-        found = breaches(figures, self.settings.ceilings_for(pair.tier), self._z, self.settings.min_calls)
-        was, pair.drifting = pair.drifting, found
+    def _judge(self, key: str, pair: _Pair, client: str, now: float) -> None:
+        drop = self.settings.min_clients - 1
+        alpha = 1 - self.settings.confidence
+        everyone = self._demotions.get((key, None))
+        if everyone is not None:
+            if self._tally(pair, None).clean(self._tests(everyone.from_tier).values(), alpha, drop):
+                self._end(everyone, f"live traffic back under the ceilings ({self._since(pair, None)})")
+            return  # it covers this client too
+        found = [
+            Breach(f, score, t.threshold, t.ceiling, pair.pooled.clients(f))
+            for f, t in pair.tests.items()
+            if (score := pair.pooled.standing(f, drop)) >= t.threshold
+        ]
+        self._verdict(key, pair, None, found, now)
+        if (key, None) in self._demotions:
+            return
+        mine = self._demotions.get((key, client))
+        if mine is not None:
+            if self._tally(pair, client).clean(self._tests(mine.from_tier).values(), alpha):
+                self._end(mine, f"its live traffic is back under the ceilings ({self._since(pair, client)})")
+            return
+        own = pair.own.get(client, {})
+        found = [
+            Breach(f, own[f], t.threshold, t.ceiling, 1)
+            for f, t in pair.tests.items()
+            if own.get(f, 0.0) >= t.threshold
+        ]
+        self._verdict(key, pair, client, found, now)
+
+    def _since(self, pair: _Pair, scope: Scope) -> str:
+        tally = pair.restoring.get(scope)
+        if tally is None:
+            return "no calls"
+        counted = tally.counted(self.settings.min_clients - 1 if scope is None else 0)
+        faults = ", ".join(f"{tally.faults[f]} {f.value}" for f in pair.tests)
+        return f"{counted} calls counted of {tally.calls}: {faults}"
+
+    def _verdict(self, key: str, pair: _Pair, scope: Scope, found: list[Breach], now: float) -> None:
         if not found:
-            if was:
-                self._event(pair, now, "recovered", "fault rates back under the ceilings")
-                log.info("drift_recovered", key=key, tier=pair.tier.value, window=figures.to_json())
+            if scope in pair.alarmed:
+                pair.alarmed.discard(scope)
+                self._event(pair, now, "recovered", f"{_whom(scope)}: evidence back under the thresholds")
             return
         lower = _LOWER.get(pair.tier)
-        if pair.source == "measured" and lower is not None and key not in self._demotions:
-            self._demote(key, pair, lower, found, now)
-        elif not was:
-            why = {"pinned": "pinned: never demoted", "demoted": "already demoted"}.get(pair.source, "no lower tier")
-            self._event(pair, now, "drifting", f"{'; '.join(map(str, found))} ({why})")
-            log.warning(
-                "drift_detected",
-                key=key,
-                tier=pair.tier.value,
-                source=pair.source,
-                demoted=False,
-                why=why,
-                window=figures.to_json(),
-                breaches=[str(b) for b in found],
-                examples=[o.example() for o in pair.window.examples(_EXAMPLES)],
-            )
+        if pair.source == "measured" and lower is not None:
+            self._demote(key, pair, scope, lower, found, now)
+            return
+        if scope in pair.alarmed:
+            return
+        pair.alarmed.add(scope)
+        why = "pinned: never demoted" if pair.source == "pinned" else "no lower tier"
+        self._event(pair, now, "drifting", f"{_whom(scope)}: {'; '.join(map(str, found))} ({why})")
+        log.warning(
+            "drift_detected",
+            key=key,
+            client=scope or "everyone",
+            tier=pair.tier.value,
+            source=pair.source,
+            demoted=False,
+            why=why,
+            window=pair.window.figures(now).to_json(),
+            breaches=[b.to_json() for b in found],
+            examples=[o.example() for o in pair.window.examples(_EXAMPLES)],
+        )
 
-    def _demote(self, key: str, pair: _Pair, lower: Tier, found: list[Breach], now: float) -> None:
+    def _demote(self, key: str, pair: _Pair, scope: Scope, lower: Tier, found: list[Breach], now: float) -> None:
         figures = pair.window.figures(now)
         window = {**figures.to_json(), "maxCalls": self.settings.window_calls, "maxAgeS": self.settings.window_s}
         demotion = Demotion(
             key,
+            scope,
             pair.tier,
             lower,
             now,
@@ -385,47 +544,61 @@ class DriftMonitor:
             tuple(o.example() for o in pair.window.examples(_EXAMPLES)),
             window,
         )
-        self._demotions[key] = demotion
-        self._adopted.discard(key)
+        self._demotions[(key, scope)] = demotion
+        self._adopted.discard((key, scope))
+        pair.restoring[scope] = Tally(self._tally_size(scope))
+        if scope is None:
+            pair.reset_evidence()  # everyone is covered now: evidence restarts when it ends
+        else:
+            pair.own.pop(scope, None)
         self._outbox.append(("demoted", demotion.to_record()))
-        self._event(pair, now, "demoted", f"{pair.tier.value} -> {lower.value}: {demotion.reason}")
+        remeasure = scope is None and self.settings.remeasure and self._remeasure is not None
+        self._event(pair, now, "demoted", f"{_whom(scope)}: {pair.tier.value} -> {lower.value}: {demotion.reason}")
         metrics.DRIFT_DEMOTIONS.labels(from_tier=pair.tier.value, to_tier=lower.value).inc()
         log.warning(
             "drift_demoted",
             key=key,
+            client=scope or "everyone",
             from_tier=pair.tier.value,
             to_tier=lower.value,
             window=window,
             breaches=[b.to_json() for b in found],
             examples=list(demotion.examples),
-            remeasure=self.settings.remeasure and self._remeasure is not None,
+            remeasure=remeasure,
         )
         if self._changed is not None:
             self._changed()
-        if self.settings.remeasure and self._remeasure is not None:
+        if remeasure:  # only everyone's: one client's traffic must not cost a measurement
             try:
-                self._remeasure(key)
-                self._event(pair, now, "remeasure", "measurement scheduled")
+                self._remeasure(key)  # type: ignore[misc]
+                self._event(pair, now, "remeasure", "measurement scheduled (it can lower the tier, not lift it)")
             except Exception as exc:  # noqa: BLE001 - the demotion stands; an admin can re-measure
                 log.error("drift_remeasure_failed", key=key, error=repr(exc))
                 self._event(pair, now, "remeasure", f"could not be scheduled: {exc}")
 
-    def _end(self, key: str, demotion: Demotion, why: str, share: bool = True) -> None:
+    def _end(self, demotion: Demotion, why: str, share: bool = True) -> None:
         """(Under the lock.) End a demotion in force here; tell the other replicas unless it came from them."""
-        if self._demotions.get(key) is not demotion:
+        slot = (demotion.key, demotion.client)
+        if self._demotions.get(slot) is not demotion:
             return  # someone else ended it first
-        del self._demotions[key]
-        self._adopted.discard(key)
-        self._log_end(key, demotion, why, share)
-
-    def _log_end(self, key: str, demotion: Demotion, why: str, share: bool = True) -> None:
+        del self._demotions[slot]
+        self._adopted.discard(slot)
         if share:
-            self._outbox.append(("ended", (key, why)))
-        pair = self._pair(key)
-        pair.window.clear()  # whatever ended it (new profile, admin, another replica): fresh evidence
-        pair.drifting = []
-        self._event(pair, self._clock(), "ended", why)
-        log.info("drift_demotion_ended", key=key, from_tier=demotion.from_tier.value, why=why)
+            self._outbox.append(("ended", (demotion.slot, why)))
+        pair = self._pair(demotion.key)
+        pair.restoring.pop(demotion.client, None)
+        if demotion.client is None:
+            pair.reset_evidence()
+        else:
+            pair.own.pop(demotion.client, None)
+        self._event(pair, self._clock(), "ended", f"{_whom(demotion.client)}: {why}")
+        log.info(
+            "drift_demotion_ended",
+            key=demotion.key,
+            client=demotion.client or "everyone",
+            from_tier=demotion.from_tier.value,
+            why=why,
+        )
         if self._changed is not None:
             self._changed()
 
@@ -444,21 +617,26 @@ class DriftMonitor:
 
     def _adopt(self, record: dict[str, Any]) -> None:
         demotion = Demotion.from_record(record)
+        slot = (demotion.key, demotion.client)
         with self._lock:
-            current = self._demotions.get(demotion.key)
+            current = self._demotions.get(slot)
             if current is not None and current.at == demotion.at:
                 return
-            self._demotions[demotion.key] = demotion
-            self._adopted.add(demotion.key)
+            self._demotions[slot] = demotion
+            self._adopted.add(slot)
+            pair = self._pair(demotion.key)
+            pair.restoring[demotion.client] = Tally(self._tally_size(demotion.client))
             self._event(
-                self._pair(demotion.key),
+                pair,
                 self._clock(),
                 "demoted",
-                f"{demotion.from_tier.value} -> {demotion.to_tier.value} on another replica: {demotion.reason}",
+                f"{_whom(demotion.client)}: {demotion.from_tier.value} -> {demotion.to_tier.value} "
+                f"on another replica: {demotion.reason}",
             )
         log.warning(
             "drift_demoted",
             key=demotion.key,
+            client=demotion.client or "everyone",
             from_tier=demotion.from_tier.value,
             to_tier=demotion.to_tier.value,
             origin="another replica",
@@ -467,24 +645,24 @@ class DriftMonitor:
         if self._changed is not None:
             self._changed()
 
-    def _remote_end(self, key: str, why: str) -> None:
+    def _remote_end(self, slot: str, why: str) -> None:
         with self._lock:
-            found = self._demotions.get(key)
-            if found is not None:
-                self._end(key, found, f"{why} (on another replica)", share=False)
+            for found in [d for d in self._demotions.values() if d.slot == slot]:
+                self._end(found, f"{why} (on another replica)", share=False)
 
     def _sync(self, records: dict[str, dict[str, Any]]) -> None:
         """After a (re)connect: adopt the board's demotions; drop those adopted earlier that are
         gone from it (ended elsewhere while this replica was away). This replica's own
         demotions end by its own rules: they may not have reached the board yet."""
-        for key, record in records.items():
+        for slot, record in records.items():
             try:
                 self._adopt(record)
             except (KeyError, TypeError, ValueError) as exc:
-                log.warning("drift_record_skipped", key=key, reason=repr(exc))
+                log.warning("drift_record_skipped", slot=slot, reason=repr(exc))
         with self._lock:
-            for key in (self._adopted & set(self._demotions)) - set(records):
-                self._end(key, self._demotions[key], "ended on another replica while this one was away", share=False)
+            for adopted in [self._demotions[s] for s in self._adopted & set(self._demotions)]:
+                if adopted.slot not in records:
+                    self._end(adopted, "ended on another replica while this one was away", share=False)
 
     def _event(self, pair: _Pair, at: float, event: str, detail: str) -> None:
         pair.history.append({"at": _iso(at), "event": event, "detail": detail})
@@ -492,26 +670,41 @@ class DriftMonitor:
     def _describe(self, key: str, now: float) -> dict[str, Any]:
         pair = self._pairs.get(key) or _Pair(Window(self.settings.window_calls, self.settings.window_s))
         figures = pair.window.figures(now)
-        demotion = self._demotions.get(key)
+        drop = self.settings.min_clients - 1
+        ceilings = self.settings.ceilings_for(pair.tier)
+        demotions = {d.client: d for (k, _), d in self._demotions.items() if k == key}
+        everyone = demotions.pop(None, None)
+
+        def shown(demotion: Demotion) -> dict[str, Any]:
+            tally = pair.restoring.get(demotion.client)
+            since = tally.to_json(drop if demotion.client is None else 0) if tally is not None else None
+            return {**demotion.to_json(), "since": since}
+
+        rates = {}
+        for fault in Fault:
+            count, test = figures.faults.get(fault, 0), pair.tests.get(fault)
+            rates[fault.value] = {
+                "count": count,
+                "rate": round(count / figures.calls, 4) if figures.calls else 0.0,
+                "ceiling": ceilings.of(fault),
+                "score": round(pair.pooled.standing(fault, drop), 2) if test is not None else None,
+                "threshold": round(test.threshold, 2) if test is not None else None,
+            }
         return {
             "tier": pair.tier.value,
             "source": pair.source,
             "window": {**figures.to_json(), "maxCalls": self.settings.window_calls, "maxAgeS": self.settings.window_s},
-            "rates": {
-                fault.value: {
-                    "count": count,
-                    "rate": round(count / figures.calls, 4) if figures.calls else 0.0,
-                    "lower": round(lower, 4),
-                    "ceiling": ceiling,
-                }
-                for fault, (count, lower, ceiling) in rates(
-                    figures, self.settings.ceilings_for(pair.tier), self._z
-                ).items()
-            },
-            "drifting": bool(pair.drifting),
-            "demoted": demotion.to_json() if demotion is not None else None,
+            "rates": rates,
+            "clients": len(pair.own),
+            "drifting": bool(everyone or demotions or pair.alarmed),
+            "demoted": shown(everyone) if everyone is not None else None,
+            "clientsDemoted": {client: shown(d) for client, d in sorted(demotions.items()) if client is not None},
             "history": list(pair.history),
         }
 
 
-__all__ = ["Demotion", "DriftMonitor", "Fault", "Served"]
+def _whom(scope: Scope) -> str:
+    return "everyone" if scope is None else f"client {scope}"
+
+
+__all__ = ["ANONYMOUS", "Breach", "Demotion", "DriftMonitor", "Fault", "Served"]

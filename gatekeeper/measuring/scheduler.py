@@ -100,11 +100,14 @@ class MeasurementScheduler:
 
     # -- starting ----------------------------------------------------------------------------
 
-    def start(self, model: str, effort: str, *, force: bool = False) -> concurrent.futures.Future[Profile] | None:
+    def start(
+        self, model: str, effort: str, *, force: bool = False, fresh: bool = False
+    ) -> concurrent.futures.Future[Profile] | None:
         """Join or start the pair's flight. None when no measurement may start now: in backoff,
         not allowed for lazy measurement, or past the cap on new names (all logged).
 
-        `force` (an admin's "measure now") ignores the backoff and the lazy limits.
+        `force` (an admin's "measure now") ignores the backoff and the lazy limits. `fresh`
+        (drift's re-measurement) measures although a valid profile is stored, within them.
         """
         key = profile_key(model, effort)
         with self._lock:
@@ -125,7 +128,7 @@ class MeasurementScheduler:
                     return None
             progress = Progress(key)
             flight = asyncio.run_coroutine_threadsafe(
-                self._fly(model, effort, key, force, progress), self._background_loop()
+                self._fly(model, effort, key, force or fresh, progress), self._background_loop()
             )
             self._flights[key] = flight
             self._progress.pop(key, None)  # re-inserted last: the dict stays in start order

@@ -1,4 +1,5 @@
-"""Live drift end to end: official openai client -> real proxy -> scripted upstream that drifts."""
+"""Live drift end to end: official openai clients (one API key each) -> real proxy -> scripted
+upstream that drifts."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from typing import Any
 
 import answers
 import httpx
+import openai
 from conftest import agent_or_suite, running_proxy, settings_for, wait_until
 from scripted import ScriptedServer, SuiteScript
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from gatekeeper.suite.loader import DEFAULT_SUITE_DIR
 
@@ -73,6 +75,8 @@ class DriftingModel(ScriptedServer):
         super().__init__(agent_or_suite(self.script, answers.perfect, agent))
 
     async def _chat(self, request: Request) -> Response:
+        if request.headers.get("authorization") == "Bearer refused-key":  # the upstream checks keys
+            return JSONResponse({"error": {"message": "invalid api key", "type": "auth"}}, status_code=401)
         try:
             self.script.locate(json.loads(await request.body()))
         except (KeyError, StopIteration, ValueError):
@@ -98,18 +102,26 @@ def suite_runs(upstream: ScriptedServer) -> int:
     )
 
 
-def ask(proxy, stream: bool = False):
+def client(proxy, key: str) -> openai.OpenAI:
+    """An agent of its own: the drift identity is the hash of its key."""
+    return openai.OpenAI(base_url=proxy.url + "/v1", api_key=key, max_retries=0, timeout=30)
+
+
+def ask(proxy, stream: bool = False, key: str = "client-key"):
     messages = [{"role": "user", "content": "tidy up the server"}]
+    agent = client(proxy, key)
     if stream:
-        with proxy.client.chat.completions.with_streaming_response.create(
+        with agent.chat.completions.with_streaming_response.create(
             model="agent-model", messages=messages, tools=TOOLS, stream=True
         ) as raw:
             for _ in raw.iter_lines():
                 pass
             return raw.headers
-    return proxy.client.chat.completions.with_raw_response.create(
-        model="agent-model", messages=messages, tools=TOOLS
-    ).headers
+    return agent.chat.completions.with_raw_response.create(model="agent-model", messages=messages, tools=TOOLS).headers
+
+
+def served(headers) -> tuple[str, str]:
+    return headers["x-gatekeeper-profile"], headers["x-gatekeeper-tier"]
 
 
 def forwarded(upstream: ScriptedServer) -> list[str]:
@@ -132,66 +144,92 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_a_drifting_model_is_demoted_loses_its_large_tools_and_is_remeasured(store_path):
+# Ceilings of 5% instead of 1-2%: a demotion ends after ~90 clean calls per client instead of
+# ~460, which keeps these tests short; the statistics are the same.
+QUICK = {"ceilings": {"large": {"not_offered": 0.05, "invalid_json": 0.05, "invalid_args": 0.05}}}
+
+
+def demote(proxy, upstream, *keys: str) -> int:
+    """Drifted answers to each of `keys` in turn until the last one is served demoted."""
+    sent = 0
+    while served(ask(proxy, stream=sent % 2 == 1, key=keys[sent % len(keys)]))[0] != "demoted":
+        assert sent < 60 * len(keys), "not demoted"
+        sent += 1
+    return sent
+
+
+def test_one_clients_failing_traffic_demotes_the_model_for_that_client_only(store_path):
     agent = Agent()
     with DriftingModel(agent) as upstream:
         settings = settings_for(
-            upstream.base_url,
-            store_path,
-            unknown_models="wait",
-            admin_key="admin-secret",
-            drift={"window_calls": 60, "min_calls": 10},
+            upstream.base_url, store_path, unknown_models="wait", admin_key="admin-secret", drift=QUICK
         )
         with running_proxy(settings) as proxy:
-            # Measured large on its first request; serves the large tool.
-            headers = ask(proxy)
-            assert (headers["x-gatekeeper-profile"], headers["x-gatekeeper-tier"]) == ("measured", "large")
-            assert forwarded(upstream) == ["read_file", "execute_command"]
+            assert served(ask(proxy, key="honest")) == ("measured", "large")
             measured_once = suite_runs(upstream)
-            assert measured_once > 0
-            for _ in range(5):
-                ask(proxy)
-            assert drift_report(proxy)["window"]["calls"] >= 2  # the worker may still be at it
 
-            # It drifts: invalid arguments, broken JSON and an invented tool in every answer.
-            upstream.measuring.clear()  # the re-measurement waits until the demoted request was seen
+            # One client's requests draw broken calls (however it provokes them): plain and
+            # streamed answers both count.
             agent.calls = DRIFTED
-            sent = 0
-            while not drift_report(proxy).get("demoted"):
-                assert sent < 20, "not demoted within the window (60 calls)"
-                ask(proxy, stream=sent % 2 == 1)  # plain and streamed answers both count
-                sent += 1
-            report = drift_report(proxy)
-            demotion = report["demoted"]
-            assert (demotion["fromTier"], demotion["toTier"]) == ("large", "medium")
-            assert {b["fault"] for b in demotion["breaches"]} >= {"invalidArgs", "notOffered"}
-            assert {e["name"] for e in demotion["examples"]} <= {"read_file", "execute_command", "format_disk"}
+            demote(proxy, upstream, "attacker")
+            assert served(ask(proxy, key="attacker")) == ("demoted", "medium")
+            assert forwarded(upstream) == ["read_file"]  # the large tool is gone for it
 
-            # The very next request gets the lower tier: the large tool is gone.
-            agent.calls = SOUND[:1]
-            headers = ask(proxy)
-            assert (headers["x-gatekeeper-profile"], headers["x-gatekeeper-tier"]) == ("demoted", "medium")
+            # Everyone else keeps the large tool, and nothing was measured again.
+            agent.calls = SOUND
+            assert served(ask(proxy, key="honest")) == ("measured", "large")
+            assert forwarded(upstream) == ["read_file", "execute_command"]
+            assert suite_runs(upstream) == measured_once
+
+            report = drift_report(proxy)
+            assert report["demoted"] is None and len(report["clientsDemoted"]) == 1
+            (demotion,) = report["clientsDemoted"].values()
+            assert demotion["client"].startswith("key:") and "attacker" not in json.dumps(report)
+            assert (demotion["fromTier"], demotion["toTier"]) == ("large", "medium")
+            assert {b["fault"] for b in demotion["breaches"]} <= {"invalidArgs", "notOffered", "invalidJson"}
+
+
+def test_failing_traffic_from_three_clients_demotes_everyone_until_clean_traffic_ends_it(store_path):
+    agent = Agent()
+    with DriftingModel(agent) as upstream:
+        settings = settings_for(
+            upstream.base_url, store_path, unknown_models="wait", admin_key="admin-secret", drift=QUICK
+        )
+        with running_proxy(settings) as proxy:
+            assert served(ask(proxy, key="a")) == ("measured", "large")
+            measured_once = suite_runs(upstream)
+            upstream.measuring.clear()  # the re-measurement waits until the test has seen the demotion
+            agent.calls = DRIFTED
+            keys = ("a", "b", "c")
+            while not drift_report(proxy).get("demoted"):
+                demote(proxy, upstream, *keys)
+            assert served(ask(proxy, key="newcomer")) == ("demoted", "medium")  # everyone
             assert forwarded(upstream) == ["read_file"]
             upstream.measuring.set()
 
-            # It was re-measured, once; the new profile decides (the suite still passes: large).
+            # The re-measurement runs (the suite still passes: large) and changes nothing.
+            wait_until(lambda: suite_runs(upstream) == 2 * measured_once, "the re-measurement", timeout_s=60)
             wait_until(
-                lambda: any(e["event"] == "ended" for e in drift_report(proxy)["history"]),
+                lambda: any(e["event"] == "remeasured" for e in drift_report(proxy)["history"]),
                 "the re-measurement to land",
                 timeout_s=60,
             )
-            headers = ask(proxy)
-            assert (headers["x-gatekeeper-profile"], headers["x-gatekeeper-tier"]) == ("measured", "large")
-            assert suite_runs(upstream) == 2 * measured_once
+            assert served(ask(proxy, key="newcomer")) == ("demoted", "medium")
 
-            # The admin API tells the whole story, next to the profile too.
-            report = drift_report(proxy)
-            events = [e["event"] for e in report["history"]]
-            assert events == ["demoted", "remeasure", "ended"], events
-            assert "re-measured: tier large" in report["history"][-1]["detail"]
-            assert report["demoted"] is None
-            profiles = httpx.get(f"{proxy.url}/admin/profiles", headers=ADMIN, timeout=10).json()["profiles"]
-            assert profiles[PAIR]["drift"]["history"] == report["history"]
+            # The fault is fixed: once the clients' clean calls show it, large again for all.
+            agent.calls = SOUND
+            for sent in range(600):
+                if sent % 15 == 0 and not drift_report(proxy).get("demoted"):
+                    break
+                ask(proxy, key=keys[sent % 3])
+            else:
+                raise AssertionError(
+                    f"clean traffic never ended the demotion: {json.dumps(drift_report(proxy))[:3000]}"
+                )
+            assert served(ask(proxy, key="newcomer")) == ("measured", "large")
+            history = drift_report(proxy)["history"]
+            assert [e["event"] for e in history if e["detail"].startswith("everyone")][-1] == "ended"
+            assert "remeasure" in [e["event"] for e in history]
 
 
 def test_a_healthy_model_with_an_occasional_bad_call_is_never_demoted(store_path):
@@ -207,16 +245,35 @@ def test_a_healthy_model_with_an_occasional_bad_call_is_never_demoted(store_path
     with DriftingModel(agent) as upstream:
         settings = settings_for(upstream.base_url, store_path, unknown_models="wait", admin_key="admin-secret")
         with running_proxy(settings) as proxy:
-            profiles = {ask(proxy)["x-gatekeeper-profile"] for _ in range(100)}
+            profiles = {served(ask(proxy, key=f"k{i % 3}"))[0] for i in range(150)}
             report = wait_until(
-                lambda: (r := drift_report(proxy)) and r["window"]["calls"] == 200 and r,
+                lambda: (r := drift_report(proxy)) and r["window"]["calls"] == 300 and r,
                 "the worker to count every call",
                 timeout_s=60,
             )
     assert profiles == {"measured"}
-    assert report["window"]["invalidArgs"] == 4
-    assert report["rates"]["invalidArgs"]["lower"] < report["rates"]["invalidArgs"]["ceiling"]
-    assert report["demoted"] is None and not report["drifting"] and report["history"] == []
+    assert report["window"]["invalidArgs"] == 6
+    assert report["rates"]["invalidArgs"]["score"] < report["rates"]["invalidArgs"]["threshold"]
+    assert report["demoted"] is None and report["clientsDemoted"] == {} and report["history"] == []
+
+
+def test_an_answer_to_a_refused_credential_carries_no_evidence(store_path):
+    agent = Agent()
+    agent.calls = DRIFTED
+    with DriftingModel(agent) as upstream:
+        settings = settings_for(upstream.base_url, store_path, unknown_models="wait", admin_key="admin-secret")
+        with running_proxy(settings) as proxy:
+            ask(proxy, key="a")  # measured, and one answer of drift evidence
+            calls = wait_until(lambda: drift_report(proxy).get("window", {}).get("calls"), "the first answer")
+            for _ in range(30):
+                try:
+                    ask(proxy, key="refused-key")
+                except openai.AuthenticationError:
+                    continue
+                raise AssertionError("the upstream refused the key: the client must get the 401")
+            ask(proxy, key="a")
+            wait_until(lambda: drift_report(proxy)["window"]["calls"] == 2 * calls, "the second answer")
+            assert drift_report(proxy)["clientsDemoted"] == {}
 
 
 def test_an_admin_clears_a_demotion(store_path):
@@ -228,15 +285,15 @@ def test_an_admin_clears_a_demotion(store_path):
             store_path,
             unknown_models="wait",
             admin_key="admin-secret",
-            drift={"min_calls": 10, "remeasure": False},
+            drift={"remeasure": False},
         )
         with running_proxy(settings) as proxy:
-            for _ in range(5):
+            for _ in range(15):  # 15 faults of each kind: its evidence 15 x ln 3 = 16.5 > 12.1
                 ask(proxy)
-            wait_until(lambda: drift_report(proxy).get("demoted"), "the demotion", timeout_s=60)
+            wait_until(lambda: drift_report(proxy).get("clientsDemoted"), "the demotion", timeout_s=60)
             shown = cli("profiles", "--store", str(store_path), "--proxy", proxy.url, "--admin-key", "admin-secret")
             assert shown.returncode == 0, shown.stderr
-            assert "demoted large -> medium" in shown.stdout and PAIR in shown.stdout
+            assert "demoted large -> medium for 1 client" in shown.stdout and PAIR in shown.stdout
             as_json = json.loads(
                 cli(
                     "profiles",
@@ -249,11 +306,13 @@ def test_an_admin_clears_a_demotion(store_path):
                     "admin-secret",
                 ).stdout
             )
-            assert as_json["drift"][PAIR]["demoted"]["toTier"] == "medium"
+            (demotion,) = as_json["drift"][PAIR]["clientsDemoted"].values()
+            assert demotion["toTier"] == "medium"
             cleared = httpx.delete(f"{proxy.url}/admin/drift/{PAIR}", headers=ADMIN, timeout=10)
             assert cleared.json() == {"cleared": PAIR, "existed": True}
-            assert ask(proxy)["x-gatekeeper-profile"] == "measured"
+            assert served(ask(proxy))[0] == "measured"
             history = drift_report(proxy)["history"]
-            assert [e["event"] for e in history] == ["demoted", "ended"] and history[-1]["detail"] == "cleared by admin"
+            assert [e["event"] for e in history] == ["demoted", "ended"]
+            assert history[-1]["detail"].endswith("cleared by admin")
             missing = httpx.delete(f"{proxy.url}/admin/drift/{PAIR}", headers=ADMIN, timeout=10)
             assert missing.json() == {"cleared": PAIR, "existed": False}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_until
-from test_drift_monitor import BAD_ARGS, GOOD, LARGE, MEASURED, OFFERED
+from test_drift_monitor import BAD_ARGS, GOOD, MEASURED, OFFERED
 
 from gatekeeper.drift.board import DEMOTIONS, RedisDemotionBoard
 from gatekeeper.drift.monitor import DriftMonitor
@@ -33,7 +33,7 @@ def replicas(server: RedisServer) -> Iterator[Callable[[], DriftMonitor]]:
     opened: list[DriftMonitor] = []
 
     def replica() -> DriftMonitor:
-        monitor = DriftMonitor(DriftSettings(min_calls=10), board=RedisDemotionBoard(server.url))
+        monitor = DriftMonitor(DriftSettings(), board=RedisDemotionBoard(server.url))
         opened.append(monitor)
         return monitor
 
@@ -42,36 +42,47 @@ def replicas(server: RedisServer) -> Iterator[Callable[[], DriftMonitor]]:
         monitor.close()
 
 
-def demote(monitor: DriftMonitor) -> None:
-    for _ in range(10):
-        monitor.submit(MEASURED, [BAD_ARGS], OFFERED)
+CLIENT = "key:a"
+
+
+def demote(monitor: DriftMonitor, clients: tuple[str, ...] = (CLIENT,)) -> None:
+    for _ in range(20):
+        for client in clients:
+            monitor.submit(MEASURED, [BAD_ARGS], OFFERED, client)
     monitor.drain()
-    assert monitor.demotion(KEY, LARGE) is not None
+    assert monitor.demotion(KEY, clients[0]) is not None
 
 
 def test_a_demotion_decided_by_one_replica_applies_to_all(replicas) -> None:
     one, two = replicas(), replicas()
     demote(one)
-    wait_until(lambda: two.demotion(KEY, LARGE) is not None, "the other replica to see the demotion")
+    wait_until(lambda: two.demotion(KEY, CLIENT) is not None, "the other replica to see the demotion")
+    assert two.demotion(KEY, "key:b") is None  # still only that client's
     history = two.report()[KEY]["history"]
     assert history[-1]["event"] == "demoted" and "on another replica" in history[-1]["detail"]
+
+
+def test_everyones_demotion_spreads_as_everyones(replicas) -> None:
+    one, two = replicas(), replicas()
+    demote(one, ("key:a", "key:b", "key:c"))
+    wait_until(lambda: two.demotion(KEY, None) is not None, "the other replica to see everyone's demotion")
 
 
 def test_a_replica_that_starts_later_finds_the_demotions_in_force(replicas, server) -> None:
     one = replicas()
     demote(one)
-    wait_until(lambda: server.client().hexists(DEMOTIONS, KEY), "the demotion to reach Redis")
+    wait_until(lambda: server.client().hexists(DEMOTIONS, f"{KEY}\t{CLIENT}"), "the demotion to reach Redis")
     late = replicas()
-    wait_until(lambda: late.demotion(KEY, LARGE) is not None, "the late replica to load it")
+    wait_until(lambda: late.demotion(KEY, CLIENT) is not None, "the late replica to load it")
 
 
 def test_clearing_on_one_replica_clears_everywhere(replicas, server) -> None:
     one, two = replicas(), replicas()
     demote(one)
-    wait_until(lambda: two.demotion(KEY, LARGE) is not None, "the demotion to spread")
+    wait_until(lambda: two.demotion(KEY, CLIENT) is not None, "the demotion to spread")
     assert two.clear(KEY) is True
-    wait_until(lambda: one.demotion(KEY, LARGE) is None, "the clearing to spread")
-    assert not server.client().hexists(DEMOTIONS, KEY)
-    one.submit(MEASURED, [GOOD], OFFERED)
+    wait_until(lambda: one.demotion(KEY, CLIENT) is None, "the clearing to spread")
+    assert not server.client().hexists(DEMOTIONS, f"{KEY}\t{CLIENT}")
+    one.submit(MEASURED, [GOOD], OFFERED, CLIENT)
     one.drain()
-    assert one.demotion(KEY, LARGE) is None
+    assert one.demotion(KEY, CLIENT) is None

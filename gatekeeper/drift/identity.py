@@ -1,0 +1,79 @@
+"""Whose traffic a piece of drift evidence is: one identity per client, not cheap to forge.
+
+Drift evidence is only as good as the identity it is attributed to: one client must not be able
+to demote a model for everyone by asking it for what it cannot do. The identity is, in order:
+
+- the value of `drift.client_header`, when configured: a header set by a trusted front proxy
+  (which must overwrite whatever the client sent), believed only from a peer in
+  `trusted_proxies` (as the throttle's forwarded address is);
+- else the client's credential, when the upstream is the one checking it: `Authorization`
+  (the bearer token) or, without it, `x-api-key`. The proxy forwards these to the upstream, and
+  an answer to a refused credential (401/403) carries no tool calls, so evidence only ever
+  counts for a credential the upstream accepted. Not when the request goes to a litellm route
+  (the route calls the provider with the operator's key) nor, for `x-api-key`, when the proxy
+  adds the operator's `upstream.api_key` (the upstream then accepts the operator's key);
+- else ANONYMOUS: every client without an identity shares that one.
+
+Identities are hashed (SHA-256, the first 64 bits): the admin API and the logs never show a
+credential. Pure: headers and settings in, a string out.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import ipaddress
+from collections.abc import Mapping
+
+from gatekeeper.config import Settings
+
+ANONYMOUS = "anonymous"
+_MAX_VALUE = 4096  # a credential longer than this is no credential (and not worth hashing)
+
+
+def client_identity(
+    headers: Mapping[str, str], settings: Settings, model: str | None = None, peer: str | None = None
+) -> str:
+    """The drift identity of one request: 'hdr:<hash>', 'key:<hash>' or ANONYMOUS.
+
+    `headers` are looked up by lower-case name (Starlette's headers are case-insensitive);
+    `model` is the requested model, to tell a litellm route (which never sees the client's key);
+    `peer` the socket peer's address (None: not a network request, nothing to check).
+    """
+    header = settings.drift.client_header
+    if header is not None:
+        if peer is not None and not _trusted(peer, tuple(getattr(settings, "trusted_proxies", ()))):
+            return ANONYMOUS  # a client reaching the proxy directly could name anyone
+        return _hashed("hdr", headers.get(header))
+    if model is not None and settings.route(model) is not None:
+        return ANONYMOUS
+    authorization = headers.get("authorization")
+    if authorization is not None:
+        scheme, _, token = authorization.strip().partition(" ")
+        # The same key through the OpenAI client (Bearer) and the Anthropic one (x-api-key) is
+        # one client: hash the token, not the scheme.
+        return _hashed("key", token.strip() if scheme.lower() == "bearer" else authorization)
+    if settings.upstream.api_key:
+        return ANONYMOUS
+    return _hashed("key", headers.get("x-api-key"))
+
+
+def _trusted(peer: str, proxies: tuple[str, ...]) -> bool:
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    return any(address in network for network in _networks(proxies))
+
+
+@functools.lru_cache(maxsize=8)
+def _networks(proxies: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    return tuple(ipaddress.ip_network(p, strict=False) for p in proxies)
+
+
+def _hashed(kind: str, value: str | None) -> str:
+    value = (value or "").strip()
+    if not value or len(value) > _MAX_VALUE:
+        return ANONYMOUS
+    digest = hashlib.sha256(b"gatekeeper drift client\0" + value.encode()).hexdigest()
+    return f"{kind}:{digest[:16]}"

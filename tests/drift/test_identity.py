@@ -1,0 +1,72 @@
+"""Whose drift evidence a request is: the credential's hash, a trusted header, or anonymous."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gatekeeper.config import Settings
+from gatekeeper.drift.identity import ANONYMOUS, client_identity
+
+
+def settings(**changes: Any) -> Settings:
+    return Settings.model_validate({"upstream": {"base_url": "http://127.0.0.1:9/v1"}, **changes})
+
+
+PLAIN = settings()
+
+
+def test_the_bearer_token_is_hashed_never_shown() -> None:
+    who = client_identity({"authorization": "Bearer sk-secret-1"}, PLAIN)
+    assert who.startswith("key:") and len(who) == 20 and "secret" not in who
+    assert who == client_identity({"authorization": "bearer  sk-secret-1 "}, PLAIN)
+    assert who != client_identity({"authorization": "Bearer sk-secret-2"}, PLAIN)
+
+
+def test_the_same_key_through_either_header_is_one_client() -> None:
+    assert client_identity({"x-api-key": "sk-secret-1"}, PLAIN) == client_identity(
+        {"authorization": "Bearer sk-secret-1"}, PLAIN
+    )
+
+
+def test_authorization_wins_over_x_api_key() -> None:
+    both = {"authorization": "Bearer one", "x-api-key": "two"}
+    assert client_identity(both, PLAIN) == client_identity({"authorization": "Bearer one"}, PLAIN)
+
+
+def test_no_credential_is_anonymous() -> None:
+    assert client_identity({}, PLAIN) == ANONYMOUS
+    assert client_identity({"authorization": "Bearer "}, PLAIN) == ANONYMOUS
+    assert client_identity({"x-api-key": "  "}, PLAIN) == ANONYMOUS
+
+
+def test_an_x_api_key_the_upstream_never_checks_is_anonymous() -> None:
+    # With upstream.api_key the proxy sends the operator's key; the client's x-api-key proves nothing.
+    operated = settings(upstream={"base_url": "http://127.0.0.1:9/v1", "api_key": "operator"})
+    assert client_identity({"x-api-key": "anything"}, operated) == ANONYMOUS
+    assert client_identity({"authorization": "Bearer mine"}, operated).startswith("key:")
+
+
+def test_a_litellm_route_never_sees_the_clients_key() -> None:
+    routed = settings(models=[{"name": "claude", "litellm_model": "anthropic/claude-x"}])
+    assert client_identity({"authorization": "Bearer mine"}, routed, "claude") == ANONYMOUS
+    assert client_identity({"authorization": "Bearer mine"}, routed, "other").startswith("key:")
+
+
+def test_a_trusted_header_replaces_the_credential() -> None:
+    fronted = settings(drift={"client_header": "X-Forwarded-User"})
+    alice = client_identity({"x-forwarded-user": "alice", "authorization": "Bearer shared"}, fronted)
+    bob = client_identity({"x-forwarded-user": "bob", "authorization": "Bearer shared"}, fronted)
+    assert alice.startswith("hdr:") and alice != bob
+    assert client_identity({"authorization": "Bearer shared"}, fronted) == ANONYMOUS  # no fallback
+
+
+def test_an_oversized_credential_is_no_identity() -> None:
+    assert client_identity({"authorization": "Bearer " + "x" * 5000}, PLAIN) == ANONYMOUS
+
+
+def test_the_trusted_header_is_believed_only_from_a_trusted_proxy() -> None:
+    fronted = settings(drift={"client_header": "x-forwarded-user"}, trusted_proxies=["10.0.0.0/8"])
+    headers = {"x-forwarded-user": "alice"}
+    assert client_identity(headers, fronted, peer="10.1.2.3").startswith("hdr:")
+    assert client_identity(headers, fronted, peer="192.0.2.7") == ANONYMOUS  # straight from a client
+    assert client_identity(headers, fronted, peer="not-an-address") == ANONYMOUS
