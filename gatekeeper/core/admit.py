@@ -50,13 +50,21 @@ def admit(gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot
 
 
 async def aadmit(
-    gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot | None = None, *, route: bool = False
+    gk: Gatekeeper,
+    codec: Codec,
+    body: dict[str, Any],
+    snapshot: Snapshot | None = None,
+    *,
+    route: bool = False,
+    client: str | None = None,
 ) -> Admitted:
     """`admit` for async code: never blocks the event loop. `route` (the proxy): apply capability
-    routing (`routing:`) first, rewriting `body` for the routed pair (gatekeeper.core.router)."""
+    routing (`routing:`) first, rewriting `body` for the routed pair (gatekeeper.core.router).
+    `client`: the caller's drift identity (gatekeeper.drift.identity), whose demotions apply."""
     snap = snapshot or gk.snapshot()
     info = parse(codec, body)
-    return _gate(snap, codec, body, info, await gk.aresolve(info.model, info.effort, snapshot=snap), route)
+    resolution = await gk.aresolve(info.model, info.effort, client, snapshot=snap)
+    return _gate(snap, codec, body, info, resolution, route, client)
 
 
 def parse(codec: Codec, body: dict[str, Any]) -> RequestInfo:
@@ -67,12 +75,19 @@ def parse(codec: Codec, body: dict[str, Any]) -> RequestInfo:
 
 
 def _gate(
-    snap: Snapshot, codec: Codec, body: dict[str, Any], info: RequestInfo, resolution: Resolution, route: bool = False
+    snap: Snapshot,
+    codec: Codec,
+    body: dict[str, Any],
+    info: RequestInfo,
+    resolution: Resolution,
+    route: bool = False,
+    client: str | None = None,
 ) -> Admitted:
     routed = snap.router.route_body(codec, body, info, resolution) if route else None
     if routed is not None and routed.routed:
         info = RequestInfo(routed.model, None if routed.effort == DEFAULT_EFFORT else routed.effort, info.stream)
-        resolution = routed.resolution
+        # The routed pair's demotion for this client applies too (it can only lower the tier).
+        resolution = snap.resolver.with_demotion(routed.resolution, client)
         structlog.contextvars.bind_contextvars(routed=routed.pair, routed_reason=routed.reason)
     structlog.contextvars.bind_contextvars(tier=resolution.tier.value, source=resolution.source)
     # The pair's policy: the tier rules, and `tools.requires` judged on its measured bounds.

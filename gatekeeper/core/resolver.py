@@ -78,9 +78,9 @@ class TierResolver:
             if found is not None:
                 with self._lock:
                     self._cache[(model, effort)] = found
-        return self._demoted(found, client) if found is not None else None
+        return self.with_demotion(found, client) if found is not None else None
 
-    def _demoted(self, found: Resolution, client: str | None) -> Resolution:
+    def with_demotion(self, found: Resolution, client: str | None) -> Resolution:
         """Live drift's word, asked on every call (not cached: it is per client, and a demotion
         must apply from the next request on). A profile measured during a demotion may lower
         the tier further, never lift it: the lower of the two applies."""

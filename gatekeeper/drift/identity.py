@@ -31,22 +31,17 @@ ANONYMOUS = "anonymous"
 _MAX_VALUE = 4096  # a credential longer than this is no credential (and not worth hashing)
 
 
-def client_identity(
-    headers: Mapping[str, str], settings: Settings, model: str | None = None, peer: str | None = None
-) -> str:
+def client_identity(headers: Mapping[str, str], settings: Settings, peer: str | None = None) -> str:
     """The drift identity of one request: 'hdr:<hash>', 'key:<hash>' or ANONYMOUS.
 
     `headers` are looked up by lower-case name (Starlette's headers are case-insensitive);
-    `model` is the requested model, to tell a litellm route (which never sees the client's key);
-    `peer` the socket peer's address (None: not a network request, nothing to check).
+    `peer` is the socket peer's address (None: not a network request, nothing to check).
     """
     header = settings.drift.client_header
     if header is not None:
         if peer is not None and not _trusted(peer, tuple(getattr(settings, "trusted_proxies", ()))):
             return ANONYMOUS  # a client reaching the proxy directly could name anyone
         return _hashed("hdr", headers.get(header))
-    if model is not None and settings.route(model) is not None:
-        return ANONYMOUS
     authorization = headers.get("authorization")
     if authorization is not None:
         scheme, _, token = authorization.strip().partition(" ")
@@ -56,6 +51,12 @@ def client_identity(
     if settings.upstream.api_key:
         return ANONYMOUS
     return _hashed("key", headers.get("x-api-key"))
+
+
+def evidence_identity(client: str, settings: Settings, model: str) -> str:
+    """Whom the answer's calls count for: ANONYMOUS when the request went to a litellm route,
+    which calls the provider with the operator's key (nobody checked the client's)."""
+    return ANONYMOUS if settings.route(model) is not None else client
 
 
 def _trusted(peer: str, proxies: tuple[str, ...]) -> bool:

@@ -31,6 +31,7 @@ from starlette.responses import Response, StreamingResponse
 from gatekeeper import metrics, redact
 from gatekeeper.core.admit import aadmit
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
+from gatekeeper.drift.identity import ANONYMOUS, client_identity, evidence_identity
 from gatekeeper.drift.monitor import DriftMonitor
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, ProxyError
 from gatekeeper.protocols import table as protocols
@@ -186,7 +187,9 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     gk: Gatekeeper = state.gk
     snapshot = gk.snapshot()  # taken before the body: a reload while it uploads changes nothing here
     body = await read_json(request, snapshot.settings.max_body_bytes)
-    admitted = await aadmit(gk, codec, body, snapshot, route=True)  # routing: may rewrite model/effort
+    peer = request.client.host if request.client else None
+    client = client_identity(request.headers, snapshot.settings, peer)  # whose demotions and drift evidence
+    admitted = await aadmit(gk, codec, body, snapshot, route=True, client=client)  # routing: may rewrite model/effort
     resolution = admitted.resolution
     tier = resolution.tier.value
     metrics.REQUESTS.labels(tier, resolution.source).inc()
@@ -215,6 +218,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
         headers,
         started,
         gk.drift,
+        (evidence_identity(client, snapshot.settings, admitted.info.model), admitted.gated.hidden),
     )
     if count and (local := call.exchange.local_count(body)) is not None:
         return call.finish(Response(orjson.dumps(local), media_type=JSON, headers=call.headers))
@@ -235,7 +239,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
 class ModelCall:
     """What one model call carries from the request side to the answer side."""
 
-    __slots__ = ("drift", "exchange", "headers", "offered", "request", "resolution", "started")
+    __slots__ = ("drift", "evidence", "exchange", "headers", "offered", "request", "resolution", "started")
 
     def __init__(
         self,
@@ -246,9 +250,10 @@ class ModelCall:
         headers: dict[str, str],
         started: float,
         drift: DriftMonitor | None,
+        evidence: tuple[str, list[str]] = (ANONYMOUS, []),  # the drift identity, the tools the tier hid
     ) -> None:
         self.exchange, self.offered, self.request, self.resolution = exchange, offered, request, resolution
-        self.headers, self.started, self.drift = headers, started, drift
+        self.headers, self.started, self.drift, self.evidence = headers, started, drift, evidence
 
     def plain(self, status: int, raw: bytes, passed: dict[str, str]) -> Response:
         headers = passed | self.headers
@@ -329,9 +334,9 @@ class ModelCall:
             structlog.contextvars.bind_contextvars(blocked_calls=enforced.removed)
             log.warning("tool_calls_blocked", tools=enforced.removed)
         if enforced.calls and self.drift is not None:
-            self.drift.submit(
-                self.resolution, enforced.calls, self.offered.offered
-            )  # O(1): judged off the request path
+            client, hidden = self.evidence
+            # O(1): judged off the request path
+            self.drift.submit(self.resolution, enforced.calls, self.offered.offered, client, hidden)
 
     def finish(self, response: Response | None, **fields: Any) -> Response:
         """The request's one `request` log line (its context says the rest)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gatekeeper.config import Settings
-from gatekeeper.drift.identity import ANONYMOUS, client_identity
+from gatekeeper.drift.identity import ANONYMOUS, client_identity, evidence_identity
 
 
 def settings(**changes: Any) -> Settings:
@@ -46,10 +46,11 @@ def test_an_x_api_key_the_upstream_never_checks_is_anonymous() -> None:
     assert client_identity({"authorization": "Bearer mine"}, operated).startswith("key:")
 
 
-def test_a_litellm_route_never_sees_the_clients_key() -> None:
+def test_answers_of_a_litellm_route_count_as_anonymous() -> None:
     routed = settings(models=[{"name": "claude", "litellm_model": "anthropic/claude-x"}])
-    assert client_identity({"authorization": "Bearer mine"}, routed, "claude") == ANONYMOUS
-    assert client_identity({"authorization": "Bearer mine"}, routed, "other").startswith("key:")
+    who = client_identity({"authorization": "Bearer mine"}, routed)
+    assert evidence_identity(who, routed, "claude") == ANONYMOUS  # its provider never sees the key
+    assert evidence_identity(who, routed, "other") == who
 
 
 def test_a_trusted_header_replaces_the_credential() -> None:
