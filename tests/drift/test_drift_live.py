@@ -17,7 +17,7 @@ spec.loader.exec_module(drift_live)
 
 def test_a_healthy_model_at_nine_tenths_of_its_ceilings_is_never_served_demoted() -> None:
     figures = drift_live.healthy(800)
-    assert figures["judged"] == 800 and sum(figures["faults"].values()) > 0  # it did make mistakes
+    assert sum(figures["faults"].values()) > 10  # it did make mistakes
     assert figures["served_demoted"] == 0
 
 
