@@ -92,6 +92,16 @@ _SERVER_CALLS: dict[str, tuple[str, ...]] = {
     "advisor": _family_types("advisor"),
 }
 _TERMINAL = frozenset({"message_stop", "error"})  # events that end a Messages stream
+# Stream events and content block delta types the Messages API defines
+# (anthropic/types/beta/beta_raw_message_stream_event.py, beta_raw_content_block_delta.py); any
+# other event, or a delta of another type, is not one this codec knows: dropped.
+_EVENTS = frozenset(
+    {"message_start", "message_delta", "message_stop", "content_block_start", "content_block_delta"}
+    | {"content_block_stop", "ping", "error"}
+)
+_DELTAS = frozenset(
+    {"text_delta", "input_json_delta", "citations_delta", "thinking_delta", "signature_delta", "compaction_delta"}
+)
 
 # Thinking budget -> effort (see the module docstring).
 _BUDGET_EFFORT = ((16384, "high"), (4096, "medium"), (0, "low"))
@@ -648,6 +658,10 @@ class MessagesStreamFilter:
             return []  # [DONE] is not a Messages event: the stream ends at message_stop
         doc = read_object(event, "Messages")
         kind = doc["type"]
+        if kind not in _EVENTS:
+            if "index" in doc or "content_block" in doc:
+                raise AnswerInvalid(f"an event of unknown type {kind!r} carries a content block")
+            return []  # a type this codec does not know: it may carry a call, so it goes
         docs = [doc]
         if kind.startswith("content_block_"):
             docs = self._route(kind, doc)
@@ -679,6 +693,8 @@ class MessagesStreamFilter:
         if index not in self._open:
             raise AnswerInvalid(f"a {kind!r} event for block {index}, which is not open")
         delta = doc.get("delta")
+        if kind == "content_block_delta" and not (isinstance(delta, dict) and delta.get("type") in _DELTAS):
+            return []  # a delta of a type this codec does not know: dropped
         if index in self._arguments and isinstance(delta, dict) and delta.get("type") == "input_json_delta":
             part = delta.get("partial_json")
             if isinstance(part, str):

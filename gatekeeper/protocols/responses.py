@@ -66,6 +66,65 @@ _MCP_CALLS = frozenset({"mcp_call", "mcp_approval_request"})
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
 # Events about the whole response: their `response.output` is enforced like a plain answer.
 _RESPONSE_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"} | _TERMINAL - {"error"})
+# Events about one output item: each names its `output_index`
+# (openai/types/responses/response_stream_event.py; a test compares with the installed SDK).
+_ITEM_EVENTS = frozenset(
+    {
+        "response.code_interpreter_call.completed",
+        "response.code_interpreter_call.in_progress",
+        "response.code_interpreter_call.interpreting",
+        "response.code_interpreter_call_code.delta",
+        "response.code_interpreter_call_code.done",
+        "response.compaction.compacting",
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.custom_tool_call_input.delta",
+        "response.custom_tool_call_input.done",
+        "response.file_search_call.completed",
+        "response.file_search_call.in_progress",
+        "response.file_search_call.searching",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.image_generation_call.completed",
+        "response.image_generation_call.generating",
+        "response.image_generation_call.in_progress",
+        "response.image_generation_call.partial_image",
+        "response.mcp_call.completed",
+        "response.mcp_call.failed",
+        "response.mcp_call.in_progress",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_list_tools.completed",
+        "response.mcp_list_tools.failed",
+        "response.mcp_list_tools.in_progress",
+        "response.output_item.added",
+        "response.output_item.done",
+        "response.output_text.annotation.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_part.done",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.refusal.delta",
+        "response.refusal.done",
+        "response.shell_call_command.added",
+        "response.shell_call_command.delta",
+        "response.shell_call_command.done",
+        "response.shell_call_output_content.delta",
+        "response.shell_call_output_content.done",
+        "response.web_search_call.completed",
+        "response.web_search_call.in_progress",
+        "response.web_search_call.searching",
+    }
+)
+# Events about neither: audio output. Any other event type is not one this codec knows: dropped.
+_AUDIO_EVENTS = frozenset(
+    {"response.audio.delta", "response.audio.done", "response.audio.transcript.delta", "response.audio.transcript.done"}
+)
+_KNOWN_EVENTS = _TERMINAL | _RESPONSE_EVENTS | _ITEM_EVENTS | _AUDIO_EVENTS
 
 
 class ResponsesCodec:
@@ -568,11 +627,17 @@ class ResponsesStreamFilter:
             return []  # [DONE] is not a Responses event: the stream ends at its terminal event
         doc = read_object(event, "Responses")
         kind = doc["type"]
+        if kind not in _KNOWN_EVENTS:
+            if "output_index" in doc or "item" in doc:
+                raise AnswerInvalid(f"an event of unknown type {kind!r} carries an output item")
+            return []  # a type this codec does not know: it may belong to a removed item, so it goes
         docs = [doc]
-        if "output_index" in doc:
+        if kind in _ITEM_EVENTS:
+            if "output_index" not in doc:
+                raise AnswerInvalid(f"a {kind!r} event has no output_index")
             docs = self._route(kind, doc)
-        elif "item" in doc:
-            raise AnswerInvalid(f"a {kind!r} event carries an item but no output_index")
+        elif "output_index" in doc or "item" in doc or "item_id" in doc:
+            raise AnswerInvalid(f"a {kind!r} event names an output item it should not")
         if isinstance(doc.get("response"), dict):
             scratch = Enforced()  # the stream's own decisions are the record; this cleans the snapshot
             _enforce_response(doc["response"], self.allow, scratch)

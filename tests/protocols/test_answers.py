@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from gatekeeper.errors import AnswerIncomplete
+from gatekeeper.errors import AnswerIncomplete, AnswerInvalid
 from gatekeeper.gating import BUILTIN_FAMILIES, ToolId, ToolPolicy
 from gatekeeper.protocols.base import Allowed, Event
 from gatekeeper.protocols.chat import ChatCodec
@@ -336,3 +336,35 @@ def test_blocked_calls_defaults_to_explain_and_refuses_other_values():
     assert Settings.model_validate({"blocked_calls": "strip"}).blocked_calls == "strip"
     with pytest.raises((ConfigError, ValueError), match="blocked_calls"):
         Settings.model_validate({"blocked_calls": "hide"})
+
+
+def test_the_known_responses_item_events_are_the_sdk_s():
+    import typing
+
+    from openai.types.responses.response_stream_event import ResponseStreamEvent
+
+    from gatekeeper.protocols.responses import _ITEM_EVENTS, _KNOWN_EVENTS
+
+    members = typing.get_args(typing.get_args(ResponseStreamEvent)[0])
+    kinds = {typing.get_args(m.model_fields["type"].annotation)[0]: "output_index" in m.model_fields for m in members}
+    assert {k for k, has_index in kinds.items() if has_index} == _ITEM_EVENTS
+    assert set(kinds) == _KNOWN_EVENTS
+
+
+def test_an_event_of_a_type_the_codec_does_not_know_is_dropped():
+    flt = R.stream_filter(responses_allowed())
+    assert flt.feed(ev({"type": "response.tool_preview.delta", "item_id": "fc_hidden", "delta": "rm -rf"})) == []
+    flt = M.stream_filter(messages_allowed({}))
+    assert flt.feed(ev({"type": "tool_use_preview", "name": "execute_command"})) == []
+
+
+def test_an_item_event_without_its_output_index_is_unreadable():
+    flt = R.stream_filter(responses_allowed())
+    with pytest.raises(AnswerInvalid):
+        flt.feed(ev({"type": "response.function_call_arguments.delta", "item_id": "fc_hidden", "delta": "{}"}))
+
+
+def test_a_content_delta_of_an_unknown_type_is_dropped():
+    flt = M.stream_filter(messages_allowed({}))
+    flt.feed(ev({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}))
+    assert flt.feed(ev({"type": "content_block_delta", "index": 0, "delta": {"type": "tool_delta", "x": 1}})) == []
