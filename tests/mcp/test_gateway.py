@@ -497,3 +497,21 @@ async def test_a_server_s_new_tools_reach_open_sessions(tmp_path, default_suite,
                 "list_changed after the server listed a new tool",
             )
             assert await tool_names(session) == [*NOTES_SMALL, "grows__grow", "grows__grown_tool"]
+
+
+async def test_a_whole_server_rule_and_names_that_cannot_be_function_names(tmp_path, default_suite, notes_dir):
+    from gateway_helpers import RULES
+
+    servers = {"notes": toy("notes", notes_dir), "odd": toy("odd_names", notes_dir)}
+    tools = {"required_tier": RULES | {"notes": "large"}}  # the whole notes server: large only
+    with gateway(tmp_path, default_suite, servers, tools=tools) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", [*NOTES_ALL, "odd__good_one"])
+        async with connect(proxy.url + "/mcp/small-model") as session:
+            assert await tool_names(session) == ["odd__good_one"]  # the dotted and the long name not offered
+            with pytest.raises(MCPError) as refused:
+                await session.call_tool("notes__read_note", {"name": "x"})
+        assert "needs tier large" in refused.value.message
+        async with connect(proxy.url + "/mcp/large-model") as session:
+            assert "odd__has.dot" not in await tool_names(session)
+            with pytest.raises(MCPError):
+                await session.call_tool("odd__has.dot", {})

@@ -5,6 +5,7 @@
   test can tell whether a call reached the server at all.
 - `growing` (MCPServer): its tool `grow` adds `grown_tool` and sends tools/list_changed.
 - `duplicate` (the low-level Server): lists the same tool twice.
+- `odd_names` (the low-level Server): a tool named `good_one`, one with a dot, one of 70 characters.
 - `hang` (the low-level Server): never answers tools/list.
 - `garbage` (raw JSON-RPC over stdio): answers initialize, then a tools/list result whose `tools`
   is not a list.
@@ -106,6 +107,16 @@ def duplicate() -> None:
     _lowlevel(list_tools)
 
 
+def odd_names() -> None:
+    names = ["good_one", "has.dot", "x" * 70]
+    tools = [types.Tool(name=n, description=n[:10], input_schema={"type": "object"}) for n in names]
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    _lowlevel(list_tools)
+
+
 def hang() -> None:
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         await anyio.sleep_forever()
@@ -134,5 +145,6 @@ def garbage() -> None:
 
 
 if __name__ == "__main__":
-    modes = {"notes": notes, "growing": growing, "duplicate": duplicate, "hang": hang, "garbage": garbage}
+    modes = {"notes": notes, "growing": growing, "duplicate": duplicate, "odd_names": odd_names, "hang": hang}
+    modes["garbage"] = garbage
     modes[sys.argv[1]]()
