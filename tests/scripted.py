@@ -46,7 +46,9 @@ class ThreadedServer:
 
     def __enter__(self) -> ThreadedServer:
         self._thread.start()
-        deadline = time.monotonic() + 60  # a liveness wait, not a speed check: litellm routes import litellm at start-up, slow on a loaded machine
+        deadline = (
+            time.monotonic() + 60
+        )  # a liveness wait, not a speed check: litellm routes import litellm at start-up, slow on a loaded machine
         while not self._server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("server did not start")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gatekeeper.config import ModelRoute, Settings
+from gatekeeper.config import Settings
 from gatekeeper.server.upstream import PooledUpstream, Upstream
 
 
@@ -27,44 +27,45 @@ class Mounts:
 
 
 class Upstreams:
-    """The mounts of the settings in force, rebuilt when a reload changes `upstream:` or `models:`.
-    A replaced pool is kept open (requests already sent finish on it) and closed at shutdown.
-    With `fixed` (an injected upstream, e.g. a MockUpstream) every model goes there."""
+    """The mounts for a version of the settings (the one a request's snapshot holds). A reload
+    that changes `upstream:` gets a new pool; a request still under the old settings gets the old
+    pool, never a fresh one, and every pool is closed at shutdown. With `fixed` (an injected
+    upstream, e.g. a MockUpstream) every model goes there."""
+
+    _KEPT = 4  # settings versions remembered: the one in force and those of requests still running
 
     def __init__(self, fixed: Upstream | None = None) -> None:
         self._fixed = fixed
-        self._pool: PooledUpstream | None = None
-        self._retired: list[Upstream] = []
-        self._models: list[ModelRoute] | None = None
-        self._mounts: Mounts | None = None
+        self._pools: list[PooledUpstream] = []
+        # id(settings) -> (settings, its mounts); the settings object is kept so its id stays its own
+        self._cache: dict[int, tuple[Settings, Mounts]] = {}
 
     def mounts(self, settings: Settings) -> Mounts:
-        mounts, pool = self._mounts, self._pool
-        if (
-            mounts is not None
-            and self._models is settings.models
-            and (pool is None or pool.upstream is settings.upstream)
-        ):
-            return mounts  # the fast path: the same settings objects as the last request
+        cached = self._cache.get(id(settings))
+        if cached is not None and cached[0] is settings:
+            return cached[1]  # the fast path: the same settings object as an earlier request
+        mounts = self._build(settings)
+        if len(self._cache) >= self._KEPT:
+            del self._cache[next(iter(self._cache))]  # the oldest version
+        self._cache[id(settings)] = (settings, mounts)
+        return mounts
+
+    def _build(self, settings: Settings) -> Mounts:
         if self._fixed is not None:
-            self._mounts = Mounts({"*": self._fixed})
-            self._models = settings.models
-            return self._mounts
-        if pool is not None and pool.upstream == settings.upstream:
-            pool.upstream = settings.upstream  # same values, new object: back to the identity fast path
-        else:
-            if pool is not None:
-                self._retired.append(pool)
-            pool = self._pool = PooledUpstream(settings.upstream)
+            return Mounts({"*": self._fixed})
+        pool = next((p for p in self._pools if p.upstream == settings.upstream), None)
+        if pool is None:
+            pool = PooledUpstream(settings.upstream)
+            self._pools.append(pool)
         table: dict[str, Upstream] = {"*": pool}
         if settings.models:
             from gatekeeper.server.litellm_route import LiteLLMUpstream  # litellm itself: on a route's first call
 
             table |= {route.name: LiteLLMUpstream(route) for route in settings.models}
-        self._models, self._mounts = settings.models, Mounts(table)
-        return self._mounts
+        return Mounts(table)
 
     async def aclose(self) -> None:
-        for upstream in [*self._retired, *([self._pool] if self._pool is not None else [])]:
-            await upstream.aclose()
-        self._retired.clear()
+        for pool in self._pools:
+            await pool.aclose()
+        self._pools.clear()
+        self._cache.clear()

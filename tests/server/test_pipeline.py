@@ -235,3 +235,19 @@ def test_one_injected_upstream_serves_every_model_even_a_litellm_route(store_pat
     with proxied(store_path, default_suite, lambda request: MockAnswer.json(TEXT), models=[route]) as app:
         app.openai().chat.completions.create(model="routed", messages=HI)
     assert app.upstream.requests[-1].body["model"] == "routed"
+
+
+async def test_a_request_under_older_settings_gets_their_pool_never_a_new_one():
+    from gatekeeper.config import Settings
+    from gatekeeper.server.mounts import Upstreams
+
+    upstreams = Upstreams()
+    old, new = (Settings(upstream={"base_url": f"http://{h}.invalid/v1"}) for h in ("old", "new"))
+    try:
+        first = upstreams.mounts(old).default
+        assert upstreams.mounts(new).default is not first
+        assert upstreams.mounts(old).default is first  # a request still running under `old`
+        assert upstreams.mounts(old.model_copy()).default is first  # same values, new object
+        assert len(upstreams._pools) == 2
+    finally:
+        await upstreams.aclose()
