@@ -7,11 +7,12 @@ to demote a model for everyone by asking it for what it cannot do. The identity 
   (which must overwrite whatever the client sent), believed only from a peer in
   `trusted_proxies` (as the throttle's forwarded address is);
 - else the client's credential, when the upstream is the one checking it: `Authorization`
-  (the bearer token) or, without it, `x-api-key`. The proxy forwards these to the upstream, and
-  an answer to a refused credential (401/403) carries no tool calls, so evidence only ever
-  counts for a credential the upstream accepted. Not when the request goes to a litellm route
-  (the route calls the provider with the operator's key) nor, for `x-api-key`, when the proxy
-  adds the operator's `upstream.api_key` (the upstream then accepts the operator's key);
+  (the bearer token) or `x-api-key` (both: only when they agree). The proxy forwards these to
+  the upstream, and an answer to a refused credential (401/403) carries no tool calls, so
+  evidence only ever counts for a credential the upstream accepted. Not for `x-api-key` alone
+  when the proxy adds the operator's `upstream.api_key` (the upstream then accepts the
+  operator's key), and not for the answers of a litellm route (`evidence_identity`: the route
+  calls the provider with the operator's key);
 - else ANONYMOUS: every client without an identity shares that one.
 
 Identities are hashed (SHA-256, the first 64 bits): the admin API and the logs never show a
@@ -42,15 +43,20 @@ def client_identity(headers: Mapping[str, str], settings: Settings, peer: str | 
         if peer is not None and not _trusted(peer, tuple(getattr(settings, "trusted_proxies", ()))):
             return ANONYMOUS  # a client reaching the proxy directly could name anyone
         return _hashed("hdr", headers.get(header))
-    authorization = headers.get("authorization")
+    authorization, api_key = headers.get("authorization"), headers.get("x-api-key")
     if authorization is not None:
         scheme, _, token = authorization.strip().partition(" ")
         # The same key through the OpenAI client (Bearer) and the Anthropic one (x-api-key) is
         # one client: hash the token, not the scheme.
-        return _hashed("key", token.strip() if scheme.lower() == "bearer" else authorization)
+        token = token.strip() if scheme.lower() == "bearer" else authorization.strip()
+        if api_key is not None and api_key.strip() != token:
+            # Two different credentials: the upstream checks one and may ignore the other, so
+            # either could be made up, and an identity per made-up value would be free.
+            return ANONYMOUS
+        return _hashed("key", token)
     if settings.upstream.api_key:
         return ANONYMOUS
-    return _hashed("key", headers.get("x-api-key"))
+    return _hashed("key", api_key)
 
 
 def evidence_identity(client: str, settings: Settings, model: str) -> str:

@@ -531,6 +531,12 @@ class DriftMonitor:
         )
 
     def _demote(self, key: str, pair: _Pair, scope: Scope, lower: Tier, found: list[Breach], now: float) -> None:
+        if scope is not None:
+            # Each client's demotion keeps its calls since: bound how many one pair holds. So
+            # many failing clients have long since demoted it for everyone anyway.
+            own = [d for (k, c), d in self._demotions.items() if k == key and c is not None]
+            if len(own) >= _MAX_CLIENTS:
+                self._end(min(own, key=lambda d: d.at), f"dropped: {_MAX_CLIENTS} clients demoted, the oldest goes")
         figures = pair.window.figures(now)
         window = {**figures.to_json(), "maxCalls": self.settings.window_calls, "maxAgeS": self.settings.window_s}
         demotion = Demotion(

@@ -266,3 +266,14 @@ def test_calls_to_tools_the_tier_hid_are_no_evidence(monitor: DriftMonitor) -> N
     report = monitor.report()[KEY]
     assert report["window"]["calls"] == 50 and report["window"]["notOffered"] == 0
     assert monitor.demotion(KEY, "key:a") is None
+
+
+def test_a_pair_keeps_a_bounded_number_of_client_demotions(clock: Clock, monkeypatch) -> None:
+    monkeypatch.setattr("gatekeeper.drift.monitor._MAX_CLIENTS", 3)
+    mon = DriftMonitor(DriftSettings(min_clients=10), clock=clock)
+    for i in range(4):
+        clock.now += 1
+        feed(mon, [BAD_ARGS], times=12, client=f"key:{i}")
+    assert [c for c in ("key:0", "key:1", "key:2", "key:3") if mon.demotion(KEY, c)] == ["key:1", "key:2", "key:3"]
+    assert "dropped" in mon.report()[KEY]["history"][-2]["detail"]
+    mon.close()

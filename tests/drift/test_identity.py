@@ -28,9 +28,11 @@ def test_the_same_key_through_either_header_is_one_client() -> None:
     )
 
 
-def test_authorization_wins_over_x_api_key() -> None:
-    both = {"authorization": "Bearer one", "x-api-key": "two"}
-    assert client_identity(both, PLAIN) == client_identity({"authorization": "Bearer one"}, PLAIN)
+def test_two_different_credentials_are_no_identity() -> None:
+    # The upstream checks one of them; a made-up other one must not make a new client.
+    assert client_identity({"authorization": "Bearer one", "x-api-key": "made-up"}, PLAIN) == ANONYMOUS
+    same = {"authorization": "Bearer one", "x-api-key": "one"}
+    assert client_identity(same, PLAIN) == client_identity({"authorization": "Bearer one"}, PLAIN)
 
 
 def test_no_credential_is_anonymous() -> None:
