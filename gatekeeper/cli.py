@@ -16,13 +16,14 @@ from rich.table import Table
 from gatekeeper import logs
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import BackendError, GatekeeperError, RequestInvalid
-from gatekeeper.measuring.confidence import show
-from gatekeeper.measuring.runner import DEFAULT_EFFORTS
+from gatekeeper.measuring.confidence import samples_to_reach, show
+from gatekeeper.measuring.runner import DEFAULT_EFFORTS, RunSettings, categories
 from gatekeeper.measuring.service import MeasurementService, ModelResult
 from gatekeeper.redact import redact, redact_url
 from gatekeeper.store import ProfileStore, open_store
 from gatekeeper.store.profile import Profile, check_effort
-from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, Suite, load_suite, suite_hash
+from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Suite, load_suite, suite_hash
+from gatekeeper.tiers import Tier
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure models; gate the tools they see.")
 suite_app = typer.Typer(no_args_is_help=True, help="Check the benchmark suite.")
@@ -104,7 +105,7 @@ def bench(
         json.dump({"results": [r.to_json() for r in results]}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        _print_results(results)
+        _print_results(results, service)
     if failed:
         raise typer.Exit(1)
 
@@ -159,12 +160,16 @@ async def _bench(
     return results, failed
 
 
-def _print_results(results: list[ModelResult]) -> None:
+def _print_results(results: list[ModelResult], service: MeasurementService) -> None:
     out = Console()
+    run = service.run_settings()
     for result in results:
         if result.error or not result.profiles:
             continue
         out.print(_profile_table(result.profiles, title=result.model))
+        for profile in result.profiles:
+            for line in _decision(profile, service.suite, run):
+                out.print(line, highlight=False)
         line = f"recommended effort for {result.model}: [bold]{result.recommended}[/bold]"
         if result.note:
             line += f" ({result.note})"
@@ -179,6 +184,37 @@ def _print_results(results: list[ModelResult]) -> None:
                 f"randomised tests drawn with instanceSeed {result.seed} (replay: --seed {result.seed})",
                 highlight=False,
             )
+
+
+def _decision(profile: Profile, suite: Suite, run: RunSettings) -> list[str]:
+    """Per category: the estimate, the bound the tier was decided on, and what the bound would need
+    to certify the next tier up ("about N more samples would decide")."""
+    tier, n = profile.tier, profile.samples or 1
+    above = {Tier.SMALL: Tier.MEDIUM, Tier.MEDIUM: Tier.LARGE}.get(tier, Tier.LARGE)
+    needs = run.thresholds.large if above == Tier.LARGE else run.thresholds.medium
+    lines = [f"{profile.key}: certified {tier.value} at risk {run.risk:g} after {n} sample{'s' * (n != 1)}"]
+    found = categories(suite, run.thresholds)
+    for c in CATEGORIES:
+        mean = profile.scores.get(c, 0.0)
+        low, high = (profile.score_intervals or {}).get(c, [mean, mean])
+        line = f"  {c} {mean:.2f}, bound {low:.2f}"
+        if c in needs:
+            threshold = needs[c]
+            if low >= threshold:
+                line += f" >= {threshold:.2f}"
+            elif high < threshold:
+                line += (
+                    f" < {threshold:.2f}: certified {tier.value}; upper bound {high:.2f}: {above.value} is out of reach"
+                )
+            else:
+                more = samples_to_reach(found[c], n * (1 - mean), n, threshold, run.risk)
+                line += f" < {threshold:.2f}: certified {tier.value}; " + (
+                    f"about {more} more samples would decide"
+                    if more
+                    else f"the estimate is too close to {threshold:.2f} for more samples to decide"
+                )
+        lines.append(line)
+    return lines
 
 
 def _profile_table(profiles: list[Profile], title: str | None = None, suite: Suite | None = None) -> Table:

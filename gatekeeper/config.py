@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
+from gatekeeper.measuring.confidence import DEFAULT_RISK, DEFAULT_SAMPLES
 from gatekeeper.store.profile import EFFORT_NAME
 from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Category
 from gatekeeper.tiers import Thresholds, Tier
@@ -97,8 +98,13 @@ class BenchSettings(_Section):
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=3, ge=0)
     system_prompt: str | None = None
-    # Runs of each test per level; with more than one the tier is decided on 95% lower bounds.
-    samples: int = Field(default=1, ge=1, le=50)
+    # At most this many runs of each test per level; a level stops as soon as its tier is settled.
+    # The tier is certified on lower bounds at level `risk` (gatekeeper/measuring/confidence.py;
+    # docs/statistics.md has the power and the cost in calls of the default).
+    samples: int = Field(default=DEFAULT_SAMPLES, ge=1, le=500)
+    # The most P(stored tier > true tier) may be, for every model (and the level of scoreIntervals).
+    # 1 decides on the point estimates (the seed's rule, one sample settles): no guarantee at all.
+    risk: float = Field(default=DEFAULT_RISK, gt=0, le=1)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     # After a failed lazy measurement, wait this long (doubling up to retry_max_s) before the next.
     retry_after_s: float = Field(default=30.0, ge=0)

@@ -44,3 +44,17 @@ def compute_tier(scores: dict[str, float], thresholds: Thresholds | None = None)
         if all(scores.get(category, 0.0) >= minimum for category, minimum in needs.items()):
             return tier
     return Tier.SMALL
+
+
+def certified_tier(bounds: dict[str, float], thresholds: Thresholds | None = None) -> Tier:
+    """The tier lower confidence bounds certify: the highest tier whose thresholds *and every lower
+    tier's* the bounds meet. With nested thresholds (the defaults: large asks at least what medium
+    asks) this is `compute_tier`; with others it never skips a tier, which is what keeps
+    P(certified tier > true tier) at most the bounds' risk (measuring/confidence.py)."""
+    thresholds = thresholds or Thresholds()
+    tier = Tier.SMALL
+    for candidate, needs in ((Tier.MEDIUM, thresholds.medium), (Tier.LARGE, thresholds.large)):
+        if not all(bounds.get(category, 0.0) >= minimum for category, minimum in needs.items()):
+            break
+        tier = candidate
+    return tier

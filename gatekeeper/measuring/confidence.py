@@ -1,18 +1,62 @@
-"""Confidence in a measurement: category means, 95% intervals over samples, sequential stopping.
+"""Confidence in a measurement: one-sided bounds on category scores that hold whenever sampling stops.
 
-`bench.samples: N` runs every test N times. Each category's score is the weighted mean of its
-tests' mean scores; its interval is the Student-t 95% interval of that weighted mean, built
-from each test's own spread across samples (a stratified mean: tests are the strata):
+What is bounded
+---------------
+A test's score on one instance is the weighted fraction of its checks that pass, a number in
+[0, 1]. A category's true score is the weighted mean over its tests of each test's *expected*
+score (over its instances and the model's sampling):
 
-    mean = sum(w_t * m_t) / W          m_t, s_t = mean and sample std. dev. of test t's scores
-    se   = sqrt(sum((w_t / W)^2 * s_t^2 / n_t))
-    [low, high] = mean -/+ t(0.975, n - 1) * se, clipped to [0, 1]
+    mu_c = sum_t a_t * mu_t,        a_t = w_t / sum(w)   (the test's share of the category)
 
-where n is the fewest samples any test of the category has. Exact under a normal model of
-per-sample scores and deliberately conservative at small N (t = 4.30 at N = 3). Its limit, said
-plainly: when every sample of every test agrees the interval has zero width, which is the truth
-about repeat noise at temperature 0 but not about unseen instances; randomised tests (`vars`)
-are what makes samples differ where they should.
+One sample runs every test once on fresh instances. With y_ti = 1 - s_ti the share of test t's
+checks that failed in sample i, a category's failures in sample i are Z_i = sum_t a_t * y_ti
+(in [0, 1], mean p = 1 - mu_c), and after n samples F_n = Z_1 + ... + Z_n. The point estimate
+(`scores`) is 1 - F_n / n.
+
+The bound
+---------
+For any lam > 0, convexity of exp on [0, 1] (the chord lies above the curve) gives, whatever
+the distribution of a test's score, E exp(-lam a_t y) <= 1 - p_t (1 - exp(-lam a_t)): a
+Bernoulli score is the worst case, so checks of one test may fail together (a broken chain
+fails all of them) without breaking the bound. Tests within a sample are separate
+conversations and samples draw fresh instances, so they are independent, and
+
+    E exp(-lam Z_i) <= exp(-h(lam, p)),   h(lam, p) = min over per-test failure rates x_t in
+                      [0, 1] with sum_t a_t x_t = p of sum_t -log(1 - x_t (1 - exp(-lam a_t)))
+
+The minimum is over every way the category's failures could be spread over its tests (it
+puts them on the heaviest tests: one weight-4 chain failing half the time is the hard case);
+its KKT conditions give it in closed form (`_min_cost`). So for the true p,
+
+    M_n = sum_j pi_j exp(-lam_j F_n + n h(lam_j, p))
+
+is a nonnegative supermartingale with M_0 = 1 (a mixture over a few exponents lam_j, weights
+pi_j), and Ville's inequality gives P(M_n >= 1/risk for some n) <= risk. The lower bound
+`low` is 1 - U_n, U_n the largest p0 with M_n(p0) < 1/risk (h grows with p0): the true score
+lies at or above `low` at every n at once with probability >= 1 - risk. That is what makes
+sequential stopping free: the level may stop after any sample, for any reason (settled, the
+cap, inconclusive), and the bound it stops on is still valid at level `risk`. It cannot
+collapse to zero width: with every check of every sample passing, `low` is
+1 - U_n < 1, e.g. 0.91 for toolCalling's shares after 8 samples at risk 0.05 (and 0.84 after 4).
+
+The upper end `high` is the mirror image (E exp(lam a y) <= 1 + p (exp(lam a) - 1), the
+maximum over spreads, `_max_gain`), also at level `risk`; it only decides when sampling can stop
+and what `bench` prints.
+
+The exponents: a Chernoff bound is most powerful at one lam; the mixture is centred on the lam
+that best tells a model at the category's highest threshold p0 = 1 - theta from one at the
+design score 0.98 (p1 = 0.02): lam* = T_eff * log(p0 (1 - p1) / (p1 (1 - p0))), T_eff = 1 / sum
+a_t^2 the category's effective number of tests, with equal weights on lam*/4, lam*/2, lam*,
+2 lam* (the smaller ones keep the bound consistent: it converges to the point estimate).
+
+Why the tier is too high with probability <= risk
+-------------------------------------------------
+The tier is certified on the lower bounds (`tiers.certified_tier`: the highest tier whose
+thresholds, and every lower tier's, the bounds meet). If it exceeds the true tier T, the bounds
+meet the thresholds of the tier just above T, which the true scores do not (else `compute_tier`
+would give at least that tier): some category c, fixed by the true scores alone, has
+mu_c < theta_c <= low_c. So P(tier too high) <= P(low_c > mu_c) <= risk, one category at a time:
+a per-category bound at level `risk` suffices, and no correction over categories is needed.
 """
 
 from __future__ import annotations
@@ -20,66 +64,25 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
-from gatekeeper.tiers import Thresholds, compute_tier
+from gatekeeper.tiers import Thresholds, Tier, certified_tier
 
-# Two-sided 95% Student-t quantiles t(0.975, df) for df = 1..30; past 30 the normal 1.96 is
-# within 4% and errs on the narrow side by less than the rounding of a score.
-_T975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-)
-
-
-def t975(df: int) -> float:
-    """The 97.5% quantile of Student's t with `df` degrees of freedom (df >= 1)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    return _T975[df - 1] if df <= len(_T975) else 1.96
-
-
-@dataclass(frozen=True)
-class TestScores:
-    """One test's scores across samples, with what it counts for."""
-
-    __test__ = False  # not a pytest class
-
-    category: str
-    weight: float
-    scores: tuple[float, ...]
+# The score a model must have in every category to be certified `large` at least 90% of the
+# time with the default samples (docs/statistics.md): the exponents are tuned to it.
+DESIGN_SCORE = 0.98
+DEFAULT_RISK = 0.05
+# At most this many samples per level (the level stops as soon as the tier is settled): the cap
+# at which a model at 0.98 in every category is certified `large` >= 90% of the time at risk 0.05
+# (about 95% in scripts/simulate_confidence.py); a perfect model stops after 8 samples.
+DEFAULT_SAMPLES = 30
+_MIXTURE = (0.25, 0.5, 1.0, 2.0)  # multiples of lam*, equal weights
+_BISECTIONS = 40  # of p0 in [0, 1]: far finer than the 4 decimals a bound is stored with
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A category score: the mean and its 95% interval (equal to the mean with one sample)."""
+    """A category score: the point estimate and its bounds, each one-sided at level `risk`."""
 
     mean: float
     low: float
@@ -88,49 +91,93 @@ class Estimate:
 
     @property
     def half_width(self) -> float:
-        """What `±` shows: the larger distance to either bound (bounds are clipped to [0, 1])."""
         return max(self.mean - self.low, self.high - self.mean)
 
 
-def estimate(tests: Iterable[TestScores]) -> Estimate:
-    """Weighted mean of the tests' mean scores and its t-interval (see the module docstring)."""
-    tests = [t for t in tests if t.scores]
-    total = sum(t.weight for t in tests)
-    if not total:
-        return Estimate(0.0, 0.0, 0.0, 0)  # a category with no tests scores 0 (fail closed)
-    n = min(len(t.scores) for t in tests)
-    mean = sum(t.weight * _mean(t.scores) for t in tests) / total
-    if n < 2:
-        return Estimate(mean, mean, mean, n)
-    variance = sum((t.weight / total) ** 2 * _variance(t.scores) / len(t.scores) for t in tests)
-    half = t975(n - 1) * math.sqrt(variance)
-    return Estimate(mean, max(0.0, mean - half), min(1.0, mean + half), n)
+@dataclass(frozen=True)
+class Category:
+    """What the bound needs to know about a category before any data: its tests' shares and
+    the exponents (chosen from the shares and the category's highest threshold)."""
+
+    shares: tuple[float, ...]
+    exponents: tuple[float, ...]
+
+    @classmethod
+    def of(cls, weights: Sequence[float], threshold: float | None) -> Category:
+        total = sum(weights)
+        shares = tuple(w / total for w in weights) if total > 0 else ()
+        return cls(shares, _exponents(shares, threshold))
 
 
-def estimates(tests: Iterable[TestScores], categories: Sequence[str]) -> dict[str, Estimate]:
-    tests = list(tests)
-    return {c: estimate(t for t in tests if t.category == c) for c in categories}
+def _exponents(shares: Sequence[float], threshold: float | None) -> tuple[float, ...]:
+    if not shares:
+        return ()
+    effective_tests = 1 / sum(a * a for a in shares)
+    p1 = 1 - DESIGN_SCORE
+    p0 = 1 - (threshold if threshold is not None else 0.85)
+    # A threshold at or above the design score leaves no contrast to tune to: fall back to 1 nat.
+    contrast = math.log(p0 * (1 - p1) / (p1 * (1 - p0))) if p1 < p0 < 1 else 1.0
+    best = effective_tests * contrast
+    return tuple(best * k for k in _MIXTURE)
+
+
+def estimate(category: Category, failures: float, samples: int, risk: float = DEFAULT_RISK) -> Estimate:
+    """The estimate after `samples` samples whose weighted failures add up to `failures` (F_n)."""
+    if not category.shares or samples < 1:
+        return Estimate(0.0, 0.0, 0.0, samples)  # a category with no tests scores 0 (fail closed)
+    failures = min(max(failures, 0.0), float(samples))
+    mean = 1 - failures / samples
+    if risk >= 1:
+        # Any number is a bound "at level 1": this is the seed's rule (the tier on the point
+        # estimate), for tests and set-ups that choose it knowingly. Nothing is then guaranteed.
+        return Estimate(mean, mean, mean, samples)
+    low = 1 - _upper_failure(category.shares, category.exponents, failures, samples, risk)
+    high = 1 - _lower_failure(category.shares, category.exponents, failures, samples, risk)
+    return Estimate(mean, min(low, mean), max(high, mean), samples)
+
+
+def samples_to_reach(
+    category: Category, failures: float, samples: int, threshold: float, risk: float, limit: int = 1000
+) -> int | None:
+    """How many more samples, failing at the rate seen so far, would lift the lower bound to
+    `threshold`; None when even `limit` more would not (the estimate is at or below it)."""
+    if samples < 1 or not category.shares:
+        return None
+    rate = failures / samples
+    if 1 - rate <= threshold:
+        return None
+
+    def reaches(n: int) -> bool:
+        return estimate(category, rate * n, n, risk).low >= threshold
+
+    if reaches(samples):
+        return 0
+    if not reaches(samples + limit):
+        return None
+    lo, hi = samples, samples + limit  # reaches(lo) is False, reaches(hi) True
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reaches(mid) else (mid, hi)
+    return hi - samples
 
 
 def settled(found: Mapping[str, Estimate], thresholds: Thresholds) -> bool:
-    """True when the tier can no longer change: the same tier from every interval's lower bounds
-    and from every upper bound.
+    """True when more samples cannot change the tier (with confidence): the tier certified on the
+    lower bounds is the one the upper bounds would give. Only thresholds that matter keep sampling
+    going: a json bound straddling 0.85 does not matter when toolCalling is clearly below 0.6."""
+    return tier_of(found, thresholds) == certified_tier({c: e.high for c, e in found.items()}, thresholds)
 
-    The tier is monotone in each score, so every score inside the intervals then gives that tier:
-    only thresholds that matter keep sampling going (a json interval straddling 0.85 does not
-    matter when toolCalling is clearly below medium's 0.6).
-    """
-    lows = {c: e.low for c, e in found.items()}
-    highs = {c: e.high for c, e in found.items()}
-    return compute_tier(lows, thresholds) == compute_tier(highs, thresholds)
+
+def tier_of(found: Mapping[str, Estimate], thresholds: Thresholds) -> Tier:
+    """The tier a measurement certifies: decided on the lower bounds."""
+    return certified_tier({c: e.low for c, e in found.items()}, thresholds)
 
 
 def show(mean: float, interval: Sequence[float] | None) -> str:
-    """`0.82 ± 0.05` (or `0.82` for one sample): how scores are printed everywhere."""
+    """`0.82 (>= 0.77)`: the point estimate and the lower bound the tier was decided on."""
     if not interval:
         return f"{mean:.2f}"
-    low, high = interval
-    return f"{mean:.2f} ± {max(mean - low, high - mean):.2f}"
+    return f"{mean:.2f} (>= {interval[0]:.2f})"
 
 
 def shown_scores(scores: Mapping[str, float], intervals: Mapping[str, Sequence[float]] | None) -> dict[str, str]:
@@ -138,13 +185,118 @@ def shown_scores(scores: Mapping[str, float], intervals: Mapping[str, Sequence[f
     return {c: show(v, (intervals or {}).get(c)) for c, v in scores.items()}
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
+# --- the arithmetic -------------------------------------------------------------------------
 
 
-def _variance(values: Sequence[float]) -> float:
-    """Sample variance (n - 1); 0 for a single value."""
-    if len(values) < 2:
+@lru_cache(maxsize=65536)
+def _upper_failure(shares: tuple[float, ...], exponents: tuple[float, ...], f: float, n: int, risk: float) -> float:
+    """U_n: the largest weighted failure rate p0 the data cannot rule out (M_n(p0) < 1/risk)."""
+    weight, limit = 1 / len(exponents), math.log(1 / risk)
+
+    def ruled_out(p0: float) -> bool:
+        return _log_sum(math.log(weight) - lam * f + n * _min_cost(lam, shares, p0) for lam in exponents) >= limit
+
+    lo, hi = f / n, 1.0  # M_n(f/n) <= 1: the estimate itself is never ruled out
+    if not ruled_out(hi):
+        return 1.0
+    for _ in range(_BISECTIONS):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if ruled_out(mid) else (mid, hi)
+    return hi  # the conservative end
+
+
+@lru_cache(maxsize=65536)
+def _lower_failure(shares: tuple[float, ...], exponents: tuple[float, ...], f: float, n: int, risk: float) -> float:
+    """The smallest weighted failure rate p0 the data cannot rule out (the mirror bound)."""
+    weight, limit = 1 / len(exponents), math.log(1 / risk)
+
+    def ruled_out(p0: float) -> bool:
+        return _log_sum(math.log(weight) + lam * f - n * _max_gain(lam, shares, p0) for lam in exponents) >= limit
+
+    lo, hi = 0.0, f / n
+    if not ruled_out(lo):
         return 0.0
-    m = _mean(values)
-    return sum((v - m) ** 2 for v in values) / (len(values) - 1)
+    for _ in range(_BISECTIONS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ruled_out(mid) else (lo, mid)
+    return lo  # the conservative end
+
+
+def _log_sum(terms: Iterable[float]) -> float:
+    values = list(terms)
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def _min_cost(lam: float, shares: Sequence[float], p: float) -> float:
+    """h(lam, p): min of sum_t -log(1 - x_t b_t), b_t = 1 - exp(-lam a_t), over x in [0, 1]^T with
+    sum_t a_t x_t = p. Convex, so by KKT x_t = clip(1/b_t - m/a_t, 0, 1) for the multiplier m
+    that meets the constraint; between breakpoints the constraint is linear in m, solved exactly."""
+    if p <= 0:
+        return 0.0
+    if p >= 1:
+        return lam  # every test always fails: sum_t lam a_t
+    b = [-math.expm1(-lam * a) for a in shares]
+    # x_t = 1 - (1 - b_t) ... falls from 1 (m <= a_t (1 - b_t) / b_t) to 0 (m >= a_t / b_t).
+    pieces = [(a * (1 - bt) / bt, a / bt, 1 / bt, a) for a, bt in zip(shares, b, strict=True)]
+    m = _multiplier(pieces, p)
+    return sum(
+        -math.log((1 - x) + x * math.exp(-lam * a))  # -log(1 - x b), exact at x = 1
+        for a, x in zip(shares, (min(1.0, max(0.0, top - m / a)) for _, _, top, a in pieces), strict=True)
+    )
+
+
+def _max_gain(lam: float, shares: Sequence[float], p: float) -> float:
+    """g(lam, p): max of sum_t log(1 + x_t c_t), c_t = exp(lam a_t) - 1, over the same x. Concave,
+    so x_t = clip(m/a_t - 1/c_t, 0, 1), rising with m; solved the same way."""
+    if p <= 0:
+        return 0.0
+    if p >= 1:
+        return lam
+    c = [math.expm1(min(lam * a, 700.0)) for a in shares]
+    xs = _rising(shares, c, p)
+    return sum(math.log1p(x * ct) for x, ct in zip(xs, c, strict=True))
+
+
+def _multiplier(pieces: list[tuple[float, float, float, float]], p: float) -> float:
+    """The m with sum_t a_t clip(top_t - m/a_t, 0, 1) = p: the sum falls with m, linearly between
+    the breakpoints (full_t, zero_t) of the tests, so find the piece and solve it."""
+
+    def total(m: float) -> float:
+        return sum(a * min(1.0, max(0.0, top - m / a)) for _, _, top, a in pieces)
+
+    points = sorted({edge for full, zero, _, _ in pieces for edge in (full, zero)})
+    previous = 0.0
+    for point in points:
+        if total(point) <= p:  # the solution lies in [previous, point]
+            mid = (previous + point) / 2
+            inner = [(top, a) for full, zero, top, a in pieces if full < mid < zero]
+            fixed = sum(a for full, _, _, a in pieces if mid <= full)
+            if not inner:
+                return point
+            # p = fixed + sum_inner (a top - m)  ->  m
+            return (fixed + sum(a * top for top, a in inner) - p) / len(inner)
+        previous = point
+    return points[-1]
+
+
+def _rising(shares: Sequence[float], c: Sequence[float], p: float) -> list[float]:
+    """x_t = clip(m/a_t - 1/c_t, 0, 1) with sum_t a_t x_t = p (the sum rises with m)."""
+    pieces = [(a / ct, a * (1 + ct) / ct, a, ct) for a, ct in zip(shares, c, strict=True)]  # (zero, full)
+
+    def xs(m: float) -> list[float]:
+        return [min(1.0, max(0.0, m / a - 1 / ct)) for _, _, a, ct in pieces]
+
+    points = sorted({edge for zero, full, _, _ in pieces for edge in (zero, full)})
+    previous = 0.0
+    for point in points:
+        if sum(a * x for a, x in zip(shares, xs(point), strict=True)) >= p:
+            mid = (previous + point) / 2
+            inner = [(a, ct) for zero, full, a, ct in pieces if zero < mid < full]
+            fixed = sum(a for _, full, a, _ in pieces if mid >= full)
+            if not inner:
+                return xs(point)
+            # p = fixed + sum_inner (m - a/c)  ->  m
+            return xs((p - fixed + sum(a / ct for a, ct in inner)) / len(inner))
+        previous = point
+    return xs(points[-1])

@@ -1,14 +1,17 @@
 """Runs a suite through a Backend: conversations -> check results -> scores -> Profile.
 
 One measurement of a model runs one or more effort levels; each level runs the suite up to
-`samples` times (a sample = every test once), stopping early once the tier is settled (see
-`confidence.settled`). Randomised tests are drawn from one seed per measurement, the same
-instances at every level, so levels are compared on identical prompts.
+`samples` times (a sample = every test once, randomised tests on fresh instances), stopping
+early once the tier is settled (see `confidence.settled`). The tier is certified on lower
+bounds that stay valid whenever the level stops (`confidence`: P(tier too high) <= risk).
+Randomised tests are drawn from one seed per measurement, the same instances at every level, so
+levels are compared on identical prompts (and `effort.effort_ignored` can pair them).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,11 +21,20 @@ from typing import Any
 import structlog
 
 from gatekeeper.measuring.backends import Backend
-from gatekeeper.measuring.confidence import Estimate, TestScores, estimates, settled
+from gatekeeper.measuring.confidence import (
+    DEFAULT_RISK,
+    DEFAULT_SAMPLES,
+    Category,
+    Estimate,
+    estimate,
+    settled,
+    tier_of,
+)
+from gatekeeper.measuring.effort import effort_ignored
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, TestResult
 from gatekeeper.suite.checks import run_check
 from gatekeeper.suite.loader import CATEGORIES, BenchTest, Suite
-from gatekeeper.tiers import Thresholds, Tier, compute_tier
+from gatekeeper.tiers import Thresholds
 from gatekeeper.types import Answer
 
 log = structlog.get_logger("gatekeeper.measuring.runner")
@@ -62,7 +74,8 @@ class RunSettings:
     concurrency: int = 8
     system_prompt: str | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
-    samples: int = 1  # runs of each test per level (sequential stopping may run fewer)
+    samples: int = DEFAULT_SAMPLES  # at most this many runs of each test per level (stops when settled)
+    risk: float = DEFAULT_RISK  # P(certified tier > true tier) at most this, per profile
 
 
 @dataclass
@@ -95,7 +108,7 @@ class Measured:
 
     profiles: list[Profile]
     inconclusive: dict[str, str]  # effort -> reason (no profile for it)
-    effort_ignored: bool  # every level gave identical answers: the backend ignores the effort
+    effort_ignored: bool  # no level's scores or tokens differed from the others': the effort made no difference
     calls: int
     calls_saved: int
     seed: int
@@ -191,22 +204,29 @@ async def run_test(
     return run
 
 
-def per_test_scores(samples: list[list[TestRun]]) -> list[TestScores]:
-    """Each test's scores across samples (tests matched by name: instances differ per sample)."""
-    by_name: dict[str, list[float]] = {}
-    first: dict[str, BenchTest] = {}
-    for runs in samples:
-        for run in runs:
-            by_name.setdefault(run.test.name, []).append(score_test(run.test, run.answers))
-            first.setdefault(run.test.name, run.test)
-    return [TestScores(first[n].category, first[n].weight, tuple(s)) for n, s in by_name.items()]
+def categories(suite: Suite, thresholds: Thresholds) -> dict[str, Category]:
+    """Each category's tests' shares and the bound's exponents, fixed before any data."""
+    found: dict[str, Category] = {}
+    for c in CATEGORIES:
+        needs = [t for t in (thresholds.large.get(c), thresholds.medium.get(c)) if t is not None]
+        found[c] = Category.of([t.weight for t in suite.by_category(c)], max(needs) if needs else None)
+    return found
 
 
-def decide_tier(found: dict[str, Estimate], thresholds: Thresholds) -> tuple[dict[str, float], Tier]:
-    """The scores the tier is decided on: the means for one sample, the lower bounds for more."""
-    several = any(e.samples > 1 for e in found.values())
-    basis = {c: (e.low if several else e.mean) for c, e in found.items()}
-    return basis, compute_tier(basis, thresholds)
+def estimates(samples: list[list[TestRun]], suite: Suite, settings: RunSettings) -> dict[str, Estimate]:
+    """Every category's point estimate and bounds after these samples."""
+    found = {}
+    for c, category in categories(suite, settings.thresholds).items():
+        total = sum(t.weight for t in suite.by_category(c))
+        # F_n: each sample's failed share of the category, added up (confidence's docstring).
+        failures = sum(
+            run.test.weight / total * (1 - score_test(run.test, run.answers))
+            for sample in samples
+            for run in sample
+            if run.test.category == c
+        )
+        found[c] = estimate(category, failures, len(samples), settings.risk)
+    return found
 
 
 def inconclusive_reason(runs: list[TestRun]) -> str | None:
@@ -226,18 +246,17 @@ def inconclusive_reason(runs: list[TestRun]) -> str | None:
     return None
 
 
-def build_profile(model: str, provider: str, suite: Suite, level: Level, thresholds: Thresholds, seed: int) -> Profile:
+def build_profile(model: str, provider: str, suite: Suite, level: Level, settings: RunSettings, seed: int) -> Profile:
     runs = [run for sample in level.samples for run in sample]
-    found = estimates(per_test_scores(level.samples), CATEGORIES)
-    _, tier = decide_tier(found, thresholds)
+    found = estimates(level.samples, suite, settings)
+    tier = tier_of(found, settings.thresholds)
     last = level.samples[-1]
     tokens = sum(run.completion_tokens for run in runs)
     seconds = sum(run.seconds for run in runs)
     calls = sum(len(run.answers) for run in runs)
-    several = len(level.samples) > 1
     # testResults keep the seed's shape: one score per test, its mean over the samples.
     test_scores: dict[str, list[float]] = {run.test.name: [] for run in last}
-    categories = {run.test.name: run.test.category for run in last}
+    category_of = {run.test.name: run.test.category for run in last}
     for sample in level.samples:
         for run in sample:
             test_scores[run.test.name].append(score_test(run.test, run.answers))
@@ -251,44 +270,17 @@ def build_profile(model: str, provider: str, suite: Suite, level: Level, thresho
         benchmark_version=suite.version,
         tests_hash=suite.hash,
         test_results=[
-            TestResult(name=n, category=categories[n], score=round(sum(s) / len(s), 4)) for n, s in test_scores.items()
+            TestResult(name=n, category=category_of[n], score=round(sum(s) / len(s), 4)) for n, s in test_scores.items()
         ],
         reasoning_effort=level.effort,
         avg_completion_tokens=round(tokens / calls, 1) if calls else 0.0,
         effort_applied=all(run.effort_applied for run in runs),
         duration_s=round(level.finished_s, 2),
-        samples=len(level.samples) if several else None,
-        score_intervals={c: [round(e.low, 4), round(e.high, 4)] for c, e in found.items()} if several else None,
+        samples=len(level.samples),
+        # Rounded outwards, so the stored bound is never above the one the tier was decided on.
+        score_intervals={c: [math.floor(e.low * 1e4) / 1e4, math.ceil(e.high * 1e4) / 1e4] for c, e in found.items()},
         instance_seed=seed if suite.randomised else None,
     )
-
-
-def _signature(level: Level, samples: int) -> list[list[tuple[Any, ...]]]:
-    """What must match for two levels to count as the same behaviour: texts, calls, tokens."""
-    return [
-        sorted(
-            (
-                run.test.name,
-                run.completion_tokens,
-                tuple((a.content, tuple((c.name, c.arguments) for c in a.tool_calls)) for a in run.answers),
-            )
-            for run in sample
-        )
-        for sample in level.samples[:samples]
-    ]
-
-
-def effort_ignored(levels: list[Level]) -> bool:
-    """True when at least two levels, one of them an explicit effort, gave identical answers
-    (same texts, same calls, equal completion tokens) in every sample they share: the backend
-    does not apply the effort, whatever it accepts."""
-    if len(levels) < 2 or all(level.effort == DEFAULT_EFFORT for level in levels):
-        return False
-    shared = min(len(level.samples) for level in levels)
-    if shared == 0:
-        return False
-    first = _signature(levels[0], shared)
-    return all(_signature(level, shared) == first for level in levels[1:])
 
 
 async def sweep(
@@ -336,9 +328,7 @@ async def sweep(
             level.inconclusive = inconclusive_reason(level.samples[-1])
             if level.inconclusive:
                 return
-            if 2 <= len(level.samples) < wanted and settled(
-                estimates(per_test_scores(level.samples), CATEGORIES), settings.thresholds
-            ):
+            if len(level.samples) < wanted and settled(estimates(level.samples, suite, settings), settings.thresholds):
                 calls = sum(len(run.answers) for sample in level.samples for run in sample)
                 level.calls_saved = round(calls / len(level.samples) * (wanted - len(level.samples)))
                 log.info(
@@ -361,10 +351,19 @@ async def sweep(
         await asyncio.gather(*jobs, return_exceptions=True)
         raise
     conclusive = [level for level in levels if level.inconclusive is None]
-    ignored = effort_ignored(conclusive)
+    ignored = effort_ignored(
+        {
+            level.effort: [
+                {run.test.name: (score_test(run.test, run.answers), run.completion_tokens) for run in sample}
+                for sample in level.samples
+            ]
+            for level in conclusive
+        },
+        explicit=[level.effort for level in conclusive if level.effort != DEFAULT_EFFORT],
+    )
     profiles = []
     for level in conclusive:
-        profile = build_profile(model, backend.provider, suite, level, settings.thresholds, seed)
+        profile = build_profile(model, backend.provider, suite, level, settings, seed)
         if ignored and level.effort != DEFAULT_EFFORT:
             profile = profile.model_copy(update={"effort_applied": False})
         profiles.append(profile)
@@ -386,7 +385,7 @@ async def sweep(
             "effort_ignored",
             model=model,
             efforts=[level.effort for level in conclusive],
-            reason="identical answers and completion tokens at every level",
+            reason="no level's scores or completion tokens differed significantly from the others'",
         )
     return Measured(
         profiles=profiles,

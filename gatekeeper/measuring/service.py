@@ -51,8 +51,8 @@ class ModelResult:
         """What the recommendation means when the levels could not be told apart."""
         if self.effort_ignored:
             return (
-                "every level gave identical answers (same texts, calls and completion tokens): the backend "
-                "ignores reasoning_effort, so the levels made no difference"
+                "no level's scores or completion tokens differed from the others' (Friedman's test at 5%): "
+                "the backend appears to ignore reasoning_effort, so the levels made no difference"
             )
         return None
 
@@ -117,6 +117,7 @@ class MeasurementService:
             system_prompt=bench.system_prompt,
             thresholds=bench.thresholds,
             samples=bench.samples,
+            risk=bench.risk,
         )
 
     def backend_for(self, model: str) -> Backend:

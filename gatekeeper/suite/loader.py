@@ -23,7 +23,9 @@ DEFAULT_SUITE_DIR = Path(str(resources.files("gatekeeper") / "benchmarks"))
 # Bumped when the meaning of a score changes: every stored profile becomes invalid.
 # 2: NaN/Infinity are not JSON, no rescue of a malformed value by an inner fragment,
 #    json_path_length counts arrays only, tool arguments compare as sent, reasoning removed.
-BENCHMARK_VERSION = 2
+# 3: the tier is certified on lower bounds at bench.risk (valid at any stopping time); a list of
+#    numbers in prose (a citation) is not JSON.
+BENCHMARK_VERSION = 3
 
 Category = Literal["instruction", "json", "toolCalling"]
 CATEGORIES: tuple[Category, ...] = ("instruction", "json", "toolCalling")

@@ -1,87 +1,123 @@
-"""Interval maths on known inputs, sequential stopping, and the tier decided on lower bounds."""
+"""The bounds on known inputs: valid at small counts, never zero width, the tier on lower bounds."""
 
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
-from gatekeeper.measuring.confidence import Estimate, TestScores, estimate, settled, show, t975
-from gatekeeper.measuring.runner import decide_tier
+from gatekeeper.measuring.confidence import (
+    Category,
+    Estimate,
+    _max_gain,
+    _min_cost,
+    estimate,
+    samples_to_reach,
+    settled,
+    show,
+    tier_of,
+)
+from gatekeeper.measuring.effort import chi2_sf, friedman_p
 from gatekeeper.tiers import Thresholds
 
-
-def test_one_sample_is_its_own_interval():
-    found = estimate([TestScores("json", 1, (0.8,)), TestScores("json", 3, (0.4,))])
-    assert found == Estimate(mean=0.5, low=0.5, high=0.5, samples=1)
+TOOL_CALLING = Category.of([4, 2, 2, 1, 2, 2, 4], 0.9)  # the default suite's toolCalling weights
 
 
-def test_one_test_three_samples_gives_the_student_t_interval():
-    # mean 0.75, s = 0.25, se = 0.25 / sqrt(3), t(0.975, 2) = 4.303
-    found = estimate([TestScores("json", 1, (1.0, 0.5, 0.75))])
-    half = 4.303 * 0.25 / math.sqrt(3)
-    assert found.mean == pytest.approx(0.75)
-    assert found.low == pytest.approx(0.75 - half) and found.low == pytest.approx(0.12891, abs=1e-5)
-    assert found.high == 1.0  # 0.75 + 0.621 clipped to the score range
-    assert found.samples == 3
+def test_agreeing_samples_keep_a_bound_below_a_perfect_score():
+    # The old Student-t interval had zero width here; the bound says how much 8 samples can tell.
+    found = estimate(TOOL_CALLING, 0.0, 8)
+    assert found.mean == 1.0 and found.high == 1.0
+    assert 0.90 < found.low < 0.91
 
 
-def test_weighted_tests_combine_as_a_stratified_mean():
-    # A (weight 2) always passes, B (weight 1) passes every other sample: mean (2*1 + 0.5)/3,
-    # se = (1/3) * sqrt(var(0,1,0,1) / 4) = (1/3) * sqrt((1/3) / 4), t(0.975, 3) = 3.182
-    found = estimate([TestScores("toolCalling", 2, (1, 1, 1, 1)), TestScores("toolCalling", 1, (0, 1, 0, 1))])
-    se = (1 / 3) * math.sqrt((1 / 3) / 4)
-    assert found.mean == pytest.approx(5 / 6)
-    assert found.low == pytest.approx(5 / 6 - 3.182 * se)
-    assert found.low == pytest.approx(0.52714, abs=1e-5)
-    assert found.high == 1.0
+def test_fewer_samples_give_wider_bounds():
+    lows = [estimate(TOOL_CALLING, 0.0, n).low for n in (1, 2, 4, 8, 16, 30)]
+    assert lows == sorted(lows) and 0.5 < lows[0] < 0.51 and lows[-1] < 1.0
 
 
-def test_identical_samples_give_a_zero_width_interval():
-    found = estimate([TestScores("json", 1, (0.6, 0.6, 0.6))])
-    assert (found.low, found.mean, found.high) == pytest.approx((0.6, 0.6, 0.6))
+def test_the_bound_sits_below_the_estimate_and_the_upper_end_above():
+    for failures, n in ((0.3, 10), (2.35, 10), (5.0, 30), (0.0, 3)):
+        found = estimate(TOOL_CALLING, failures, n)
+        assert found.low <= found.mean <= found.high
 
 
-def test_no_tests_scores_zero():
-    assert estimate([]) == Estimate(0.0, 0.0, 0.0, 0)
+def test_a_category_without_tests_scores_zero():
+    assert estimate(Category.of([], 0.9), 0.0, 5) == Estimate(0.0, 0.0, 0.0, 5)
 
 
-def test_t_quantiles():
-    assert t975(1) == 12.706 and t975(2) == 4.303 and t975(30) == 2.042 and t975(200) == 1.96
-    with pytest.raises(ValueError):
-        t975(0)
+def test_the_worst_spread_of_failures_is_found_in_closed_form():
+    # Against a brute-force search over two tests' failure rates with a_1 x_1 + a_2 x_2 = p.
+    shares, lam, p = (0.7, 0.3), 6.0, 0.2
+    grid = [i / 2000 for i in range(2001)]
+    costs, gains = [], []
+    for x2 in grid:  # x2 = 0 is on the grid: the optimum may sit on that edge
+        x1 = (p - shares[1] * x2) / shares[0]
+        if 0 <= x1 <= 1:
+            xs = (x1, x2)
+            costs.append(sum(-math.log(1 - x * -math.expm1(-lam * a)) for x, a in zip(xs, shares, strict=True)))
+            gains.append(sum(math.log1p(x * math.expm1(lam * a)) for x, a in zip(xs, shares, strict=True)))
+    assert _min_cost(lam, shares, p) == pytest.approx(min(costs), abs=1e-5)
+    assert _max_gain(lam, shares, p) == pytest.approx(max(gains), abs=1e-5)
 
 
-def test_the_tier_is_decided_on_lower_bounds_when_there_are_samples():
+def test_a_heavy_test_that_fails_half_the_time_is_not_certified_above_its_true_score():
+    # The issue's hard case: a weight-4 chain passing half the time (true toolCalling 0.882).
+    # Run many short measurements: the lower bound may exceed the truth in at most 5% of them.
+    rng = random.Random(7)
+    true_score = 1 - 0.5 * 4 / 17
+    above = 0
+    for _ in range(400):
+        failures = 0.0
+        for n in range(1, 16):
+            failures += (4 / 17) * (rng.random() < 0.5)
+            if estimate(TOOL_CALLING, failures, n).low > true_score:
+                above += 1  # any look counts: the bound must hold whenever sampling stops
+                break
+    assert above / 400 <= 0.05
+
+
+def test_samples_to_reach_says_how_many_more_would_decide():
+    assert samples_to_reach(TOOL_CALLING, 0.0, 4, 0.9, 0.05) == 4  # 8 samples certify 0.9
+    assert samples_to_reach(TOOL_CALLING, 0.0, 8, 0.9, 0.05) == 0
+    assert samples_to_reach(TOOL_CALLING, 1.2, 10, 0.9, 0.05) is None  # the estimate 0.88 is below 0.9
+
+
+def test_the_tier_is_decided_on_lower_bounds():
     lucky = {
         "toolCalling": Estimate(0.93, 0.86, 1.0, 3),
         "instruction": Estimate(0.95, 0.9, 1.0, 3),
         "json": Estimate(0.95, 0.9, 1.0, 3),
     }
-    basis, tier = decide_tier(lucky, Thresholds())
-    assert basis["toolCalling"] == 0.86 and tier == "medium"  # the mean (0.93) alone would be large
-    one = {c: Estimate(e.mean, e.mean, e.mean, 1) for c, e in lucky.items()}
-    assert decide_tier(one, Thresholds())[1] == "large"
+    assert tier_of(lucky, Thresholds()) == "medium"  # the means alone would be large
 
 
-def test_sampling_settles_when_no_threshold_that_matters_lies_inside_an_interval():
-    clear = {"toolCalling": Estimate(1, 1, 1, 2), "instruction": Estimate(1, 1, 1, 2), "json": Estimate(1, 1, 1, 2)}
+def test_sampling_settles_when_no_threshold_that_matters_lies_inside_the_bounds():
+    clear = {c: Estimate(1, 0.95, 1, 9) for c in ("toolCalling", "instruction", "json")}
     assert settled(clear, Thresholds())
-    straddling = dict(clear, json=Estimate(0.86, 0.8, 0.92, 2))  # 0.85 (large) is inside
+    straddling = dict(clear, json=Estimate(0.86, 0.8, 0.92, 9))  # 0.85 (large) is inside
     assert not settled(straddling, Thresholds())
+    # toolCalling clearly below medium's 0.6: json around large's 0.85 cannot matter.
+    hopeless = dict(straddling, toolCalling=Estimate(0.3, 0.2, 0.4, 9))
+    assert settled(hopeless, Thresholds())
 
 
-def test_a_straddled_threshold_that_cannot_change_the_tier_does_not_keep_sampling():
-    # toolCalling is clearly below medium (0.6): json around large's 0.85 cannot matter.
-    found = {
-        "toolCalling": Estimate(0.3, 0.2, 0.4, 2),
-        "instruction": Estimate(1, 1, 1, 2),
-        "json": Estimate(0.86, 0.8, 0.92, 2),
-    }
-    assert settled(found, Thresholds())
-
-
-def test_scores_are_shown_with_their_interval():
-    assert show(0.82, [0.77, 0.87]) == "0.82 ± 0.05"
-    assert show(0.95, [0.81, 1.0]) == "0.95 ± 0.14"  # the wider side of a clipped interval
+def test_scores_are_shown_with_the_bound_they_were_decided_on():
+    assert show(0.82, [0.77, 0.87]) == "0.82 (>= 0.77)"
     assert show(0.82, None) == "0.82"
+
+
+def test_chi_square_tail_matches_known_values():
+    assert chi2_sf(3.841, 1) == pytest.approx(0.05, abs=1e-3)
+    assert chi2_sf(5.991, 2) == pytest.approx(0.05, abs=1e-3)
+    assert chi2_sf(9.488, 4) == pytest.approx(0.05, abs=1e-3)
+    assert chi2_sf(11.07, 5) == pytest.approx(0.05, abs=1e-3)
+
+
+def test_friedman_sees_a_consistent_difference_and_not_noise():
+    consistent = [[1.0, 5.0] for _ in range(12)]  # the second level always spends more
+    assert friedman_p(consistent) < 0.01
+    assert friedman_p([[3.0, 3.0] for _ in range(12)]) == 1.0  # identical: no evidence at all
+    rng = random.Random(1)
+    noise = [[rng.random(), rng.random(), rng.random()] for _ in range(40)]
+    assert friedman_p(noise) > 0.05
