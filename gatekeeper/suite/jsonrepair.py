@@ -42,6 +42,9 @@ def extract_json(text: str) -> Any:
     such as "see [above]" before the JSON does not hide it. A bracketed value that is not
     JSON (single quotes, `True`, comments, unquoted keys) is not rescued by a valid fragment
     inside it: the search resumes after its end, so `{'tags': []}` holds no JSON at all.
+    A list of numbers followed by more prose is a citation or a number in brackets (`Note [1]:
+    {"total": 56}`, `See [2].`) and is read past, as the seed never takes it for the answer; one
+    that ends the answer (`The ids: [3, 5]`) is the answer, as in the seed.
     """
     if not text or not text.strip():
         raise ValueError("empty answer")
@@ -61,11 +64,24 @@ def extract_json(text: str) -> Any:
                 continue
             candidate, end = _repair(region, start)
             try:
-                return loads(candidate)
+                value = loads(candidate)
             except ValueError as exc:
                 first_error = first_error or f"no valid JSON at offset {start}: {exc}"
                 resume = end
+                continue
+            if _citation(value) and region[end:].strip().strip("}]"):  # a stray closer is no prose
+                resume = end  # "Note [1]: {...}", "steps [2, 3] show": prose, read past it
+                continue
+            return value
     raise ValueError(first_error or "no JSON object or array in the answer")
+
+
+def _citation(value: Any) -> bool:
+    """A bracketed list of numbers (`[1]`, `[2, 3]`, `[]`): in running prose a citation, a range or
+    a footnote, not the data asked for."""
+    return isinstance(value, list) and all(
+        isinstance(item, (int, float)) and not isinstance(item, bool) for item in value
+    )
 
 
 def _balanced_end(text: str, start: int) -> int:

@@ -123,3 +123,20 @@ def test_lone_opening_brace_at_the_end_is_not_json():
 
 def test_bracket_followed_by_prose_is_not_a_candidate():
     assert extract_json("Items [see list] and {x} then [1]") == [1]
+
+
+def test_a_citation_before_the_object_is_read_past():
+    assert extract_json('Note [1]: {"total": 56}') == {"total": 56}
+    assert extract_json('Per [2, 3] the sum is {"total": 56} [4].') == {"total": 56}
+
+
+def test_citations_and_bracketed_numbers_in_prose_are_no_json():
+    for text in ("See [1].", "Sources [1][2] agree.", "Between [0, 10] and more.", "A [] list here"):
+        with pytest.raises(ValueError):
+            extract_json(text)
+
+
+def test_a_list_of_numbers_that_ends_the_answer_is_the_answer():
+    # As the seed reads it: the JSON runs from the first bracket to the end of the text.
+    assert extract_json("The ids: [3, 5]") == [3, 5]
+    assert extract_json("[1]") == [1]
