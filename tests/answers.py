@@ -38,43 +38,11 @@ def _json(value: Any) -> Message:
 PERFECT: dict[str, list[Message]] = {
     # --- benchmarks/ (the project's default suite) ---
     "sentence_seven_words": [_say("The old boat drifted down the river.")],
-    "fruit_list_negative_constraints": [_say("apple\npear\ncherry\nmango")],
-    "lowercase_no_punctuation": [_say("the sky is blue")],
-    "three_line_layout": [_say("START\n42\nEND")],
-    "one_word_answer": [_say("Paris")],
     "json_inventory_selection": [_json({"low_stock": ["washers", "nuts", "rivets"], "total": 550})],
-    "json_nested_extraction": [
-        _json(
-            {
-                "name": "orders-db",
-                "version": 14.2,
-                "replicas": 3,
-                "backups": True,
-                "encryption": False,
-                "users": [
-                    {"name": "admin", "roles": ["read", "write"]},
-                    {"name": "report", "roles": ["read"]},
-                ],
-            }
-        )
-    ],
-    "json_strict_types": [_json({"count": 3, "ratio": 0.5, "enabled": True, "label": "3", "tags": [], "parent": None})],
-    "json_string_escaping": [_json({"speaker": "Ada", "quote": 'She said "yes" to the plan.'})],
     "tool_chain_distractor_ids": [
         _call("find_customer", name="Anna Berg"),
         _call("get_open_invoices", customer_id="CUS-40371"),
     ],
-    "abstention_named_tool": [_say("The delete_file tool permanently deletes the file at a given path.")],
-    "write_then_append": [
-        _call("write_file", path="notes.txt", content="first entry\n"),
-        _call("write_file", path="notes.txt", content="second entry\n", append=True),
-    ],
-    "similar_tools_choice": [
-        _call("get_user_by_email", email="j.doe@example.com"),
-        _call("search_files", query="retry_limit"),
-    ],
-    "argument_escaping": [_call("save_note", title="todo", body='say "hello"\ndone')],
-    "integer_argument": [_call("scale_service", service="web", replicas=5)],
     # --- the seed suite (/work/shared/seed-suite) ---
     "frase_8_parole": [_say("Il cielo di questa sera sembra molto blu.")],
     "lista_vincoli_negativi": [_say("verde\ngiallo\nblu")],
@@ -122,11 +90,52 @@ PERFECT: dict[str, list[Message]] = {
     "porta_intera": [_call("open_port", port=8443, tcp=False)],
 }
 
+_FRUITS = ["pear", "mango", "plum", "kiwi", "lemon", "grape", "apple", "cherry"]
 _FILLER = ["quiet", "little", "boat", "drifted", "slowly", "toward", "the", "old"]
 
 # Randomised tests (benchmarks/ files with `vars`): test name -> the perfect message at each
 # step, computed from the instance's drawn values (`test.bindings`).
 PERFECT_RANDOM: dict[str, list[Callable[[dict[str, Any]], Message]]] = {
+    "fruit_list_negative_constraints": [
+        lambda v: _say("\n".join([f for f in _FRUITS if f != v["banned"]][: v["n"]])),
+    ],
+    "lowercase_no_punctuation": [lambda v: _say(v["secret"])],
+    "three_line_layout": [lambda v: _say(f"{v['top']}\n{v['n']}\n{v['bottom']}")],
+    "one_word_answer": [lambda v: _say(v["b"])],
+    "json_nested_extraction": [
+        lambda v: _json(
+            {
+                "name": v["db"],
+                "version": v["version"],
+                "replicas": v["replicas"],
+                "backups": True,
+                "encryption": False,
+                "users": [
+                    {"name": v["admin"], "roles": ["read", "write"]},
+                    {"name": v["reader"], "roles": ["read"]},
+                ],
+            }
+        )
+    ],
+    "json_strict_types": [
+        lambda v: _json(
+            {"count": v["count"], "ratio": v["ratio"], "enabled": True, "label": v["label"], "tags": [], "parent": None}
+        )
+    ],
+    "json_string_escaping": [
+        lambda v: _json({"speaker": v["speaker"], "quote": f'She said "{v["said"]}" to the plan.'})
+    ],
+    "abstention_named_tool": [lambda v: _say("The delete_file tool permanently deletes the file at a given path.")],
+    "write_then_append": [
+        lambda v: _call("write_file", path=f"{v['file']}.txt", content=f"{v['one']} entry\n"),
+        lambda v: _call("write_file", path=f"{v['file']}.txt", content=f"{v['two']} entry\n", append=True),
+    ],
+    "similar_tools_choice": [
+        lambda v: _call("get_user_by_email", email=f"{v['user']}@example.com"),
+        lambda v: _call("search_files", query=f"{v['setting']}_limit"),
+    ],
+    "argument_escaping": [lambda v: _call("save_note", title=v["title"], body=f'say "{v["word"]}"\n{v["last"]}')],
+    "integer_argument": [lambda v: _call("scale_service", service=v["service"], replicas=v["n"])],
     "sentence_counted_random": [
         lambda v: _say(" ".join([v["first"], *_FILLER[: v["n"] - 2], v["last"]]) + "."),
     ],
