@@ -43,6 +43,16 @@ def _inputs(messages: list[dict]) -> list[str]:
     return [m.get("content") or "" for m in messages if m.get("role") in ("user", "tool")]
 
 
+def _typed(spec: Any, text: str) -> Any:
+    """The drawn value a captured text stands for: a choice's own value (a float stays a float),
+    an int range's integer, else the text."""
+    if spec.choice is not None:
+        return next((v for v in spec.choice if str(v) == text), text)
+    if spec.is_int and text.lstrip("-").isdigit():
+        return int(text)
+    return text
+
+
 def recover(template: Template, where: str, messages: list[dict]) -> BenchTest | None:
     """The instance of `template` this conversation is playing, or None if it is another test."""
     raw = template.raw
@@ -57,7 +67,7 @@ def recover(template: Template, where: str, messages: list[dict]) -> BenchTest |
         if found is None:
             return None
         for name, value in found.groupdict().items():
-            bound[name] = int(value) if template.vars[name].is_int and value.lstrip("-").isdigit() else value
+            bound[name] = _typed(template.vars[name], value)
     return render_test(template, where, template.draw("recovered") | bound)
 
 
