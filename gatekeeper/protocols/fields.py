@@ -364,7 +364,7 @@ RESPONSES_LISTED_MCP_TOOL: Fields = {
 _MESSAGES_COMMON: Fields = {
     "model": GATED,
     "messages": GATED,  # each message: MESSAGES_MESSAGE, its blocks MESSAGES_CONTENT_BLOCK
-    "system": FORWARD,
+    "system": GATED,  # a string, or text blocks (MESSAGES_CONTENT_BLOCK["text"])
     "tools": GATED,
     "tool_choice": GATED,
     "mcp_servers": GATED,

@@ -245,6 +245,9 @@ class _Gate:
 def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy, table: F.Fields) -> Gated:
     g = _Gate(tier, policy, policy.unknown_fields)
     F.check(body, table, "", g.unknown)
+    system = body.get("system")
+    for i, block in enumerate(system if isinstance(system, list) else []):  # text blocks only
+        F.check_typed(block, _SYSTEM_BLOCKS, f"system[{i}]", g.unknown)
     _gate_messages(body, g)
     servers = _gate_servers(body, g)
     tools = body.get("tools")
@@ -477,6 +480,7 @@ def _gate_block(block: Any, where: str, g: _Gate) -> Any:
 
 
 _TOOL_CHANGES = {k: F.MESSAGES_CONTENT_BLOCK[k] for k in ("tool_addition", "tool_removal")}
+_SYSTEM_BLOCKS = {"text": F.MESSAGES_CONTENT_BLOCK["text"]}
 
 
 def _gate_choice(choice: Any, g: _Gate, any_kept: bool) -> None:

@@ -163,3 +163,16 @@ def test_refused_fields_say_why() -> None:
         F.check({"prompt": {"id": "p"}}, F.RESPONSES_REQUEST, "", "drop")  # refused even under drop
     with pytest.raises(RequestInvalid, match="substitute models"):
         F.check({"fallbacks": ["m2"]}, F.MESSAGES_REQUEST, "", "refuse")
+
+
+def test_messages_system_carries_text_blocks_only() -> None:
+    from gatekeeper.errors import RequestInvalid
+    from gatekeeper.gating import ToolPolicy
+    from gatekeeper.protocols.messages import CODEC
+    from gatekeeper.tiers import Tier
+
+    body = {"model": "m", "max_tokens": 1, "messages": [], "system": [{"type": "text", "text": "be brief"}]}
+    CODEC.gate(body, Tier.SMALL, ToolPolicy())
+    addition = {"type": "tool_addition", "tool": {"name": "execute_command", "input_schema": {}}}
+    with pytest.raises(RequestInvalid, match=r"system\[0\]\.type 'tool_addition'"):
+        CODEC.gate(body | {"system": [addition]}, Tier.SMALL, ToolPolicy())

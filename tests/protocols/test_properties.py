@@ -1,17 +1,23 @@
-"""Property: whatever an upstream answers, plain or streamed, well-formed or not, under any SSE
+"""Properties, driven through a real proxy on a real port in front of a real HTTP upstream.
+
+Answers: whatever an upstream answers, plain or streamed, well-formed or not, under any SSE
 framing, no hidden tool name survives a client's accumulation (openai-python's or openai-node's),
 and nothing raises past the proxy (every answer is a complete HTTP response, never a 500).
 
-Driven through a real proxy on a real port in front of a real HTTP upstream whose answer each
-example sets."""
+Requests: for any request built from a protocol's own published types with random extra fields
+(top level and nested in tools, tool choices and input items), no hidden tool reaches the
+upstream, on chat, Responses and Messages, native and translated, under both
+`upstream.unknown_fields` modes."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import hypothesis
 import pytest
 import structlog
 from accumulate import plain_names, stream_names
@@ -208,3 +214,224 @@ def test_the_sse_parser_reads_any_split_like_the_whole(data: st.DataObject):
     except Exception as exc:  # noqa: BLE001
         got = type(exc)
     assert got == expected
+
+
+# -- the request side: no hidden tool reaches the upstream -----------------------------------------
+#
+# Requests are built from each protocol's own published types (the installed SDKs' TypedDicts,
+# drawn by hypothesis.from_type), with tool names drawn from a visible and a hidden set, and
+# random extra fields added at the top level and inside tools, tool choices and input items,
+# each carrying hidden tools. Whatever the proxy does (forward, narrow, drop, refuse), the
+# upstream must not receive a hidden tool. Checked on both `upstream.unknown_fields` modes, with
+# the protocol native and translated to chat.
+
+REQUEST_RULES = {
+    "default_tier": "small",
+    "required_tier": {
+        "execute_command": "large",
+        "github.delete_*": "large",
+        "web_search": "large",
+        "computer": "large",
+        "bash": "large",
+        "shell": "large",
+    },
+}
+HIDDEN_NAMES = {"execute_command", "delete_repo"}
+HIDDEN_FAMILIES = {"web_search", "computer", "bash", "shell"}
+FUNCTION_NAMES = st.sampled_from(["read_file", "execute_command"])
+MCP_NAMES = st.lists(st.sampled_from(["list_repos", "delete_repo"]), min_size=1, max_size=2, unique=True)
+EXTRA_KEYS = st.one_of(
+    st.sampled_from(["extra_body", "tools", "functions", "chat_template_kwargs", "mcp_servers", "hidden", "input"]),
+    st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=10),
+)
+
+
+def _plain(value: Any) -> Any:
+    """A drawn TypedDict value as JSON would carry it (iterables as lists, other values as null)."""
+
+    def default(o: Any) -> Any:
+        if isinstance(o, (tuple, set, frozenset)) or type(o).__name__ == "PrettyIter":
+            return list(itertools.islice(o, 5))  # hypothesis draws Iterable[...] as a lazy iterator
+        return None  # a non-JSON value drawn for `object` (a date, a path, ...)
+
+    return json.loads(json.dumps(value, default=default))
+
+
+def _hidden_in(doc: Any) -> list[str]:
+    """Every hidden tool a request body offers or names, found by walking all of it."""
+    from gatekeeper.gating import BUILTIN_FAMILIES
+
+    found: list[str] = []
+    if isinstance(doc, dict):
+        kind = doc.get("type")
+        if isinstance(kind, str) and BUILTIN_FAMILIES.get(kind) in HIDDEN_FAMILIES:
+            found.append(kind)
+        for value in doc.values():
+            found += _hidden_in(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            found += _hidden_in(value)
+    elif isinstance(doc, str) and (doc in HIDDEN_NAMES or doc.endswith(("__execute_command", ".delete_repo"))):
+        found.append(doc)
+    return found
+
+
+@st.composite
+def extras(draw: Any, target: dict[str, Any], payload: Any) -> None:
+    """Add (in place) up to two random fields carrying `payload` (hidden tools) to `target`."""
+    for _ in range(draw(st.integers(0, 2))):
+        target[draw(EXTRA_KEYS)] = draw(st.sampled_from([payload, {"tools": payload}, [payload]]))
+
+
+def _choice(draw: Any, forms: list[Any]) -> Any:
+    return draw(st.sampled_from(forms))
+
+
+@st.composite
+def chat_request(draw: Any) -> dict[str, Any]:
+    from openai.types.chat.chat_completion_tool_union_param import ChatCompletionToolUnionParam
+
+    tools = []
+    for _ in range(draw(st.integers(0, 3))):
+        tool = _plain(draw(st.from_type(ChatCompletionToolUnionParam)))
+        tool[tool["type"]]["name"] = draw(FUNCTION_NAMES)
+        tools.append(tool)
+    hidden = [{"type": "function", "function": {"name": "execute_command"}}]
+    body: dict[str, Any] = {"model": "small-model", "messages": [{"role": "user", "content": "hi"}]}
+    if tools:
+        body["tools"] = tools
+        body["tool_choice"] = _choice(
+            draw, ["auto", "none", "required", {"type": "function", "function": {"name": "read_file"}}]
+        )
+    for target in [body, body["messages"][0], *tools, *[t[t["type"]] for t in tools]]:
+        if draw(st.integers(0, 3)) == 0:
+            draw(extras(target, hidden))
+    return body
+
+
+@st.composite
+def responses_tool(draw: Any) -> dict[str, Any]:
+    from openai.types.responses.tool_param import ToolParam
+
+    tool = _plain(draw(st.from_type(ToolParam)))
+    kind = tool["type"]
+    if kind in ("function", "custom"):
+        tool["name"] = draw(FUNCTION_NAMES)
+    elif kind == "namespace":
+        tool["name"] = "ops"
+        tool["tools"] = [t for t in tool.get("tools") or [] if isinstance(t, dict)]
+        for inner in tool["tools"]:
+            inner["name"] = draw(FUNCTION_NAMES)
+    elif kind == "mcp":
+        tool["server_label"] = "github"
+        names = draw(MCP_NAMES)
+        tool["allowed_tools"] = draw(st.sampled_from([None, names, {"tool_names": names}, {"read_only": True}]))
+    return tool
+
+
+@st.composite
+def responses_request(draw: Any) -> dict[str, Any]:
+    hidden = [{"type": "function", "name": "execute_command"}, {"type": "web_search_preview"}]
+    tools = draw(st.lists(responses_tool(), max_size=3))
+    items: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    if draw(st.booleans()):
+        items.append({"type": "additional_tools", "tools": draw(st.lists(responses_tool(), min_size=1, max_size=2))})
+    if draw(st.booleans()):
+        names = draw(MCP_NAMES)
+        listed = [{"name": n, "input_schema": {}} for n in names]
+        items.append({"type": "mcp_list_tools", "id": "l1", "server_label": "github", "tools": listed})
+    body: dict[str, Any] = {"model": "small-model", "input": items}
+    if tools:
+        body["tools"] = tools
+        body["tool_choice"] = _choice(draw, ["auto", "none", "required", {"type": "function", "name": "read_file"}])
+    for target in [body, *items, *tools]:
+        if draw(st.integers(0, 3)) == 0:
+            draw(extras(target, hidden))
+    return body
+
+
+@st.composite
+def messages_request(draw: Any) -> dict[str, Any]:
+    from anthropic.types.beta.beta_tool_union_param import BetaToolUnionParam
+
+    tools = []
+    for _ in range(draw(st.integers(0, 3))):
+        tool = _plain(draw(st.from_type(BetaToolUnionParam)))
+        if tool.get("type") in (None, "custom"):
+            tool["name"] = draw(FUNCTION_NAMES)
+        elif tool["type"] == "mcp_toolset":
+            tool["mcp_server_name"] = "github"
+            if tool.get("tools") is not None:
+                tool["tools"] = [t for t in tool["tools"] if isinstance(t, dict)]
+            for entry in tool.get("tools") or []:
+                entry["name"] = draw(st.sampled_from(["list_repos", "delete_repo"]))
+            if isinstance(tool.get("configs"), dict):
+                tool["configs"] = {n: {"enabled": True} for n in draw(MCP_NAMES)}
+        tools.append(tool)
+    hidden = [{"name": "execute_command", "input_schema": {}}, {"type": "bash_20250124", "name": "bash"}]
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": "hi"}]
+    if draw(st.booleans()):
+        blocks.append({"type": "tool_addition", "tool": {"name": draw(FUNCTION_NAMES), "input_schema": {}}})
+    body: dict[str, Any] = {"model": "small-model", "max_tokens": 5, "messages": [{"role": "user", "content": blocks}]}
+    if draw(st.booleans()):
+        server: dict[str, Any] = {"type": "url", "url": "https://mcp.example", "name": "github"}
+        if draw(st.booleans()):
+            server["tool_configuration"] = {"allowed_tools": draw(MCP_NAMES)}
+        body["mcp_servers"] = [server]
+    if tools:
+        body["tools"] = tools
+        body["tool_choice"] = _choice(draw, [{"type": "auto"}, {"type": "any"}, {"type": "tool", "name": "read_file"}])
+    for target in [body, body["messages"][0], *blocks, *tools]:
+        if draw(st.integers(0, 3)) == 0:
+            draw(extras(target, hidden))
+    return body
+
+
+@pytest.fixture(scope="module")
+def request_rigs(tmp_path_factory: pytest.TempPathFactory, default_suite: Any) -> Iterator[list[Any]]:
+    """(upstream, proxy) for each of: native / translated x refuse / drop."""
+    from contextlib import ExitStack
+
+    from upstreams import NativeServer
+
+    store = tmp_path_factory.mktemp("request-props") / "models_profile.json"
+    seed_store(store, make_profile("small-model", Tier.SMALL, default_suite))
+    rigs = []
+    with ExitStack() as stack:
+        for protocols in (["chat", "responses", "messages"], ["chat"]):
+            for mode in ("refuse", "drop"):
+                upstream = stack.enter_context(NativeServer(lambda body: {"content": "ok"}))
+                upstream_settings = {"base_url": upstream.base_url, "protocols": protocols, "unknown_fields": mode}
+                settings = settings_for(upstream.base_url, store, upstream=upstream_settings, tools=REQUEST_RULES)
+                rigs.append((upstream, stack.enter_context(running_proxy(settings))))
+        yield rigs
+
+
+def _no_hidden_tool_reaches_the_upstream(rigs: list[Any], path: str, body: dict[str, Any]) -> None:
+    for upstream, proxy in rigs:
+        before = len(upstream.requests) + len(upstream.responses_requests) + len(upstream.messages_requests)
+        answer = httpx.post(proxy.url + path, json=body, timeout=30)
+        assert answer.status_code in (200, 400), answer.text
+        received = (upstream.requests + upstream.responses_requests + upstream.messages_requests)[before:]
+        assert (answer.status_code == 200) == bool(received)
+        for sent in received:
+            assert not _hidden_in(sent), f"{_hidden_in(sent)} reached the upstream from {body}"
+        hypothesis.event(f"{answer.status_code}")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=chat_request())
+def test_no_hidden_tool_reaches_the_upstream_chat(request_rigs: list[Any], body: dict[str, Any]):
+    _no_hidden_tool_reaches_the_upstream(request_rigs, "/v1/chat/completions", body)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=responses_request())
+def test_no_hidden_tool_reaches_the_upstream_responses(request_rigs: list[Any], body: dict[str, Any]):
+    _no_hidden_tool_reaches_the_upstream(request_rigs, "/v1/responses", body)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=messages_request())
+def test_no_hidden_tool_reaches_the_upstream_messages(request_rigs: list[Any], body: dict[str, Any]):
+    _no_hidden_tool_reaches_the_upstream(request_rigs, "/v1/messages", body)
