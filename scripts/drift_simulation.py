@@ -6,7 +6,8 @@ Prints, for the default settings:
   2. the delay (calls after the fault starts) until the demotion, at 1.5x, 2x and 5x one ceiling;
   3. through the real DriftMonitor (fake clock, no threads): what one client can do beside
      healthy ones, how fast faulty traffic spread over 3 or 10 clients demotes everyone, and how
-     many clean calls end the demotion.
+     many clean calls end the demotion;
+  4. what judging costs the worker thread per answer.
 
     python scripts/drift_simulation.py             # about 8 minutes on a busy core
     python scripts/drift_simulation.py --runs 2000 # under a minute, coarser
@@ -187,6 +188,21 @@ def spread(runs: int, clients: int, rng: random.Random) -> None:
     )
 
 
+def worker_cost(answers: int = 5000) -> None:
+    """What judging costs the worker thread per answer (never the request: it only queues)."""
+    two = [GOOD, Call("count", '{"n": 7}', True)]
+    best = math.inf
+    for _ in range(5):
+        m = Monitor()
+        started = time.perf_counter()
+        for i in range(answers):
+            m.mon.submit(Served(), two, OFFERED, f"key:{i % 10}")
+        m.mon.drain()
+        best = min(best, (time.perf_counter() - started) / answers)
+        m.mon.close()
+    print(f"\n4. The worker's cost: {best * 1e6:.0f} us per answer of two calls (classify, validate, judge; best of 5)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20_000, help="runs per false-alarm cell (default 20,000)")
@@ -200,6 +216,7 @@ def main() -> None:
     one_client_alone(max(args.runs // 2000, 3), rng)
     for clients in (3, 10):
         spread(max(args.runs // 2000, 3), clients, rng)
+    worker_cost()
     print(f"\n({time.perf_counter() - started:.0f} s, seed {args.seed})")
 
 
