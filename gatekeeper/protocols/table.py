@@ -19,9 +19,15 @@ TRANSLATORS: dict[str, Translator] = {
 }
 
 
-def codec(name: str) -> Codec | None:
-    """The codec for a protocol, or None when it is not served."""
-    return CODECS.get(name)
+# Endpoints whose requests have their own field allowlist (protocols/fields.py).
+ENDPOINT_CODECS: dict[tuple[str, str], Codec] = {
+    ("messages", "count_tokens"): messages.COUNT_TOKENS_CODEC,
+}
+
+
+def codec(name: str, endpoint: str | None = None) -> Codec | None:
+    """The codec for a protocol (and endpoint, e.g. "count_tokens"), or None when not served."""
+    return ENDPOINT_CODECS.get((name, endpoint)) if endpoint is not None else CODECS.get(name)
 
 
 def translator(name: str) -> Translator | None:

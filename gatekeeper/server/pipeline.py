@@ -180,7 +180,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     started = time.perf_counter()
     request_id = redact.request_id(request.headers.get("x-request-id"))  # the client's, when it is safe to log
     structlog.contextvars.bind_contextvars(request_id=request_id)
-    codec = protocols.codec(protocol)
+    codec = protocols.codec(protocol, "count_tokens" if count else None)  # its own field allowlist
     if codec is None:
         raise ProxyError(404, f"protocol {protocol!r} is not served", "protocol_not_served")
     state = request.app.state

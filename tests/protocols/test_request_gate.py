@@ -294,3 +294,13 @@ def test_a_tool_addition_block_is_gated(store_path, default_suite):
         )
     no_hidden(upstream)
     assert upstream.messages_requests[0]["messages"][0]["content"] == [{"type": "text", "text": "hi"}]
+
+
+def test_count_tokens_has_its_own_allowlist(store_path, default_suite):
+    with gate(NATIVE, store_path, default_suite) as (proxy, upstream):
+        client = claude(proxy)
+        client.messages.count_tokens(model="small-model", messages=HI, tools=[CLAUDE_FN, CLAUDE_HIDDEN])
+        with pytest.raises(anthropic.BadRequestError, match="'max_tokens' is not a field"):  # a create field only
+            client.messages.count_tokens(model="small-model", messages=HI, extra_body={"max_tokens": 5})
+    assert [t["name"] for t in upstream.count_requests[0]["tools"]] == ["read_file"]
+    assert len(upstream.count_requests) == 1
