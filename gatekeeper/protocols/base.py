@@ -90,6 +90,7 @@ class StreamFilter(Protocol):
 
 
 Schema = dict[str, Any]
+_ABSENT = object()
 
 
 class Offered(Mapping[str, "Schema | None"]):
@@ -98,7 +99,9 @@ class Offered(Mapping[str, "Schema | None"]):
     `tools`: each tool's exact typed identity, what answer enforcement matches a call against (a
     `computer_call` needs a `computer` built-in, never a function whose name starts alike).
     As a mapping: name (`str(ToolId)`) -> the JSON Schema of the tool's arguments (None when it
-    has none), what the drift tracker validates a kept call's arguments with.
+    has none), what the drift tracker validates a kept call's arguments with. A tool of an MCP
+    server offered whole (`server.*`) is found by its own name too (schema None), though not
+    listed: whether the tier admits it is the answer side's decision (`Allowed.admits`).
     """
 
     __slots__ = ("_schemas", "tools")
@@ -109,7 +112,13 @@ class Offered(Mapping[str, "Schema | None"]):
         self._schemas = {str(tool): schema for tool, schema in pairs}
 
     def __getitem__(self, name: str) -> Schema | None:
-        return self._schemas[name]
+        found = self._schemas.get(name, _ABSENT)
+        if found is _ABSENT:
+            group, dot, _ = name.partition(".")
+            if not dot or ToolId.mcp(group, "*") not in self.tools:
+                raise KeyError(name)
+            return None
+        return found  # type: ignore[return-value]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._schemas)

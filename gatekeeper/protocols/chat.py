@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
-from gatekeeper.gating import Gated, ToolId, ToolPolicy, builtin_family, gate_request, tool_name
+from gatekeeper.gating import Gated, ToolId, ToolKind, ToolPolicy, builtin_family, gate_request, tool_name
 from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
 from gatekeeper.protocols.enforce import allowed, settle
@@ -138,9 +138,10 @@ def _called(call: Any) -> tuple[ToolId, str | None] | None:
     if len(named) != 1 or call.get("type", named[0][0]) != named[0][0]:
         return None
     key, inner = named[0]
-    arguments = inner.get("arguments", inner.get("input"))
-    tool = ToolId.function(inner["name"]) if key == "function" else ToolId.custom(inner["name"])
-    return tool, arguments if isinstance(arguments, str) else None
+    if key == "custom":  # free-form input, not JSON: nothing for the drift tracker to validate
+        return ToolId.custom(inner["name"]), None
+    arguments = inner.get("arguments")
+    return ToolId.function(inner["name"]), arguments if isinstance(arguments, str) else None
 
 
 def _enforce_choice(choice: dict[str, Any], message: dict[str, Any], allow: Allowed, result: Enforced) -> None:
@@ -421,8 +422,8 @@ class ChatStreamFilter:
         if len(names) > 1:
             raise AnswerInvalid("upstream stream event: a tool call delta gives two different names")
         called = _called(call)
-        inner = call.get("function") or call.get("custom") or {}
-        arguments = inner.get("arguments", inner.get("input"))
+        inner = call.get("function") or {}
+        arguments = inner.get("arguments") if called is None or called[0].kind is ToolKind.FUNCTION else None
         verdict = self._decide(ci, ui, called[0] if called else None, next(iter(names), None), arguments)
         if verdict is None:
             return None

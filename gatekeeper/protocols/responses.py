@@ -544,6 +544,8 @@ class _Judge:
                 tool = ToolId.namespaced(namespace, name)
             else:
                 tool = ToolId.function(name) if kind == "function_call" else ToolId.custom(name)
+            if kind == "custom_tool_call":
+                arguments = None  # free-form input, not JSON: nothing for the drift tracker to validate
             return Call(str(tool), arguments, self.allow.admits(tool)), tool
         if kind in _MCP_CALLS:
             label, name = item.get("server_label"), item.get("name")

@@ -368,3 +368,22 @@ def test_a_content_delta_of_an_unknown_type_is_dropped():
     flt = M.stream_filter(messages_allowed({}))
     flt.feed(ev({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}))
     assert flt.feed(ev({"type": "content_block_delta", "index": 0, "delta": {"type": "tool_delta", "x": 1}})) == []
+
+
+def test_a_kept_call_of_a_whole_mcp_server_is_one_the_drift_tracker_finds_offered():
+    from gatekeeper.drift.window import classify
+
+    allow = responses_allowed(GITHUB)
+    doc = {"output": [{"type": "mcp_call", "id": "m", "server_label": "github", "name": "list_repos"}]}
+    (call,) = R.enforce(doc, allow).calls
+    assert call.offered and "github.list_repos" in allow.offered and classify(call, allow.offered) is None
+    assert "other.list_repos" not in allow.offered
+
+
+def test_free_form_custom_input_is_not_given_to_the_drift_tracker_as_json():
+    doc = {"output": [{"type": "custom_tool_call", "name": "patch", "input": "*** Begin", "call_id": "c"}]}
+    (call,) = R.enforce(doc, responses_allowed({"type": "custom", "name": "patch"})).calls
+    assert call.offered and call.arguments is None
+    chat = {"choices": [{"message": {"tool_calls": [{"type": "custom", "custom": {"name": "patch", "input": "x"}}]}}]}
+    (call,) = C.enforce(chat, Allowed(C.offered({"tools": [{"type": "custom", "custom": {"name": "patch"}}]}))).calls
+    assert call.offered and call.arguments is None
