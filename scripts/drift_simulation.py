@@ -1,6 +1,8 @@
 """Drift's sequential test on simulated traffic whose true fault rates are known.
 
 Prints, for the default settings:
+  0. the window rule the test replaced, for comparison: its false demotions when looked at
+     after every call;
   1. the false-demotion rate over 10,000 calls of a model at 0.9x and 1.0x every ceiling
      (`large` and `medium`), with a 95% upper bound on it, against the stated 1%;
   2. the delay (calls after the fault starts) until the demotion, at 1.5x, 2x and 5x one ceiling;
@@ -21,6 +23,7 @@ import random
 import statistics
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -71,6 +74,46 @@ def upper95(hits: int, runs: int) -> float:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if binomial_cdf(hits, runs, mid) > 0.05 else (lo, mid)
     return hi
+
+
+def old_rule(runs: int, rng: random.Random) -> None:
+    """The rule the CUSUM replaced, for comparison: over the last 200 calls (at least 50), a
+    kind's Wilson lower bound at 99% (one-sided) above its ceiling demotes; judged after every
+    call, on `large`'s three kinds."""
+    z = 2.326
+    ceilings = {f: t.ceiling for f, t in tests(Tier.LARGE).items()}
+
+    def lower(k: int, n: int) -> float:
+        p = k / n
+        centre, margin = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        return (centre - margin) / (1 + z * z / n)
+
+    print(f"0. The window rule it replaces, looked at after every call ({runs:,} runs)")
+    for factor in (0.9, 1.0):
+        within = {1000: 0, 5000: 0}
+        for _ in range(runs):
+            window: deque[Fault | None] = deque()
+            counts = dict.fromkeys(ceilings, 0)
+            for call in range(1, 5001):
+                draw, fault, total = rng.random(), None, 0.0
+                for kind, ceiling in ceilings.items():
+                    total += factor * ceiling
+                    if draw < total:
+                        fault = kind
+                        break
+                window.append(fault)
+                if fault is not None:
+                    counts[fault] += 1
+                if len(window) > 200 and (old := window.popleft()) is not None:
+                    counts[old] -= 1
+                n = len(window)
+                if n >= 50 and any(counts[k] and lower(counts[k], n) > c for k, c in ceilings.items()):
+                    for limit in within:
+                        within[limit] += call <= limit
+                    break
+        shown = ", ".join(f"{hits / runs:.1%} within {limit:,} calls" for limit, hits in within.items())
+        print(f"   `large` at {factor:.1f}x its ceilings: demoted {shown}")
+    print()
 
 
 def false_alarms(runs: int, rng: random.Random) -> None:
@@ -211,6 +254,7 @@ def main() -> None:
     logs.configure("error")  # the figures, not a log line per demotion
     rng = random.Random(args.seed)
     started = time.perf_counter()
+    old_rule(max(args.runs // 20, 100), rng)
     false_alarms(args.runs, rng)
     delays(max(args.runs // 10, 200), rng)
     one_client_alone(max(args.runs // 2000, 3), rng)
