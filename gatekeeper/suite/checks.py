@@ -1,10 +1,18 @@
-"""The check types of the suite DSL: pure functions from (check, answer) to pass/fail."""
+"""The check types of the suite DSL: pure functions from (check, answer) to pass/fail.
+
+They follow the seed's scoring code rule by rule: the answer is trimmed (JavaScript's whitespace)
+before any check, words are split on that whitespace, expected values are compared as
+JavaScript's `String()` writes them (`1.0` is "1", `true` is "true"). Where gatekeeper differs
+on purpose, the README's table of differences says where and why.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from gatekeeper.suite.jsonrepair import extract_json, loads
@@ -22,28 +30,66 @@ def run_check(check: Check, answer: Answer) -> bool:
 # --- values -------------------------------------------------------------------------------
 
 _MISSING = object()
+_INVALID = object()  # tool arguments that are no JSON object: every argument check fails
 
 
-def lenient_equal(actual: Any, expected: Any, *, strip: bool = True) -> bool:
+def lenient_equal(actual: Any, expected: Any) -> bool:
     """Equality as the suite means it.
 
     An expected number needs an actual number (not a bool, not a numeric string) and
-    compares numerically, so `1 == 1.0` but `"8080" != 8080`. Anything else compares
-    string forms (see `text_form`), case-sensitive, so `"true"` matches `true`. With
-    `strip=False` (tool arguments) strings compare exactly as sent.
+    compares numerically, so `1 == 1.0` but `"8080" != 8080`. Other scalars compare as
+    JavaScript's `String()` writes them, exactly (no stripping, case-sensitive), as the seed
+    does: `"true"` matches `true`, `"3"` matches `3.0`. Arrays and objects compare as compact
+    JSON with sorted keys (the seed's `String()` makes every object "[object Object]").
     """
     if _is_number(expected):
         return _is_number(actual) and actual == expected
-    return text_form(actual, strip=strip) == text_form(expected, strip=strip)
+    return text_form(actual) == text_form(expected)
 
 
-def text_form(value: Any, *, strip: bool = True) -> str:
-    """A value as text: strings as they are (stripped unless `strip=False`), everything else as
-    compact JSON (`true`, `null`)."""
-    if isinstance(value, str):
-        return value.strip() if strip else value
-    # sort_keys: two objects with the same members are the same value whatever their order.
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+def text_form(value: Any) -> str:
+    """A value as text: a scalar as JavaScript's `String()` writes it, an array or an object as
+    compact JSON (sorted keys: two objects with the same members are one value)."""
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    return js_string(value)
+
+
+def js_string(value: Any) -> str:
+    """JavaScript's `String(value)` for a JSON scalar: `null`, `true`, `3` for 3.0, `1e+21`."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _js_number(value)
+    return str(value)
+
+
+def _js_number(x: float) -> str:
+    """Number::toString (ECMA-262): the shortest digits, positional from 1e-7 to 1e21."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0:
+        return "0"
+    _, digits, exponent = Decimal(repr(abs(x))).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    text, k = "".join(map(str, digits)), len(digits)
+    n = k + exponent  # x = 0.<digits> * 10^n
+    if k <= n <= 21:
+        out = text + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = text[:n] + "." + text[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * -n + text
+    else:
+        mantissa = text[0] + ("." + text[1:] if k > 1 else "")
+        out = f"{mantissa}e{'+' if n - 1 >= 0 else '-'}{abs(n - 1)}"
+    return ("-" if x < 0 else "") + out
 
 
 def json_type(value: Any) -> set[str]:
@@ -96,9 +142,19 @@ def _flags(flags: str | None) -> int:
 # --- text ---------------------------------------------------------------------------------
 
 
+# JavaScript's WhiteSpace and LineTerminator characters: what the seed's trim() and \s see.
+_JS_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_JS_SPLIT = re.compile(f"[{_JS_SPACE}]+")
+
+
+def _text(answer: Answer) -> str:
+    """The answer as every check reads it: trimmed, as the seed trims it."""
+    return answer.content.strip(_JS_SPACE)
+
+
 def _words(text: str) -> list[str]:
     """Whitespace-separated tokens holding at least one letter or digit ("—" is not a word)."""
-    return [token for token in text.split() if any(char.isalnum() for char in token)]
+    return [token for token in _JS_SPLIT.split(text) if any(char.isalnum() for char in token)]
 
 
 def _strip_edges(word: str) -> str:
@@ -112,23 +168,23 @@ def _strip_edges(word: str) -> str:
 
 
 def _word_at(check: Check, answer: Answer, index: int) -> bool:
-    words = _words(answer.content)
-    return bool(words) and _strip_edges(words[index]) == str(check.value).strip()
-
-
-def _case_insensitive(check: Check) -> bool:
-    return check.flags is None or "i" in check.flags
+    words = _words(_text(answer))
+    return bool(words) and _strip_edges(words[index]) == js_string(check.value)
 
 
 def _contains(check: Check, answer: Answer) -> bool:
-    needle, haystack = str(check.value), answer.content
-    if _case_insensitive(check):
-        needle, haystack = needle.casefold(), haystack.casefold()
-    return needle in haystack
+    # The seed builds a regex of the escaped value with the check's flags ("i" by default).
+    flags = _flags("i" if check.flags is None else check.flags)
+    return re.search(re.escape(js_string(check.value)), _text(answer), flags) is not None
 
 
 def _regex(check: Check, answer: Answer) -> bool:
-    return re.search(str(check.value), answer.content, _flags(check.flags)) is not None
+    return re.search(str(check.value), _text(answer), _flags(check.flags)) is not None
+
+
+def _lines(answer: Answer) -> int:
+    """Non-empty lines: split on "\n" only and trimmed, as the seed counts them."""
+    return sum(1 for line in _text(answer).split("\n") if line.strip(_JS_SPACE))
 
 
 # --- json ---------------------------------------------------------------------------------
@@ -136,7 +192,7 @@ def _regex(check: Check, answer: Answer) -> bool:
 
 def _json_value_at(check: Check, answer: Answer) -> Any:
     try:
-        document = extract_json(answer.content)
+        document = extract_json(_text(answer))
     except ValueError:
         return _MISSING
     return value_at(document, check.path or "")
@@ -144,7 +200,7 @@ def _json_value_at(check: Check, answer: Answer) -> Any:
 
 def _json_valid(check: Check, answer: Answer) -> bool:
     try:
-        extract_json(answer.content)
+        extract_json(_text(answer))
     except ValueError:
         return False
     return True
@@ -170,15 +226,16 @@ def _json_path_length(check: Check, answer: Answer) -> bool:
 
 
 def _first_call_arg(check: Check, answer: Answer) -> Any:
-    """Argument `check.arg` of the first tool call, or `_MISSING` (no call, bad JSON, no such arg)."""
+    """Argument `check.arg` of the first tool call; `_MISSING` when the arguments are a JSON object
+    without it, `_INVALID` when there is no call or its arguments are no JSON object."""
     if not answer.tool_calls:
-        return _MISSING
+        return _INVALID
     try:
         arguments = loads(answer.tool_calls[0].arguments)  # NaN / Infinity are not JSON here either
     except ValueError:
-        return _MISSING
+        return _INVALID
     if not isinstance(arguments, dict):
-        return _MISSING
+        return _INVALID
     return arguments.get(check.arg, _MISSING)
 
 
@@ -190,28 +247,31 @@ def _tool_not_called(check: Check, answer: Answer) -> bool:
 
 def _tool_arg_equals(check: Check, answer: Answer) -> bool:
     value = _first_call_arg(check, answer)
-    # As sent: "server.log\n" is another file than "server.log", so no stripping here.
-    return value is not _MISSING and lenient_equal(value, check.value, strip=False)
+    # As sent: "server.log\n" is another file than "server.log" (no stripping, as in the seed).
+    return value is not _MISSING and value is not _INVALID and lenient_equal(value, check.value)
 
 
 def _tool_arg_regex(check: Check, answer: Answer) -> bool:
     value = _first_call_arg(check, answer)
-    # Unlike `regex`, argument matching ignores case unless the check says otherwise.
+    if value is _INVALID:
+        return False
+    # Unlike `regex`, argument matching ignores case unless the check says otherwise; a missing
+    # argument is matched as "" (the seed's `String(args[arg] ?? '')`).
     flags = _flags("i" if check.flags is None else check.flags)
-    return value is not _MISSING and re.search(str(check.value), text_form(value, strip=False), flags) is not None
+    return re.search(str(check.value), "" if value is _MISSING else text_form(value), flags) is not None
 
 
 # Every check type of the DSL -> the function that decides it.
 CHECKS: dict[str, Callable[[Check, Answer], bool]] = {
-    "word_count": lambda c, a: len(_words(a.content)) == c.value,
-    "line_count": lambda c, a: sum(1 for line in a.content.splitlines() if line.strip()) == c.value,
+    "word_count": lambda c, a: len(_words(_text(a))) == c.value,
+    "line_count": lambda c, a: _lines(a) == c.value,
     "first_word": lambda c, a: _word_at(c, a, 0),
     "last_word": lambda c, a: _word_at(c, a, -1),
     "contains": _contains,
     "not_contains": lambda c, a: not _contains(c, a),
     "regex": _regex,
     "not_regex": lambda c, a: not _regex(c, a),
-    "not_empty": lambda c, a: bool(a.content.strip()),
+    "not_empty": lambda c, a: bool(_text(a)),
     "json_valid": _json_valid,
     "json_path_equals": _json_path_equals,
     "json_path_type": _json_path_type,

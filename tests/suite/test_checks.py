@@ -72,8 +72,10 @@ def test_first_word_fails_on_empty_answer():
     assert not run_check(check("first_word", "Il"), text("   "))
 
 
-def test_first_word_strips_whitespace_around_the_expected_value():
-    assert run_check(check("first_word", " The "), text("The end"))
+def test_first_word_compares_the_expected_value_as_written():
+    # As the seed: String(value), never stripped; a number is written the JavaScript way.
+    assert not run_check(check("first_word", " The "), text("The end"))
+    assert run_check(check("first_word", 3.0), text("3 little pigs"))
 
 
 def test_last_word_strips_edge_punctuation():
@@ -384,11 +386,22 @@ def test_lenient_equal_matches_a_number_against_its_string_form():
     assert lenient_equal(8080, "8080")
 
 
-def test_lenient_equal_strips_strings_but_keeps_case():
-    # JSON values are compared stripped; tool arguments are not (strip=False, see below).
-    assert lenient_equal("  server.log\n", "server.log")
-    assert not lenient_equal("  server.log\n", "server.log", strip=False)
+def test_lenient_equal_compares_strings_exactly():
+    # As the seed's String(a) === String(b): no stripping, case kept.
+    assert not lenient_equal("  server.log\n", "server.log")
     assert not lenient_equal("Server.log", "server.log")
+    assert lenient_equal(3.0, "3") and lenient_equal(True, "true") and lenient_equal(1e21, "1e+21")
+
+
+def test_the_answer_is_trimmed_before_every_check_as_in_the_seed():
+    assert run_check(check("regex", "^Paris$"), text("  Paris\n"))
+    assert run_check(check("line_count", 2), text("a\rb\nc"))  # "\r" alone ends no line
+    assert not run_check(check("not_empty"), text("\ufeff \u00a0"))  # JavaScript whitespace
+
+
+def test_a_missing_argument_is_matched_as_empty_text_as_in_the_seed():
+    assert run_check(check("tool_arg_regex", "^$", arg="mode"), calls(("w", {"path": "a"})))
+    assert not run_check(check("tool_arg_regex", "^$", arg="mode"), text("no call"))
 
 
 def test_lenient_equal_compares_containers_as_compact_json_ignoring_key_order():
