@@ -63,6 +63,7 @@ SCENARIOS: dict[str, tuple[str, Targets]] = {
 class Tally:
     n: int = 0
     too_high: int = 0
+    too_low: int = 0
     large: int = 0
     under: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
     all_under: int = 0
@@ -72,6 +73,7 @@ class Tally:
     def add(self, tier: Tier, intervals: dict[str, list[float]], truth: dict[str, float], calls: int, n: int) -> None:
         self.n += 1
         self.too_high += tier.rank > compute_tier(truth).rank
+        self.too_low += tier.rank < compute_tier(truth).rank
         self.large += tier == Tier.LARGE
         under = {c: intervals[c][0] <= truth[c] for c in CATEGORIES}
         for c, ok in under.items():
@@ -84,7 +86,8 @@ class Tally:
         pct = lambda k: f"{100 * k / self.n:5.1f}%"  # noqa: E731
         unders = " ".join(f"{c[:4]} {pct(self.under[c])}" for c in CATEGORIES)
         return (
-            f"  {label:<10} n={self.n:<4} too high {pct(self.too_high)}  large {pct(self.large)}  "
+            f"  {label:<10} n={self.n:<4} too high {pct(self.too_high)}  too low {pct(self.too_low)}  "
+            f"large {pct(self.large)}  "
             f"bound <= truth: {unders}, all {pct(self.all_under)}  "
             f"calls {statistics.mean(self.calls):.0f} (max {max(self.calls)}), samples {statistics.mean(self.samples):.1f}"
         )

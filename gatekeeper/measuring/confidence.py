@@ -95,7 +95,7 @@ class Estimate:
 
 
 @dataclass(frozen=True)
-class Category:
+class Strata:
     """What the bound needs to know about a category before any data: its tests' shares and
     the exponents (chosen from the shares and the category's highest threshold)."""
 
@@ -103,7 +103,7 @@ class Category:
     exponents: tuple[float, ...]
 
     @classmethod
-    def of(cls, weights: Sequence[float], threshold: float | None) -> Category:
+    def of(cls, weights: Sequence[float], threshold: float | None) -> Strata:
         total = sum(weights)
         shares = tuple(w / total for w in weights) if total > 0 else ()
         return cls(shares, _exponents(shares, threshold))
@@ -121,7 +121,7 @@ def _exponents(shares: Sequence[float], threshold: float | None) -> tuple[float,
     return tuple(best * k for k in _MIXTURE)
 
 
-def estimate(category: Category, failures: float, samples: int, risk: float = DEFAULT_RISK) -> Estimate:
+def estimate(category: Strata, failures: float, samples: int, risk: float = DEFAULT_RISK) -> Estimate:
     """The estimate after `samples` samples whose weighted failures add up to `failures` (F_n)."""
     if not category.shares or samples < 1:
         return Estimate(0.0, 0.0, 0.0, samples)  # a category with no tests scores 0 (fail closed)
@@ -137,7 +137,7 @@ def estimate(category: Category, failures: float, samples: int, risk: float = DE
 
 
 def samples_to_reach(
-    category: Category, failures: float, samples: int, threshold: float, risk: float, limit: int = 1000
+    category: Strata, failures: float, samples: int, threshold: float, risk: float, limit: int = 1000
 ) -> int | None:
     """How many more samples, failing at the rate seen so far, would lift the lower bound to
     `threshold`; None when even `limit` more would not (the estimate is at or below it)."""

@@ -24,8 +24,8 @@ from gatekeeper.measuring.backends import Backend
 from gatekeeper.measuring.confidence import (
     DEFAULT_RISK,
     DEFAULT_SAMPLES,
-    Category,
     Estimate,
+    Strata,
     estimate,
     settled,
     tier_of,
@@ -204,12 +204,12 @@ async def run_test(
     return run
 
 
-def categories(suite: Suite, thresholds: Thresholds) -> dict[str, Category]:
+def categories(suite: Suite, thresholds: Thresholds) -> dict[str, Strata]:
     """Each category's tests' shares and the bound's exponents, fixed before any data."""
-    found: dict[str, Category] = {}
+    found: dict[str, Strata] = {}
     for c in CATEGORIES:
         needs = [t for t in (thresholds.large.get(c), thresholds.medium.get(c)) if t is not None]
-        found[c] = Category.of([t.weight for t in suite.by_category(c)], max(needs) if needs else None)
+        found[c] = Strata.of([t.weight for t in suite.by_category(c)], max(needs) if needs else None)
     return found
 
 

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from gatekeeper.measuring.confidence import (
-    Category,
     Estimate,
+    Strata,
     _max_gain,
     _min_cost,
     estimate,
@@ -21,7 +21,7 @@ from gatekeeper.measuring.confidence import (
 from gatekeeper.measuring.effort import chi2_sf, friedman_p
 from gatekeeper.tiers import Thresholds
 
-TOOL_CALLING = Category.of([4, 2, 2, 1, 2, 2, 4], 0.9)  # the default suite's toolCalling weights
+TOOL_CALLING = Strata.of([4, 2, 2, 1, 2, 2, 4], 0.9)  # the default suite's toolCalling weights
 
 
 def test_agreeing_samples_keep_a_bound_below_a_perfect_score():
@@ -43,7 +43,7 @@ def test_the_bound_sits_below_the_estimate_and_the_upper_end_above():
 
 
 def test_a_category_without_tests_scores_zero():
-    assert estimate(Category.of([], 0.9), 0.0, 5) == Estimate(0.0, 0.0, 0.0, 5)
+    assert estimate(Strata.of([], 0.9), 0.0, 5) == Estimate(0.0, 0.0, 0.0, 5)
 
 
 def test_the_worst_spread_of_failures_is_found_in_closed_form():
