@@ -658,3 +658,41 @@ def test_a_scripted_perfect_answerer_passes_every_drawn_instance(tmp_path, defau
     service = MeasurementService(Settings(), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
     profile = asyncio.run(service.measure("m", seed=seed))
     assert profile.scores == {"instruction": 1.0, "json": 1.0, "toolCalling": 1.0}
+
+
+# -- ignored effort with a sampling backend (issue 21) ---------------------------------------------
+
+
+def sampling_backend(default_suite, tokens_for) -> MockBackend:
+    """Answers perfectly or not at all at random, with completion tokens drawn by `tokens_for`."""
+    import random
+
+    # A fixed draw (the mock runs in a fixed order); over draws, an ignoring backend is taken for
+    # one that applies the effort about 1 time in 10 (two tests at 5%).
+    script, rng = SuiteScript(default_suite), random.Random(0)
+
+    def handle(request: BackendRequest) -> Completion:
+        test, step = script.locate({"messages": request.messages})
+        message = answers.perfect(test, step) if rng.random() < 0.9 else {"content": "", "tool_calls": []}
+        calls = tuple(
+            ToolCall(f"c{i}", c["name"], json.dumps(c["arguments"])) for i, c in enumerate(message["tool_calls"])
+        )
+        return Completion(Answer(message["content"] or "", calls), tokens_for(rng, request.effort), 0.01, True)
+
+    return MockBackend(handle)
+
+
+def test_a_sampling_backend_that_ignores_the_effort_is_recognised(tmp_path, default_suite):
+    backend = sampling_backend(default_suite, lambda rng, effort: rng.randint(20, 60))  # same at every level
+    settings = sampled(3)
+    service = MeasurementService(settings, default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    result = asyncio.run(service.sweep("m", ["low", "high"]))
+    assert result.effort_ignored
+    assert [p.effort_applied for p in result.profiles] == [False, False]
+
+
+def test_a_sampling_backend_that_thinks_longer_at_high_effort_is_not_called_ignored(tmp_path, default_suite):
+    backend = sampling_backend(default_suite, lambda rng, effort: rng.randint(20, 60) + (40 if effort == "high" else 0))
+    service = MeasurementService(sampled(3), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    result = asyncio.run(service.sweep("m", ["low", "high"]))
+    assert not result.effort_ignored and all(p.effort_applied for p in result.profiles)
