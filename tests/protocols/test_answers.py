@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid
 from gatekeeper.gating import BUILTIN_FAMILIES, ToolId, ToolPolicy
@@ -387,3 +389,67 @@ def test_free_form_custom_input_is_not_given_to_the_drift_tracker_as_json():
     chat = {"choices": [{"message": {"tool_calls": [{"type": "custom", "custom": {"name": "patch", "input": "x"}}]}}]}
     (call,) = C.enforce(chat, Allowed(C.offered({"tools": [{"type": "custom", "custom": {"name": "patch"}}]}))).calls
     assert call.offered and call.arguments is None
+
+
+# -- a property: whatever the upstream answers, only exactly offered calls reach the client ------
+
+NAMES = ["read_file", "computer_notes", "delete_repo", "list_repos"]  # few: lookalikes collide often
+ITEM_TYPES = [*_BUILTIN_CALLS, "function_call", "custom_tool_call", "mcp_call", "mcp_approval_request", "x_call"]
+OFFERABLE = [
+    *[fn(n) for n in NAMES],
+    *[{"type": "custom", "name": n} for n in NAMES],
+    *[{"type": t} for t in ("computer_use_preview", "local_shell", "shell", "web_search_preview", "apply_patch")],
+    GITHUB,
+    GITHUB | {"server_label": "other", "allowed_tools": ["read_file"]},
+]
+ITEMS = st.builds(
+    lambda kind, name, label, namespace: {
+        "type": kind,
+        "id": f"it_{kind}_{name}",
+        "call_id": f"c_{name}",
+        "name": name,
+        "server_label": label,
+        "arguments": "{}",
+        **({"namespace": namespace} if namespace and kind == "function_call" else {}),
+    },
+    st.sampled_from(ITEM_TYPES),
+    st.sampled_from(NAMES),
+    st.sampled_from(["github", "other"]),
+    st.sampled_from([None, "ns"]),
+)
+
+
+def admitted(item: dict, allow: Allowed) -> bool:
+    """The oracle, written from the rule rather than from the codec: the exact identity the item
+    calls is offered (or, for an MCP tool, its server is offered and the tier admits it)."""
+    kind, name, tools = item["type"], item["name"], allow.offered.tools
+    if kind == "function_call":
+        own = ToolId.namespaced("ns", name) if item.get("namespace") else ToolId.function(name)
+        return own in tools
+    if kind == "custom_tool_call":
+        return ToolId.custom(name) in tools
+    if kind in ("mcp_call", "mcp_approval_request"):
+        exact = ToolId.mcp(item["server_label"], name)
+        whole = ToolId.mcp(item["server_label"], "*") in tools and POLICY.allows(Tier.SMALL, exact)
+        return exact in tools or whole
+    return any(t.kind.value == "builtin" and t.name in _BUILTIN_CALLS.get(kind, ()) for t in tools)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(ITEMS, max_size=5), st.lists(st.sampled_from(OFFERABLE), max_size=5), st.booleans())
+def test_only_exactly_offered_calls_reach_the_client(items, offered, explain):
+    allow = responses_allowed(*offered, explain=explain)
+    doc = {"output": [dict(i) for i in items]}
+    R.enforce(doc, allow)
+    assert all(i["type"] == "message" or admitted(i, allow) for i in doc["output"])
+    flt = R.stream_filter(allow)
+    events = [
+        {"type": "response.created", "response": {"id": "r", "output": []}},
+        *[{"type": "response.output_item.added", "output_index": n, "item": dict(i)} for n, i in enumerate(items)],
+        {"type": "response.completed", "response": {"id": "r", "output": [dict(i) for i in items]}},
+    ]
+    out = [json.loads(e.data) for d in events for e in flt.feed(ev(d))]
+    seen = [d["item"] for d in out if d["type"] == "response.output_item.added"]
+    seen += out[-1]["response"]["output"]
+    assert all(i["type"] == "message" or admitted(i, allow) for i in seen)
+    assert [d["output_index"] for d in out if d["type"] == "response.output_item.added"] == list(range(len(seen) // 2))
