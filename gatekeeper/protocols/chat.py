@@ -43,6 +43,36 @@ def loads(raw: bytes | str, what: str) -> Any:
         raise AnswerInvalid(f"{what} is not valid JSON: {exc}") from None
 
 
+def _template_effort(body: dict[str, Any], effort: str | None) -> str | None:
+    """The effort a request really runs at. Servers such as vLLM let `chat_template_kwargs`
+    override the top-level field (`reasoning_effort` for gpt-oss templates; `enable_thinking` /
+    `thinking` false turn reasoning off, effort `none`): the tier must be the one of that effort,
+    so a template effort is the request's effort, and one that contradicts `reasoning_effort` is
+    refused (a high effort's tier for a low-effort run)."""
+    kwargs = body.get("chat_template_kwargs")
+    if not isinstance(kwargs, dict):
+        return effort
+    implied = kwargs.get("reasoning_effort")
+    if implied is not None and (not isinstance(implied, str) or not implied or "@" in implied):
+        raise RequestInvalid("'chat_template_kwargs.reasoning_effort' must be a non-empty string without '@'")
+    off = [k for k in ("enable_thinking", "thinking") if kwargs.get(k) is False]
+    if off and implied not in (None, "none"):
+        raise RequestInvalid(
+            f"'chat_template_kwargs.{off[0]}' false (no reasoning) contradicts "
+            f"'chat_template_kwargs.reasoning_effort' {implied[:32]!r}"
+        )
+    implied = implied or ("none" if off else None)
+    if implied is None or effort == implied:
+        return effort
+    if effort is not None:
+        where = "reasoning_effort" if "reasoning_effort" in kwargs else f"{off[0]}: false"
+        raise RequestInvalid(
+            f"'chat_template_kwargs.{where}' contradicts 'reasoning_effort' {effort[:32]!r}: the server "
+            f"would run at effort {implied[:32]!r}; send one effort, in 'reasoning_effort'"
+        )
+    return implied
+
+
 class ChatCodec:
     name = "chat"
     upstream_path = "/chat/completions"
@@ -62,7 +92,7 @@ class ChatCodec:
         stream = body.get("stream", False)
         if stream is not None and not isinstance(stream, bool):
             raise RequestInvalid("'stream' must be a boolean")
-        return RequestInfo(model, effort, bool(stream))
+        return RequestInfo(model, _template_effort(body, effort), bool(stream))
 
     def gate(self, body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
         check_request(body, policy.unknown_fields)

@@ -584,6 +584,43 @@ MESSAGES_CONTENT_BLOCK: Mapping[str, Fields] = {  # by type
     },
 }
 
+# -- tool-free endpoints, forwarded as they are: POST /v1/completions and /v1/embeddings -------
+# An allowlist too (openai-python types/completion_create_params.py, embedding_create_params.py,
+# and the sampling knobs of OpenAI-compatible servers): a denylist of tool fields let
+# `extra_body`, `messages` or a `Tools` ride through to an SDK-style upstream (LiteLLM) that
+# merges them into a chat call.
+COMPLETIONS_REQUEST: Fields = {
+    key: FORWARD
+    for key in (
+        "model",
+        "prompt",
+        "best_of",
+        "echo",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_tokens",
+        "n",
+        "presence_penalty",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "suffix",
+        "temperature",
+        "top_p",
+        "user",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+    )
+}
+EMBEDDINGS_REQUEST: Fields = {key: FORWARD for key in ("model", "input", "dimensions", "encoding_format", "user")}
+PASSTHROUGH_TABLES: Mapping[str, Fields] = {
+    "/v1/completions": COMPLETIONS_REQUEST,
+    "/v1/embeddings": EMBEDDINGS_REQUEST,
+}
+
 # The top-level table of each protocol's main endpoint.
 REQUEST_TABLES: Mapping[str, Fields] = {
     "chat": CHAT_REQUEST,

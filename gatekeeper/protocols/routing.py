@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gatekeeper.errors import RequestInvalid
 from gatekeeper.protocols.base import Codec
 from gatekeeper.store.profile import DEFAULT_EFFORT
 
@@ -54,7 +55,10 @@ def rerouted(codec: Codec, body: dict[str, Any], model: str, effort: str) -> dic
             out[holder] = inner
         else:
             out.pop(holder, None)
-    info = codec.parse(out)
+    try:
+        info = codec.parse(out)
+    except RequestInvalid:  # the new effort contradicts another effort knob (chat template kwargs)
+        return None
     return out if (info.model, info.effort or DEFAULT_EFFORT) == (model, effort) else None
 
 

@@ -37,6 +37,7 @@ from gatekeeper.errors import (
     RequestInvalid,
     ToolChoiceBlocked,
 )
+from gatekeeper.protocols import fields
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
 from gatekeeper.redact import clip
@@ -186,12 +187,17 @@ async def get_model(request: Request) -> Response:
 
 
 async def passthrough(request: Request) -> Response:
-    body = await read_json(request, request.app.state.gk.settings.max_body_bytes)
+    settings = request.app.state.gk.settings
+    body = await read_json(request, settings.max_body_bytes)
     carried = [f for f in _TOOL_FIELDS if f in body] + (
         ["chat_template_kwargs"] if "chat_template_kwargs" in body else []
     )
     if carried:
         raise ProxyError(400, f"{request.url.path} carries no tools; refused fields: {carried}", "invalid_request")
+    try:  # every other field known too (extra_body, messages, ... are not)
+        fields.check(body, fields.PASSTHROUGH_TABLES[request.url.path], "", settings.upstream.unknown_fields)
+    except RequestInvalid as exc:
+        raise ProxyError(400, f"{request.url.path}: {exc}", "invalid_request") from None
     return await forward(request, "POST", request.url.path.removeprefix("/v1"), body)
 
 

@@ -1,0 +1,125 @@
+"""What a hostile client got through on the main of 2026-12-01 (the red-team run for issue 20), each
+through the real proxy on a real port, sent by the official client; what the upstream received
+is the evidence.
+
+- A chat request's `chat_template_kwargs` can set the effort the server really runs at (vLLM
+  merges them over the top-level fields: `reasoning_effort` for gpt-oss templates,
+  `enable_thinking` / `thinking` false for Qwen3 / DeepSeek), so a request gated at the tier of
+  `reasoning_effort: high` ran at low effort, or without reasoning, with the high tier's tools.
+- The tool-free endpoints (/v1/completions, /v1/embeddings) refused only the tool fields by name:
+  `extra_body`, `messages` or `Tools` were forwarded to an upstream that may merge them into a
+  chat call (LiteLLM's text completion does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for, tool
+from scripted import ScriptedServer
+
+from gatekeeper.protocols.chat import ChatCodec
+from gatekeeper.protocols.routing import rerouted
+from gatekeeper.tiers import Tier
+
+HI = [{"role": "user", "content": "hi"}]
+HIDDEN = "execute_command"  # large under settings_for's rules
+
+
+@pytest.fixture
+def upstream() -> Iterator[ScriptedServer]:
+    with ScriptedServer() as server:
+        yield server
+
+
+@pytest.fixture
+def proxy(upstream, store_path, default_suite) -> Iterator[Proxy]:
+    """`m` is large at its default and at `high`, small at `low`; `none` is unmeasured."""
+    seed_store(
+        store_path,
+        make_profile("m", Tier.LARGE, default_suite),
+        make_profile("m", Tier.LARGE, default_suite, effort="high"),
+        make_profile("m", Tier.SMALL, default_suite, effort="low"),
+    )
+    with running_proxy(settings_for(upstream.base_url, store_path, lazy={"allow": []})) as running:
+        yield running
+
+
+def offered(upstream: ScriptedServer) -> list[str]:
+    return [t["function"]["name"] for t in upstream.requests[-1].get("tools") or []]
+
+
+# -- the effort a chat template runs at ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"reasoning_effort": "low"}, {"enable_thinking": False}, {"thinking": False}],
+    ids=["reasoning_effort", "enable_thinking", "thinking"],
+)
+def test_a_template_effort_that_contradicts_reasoning_effort_is_refused(proxy, upstream, kwargs):
+    with pytest.raises(openai.BadRequestError, match=r"chat_template_kwargs\..* contradicts 'reasoning_effort'"):
+        proxy.client.chat.completions.create(
+            model="m",
+            messages=HI,
+            tools=[tool(HIDDEN)],
+            reasoning_effort="high",
+            extra_body={"chat_template_kwargs": kwargs},
+        )
+    assert upstream.requests == []
+
+
+def test_a_template_effort_is_the_request_s_effort(proxy, upstream):
+    # m's default is large, m@low small: the run at low effort gets low's tier.
+    answer = proxy.client.chat.completions.with_raw_response.create(
+        model="m", messages=HI, tools=[tool(HIDDEN)], extra_body={"chat_template_kwargs": {"reasoning_effort": "low"}}
+    )
+    assert answer.headers["x-gatekeeper-tier"] == "small"
+    assert offered(upstream) == []
+
+
+def test_reasoning_turned_off_in_the_template_is_effort_none(proxy, upstream):
+    # m@none is unmeasured (and lazy.allow admits no name): the unknown tier, never m's large.
+    answer = proxy.client.chat.completions.with_raw_response.create(
+        model="m", messages=HI, tools=[tool(HIDDEN)], extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+    )
+    assert answer.headers["x-gatekeeper-tier"] == "small"
+    assert offered(upstream) == []
+    # Agreeing knobs are one effort: allowed, and judged at it.
+    proxy.client.chat.completions.create(
+        model="m",
+        messages=HI,
+        tools=[tool(HIDDEN)],
+        reasoning_effort="high",
+        extra_body={"chat_template_kwargs": {"reasoning_effort": "high", "enable_thinking": True}},
+    )
+    assert offered(upstream) == [HIDDEN]
+
+
+def test_routing_does_not_escalate_past_a_template_effort():
+    body = {"model": "m", "messages": HI, "chat_template_kwargs": {"reasoning_effort": "low"}}
+    assert rerouted(ChatCodec(), body, "m", "high") is None  # would run at low with high's tools
+    assert rerouted(ChatCodec(), body, "m", "low") is not None
+
+
+# -- the tool-free endpoints: an allowlist too -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "smuggled",
+    [
+        {"extra_body": {"tools": [tool(HIDDEN)]}},
+        {"messages": [{"role": "user", "content": "x"}]},
+        {"Tools": [tool(HIDDEN)]},
+    ],
+    ids=["extra_body", "messages", "Tools"],
+)
+def test_tool_free_endpoints_refuse_fields_they_do_not_know(proxy, upstream, smuggled):
+    field = next(iter(smuggled))
+    with pytest.raises(openai.BadRequestError, match=f"'{field}' is not a field"):
+        proxy.client.completions.create(model="m", prompt="hi", extra_body=smuggled)
+    with pytest.raises(openai.BadRequestError, match=f"'{field}' is not a field"):
+        proxy.client.embeddings.create(model="m", input="hi", extra_body=smuggled)
+    assert upstream.requests == []
