@@ -23,7 +23,7 @@ from gatekeeper.errors import ConfigError, ProxyError, RequestInvalid, StoreErro
 from gatekeeper.measuring.confidence import shown_scores
 from gatekeeper.redact import redact
 from gatekeeper.server.console import console_routes
-from gatekeeper.server.throttle import KeyThrottle, client_source
+from gatekeeper.server.throttle import KeyThrottle, client_source, shared_counts
 from gatekeeper.store.profile import check_effort, profile_key, split_key
 
 log = structlog.get_logger("gatekeeper.server.admin")
@@ -37,8 +37,8 @@ def _digest(value: bytes) -> bytes:
 
 def _authorized(throttle: KeyThrottle, endpoint: Endpoint) -> Endpoint:
     async def guarded(request: Request) -> Response:
-        source = client_source(request)
-        wait = throttle.retry_after(source)
+        source, shared = client_source(request), shared_counts(request)
+        wait = await asyncio.to_thread(throttle.retry_after, source, shared)
         if wait:
             log.warning("admin_key_throttled", client=source, retry_after_s=wait)
             raise ProxyError(
@@ -51,12 +51,12 @@ def _authorized(throttle: KeyThrottle, endpoint: Endpoint) -> Endpoint:
         # Digests of equal length: the comparison's time says nothing of the key, not even its length.
         expected = _digest(f"Bearer {request.app.state.admin_key}".encode())
         if not hmac.compare_digest(_digest(request.headers.get("authorization", "").encode("latin-1")), expected):
-            throttle.failed(source)
+            await asyncio.to_thread(throttle.failed, source, shared)
             log.warning("admin_key_refused", client=source, path=request.url.path)
             raise ProxyError(
                 401, "admin API needs 'Authorization: Bearer <admin_key>'", "invalid_admin_key", "authentication_error"
             )
-        throttle.succeeded(source)
+        await asyncio.to_thread(throttle.succeeded, source, shared)
         return await endpoint(request)
 
     guarded.__name__ = endpoint.__name__

@@ -24,11 +24,18 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+import structlog
 from cachetools import TTLCache
 from starlette.requests import Request
 
-from gatekeeper.redact import clip
+from gatekeeper.redact import clip, redact
+from gatekeeper.store import WrongKeyCounts
+
+log = structlog.get_logger("gatekeeper.server.throttle")
+T = TypeVar("T")
 
 ATTEMPTS = 10  # wrong keys per source per window: plenty for typos, nothing for a guesser
 WINDOW_S = 60.0
@@ -36,7 +43,10 @@ MAX_SOURCES = 10_000  # entries of a few hundred bytes: a few MB at most
 
 
 class KeyThrottle:
-    """Counts wrong keys per source over a sliding window; thread-safe."""
+    """Counts wrong keys per source over a sliding window; thread-safe.
+
+    `shared` (the Redis store's `wrong_keys()`) adds a count every replica sees; the local count
+    stays the floor, so a Redis outage never lifts the throttle (its errors are logged, ignored)."""
 
     def __init__(self, attempts: int = ATTEMPTS, window_s: float = WINDOW_S, max_sources: int = MAX_SOURCES) -> None:
         self.attempts, self.window_s = attempts, window_s
@@ -44,31 +54,51 @@ class KeyThrottle:
         self._failures: TTLCache[str, deque[float]] = TTLCache(max_sources, window_s, timer=time.monotonic)
         self._lock = threading.Lock()
 
-    def retry_after(self, source: str) -> int:
+    def retry_after(self, source: str, shared: WrongKeyCounts | None = None) -> int:
         """Seconds until `source` may try a key again; 0 when it may now."""
         now = time.monotonic()
+        wait = 0.0
         with self._lock:
             failures = self._failures.get(source)
-            if failures is None or len(failures) < self.attempts:
-                return 0
-            wait = failures[0] + self.window_s - now  # until the oldest counted failure leaves the window
+            if failures is not None and len(failures) >= self.attempts:
+                wait = failures[0] + self.window_s - now  # until the oldest counted failure leaves the window
+        if shared is not None:
+            wait = max(wait, _shared(shared.retry_after, source, self.attempts) or 0.0)
         return max(1, math.ceil(wait)) if wait > 0 else 0
 
-    def failed(self, source: str) -> None:
+    def failed(self, source: str, shared: WrongKeyCounts | None = None) -> None:
         now = time.monotonic()
         with self._lock:
             failures = self._failures.get(source) or deque(maxlen=self.attempts)
             failures.append(now)
             self._failures[source] = failures  # set again: restarts the entry's expiry
+        if shared is not None:
+            _shared(shared.record, source, self.window_s)
 
     def __len__(self) -> int:
         """Sources with failures on record (bounded by `max_sources`)."""
         with self._lock:
             return len(self._failures)
 
-    def succeeded(self, source: str) -> None:
+    def succeeded(self, source: str, shared: WrongKeyCounts | None = None) -> None:
         with self._lock:
             self._failures.pop(source, None)
+        if shared is not None:
+            _shared(shared.clear, source)
+
+
+def shared_counts(request: Request) -> WrongKeyCounts | None:
+    """The store's cluster-wide counts of wrong keys (Redis), or None (a JSON file: per process)."""
+    wrong_keys = getattr(request.app.state.gk.store, "wrong_keys", None)
+    return wrong_keys() if wrong_keys is not None else None
+
+
+def _shared(call: Callable[..., T], *args: Any) -> T | None:
+    try:
+        return call(*args)
+    except Exception as exc:  # noqa: BLE001 - Redis down: the local count still holds
+        log.warning("wrong_key_count_unshared", error=redact(str(exc)))
+        return None
 
 
 def client_source(request: Request) -> str:

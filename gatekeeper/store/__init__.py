@@ -18,6 +18,7 @@ from gatekeeper.store.base import (
     ProfileStore,
     SessionRevocations,
     StoreData,
+    WrongKeyCounts,
     read_entries,
     read_entry,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "SessionRevocations",
     "StoreData",
     "WriteFenced",
+    "WrongKeyCounts",
     "copy_profiles",
     "is_redis_url",
     "open_store",

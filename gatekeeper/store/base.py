@@ -115,6 +115,17 @@ class SessionRevocations(Protocol):
     def revoked(self, session_id: str) -> bool: ...
 
 
+class WrongKeyCounts(Protocol):
+    """Wrong admin keys per source shared by every replica (Redis); a store without one (the
+    JSON file) leaves the counting to each process."""
+
+    def record(self, source: str, window_s: float) -> None: ...
+
+    def retry_after(self, source: str, attempts: int) -> float: ...
+
+    def clear(self, source: str) -> None: ...
+
+
 class ProfileStore(Protocol):
     """Where profiles live. Implementations must be safe to call from several threads.
 

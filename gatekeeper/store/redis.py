@@ -9,6 +9,7 @@ Layout (every key carries the hash tag `{gatekeeper}` so the scripts also run on
     {gatekeeper}:lease:NAME       string "token|owner" with an expiry (SET NX PX)
     {gatekeeper}:failures:KEY     int   failed measurements in a row;  ...:backoff:KEY  expiry only
     {gatekeeper}:signed-out:ID    string  a console session signed out, expiring with the session
+    {gatekeeper}:wrong-keys:SRC   int     wrong admin keys from one source in the current window
     {gatekeeper}:events           pub/sub channel: {"op": "saved", "profiles": {...}} | {"op": "deleted", "key"}
 
 Each process keeps a full local mirror of the profiles, loaded when it connects and kept fresh
@@ -25,6 +26,7 @@ after Redis comes back from an outage: longer than any replica needs to reconnec
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import threading
 import time
@@ -376,6 +378,9 @@ class RedisStore:
     def sessions(self) -> RedisSessions:
         return RedisSessions(self._redis, self.location)
 
+    def wrong_keys(self) -> RedisWrongKeys:
+        return RedisWrongKeys(self._redis)
+
     def close(self) -> None:
         self._stopped.set()
         if self._thread is not None:
@@ -407,6 +412,35 @@ class RedisSessions:
             return bool(self._redis.exists(f"{_NS}:signed-out:{session_id}"))
         except _ERRORS as exc:
             raise StoreError(f"{self._location}: Redis unavailable, cannot check the session: {exc}") from None
+
+
+class RedisWrongKeys:
+    """Wrong admin keys per source, counted for the whole cluster (server/throttle.py): a fixed
+    window per source, so N replicas behind a balancer do not give a guesser N times the rate.
+    Every call may raise redis errors; the throttle then counts locally only."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+
+    @staticmethod
+    def _key(source: str) -> str:
+        return f"{_NS}:wrong-keys:{hashlib.sha256(source.encode()).hexdigest()[:24]}"
+
+    def record(self, source: str, window_s: float) -> None:
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(self._key(source), 0, nx=True, px=max(1, int(window_s * 1000)))  # the window opens at the first
+        pipe.incr(self._key(source))  # keeps the expiry
+        pipe.execute()
+
+    def retry_after(self, source: str, attempts: int) -> float:
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.get(self._key(source))
+        pipe.pttl(self._key(source))
+        count, ttl_ms = pipe.execute()
+        return ttl_ms / 1000 if count is not None and int(count) >= attempts and ttl_ms > 0 else 0.0
+
+    def clear(self, source: str) -> None:
+        self._redis.delete(self._key(source))
 
 
 class RedisCoordinator:

@@ -28,6 +28,7 @@ from conftest import (
     wait_until,
 )
 from pydantic import ValidationError
+from redis_server import RedisServer, require_server
 from scripted import RawAnswer, RawUpstream, ScriptedServer, chat_chunk, chat_completion, free_port, sse
 from serving import served
 
@@ -799,3 +800,20 @@ admin_key: k3y
             for i in range(30)
         ]
     assert statuses[:10] == [401] * 10 and set(statuses[10:]) == {429}
+
+
+def test_replicas_on_one_redis_count_wrong_keys_together(upstream, tmp_path):
+    """Round-robin over two replicas must not give a guesser twice the rate."""
+    require_server()
+    with RedisServer(tmp_path) as redis_server:
+        settings = settings_for(upstream.base_url, redis_server.url, admin_key="k3y")
+        with running_proxy(settings) as a, running_proxy(settings) as b:
+            with from_address(a.url, "127.0.0.2") as on_a, from_address(b.url, "127.0.0.2") as on_b:
+                wrong = {"authorization": "Bearer guess"}
+                statuses = [
+                    (on_a if i % 2 else on_b).get("/admin/profiles", headers=wrong).status_code for i in range(14)
+                ]
+                assert statuses[:10] == [401] * 10 and set(statuses[10:]) == {429}
+                assert on_b.get("/admin/profiles", headers={"authorization": "Bearer k3y"}).status_code == 429
+            with from_address(b.url, "127.0.0.3") as admin:
+                assert admin.get("/admin/profiles", headers={"authorization": "Bearer k3y"}).status_code == 200

@@ -26,7 +26,7 @@ from gatekeeper.errors import RequestInvalid, StoreError
 from gatekeeper.redact import clip, redact
 from gatekeeper.server.console import views
 from gatekeeper.server.console.session import COOKIE, SESSION_TTL_S, Session, Signer, same_origin
-from gatekeeper.server.throttle import KeyThrottle, client_source, request_scheme
+from gatekeeper.server.throttle import KeyThrottle, client_source, request_scheme, shared_counts
 from gatekeeper.store.profile import check_effort, profile_key, split_key
 
 if TYPE_CHECKING:
@@ -192,10 +192,10 @@ class Console:
     async def login(self, request: Request) -> Response:
         if not self.from_here(request):
             return self.render("login.html", 403, error="Sign-in refused: the form was not posted from this server.")
-        source = client_source(request)
+        source, shared = client_source(request), shared_counts(request)
         # A throttled source is refused before its key is looked at: it cannot tell a hit from
         # the throttle. Other sources are not affected (server/throttle.py).
-        wait = self.throttle.retry_after(source)
+        wait = await asyncio.to_thread(self.throttle.retry_after, source, shared)
         if wait:
             log.warning("console_sign_in_throttled", client=source, retry_after_s=wait)
             throttled = self.render("login.html", 429, error=f"Too many wrong keys from here; try again in {wait} s.")
@@ -203,10 +203,10 @@ class Console:
             return throttled
         form = await _form(request)
         if form is None or not self.signer(request).key_matches(form.get("key", "")):
-            self.throttle.failed(source)
+            await asyncio.to_thread(self.throttle.failed, source, shared)
             log.warning("console_sign_in_failed", client=source)
             return self.render("login.html", 401, error="Wrong admin key.")
-        self.throttle.succeeded(source)
+        await asyncio.to_thread(self.throttle.succeeded, source, shared)
         response = RedirectResponse(f"{self.prefix}/", status_code=303, headers=self.headers)
         response.set_cookie(
             COOKIE,
