@@ -252,14 +252,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=21)
     args = parser.parse_args()
     logs.configure("error")  # the figures, not a log line per demotion
-    rng = random.Random(args.seed)
     started = time.perf_counter()
-    old_rule(max(args.runs // 20, 100), rng)
-    false_alarms(args.runs, rng)
-    delays(max(args.runs // 10, 200), rng)
-    one_client_alone(max(args.runs // 2000, 3), rng)
+
+    def rng(section: int) -> random.Random:  # one stream per section: each reproducible alone
+        return random.Random(args.seed * 100 + section)
+
+    old_rule(max(args.runs // 20, 100), rng(0))
+    false_alarms(args.runs, rng(1))
+    delays(max(args.runs // 10, 200), rng(2))
+    one_client_alone(max(args.runs // 2000, 3), rng(3))
     for clients in (3, 10):
-        spread(max(args.runs // 2000, 3), clients, rng)
+        spread(max(args.runs // 2000, 3), clients, rng(clients))
     worker_cost()
     print(f"\n({time.perf_counter() - started:.0f} s, seed {args.seed})")
 
