@@ -215,7 +215,8 @@ class _Pair:
         scores = self.own.get(client)
         if scores is None:
             if len(self.own) >= _MAX_CLIENTS:
-                self.own.popitem(last=False)
+                gone, _ = self.own.popitem(last=False)
+                self.alarmed.discard(gone)
             scores = self.own[client] = {}
         self.own.move_to_end(client)
         return scores
