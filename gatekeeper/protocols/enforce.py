@@ -1,7 +1,7 @@
 """What the three codecs share on the answer side, written once for plain answers and streams.
 
 The rule: a call in an answer reaches the client only when it calls a tool the gated request
-offered, under the same kind (each codec says what its items call: `_call_of`); every other call,
+offered, under the same kind (each codec's `_Judge` says what its items call); every other call,
 and every item of a type the codec does not know, is removed. What takes a removed call's place is
 the operator's choice (`blocked_calls`, carried here by `Allowed.explain`):
   * `strip`: nothing (the answer may end up empty; some agent frameworks then raise);
