@@ -162,6 +162,7 @@ def builtin_family(versioned_type: str) -> str | None:
 
 
 _WILDCARDS = "*?["
+_BY_NAME = (ToolKind.FUNCTION, ToolKind.CUSTOM)  # kinds whose rules are looked up by their name alone
 
 
 class ToolPolicy:
@@ -219,6 +220,8 @@ class ToolPolicy:
         return self._rule(tool.name) or self.default_tier
 
     def required_tier(self, tool: str | ToolId) -> Tier:
+        if isinstance(tool, ToolId) and tool.kind in _BY_NAME:
+            tool = tool.name  # the same lookup as the plain name, and a str hashes fastest
         tier = self._memo.get(tool)
         if tier is None:
             tier = self._lookup(tool)
@@ -306,21 +309,20 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
         ("functions", "function_call", _legacy_id),
     ):
         items = body.get(field_name)
-        offered: list[ToolId] = []
+        hidden_here: list[ToolId] = []
         kept: list[Any] = []
         if items is not None:
             if not isinstance(items, list):
                 raise RequestInvalid(f"'{field_name}' must be an array, got {type(items).__name__}")
             for i, item in enumerate(items):
                 tool = id_of(item, f"{field_name}[{i}]")
-                offered.append(tool)
                 if policy.allows(tier, tool):
                     kept.append(item)
                     gated.kept.append(tool.name)
                 else:
+                    hidden_here.append(tool)
                     gated.hidden.append(tool.name)
-        hidden_here = [t for t in offered if not policy.allows(tier, t)]
-        _gate_choice(body, choice_name, tier, policy, bool(offered) and not kept, hidden_here)
+        _gate_choice(body, choice_name, tier, policy, bool(items) and not kept, hidden_here)
         if items is not None and len(kept) != len(items):
             if kept:
                 body[field_name] = kept

@@ -176,3 +176,10 @@ def test_messages_system_carries_text_blocks_only() -> None:
     addition = {"type": "tool_addition", "tool": {"name": "execute_command", "input_schema": {}}}
     with pytest.raises(RequestInvalid, match=r"system\[0\]\.type 'tool_addition'"):
         CODEC.gate(body | {"system": [addition]}, Tier.SMALL, ToolPolicy())
+
+
+def test_every_refused_field_is_in_the_fast_pre_filter() -> None:
+    tables = [v for v in vars(F).values() if isinstance(v, dict)]
+    tables += [t for v in tables for t in v.values() if isinstance(t, dict)]
+    refused = {k for t in tables for k, how in t.items() if isinstance(how, F.Refused)}
+    assert refused and refused <= F._REFUSABLE
