@@ -345,10 +345,16 @@ class ModelCall:
         return response  # type: ignore[return-value]
 
 
+_HEADER_NAMES, _HEADER_NAME_CHARS = 16, 64  # a header stays small: clients cap theirs (Node at 16 KB)
+
+
 def blocked_header(names: list[str]) -> str:
     """Names come from model output: percent-encode anything outside a safe set, so a header
-    can never be split or carry non-ASCII bytes."""
-    return ",".join(quote(name, safe="_-.:/@") or "(unnamed)" for name in names)
+    can never be split or carry non-ASCII bytes; at most 16 names of 64 characters each (the
+    upstream chooses how many and how long), then how many more."""
+    shown = ",".join(quote(name[:_HEADER_NAME_CHARS], safe="_-.:/@") or "(unnamed)" for name in names[:_HEADER_NAMES])
+    more = len(names) - _HEADER_NAMES
+    return f"{shown},(+{more})" if more > 0 else shown
 
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:

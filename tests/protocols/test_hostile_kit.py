@@ -13,12 +13,13 @@ is the evidence.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import openai
 import pytest
 from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for, tool
-from scripted import ScriptedServer
+from scripted import RawAnswer, RawUpstream, ScriptedServer, chat_completion
 
 from gatekeeper.protocols.chat import ChatCodec
 from gatekeeper.protocols.routing import rerouted
@@ -123,3 +124,25 @@ def test_tool_free_endpoints_refuse_fields_they_do_not_know(proxy, upstream, smu
     with pytest.raises(openai.BadRequestError, match=f"'{field}' is not a field"):
         proxy.client.embeddings.create(model="m", input="hi", extra_body=smuggled)
     assert upstream.requests == []
+
+
+# -- what a hostile upstream puts in a response header ----------------------------------------------
+
+
+def test_the_blocked_calls_header_stays_small_whatever_the_upstream_names(store_path, default_suite):
+    # A hostile upstream chose the names (and how many): 40 calls of 3000 non-ASCII characters
+    # were a 700 KB header, more than Node's http client reads (16 KB).
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "é" * 3000 + str(i), "arguments": "{}"}}
+        for i in range(40)
+    ]
+    answer = RawAnswer(json.dumps(chat_completion({"tool_calls": calls}, "tool_calls")).encode())
+    with RawUpstream(answer) as upstream:
+        with running_proxy(settings_for(upstream.base_url, store_path)) as proxy:
+            raw = proxy.client.chat.completions.with_raw_response.create(
+                model="m", messages=HI, tools=[tool("read_file")]
+            )
+    header = raw.headers["x-gatekeeper-blocked-calls"]
+    assert len(header) < 8 * 1024 and header.endswith(",(+24)")  # 16 names, each at most 64 characters encoded
+    assert header.split(",")[0] == "%C3%A9" * 64
+    assert raw.parse().choices[0].message.tool_calls is None
