@@ -34,6 +34,7 @@ from gatekeeper import (
     RequestInvalid,
     ToolChoiceBlocked,
     agate_body,
+    tool_carriers,
     unlisted_fields,
 )
 
@@ -80,10 +81,14 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
     async def async_pre_call_hook(
         self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: str
     ) -> dict[str, Any]:
+        protocol = _PROTOCOLS.get(str(getattr(call_type, "value", call_type)))
+        # Tool fields, tool-carrying items and `extra_body` (LiteLLM merges it into the provider
+        # request); a call type gatekeeper does not gate is judged by its tool fields alone.
         carried = [k for k in _TOOL_FIELDS if data.get(k) is not None]
+        if protocol is not None:
+            carried = list(dict.fromkeys(tool_carriers(protocol, data) + carried))
         if not carried:
             return data  # nothing to gate; and no measurement started for tool-less traffic
-        protocol = _PROTOCOLS.get(str(getattr(call_type, "value", call_type)))
         if protocol is None:
             raise _http_error(
                 400,

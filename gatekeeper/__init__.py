@@ -38,7 +38,7 @@ from gatekeeper.errors import (
     WriteFenced,
 )
 from gatekeeper.inprocess.registry import RegisteredTool, RoutedTools, ToolRegistry, function_schema
-from gatekeeper.inprocess.wrap import agate_body, gate_body, gated, unlisted_fields
+from gatekeeper.inprocess.wrap import agate_body, gate_body, gated, tool_carriers, unlisted_fields
 from gatekeeper.store import JsonFileStore, ProfileStore
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import Suite, load_suite
@@ -58,6 +58,7 @@ __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     "gate_body",
     "agate_body",
     "unlisted_fields",
+    "tool_carriers",
     # settings, suite, profiles
     "Settings",
     "load_settings",

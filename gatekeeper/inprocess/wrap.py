@@ -158,6 +158,12 @@ def _set_aside(snapshot: Snapshot, codec: Codec, body: dict[str, Any], foreign: 
         body.update(aside)
 
 
+def tool_carriers(protocol: str, body: dict[str, Any]) -> list[str]:
+    """The fields of a `protocol` request body that offer or could offer tools (`extra_body`
+    included); empty when there is nothing to gate (protocols/fields.py `carriers`)."""
+    return fields.carriers(protocol, body)
+
+
 def unlisted_fields(protocol: str, body: dict[str, Any]) -> set[str]:
     """The keys of `body` that are not request fields of `protocol` (protocols/fields.py)."""
     return set(body) - set(fields.REQUEST_TABLES[protocol])

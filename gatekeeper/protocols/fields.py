@@ -628,6 +628,38 @@ REQUEST_TABLES: Mapping[str, Fields] = {
     "messages": MESSAGES_REQUEST,
 }
 
+# What can offer tools, per protocol: top-level fields, and the types of the items
+# (Responses `input`) or content blocks (Messages) that carry them. A request with none of these
+# has nothing to gate (`carriers`).
+TOOL_CARRIERS: Mapping[str, frozenset[str]] = {
+    "chat": frozenset(
+        {"tools", "tool_choice", "functions", "function_call", "web_search_options", "chat_template_kwargs"}
+    ),
+    "responses": frozenset({"tools", "tool_choice", "prompt", "access_programs"}),
+    "messages": frozenset({"tools", "tool_choice", "mcp_servers", "fallbacks"}),
+}
+_CARRYING_ITEMS = frozenset({"additional_tools", "tool_search_output", "mcp_list_tools"})
+_CARRYING_BLOCKS = frozenset({"tool_addition", "mcp_tool_listing", "compaction"})
+
+
+def carriers(protocol: str, body: dict[str, Any]) -> list[str]:
+    """The fields of `body` that offer (or could offer) tools, `extra_body` (which SDK-style
+    upstreams such as LiteLLM merge into the request) included. Empty: nothing to gate."""
+    found = [k for k in body if body[k] is not None and (k in TOOL_CARRIERS[protocol] or k == "extra_body")]
+    items = body.get("input") if protocol == "responses" else None
+    if isinstance(items, list) and any(isinstance(i, dict) and i.get("type") in _CARRYING_ITEMS for i in items):
+        found.append("input")
+    if protocol == "messages" and isinstance(body.get("messages"), list):
+        for message in body["messages"]:
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, list) and any(
+                isinstance(b, dict) and b.get("type") in _CARRYING_BLOCKS for b in content
+            ):
+                found.append("messages")
+                break
+    return found
+
+
 # Every name some table refuses (a fast pre-filter for `check`).
 _REFUSABLE = frozenset(
     key

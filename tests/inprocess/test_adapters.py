@@ -254,3 +254,16 @@ async def test_async_client_refuses_a_forced_hidden_tool(upstream, aclient):
     with pytest.raises(ToolChoiceBlocked):
         await aclient.chat.completions.create(model="medium-model", messages=HI, tools=TOOLS, tool_choice=FORCE_EXECUTE)
     assert upstream.requests == []
+
+
+async def test_litellm_hook_refuses_tools_smuggled_in_extra_body(upstream, hook):
+    # LiteLLM merges extra_body into the provider's request: a call with no tool field of its own
+    # but tools in extra_body is gated (and refused), not waved through as tool-less.
+    with pytest.raises(HTTPException) as info:
+        await proxy_pre_call(
+            {"model": "small-model", "messages": HI, "extra_body": {"tools": [tool("execute_command")]}}
+        )
+    assert info.value.status_code == 400 and "extra_body.tools" in info.value.detail["error"]["message"]
+    data = await proxy_pre_call({"model": "small-model", "messages": HI, "extra_body": {"temperature": 0}})
+    await through_litellm(upstream, data)
+    assert upstream.requests[-1]["temperature"] == 0 and "tools" not in upstream.requests[-1]

@@ -183,3 +183,13 @@ def test_every_refused_field_is_in_the_fast_pre_filter() -> None:
     tables += [t for v in tables for t in v.values() if isinstance(t, dict)]
     refused = {k for t in tables for k, how in t.items() if isinstance(how, F.Refused)}
     assert refused and refused <= F._REFUSABLE
+
+
+def test_carriers_name_what_could_offer_tools() -> None:
+    hi = [{"role": "user", "content": "hi"}]
+    assert F.carriers("chat", {"model": "m", "messages": hi}) == []
+    assert F.carriers("chat", {"model": "m", "messages": hi, "extra_body": {}}) == ["extra_body"]
+    addition = {"type": "additional_tools", "tools": []}
+    assert F.carriers("responses", {"model": "m", "input": [addition]}) == ["input"]
+    block = {"type": "tool_addition", "tool": {"name": "x"}}
+    assert F.carriers("messages", {"model": "m", "messages": [{"role": "user", "content": [block]}]}) == ["messages"]
