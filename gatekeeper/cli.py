@@ -72,7 +72,9 @@ def bench(
     effort: str | None = typer.Option(
         None, help=f"Effort levels, comma-separated (default: {','.join(DEFAULT_EFFORTS)}; 'default' = no field)."
     ),
-    samples: int | None = typer.Option(None, min=1, max=50, help="Runs of each test (default: bench.samples)."),
+    samples: int | None = typer.Option(
+        None, min=1, max=500, help="At most this many runs of each test per level (default: bench.samples)."
+    ),
     seed: int | None = typer.Option(None, help="Replay the randomised tests drawn with this instanceSeed."),
     concurrency: int | None = typer.Option(None, min=1, help="Tests in flight at once."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),

@@ -37,7 +37,7 @@ lies at or above `low` at every n at once with probability >= 1 - risk. That is 
 sequential stopping free: the level may stop after any sample, for any reason (settled, the
 cap, inconclusive), and the bound it stops on is still valid at level `risk`. It cannot
 collapse to zero width: with every check of every sample passing, `low` is
-1 - U_n < 1, e.g. 0.91 for toolCalling's shares after 8 samples at risk 0.05 (and 0.84 after 4).
+1 - U_n < 1, e.g. 0.90 for toolCalling's shares after 8 samples at risk 0.05 (and 0.83 after 4).
 
 The upper end `high` is the mirror image (E exp(lam a y) <= 1 + p (exp(lam a) - 1), the
 maximum over spreads, `_max_gain`), also at level `risk`; it only decides when sampling can stop
@@ -47,7 +47,10 @@ The exponents: a Chernoff bound is most powerful at one lam; the mixture is cent
 that best tells a model at the category's highest threshold p0 = 1 - theta from one at the
 design score 0.98 (p1 = 0.02): lam* = T_eff * log(p0 (1 - p1) / (p1 (1 - p0))), T_eff = 1 / sum
 a_t^2 the category's effective number of tests, with equal weights on lam*/4, lam*/2, lam*,
-2 lam* (the smaller ones keep the bound consistent: it converges to the point estimate).
+2 lam*. The price of tuning for power at few samples, said plainly: a finite set of exponents is
+not consistent. With many samples the upper bound on the failure rate tends to about 1.3 times
+the rate seen (toolCalling), so a model at 0.93 is certified at 0.90 only slowly and one at 0.92
+never; `bench` then says that no number of samples would decide.
 
 Why the tier is too high with probability <= risk
 -------------------------------------------------
@@ -74,7 +77,7 @@ DESIGN_SCORE = 0.98
 DEFAULT_RISK = 0.05
 # At most this many samples per level (the level stops as soon as the tier is settled): the cap
 # at which a model at 0.98 in every category is certified `large` >= 90% of the time at risk 0.05
-# (about 95% in scripts/simulate_confidence.py); a perfect model stops after 8 samples.
+# (97% in scripts/simulate_confidence.py, docs/statistics.md); a perfect model stops after 8.
 DEFAULT_SAMPLES = 30
 _MIXTURE = (0.25, 0.5, 1.0, 2.0)  # multiples of lam*, equal weights
 _BISECTIONS = 40  # of p0 in [0, 1]: far finer than the 4 decimals a bound is stored with
