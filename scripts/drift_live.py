@@ -16,7 +16,7 @@ sent, then the drift worker's queue is drained (`gk.drift.drain()`, what the wor
             re-measurement (the suite still passes) leaves it demoted, clean calls until restored
   alone     1 client failing every call beside 3 healthy ones: demoted for itself, never for them
 
-    python scripts/drift_live.py                   # about 6 minutes on a quiet core
+    python scripts/drift_live.py                   # about a minute
     python scripts/drift_live.py --healthy 1000    # shorter healthy phase
 """
 
