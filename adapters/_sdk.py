@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gatekeeper import Gatekeeper, RequestInvalid, agate_body, gate_body
+from gatekeeper import Gatekeeper, RequestInvalid, agate_body, gate_body, tool_carriers
 
 GATED_CALLS = frozenset({"create", "parse", "stream", "count_tokens"})
 _VIEWS = frozenset({"with_raw_response", "with_streaming_response"})
@@ -149,7 +149,11 @@ def tool_body(protocol: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
         for k, v in kwargs.items()
         if not is_sentinel(v) and not (v is None and k in (*fields, "parallel_tool_calls"))
     }
-    if not any(k in body for k in fields) or not isinstance(body.get("model"), str):
+    # Anything that offers or could offer tools (tool fields, tool-carrying input items or
+    # content blocks, an `extra_body`, whose fields the SDK merges into the request) is gated.
+    if not (any(k in body for k in fields) or tool_carriers(protocol, given(body))):
+        return None
+    if not isinstance(body.get("model"), str):
         return None
     for field in ("tools", "functions", "mcp_servers", "messages", "input"):
         if field in body and not isinstance(body[field], (list, str, dict)):

@@ -645,7 +645,8 @@ _CARRYING_BLOCKS = frozenset({"tool_addition", "mcp_tool_listing", "compaction"}
 def carriers(protocol: str, body: dict[str, Any]) -> list[str]:
     """The fields of `body` that offer (or could offer) tools, `extra_body` (which SDK-style
     upstreams such as LiteLLM merge into the request) included. Empty: nothing to gate."""
-    found = [k for k in body if body[k] is not None and (k in TOOL_CARRIERS[protocol] or k == "extra_body")]
+    carriers = TOOL_CARRIERS[protocol]
+    found = [k for k, v in body.items() if (k in carriers and v is not None) or (k == "extra_body" and v)]
     items = body.get("input") if protocol == "responses" else None
     if isinstance(items, list) and any(isinstance(i, dict) and i.get("type") in _CARRYING_ITEMS for i in items):
         found.append("input")

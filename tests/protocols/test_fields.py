@@ -188,7 +188,8 @@ def test_every_refused_field_is_in_the_fast_pre_filter() -> None:
 def test_carriers_name_what_could_offer_tools() -> None:
     hi = [{"role": "user", "content": "hi"}]
     assert F.carriers("chat", {"model": "m", "messages": hi}) == []
-    assert F.carriers("chat", {"model": "m", "messages": hi, "extra_body": {}}) == ["extra_body"]
+    assert F.carriers("chat", {"model": "m", "messages": hi, "extra_body": {}}) == []  # empty: nothing merged
+    assert F.carriers("chat", {"model": "m", "messages": hi, "extra_body": {"x": 1}}) == ["extra_body"]
     addition = {"type": "additional_tools", "tools": []}
     assert F.carriers("responses", {"model": "m", "input": [addition]}) == ["input"]
     block = {"type": "tool_addition", "tool": {"name": "x"}}

@@ -5,6 +5,7 @@ HTTP server speaking each protocol natively (tests/upstreams.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 
@@ -199,3 +200,14 @@ async def test_agents_sdk_gate_agent_hides_tools_above_the_tier(upstream, gk):
     result = await Runner.run(agent.clone(model=model), "hi")
     assert result.final_output == "ok"
     assert names(upstream.responses_requests[-1]) == ["read_file", "write_file"]
+
+
+def test_a_call_whose_only_tools_are_smuggled_is_gated(upstream, gk):
+    """No tool field of its own, but tools where the SDK or the upstream would find them: gated."""
+    client = openai_sdk.gate_client(openai.OpenAI(base_url=upstream.base_url, api_key="k", max_retries=0), gk)
+    smuggled = {"chat_template_kwargs": {"tools": [{"type": "function", "function": {"name": "execute_command"}}]}}
+    with pytest.raises(RequestInvalid, match=r"extra_body\.chat_template_kwargs"):
+        client.chat.completions.create(model="small-model", messages=HI, extra_body=smuggled)
+    addition = {"type": "additional_tools", "tools": [{"type": "function", "name": "execute_command"}]}
+    client.responses.create(model="small-model", input=[{"role": "user", "content": "hi"}, addition])
+    assert "execute_command" not in json.dumps(upstream.requests + upstream.responses_requests)
