@@ -85,8 +85,9 @@ class Profile(_Camel):
     # False when the backend refused the reasoning_effort field and the suite ran without it.
     effort_applied: bool = True
     duration_s: float = 0.0
-    # Confidence (absent in the seed's format = one sample): samples run, 95% interval per category,
-    # and the seed the randomised tests were drawn from (replays the measurement exactly).
+    # Confidence (absent in the seed's format): samples run, per category the lower and upper
+    # bounds at bench.risk (measuring/confidence.py), and the seed the randomised tests were drawn
+    # from (replays the measurement exactly).
     samples: int | None = None
     score_intervals: dict[str, list[float]] | None = None
     instance_seed: int | None = None
