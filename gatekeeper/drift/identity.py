@@ -25,8 +25,10 @@ import functools
 import hashlib
 import ipaddress
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from gatekeeper.config import Settings
+if TYPE_CHECKING:  # read, never built, here: drift sits below the config layer
+    from gatekeeper.config import Settings
 
 ANONYMOUS = "anonymous"
 _MAX_VALUE = 4096  # a credential longer than this is no credential (and not worth hashing)
