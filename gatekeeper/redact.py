@@ -3,7 +3,8 @@
 Two jobs, one module, because every log line and error message needs both:
 
 * `redact_url` / `redact`: a URL's password (and user name) never reach a log line, an error
-  body, a page or the CLI's output (`redis://:PASSWORD@host` becomes `redis://***@host`).
+  body, a page or the CLI's output (`redis://:PASSWORD@host` becomes `redis://***@host`), nor
+  does a credential in its query (`?password=PASSWORD` becomes `?password=***`).
 * `clip`: a string a client chose (a model name, a tool name, a header) is cut to a bounded
   length and its control characters escaped, so one request cannot write megabytes of log or
   error body, nor forge a line of a text log.
@@ -32,6 +33,12 @@ _LOG_TRACEBACK_LIMIT = 16384
 # scheme://user:password@ or scheme://user@, anywhere in a text (messages embed URLs).
 # Up to the last `@` before the host's end: a password may contain a raw `@` (`redis://:p@ss@h`).
 _CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s/?#]*)@")
+# A credential in a URL's query: redis-py takes `?password=` (the documented form for a unix
+# socket: `unix:///run/redis.sock?password=...`), some HTTP APIs take `?key=` / `?api_key=`.
+_QUERY_SECRET = re.compile(
+    r"(?P<name>[?&;](?:password|passwd|pwd|pass|secret|token|access_token|auth|key|api[_-]?key|apikey)=)[^&;#\s]*",
+    re.IGNORECASE,
+)
 # Control and invisible-formatting characters that could forge a log line or hide text.
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
 # What a client's x-request-id may be: a uuid, a ULID, a trace id, a short tag.
@@ -45,16 +52,16 @@ def redact_url(url: str) -> str:
     except ValueError:
         return redact(url)
     if "@" not in parts.netloc:
-        return url
+        return _QUERY_SECRET.sub(r"\g<name>***", url)
     host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"***@{host}"))
+    return _QUERY_SECRET.sub(r"\g<name>***", urlunsplit(parts._replace(netloc=f"***@{host}")))
 
 
 def redact(text: str) -> str:
     """Every `scheme://userinfo@` in `text` with the user info replaced by `***`."""
     if "://" not in text:
         return text
-    return _CREDENTIALS.sub(lambda m: f"{m['scheme']}***@", text)
+    return _QUERY_SECRET.sub(r"\g<name>***", _CREDENTIALS.sub(lambda m: f"{m['scheme']}***@", text))
 
 
 def clip(text: object, limit: int = CLIENT_TEXT_LIMIT) -> str:
@@ -81,8 +88,8 @@ def cap_strings(logger: Any, method: str, event: MutableMapping[str, Any]) -> Mu
     """structlog processor: every string value (also inside lists and dicts) redacted and capped."""
     for key, value in event.items():
         kind = type(value)
-        if kind is str and len(value) <= LOG_VALUE_LIMIT and "@" not in value:
-            continue  # the common case, on every request's line: nothing to do, decided in O(1)
+        if kind is str and len(value) <= LOG_VALUE_LIMIT and "@" not in value and "?" not in value:
+            continue  # the common case, on every request's line: nothing to do (no user info, no query)
         if kind in _SCALARS:
             continue
         limit = _LOG_TRACEBACK_LIMIT if key in ("exception", "stack") else LOG_VALUE_LIMIT
@@ -117,4 +124,4 @@ def _capped(value: Any, limit: int, depth: int) -> Any:
     # Anything else (an exception, a path) is rendered by its repr, which may quote a client's
     # string: a long one is replaced by its capped text.
     shown = repr(value)
-    return _capped(shown, limit, depth) if len(shown) > limit or "@" in shown else value
+    return _capped(shown, limit, depth) if len(shown) > limit or "@" in shown or "?" in shown else value

@@ -16,13 +16,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import httpx
 import openai
 import pytest
 from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for, tool
-from scripted import RawAnswer, RawUpstream, ScriptedServer, chat_completion
+from scripted import RawAnswer, RawUpstream, ScriptedServer, chat_completion, free_port
+from serving import served
 
 from gatekeeper.protocols.chat import ChatCodec
 from gatekeeper.protocols.routing import rerouted
+from gatekeeper.redact import redact, redact_url
 from gatekeeper.tiers import Tier
 
 HI = [{"role": "user", "content": "hi"}]
@@ -146,3 +149,34 @@ def test_the_blocked_calls_header_stays_small_whatever_the_upstream_names(store_
     assert len(header) < 8 * 1024 and header.endswith(",(+24)")  # 16 names, each at most 64 characters encoded
     assert header.split(",")[0] == "%C3%A9" * 64
     assert raw.parse().choices[0].message.tool_calls is None
+
+
+# -- secrets in a URL's query -------------------------------------------------------------------------
+
+
+def test_a_redis_password_in_the_url_query_never_reaches_a_log_line_or_an_error_body(upstream, tmp_path):
+    # redis-py takes `?password=` (the documented form for a unix socket); only user info was redacted.
+    password = "s3cret-Query-pw"
+    config = f"""
+upstream: {{base_url: "{upstream.base_url}", api_key: upstream-key}}
+store: "redis://127.0.0.1:{free_port()}/0?password={password}"
+admin_key: admin-secret
+"""
+    with served(config, tmp_path) as proxy:
+        admin = {"authorization": "Bearer admin-secret"}
+        refused = httpx.delete(proxy.url + "/admin/profiles/m@default", headers=admin, timeout=30)
+        assert refused.status_code == 503
+        assert password not in refused.text and "?password=***" in refused.text
+    log = proxy.log_text()
+    assert "redis_unavailable" in log and "?password=***" in log
+    assert password not in log
+
+
+def test_redaction_hides_credentials_in_a_query():
+    assert redact_url("unix:///run/redis.sock?db=0&password=pw") == "unix:///run/redis.sock?db=0&password=***"
+    assert redact("GET https://h/v1?key=AIza-secret&alt=json failed") == "GET https://h/v1?key=***&alt=json failed"
+    assert redact("at redis://:pw@h/0?Password=pw2") == "at redis://***@h/0?Password=***"
+    assert (
+        redact_url("http://127.0.0.1:8080/v1?api-version=2024-10-01")
+        == "http://127.0.0.1:8080/v1?api-version=2024-10-01"
+    )
