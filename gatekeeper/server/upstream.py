@@ -26,7 +26,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
@@ -218,7 +218,10 @@ class PooledUpstream:
         """Call from a running event loop (the app's lifespan): aiohttp binds to it."""
         self.upstream = upstream  # the settings it was built from (a reload may bring new ones)
         self.protocols: tuple[str, ...] = tuple(upstream.protocols)
-        self.base_url = upstream.base_url
+        # User info in the URL (`http://user:pw@host/v1`) is the operator's Basic credential: aiohttp
+        # refuses a URL with one next to an Authorization header (every request was a 500), so it is
+        # taken out of the URL and sent only when neither the client nor `api_key` gives a key.
+        self.base_url, self._basic = _without_userinfo(upstream.base_url)
         self._shown = redact_url(upstream.base_url)  # what error bodies say: never its credentials
         self.api_key = upstream.api_key
         self.max_response_bytes = upstream.max_response_bytes
@@ -262,6 +265,8 @@ class PooledUpstream:
             headers.append((name.decode("latin-1"), value.decode("latin-1")))
         if not has_auth and self.api_key:
             headers.append(("authorization", f"Bearer {self.api_key}"))
+        elif not has_auth and self._basic:
+            headers.append(("authorization", self._basic))
         if json_body:
             headers.append(("content-type", "application/json"))
         return headers
@@ -303,6 +308,17 @@ class PooledUpstream:
 def rate_limit_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """`Retry-After` and the rate-limit headers among an answer's (lower-cased) headers."""
     return {k: v for k, v in headers.items() if k in RATE_LIMIT_HEADERS or k.startswith(RATE_LIMIT_PREFIXES)}
+
+
+def _without_userinfo(base_url: str) -> tuple[str, str | None]:
+    """The URL without its user info, and that user info as a Basic Authorization value."""
+    parts = urlsplit(base_url)
+    if "@" not in parts.netloc:
+        return base_url, None
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    basic = aiohttp.BasicAuth(unquote(user), unquote(password)).encode()
+    return urlunsplit(parts._replace(netloc=host)), basic
 
 
 def _env_proxy(base_url: str) -> str | None:

@@ -180,3 +180,22 @@ def test_redaction_hides_credentials_in_a_query():
         redact_url("http://127.0.0.1:8080/v1?api-version=2024-10-01")
         == "http://127.0.0.1:8080/v1?api-version=2024-10-01"
     )
+
+
+# -- an upstream URL with user info ------------------------------------------------------------------
+
+
+def test_an_upstream_url_with_user_info_serves_and_never_shows_it(store_path, default_suite):
+    # aiohttp refused a URL with user info next to an Authorization header: every model call was a
+    # 500 (the client's key, or upstream.api_key, is always such a header).
+    answer = RawAnswer(json.dumps(chat_completion({"content": "ok"})).encode())
+    with RawUpstream(answer) as upstream:
+        url = upstream.base_url.replace("http://", "http://op:s3cr%40t@")
+        seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+        with running_proxy(settings_for(url, store_path, upstream={"base_url": url})) as proxy:
+            assert proxy.client.chat.completions.create(model="m", messages=HI).choices[0].message.content == "ok"
+            assert (
+                httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": HI}).status_code == 200
+            )
+    assert upstream.headers[0]["authorization"] == "Bearer client-key"  # the client's own key
+    assert upstream.headers[1]["authorization"] == "Basic b3A6czNjckB0"  # none given: the URL's, op:s3cr@t
