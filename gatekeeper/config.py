@@ -14,10 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
-from gatekeeper.measuring.confidence import DEFAULT_RISK, DEFAULT_SAMPLES
 from gatekeeper.store.profile import EFFORT_NAME
 from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Category
-from gatekeeper.tiers import Thresholds, Tier
+from gatekeeper.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds, Tier
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 

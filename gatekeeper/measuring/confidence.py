@@ -69,16 +69,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from gatekeeper.tiers import Thresholds, Tier, certified_tier
+from gatekeeper.tiers import DEFAULT_RISK, DESIGN_SCORE, Thresholds, Tier, certified_tier
 
-# The score a model must have in every category to be certified `large` at least 90% of the
-# time with the default samples (docs/statistics.md): the exponents are tuned to it.
-DESIGN_SCORE = 0.98
-DEFAULT_RISK = 0.05
-# At most this many samples per level (the level stops as soon as the tier is settled): the cap
-# at which a model at 0.98 in every category is certified `large` >= 90% of the time at risk 0.05
-# (97% in scripts/simulate_confidence.py, docs/statistics.md); a perfect model stops after 8.
-DEFAULT_SAMPLES = 30
 _MIXTURE = (0.25, 0.5, 1.0, 2.0)  # multiples of lam*, equal weights
 _BISECTIONS = 40  # of p0 in [0, 1]: far finer than the 4 decimals a bound is stored with
 

@@ -22,8 +22,6 @@ import structlog
 
 from gatekeeper.measuring.backends import Backend
 from gatekeeper.measuring.confidence import (
-    DEFAULT_RISK,
-    DEFAULT_SAMPLES,
     Estimate,
     Strata,
     estimate,
@@ -34,7 +32,7 @@ from gatekeeper.measuring.effort import effort_ignored
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, TestResult
 from gatekeeper.suite.checks import run_check
 from gatekeeper.suite.loader import CATEGORIES, BenchTest, Suite
-from gatekeeper.tiers import Thresholds
+from gatekeeper.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds
 from gatekeeper.types import Answer
 
 log = structlog.get_logger("gatekeeper.measuring.runner")
