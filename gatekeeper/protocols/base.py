@@ -10,7 +10,7 @@ Contract that every codec keeps (the security principle of the project):
   * a request field that could carry tools or redirect the upstream is understood and gated,
     or refused with `RequestInvalid`.
 
-The pipeline, for one request (gatekeeper/proxy.py):
+The pipeline, for one request (gatekeeper/server/pipeline.py):
     body -> codec.parse -> resolve the tier -> codec.gate -> codec.offered
          -> [client protocol not native upstream: translator.to_chat(body)]
          -> upstream -> [translator.from_chat(doc) | translator.stream_from_chat()]

@@ -1,4 +1,4 @@
-"""The upstream pool's rules (gatekeeper/upstream.py), end to end: official openai client -> real
+"""The upstream pool's rules (gatekeeper/server/upstream.py), end to end: official openai client -> real
 proxy port -> real upstream servers that misbehave in one way each."""
 
 from __future__ import annotations
