@@ -299,9 +299,7 @@ def _reload_on_sighup(gk: Gatekeeper) -> None:
     import signal
     import threading
 
-    import structlog
-
-    log = structlog.get_logger("gatekeeper.cli")
+    log = logs.get_logger("gatekeeper.cli")
 
     def reload() -> None:
         try:

@@ -24,8 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import structlog
-
+from gatekeeper import logs
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.core.admit import gate_resolved
 from gatekeeper.core.resolver import Resolution, Source, TierResolver
@@ -46,7 +45,7 @@ from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key, split
 from gatekeeper.suite.loader import Suite, load_suite
 from gatekeeper.tiers import Tier
 
-log = structlog.get_logger("gatekeeper.core.gatekeeper")
+log = logs.get_logger("gatekeeper.core.gatekeeper")
 
 __all__ = ["Gatekeeper", "NotMeasured", "ProfileEntry", "Resolution", "Route", "Snapshot", "Source"]
 

@@ -13,8 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
+from gatekeeper import logs
 from gatekeeper.config import Settings
 from gatekeeper.core.resolver import Resolution, TierResolver
 from gatekeeper.gating import ToolId, ToolPolicy
@@ -25,7 +24,7 @@ from gatekeeper.routing import RANKED_EFFORTS, Decision, Need, Reason, RoutingRu
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key
 from gatekeeper.tiers import Tier
 
-log = structlog.get_logger("gatekeeper.core.router")
+log = logs.get_logger("gatekeeper.core.router")
 
 _CAPABILITIES_KEPT = 4096  # pairs' capabilities remembered (cleared whole past it: model names come from clients)
 

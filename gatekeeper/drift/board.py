@@ -24,11 +24,12 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-import structlog
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-log = structlog.get_logger("gatekeeper.drift.window")
+from gatekeeper import logs
+
+log = logs.get_logger("gatekeeper.drift.window")
 
 DEMOTIONS, CHANNEL = "{gatekeeper}:demotions", "{gatekeeper}:drift"
 _ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)

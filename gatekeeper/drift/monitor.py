@@ -33,9 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import structlog
-
-from gatekeeper import metrics
+from gatekeeper import logs, metrics
 from gatekeeper.drift.identity import ANONYMOUS
 from gatekeeper.drift.sequential import Cusum, Pooled, Tally, cusums_for
 from gatekeeper.drift.window import DriftSettings, Fault, Schema, Window, observe
@@ -43,7 +41,7 @@ from gatekeeper.protocols.base import Call
 from gatekeeper.store.profile import Profile
 from gatekeeper.tiers import Tier
 
-log = structlog.get_logger("gatekeeper.drift.window")
+log = logs.get_logger("gatekeeper.drift.window")
 
 _LOWER = {Tier.LARGE: Tier.MEDIUM, Tier.MEDIUM: Tier.SMALL}
 _TRACKED = frozenset({"measured", "pinned", "demoted"})  # unmeasured pairs have nothing to judge

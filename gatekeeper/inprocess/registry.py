@@ -31,9 +31,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from jsonschema.protocols import Validator
 
+from gatekeeper import logs
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Route
 from gatekeeper.errors import GatekeeperError, ToolNotAllowed
 from gatekeeper.gating import tool_name
@@ -42,7 +42,7 @@ from gatekeeper.requirements import meets, unmet
 from gatekeeper.routing import Need
 from gatekeeper.tiers import Tier
 
-log = structlog.get_logger("gatekeeper.inprocess.registry")
+log = logs.get_logger("gatekeeper.inprocess.registry")
 
 
 @dataclass(frozen=True)

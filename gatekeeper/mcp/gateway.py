@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import structlog
 from cachetools import TTLCache
 from mcp import types
 from mcp.server.context import ServerRequestContext
@@ -31,6 +30,7 @@ from mcp.server.session import ServerSession
 from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT, StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
+from gatekeeper import logs
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
 from gatekeeper.errors import NotMeasured
 from gatekeeper.gating import ToolId
@@ -38,7 +38,7 @@ from gatekeeper.mcp import metrics
 from gatekeeper.mcp.names import exposed_name, split_exposed
 from gatekeeper.mcp.upstream import ServerUnavailable, Upstream
 
-log = structlog.get_logger("gatekeeper.mcp.gateway")
+log = logs.get_logger("gatekeeper.mcp.gateway")
 
 # The scope key the HTTP front (gatekeeper.mcp.http) puts the request's Binding under.
 BINDING = "gatekeeper.mcp.binding"

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import orjson
-import structlog
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from starlette.requests import Request
@@ -28,6 +27,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from gatekeeper import logs
 from gatekeeper.errors import RequestInvalid
 from gatekeeper.mcp.gateway import BINDING, Binding
 from gatekeeper.store.profile import check_effort, split_key
@@ -35,7 +35,7 @@ from gatekeeper.store.profile import check_effort, split_key
 if TYPE_CHECKING:
     from gatekeeper.mcp.gateway import McpGateway
 
-log = structlog.get_logger("gatekeeper.mcp.http")
+log = logs.get_logger("gatekeeper.mcp.http")
 
 MODEL_HEADER = "x-gatekeeper-model"
 _MAX_MODEL = 256

@@ -16,7 +16,6 @@ from typing import Any
 
 import anyio
 import httpx2
-import structlog
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
@@ -25,10 +24,11 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
+from gatekeeper import logs
 from gatekeeper.config import McpServer
 from gatekeeper.mcp.names import unusable
 
-log = structlog.get_logger("gatekeeper.mcp.upstream")
+log = logs.get_logger("gatekeeper.mcp.upstream")
 
 # A dead connection is noticed at once when its stream ends (a stdio server that exits); a hung
 # one by a ping this often, which must answer within the server's timeout_s.

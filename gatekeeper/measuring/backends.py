@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
-import structlog
 
+from gatekeeper import logs
 from gatekeeper.errors import BackendError
 from gatekeeper.types import Answer, ToolCall, strip_reasoning
 
-log = structlog.get_logger("gatekeeper.measuring.backends")
+log = logs.get_logger("gatekeeper.measuring.backends")
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 

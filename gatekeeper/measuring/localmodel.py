@@ -25,12 +25,12 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
-import structlog
 from filelock import FileLock
 
+from gatekeeper import logs
 from gatekeeper.errors import LocalModelError
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 CHAT_FORMAT = "chatml-function-calling"
 DEFAULT_N_CTX = 4096

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import structlog
-
+from gatekeeper import logs
 from gatekeeper.measuring.backends import Backend
 from gatekeeper.measuring.confidence import (
     Estimate,
@@ -35,7 +34,7 @@ from gatekeeper.suite.loader import CATEGORIES, BenchTest, Suite
 from gatekeeper.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds
 from gatekeeper.types import Answer
 
-log = structlog.get_logger("gatekeeper.measuring.runner")
+log = logs.get_logger("gatekeeper.measuring.runner")
 
 # `default` (no effort field) is what most clients send, so it is measured too; the
 # recommendation still chooses among the explicit levels.

@@ -26,8 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import structlog
-
+from gatekeeper import logs
 from gatekeeper.config import Settings
 from gatekeeper.errors import GatekeeperError, MeasurementFailed, WriteFenced
 from gatekeeper.measuring.runner import Progress
@@ -36,7 +35,7 @@ from gatekeeper.store import Coordinator, Lease, ProfileStore
 from gatekeeper.store.profile import EFFORTS, Profile, profile_key
 from gatekeeper.suite.loader import Suite
 
-log = structlog.get_logger("gatekeeper.measuring.scheduler")
+log = logs.get_logger("gatekeeper.measuring.scheduler")
 T = TypeVar("T")
 
 # measure(model, effort, lease, progress) -> the profile, saved fenced by `lease` (WriteFenced if

@@ -16,9 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
-from gatekeeper import metrics, telemetry
+from gatekeeper import logs, metrics, telemetry
 from gatekeeper.config import Settings
 from gatekeeper.errors import InconclusiveMeasurement
 from gatekeeper.measuring.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestSettings
@@ -27,7 +25,7 @@ from gatekeeper.store import Lease, ProfileStore, WriteFenced
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile
 from gatekeeper.suite.loader import Suite
 
-log = structlog.get_logger("gatekeeper.measuring.service")
+log = logs.get_logger("gatekeeper.measuring.service")
 
 BackendFactory = Callable[[str], Backend]  # model name -> a backend that answers for it
 

@@ -24,8 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
+from gatekeeper import logs
 from gatekeeper.errors import RequestInvalid
 from gatekeeper.gating import BUILTIN_FAMILIES
 
@@ -671,7 +670,7 @@ _REFUSABLE = frozenset(
 
 # -- the check ---------------------------------------------------------------------------------
 
-_log = structlog.get_logger("gatekeeper")
+_log = logs.get_logger("gatekeeper")
 _SHOWN = 64  # characters of a client's field name shown in an error or log line
 
 

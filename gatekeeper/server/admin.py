@@ -14,11 +14,11 @@ import hmac
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from gatekeeper import logs
 from gatekeeper.errors import ConfigError, ProxyError, RequestInvalid, StoreError
 from gatekeeper.measuring.confidence import shown_scores
 from gatekeeper.redact import redact
@@ -26,7 +26,7 @@ from gatekeeper.server.console import console_routes
 from gatekeeper.server.throttle import KeyThrottle, client_source, shared_counts
 from gatekeeper.store.profile import check_effort, profile_key, split_key
 
-log = structlog.get_logger("gatekeeper.server.admin")
+log = logs.get_logger("gatekeeper.server.admin")
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 

@@ -17,15 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import structlog
 
-from gatekeeper import metrics
+from gatekeeper import logs, metrics
 from gatekeeper.config import ModelRoute
 from gatekeeper.errors import ProxyError
 from gatekeeper.protocols.base import Event
 from gatekeeper.server.upstream import UpstreamRequest, rate_limit_headers
 
-log = structlog.get_logger("gatekeeper.server.app")
+log = logs.get_logger("gatekeeper.server.app")
 
 # Fields of an OpenAI chat request that gatekeeper understands (tools ones already gated).
 ALLOWED_FIELDS = frozenset(

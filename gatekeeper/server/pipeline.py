@@ -28,7 +28,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from gatekeeper import metrics, redact
+from gatekeeper import logs, metrics, redact
 from gatekeeper.core.admit import aadmit
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
 from gatekeeper.drift.identity import ANONYMOUS, client_identity, evidence_identity
@@ -55,7 +55,7 @@ from gatekeeper.server.upstream import (
     rate_limit_headers,
 )
 
-log = structlog.get_logger("gatekeeper.server.app")
+log = logs.get_logger("gatekeeper.server.app")
 
 JSON = "application/json"
 _CHAT_PATH = "/chat/completions"

@@ -27,14 +27,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import structlog
 from cachetools import TTLCache
 from starlette.requests import Request
 
+from gatekeeper import logs
 from gatekeeper.redact import clip, redact
 from gatekeeper.store import WrongKeyCounts
 
-log = structlog.get_logger("gatekeeper.server.throttle")
+log = logs.get_logger("gatekeeper.server.throttle")
 T = TypeVar("T")
 
 ATTEMPTS = 10  # wrong keys per source per window: plenty for typos, nothing for a guesser

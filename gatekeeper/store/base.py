@@ -8,12 +8,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import structlog
 from pydantic import ValidationError
 
+from gatekeeper import logs
 from gatekeeper.store.profile import Profile
 
-log = structlog.get_logger("gatekeeper.store")
+log = logs.get_logger("gatekeeper.store")
 
 ChangeListener = Callable[[str], None]  # called with the key of a profile that landed or was removed
 

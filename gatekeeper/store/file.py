@@ -15,15 +15,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import structlog
 from cachetools import TTLCache
 from filelock import FileLock
 
+from gatekeeper import logs
 from gatekeeper.errors import StoreError
 from gatekeeper.store.base import ChangeListener, Lease, StoreData, backoff_delay, read_entries
 from gatekeeper.store.profile import Profile
 
-log = structlog.get_logger("gatekeeper.store")
+log = logs.get_logger("gatekeeper.store")
 
 
 class JsonFileStore:

@@ -34,17 +34,17 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
-import structlog
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from gatekeeper import logs
 from gatekeeper.errors import StoreError
 from gatekeeper.redact import redact_url
 from gatekeeper.store.base import ChangeListener, Lease, StoreData, read_entries, read_entry
 from gatekeeper.store.file import owner_id
 from gatekeeper.store.profile import Profile
 
-log = structlog.get_logger("gatekeeper.store")
+log = logs.get_logger("gatekeeper.store")
 
 T = TypeVar("T")
 _NS = "{gatekeeper}"

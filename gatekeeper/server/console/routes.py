@@ -16,12 +16,12 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote
 
-import structlog
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from gatekeeper import logs
 from gatekeeper.errors import RequestInvalid, StoreError
 from gatekeeper.redact import clip, redact
 from gatekeeper.server.console import views
@@ -32,7 +32,7 @@ from gatekeeper.store.profile import check_effort, profile_key, split_key
 if TYPE_CHECKING:
     from gatekeeper.core.gatekeeper import Gatekeeper
 
-log = structlog.get_logger("gatekeeper.server.console")
+log = logs.get_logger("gatekeeper.server.console")
 
 _FORM_LIMIT = 8192  # bytes: a sign-in or action form is a few fields
 _KEY_LIMIT = 512  # characters of a model@effort key taken from a form

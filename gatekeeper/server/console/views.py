@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
+from gatekeeper import logs
 from gatekeeper.core.resolver import Resolution
 from gatekeeper.measuring.runner import EFFORT_COST, Progress
 from gatekeeper.requirements import PairPolicy, describe_minimums
@@ -20,7 +19,7 @@ from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key, split
 from gatekeeper.suite.loader import CATEGORIES
 from gatekeeper.tiers import Thresholds, Tier
 
-log = structlog.get_logger("gatekeeper.server.console")
+log = logs.get_logger("gatekeeper.server.console")
 
 if TYPE_CHECKING:
     from gatekeeper.core.gatekeeper import Gatekeeper
