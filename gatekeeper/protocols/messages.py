@@ -233,9 +233,12 @@ class _Gate:
     listings: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # server -> tools listed in messages
     explicit: set[str] = dataclasses.field(default_factory=set)  # servers whose tools were listed one by one
 
-    def admits(self, tool: ToolId | str) -> bool:
+    def admits(self, tool: ToolId | str, record_kept: bool = True) -> bool:
+        """Is `tool` admitted? Recorded as kept (unless `record_kept` is False: a server or
+        namespace whose tools are recorded one by one) or hidden."""
         if self.policy.allows(self.tier, tool):
-            self.gated.kept.append(str(tool))
+            if record_kept:
+                self.gated.kept.append(str(tool))
             return True
         self.gated.hidden.append(str(tool))
         self.hidden.append(tool)
@@ -291,7 +294,7 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
     """An `mcp_toolset`: its tools are its pinned `tools` listing when it has one, else the
     `configs` it enables when `default_config` disables the rest; else every tool of the server."""
     server = _server_name(tool.get("mcp_server_name"), f"{where}.mcp_server_name")
-    if not g.admits(server):
+    if not g.admits(server, record_kept=False):
         return None
     configs = tool.get("configs")
     if configs is not None:
@@ -347,18 +350,18 @@ def _gate_servers(body: dict[str, Any], g: _Gate) -> dict[str, dict[str, Any]]:
             raise RequestInvalid(f"{where} must be an object")
         F.check(server, F.MESSAGES_MCP_SERVER, where, g.unknown)
         label = _server_name(server.get("name"), f"{where}.name")
-        if not g.admits(label):
+        if not g.admits(label, record_kept=False):
             continue
         config = server.get("tool_configuration")
         if config is None:
-            kept[label] = server
+            kept[label] = server  # whole (recorded by _narrow_whole_servers)
             continue
         if not isinstance(config, dict):
             raise RequestInvalid(f"{where}.tool_configuration must be an object")
         F.check(config, F.MESSAGES_MCP_TOOL_CONFIGURATION, f"{where}.tool_configuration", g.unknown)
         allowed = config.get("allowed_tools")
         if allowed is None:
-            kept[label] = server
+            kept[label] = server  # whole (recorded by _narrow_whole_servers)
             continue
         if not isinstance(allowed, list) or not all(isinstance(n, str) and n for n in allowed):
             raise RequestInvalid(f"{where}.tool_configuration.allowed_tools must be an array of names")
@@ -386,6 +389,7 @@ def _narrow_whole_servers(body: dict[str, Any], servers: dict[str, dict[str, Any
             continue
         rule = g.policy.rule_hiding_part_of(label, g.tier)
         if rule is None:
+            g.gated.kept.append(f"{label}.*")
             continue
         listed = g.listings.get(label)
         if listed is None:

@@ -261,9 +261,12 @@ class _Gate:
         default_factory=dict
     )  # server_label -> tool names listed in input
 
-    def admits(self, tool: ToolId | str) -> bool:
+    def admits(self, tool: ToolId | str, record_kept: bool = True) -> bool:
+        """Is `tool` admitted? Recorded as kept (unless `record_kept` is False: a server or
+        namespace whose tools are recorded one by one) or hidden."""
         if self.policy.allows(self.tier, tool):
-            self.gated.kept.append(str(tool))
+            if record_kept:
+                self.gated.kept.append(str(tool))
             return True
         self.gated.hidden.append(str(tool))
         self.hidden.append(tool)
@@ -343,7 +346,7 @@ def _gate_mcp(tool: dict[str, Any], where: str, g: _Gate) -> Any:
     one of them; otherwise it is narrowed to the listed tools the tier admits (when an
     `mcp_list_tools` input item lists them), or refused."""
     label = _group_name(tool.get("server_label"), f"{where}.server_label")
-    if not g.admits(label):
+    if not g.admits(label, record_kept=False):
         return None
     allowed = tool.get("allowed_tools")
     names: list[Any] | None
@@ -362,6 +365,7 @@ def _gate_mcp(tool: dict[str, Any], where: str, g: _Gate) -> Any:
     if names is None:
         rule = g.policy.rule_hiding_part_of(label, g.tier)
         if rule is None:
+            g.gated.kept.append(f"{label}.*")
             return tool  # every tool of the server is admitted whenever the server is
         names = g.listings.get(label)
         if names is None:

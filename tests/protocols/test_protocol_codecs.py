@@ -457,3 +457,12 @@ def test_messages_stream_calls_carry_their_streamed_input():
         ("execute_command", "{}"),
         ("read_file", '{"path": "a.txt"}'),
     ]
+
+
+def test_mcp_verdicts_name_tools_not_a_server_that_kept_none():
+    policy = ToolPolicy({"github.delete_*": Tier.LARGE})
+    body = {"model": "m", "tools": [{"type": "mcp", "server_label": "github", "allowed_tools": ["delete_repo"]}]}
+    gated = R.gate(body, Tier.SMALL, policy)
+    assert gated.kept == [] and gated.hidden == ["github.delete_repo"] and "tools" not in body
+    body = {"model": "m", "tools": [{"type": "mcp", "server_label": "docs"}]}
+    assert R.gate(body, Tier.SMALL, policy).kept == ["docs.*"]
