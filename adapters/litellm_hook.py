@@ -51,6 +51,10 @@ _PROTOCOLS = {
     "aanthropic_messages": "messages",
 }
 _TOOL_FIELDS = ("tools", "tool_choice", "functions", "function_call", "mcp_servers", "prompt")
+# Request keys with which LiteLLM's router sends the call to other models when the asked one
+# fails (a request's own lists replace the configured ones): the tools were gated for the asked
+# model's tier only.
+_REROUTING = ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks")
 
 
 class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type-checked (pyproject)
@@ -99,6 +103,14 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
         model = data.get("model")
         if not isinstance(model, str) or not model:
             return data  # LiteLLM rejects it itself
+        rerouting = [k for k in _REROUTING if data.get(k)]
+        if rerouting:
+            raise _http_error(
+                400,
+                f"{', '.join(rerouting)} with tools refused: LiteLLM would send tools gated for {model[:256]!r} "
+                "to another model, whose tier may not admit them",
+                "fallbacks_not_gated",
+            )
         try:
             # LiteLLM's own bookkeeping keys are not request fields; `extra_body` (which LiteLLM
             # merges into the provider's request) is checked.
