@@ -434,3 +434,44 @@ def allowed_names(body: dict[str, Any]) -> set[str]:
     names = {tool_name(t, "tools[]") for t in body.get("tools") or []}
     names.update(f["name"] for f in body.get("functions") or [])
     return names
+
+
+# -- one request's gating, shared by the codecs that gate tool lists of several kinds ----------
+
+
+@dataclass
+class RequestGate:
+    """One request's gating: the verdicts (`gated`), the hidden tools' identities (for 400
+    messages) and the MCP listings the request itself carries (server -> tool names)."""
+
+    tier: Tier
+    policy: ToolPolicy
+    unknown: str  # upstream.unknown_fields: refuse | drop
+    gated: Gated = field(default_factory=Gated)
+    hidden: list[ToolId | str] = field(default_factory=list)
+    listings: dict[str, list[str]] = field(default_factory=dict)
+
+    def admits(self, tool: ToolId | str, record_kept: bool = True) -> bool:
+        """Is `tool` admitted? Recorded as kept (unless `record_kept` is False: a server or
+        namespace whose tools are recorded one by one) or hidden."""
+        if self.policy.allows(self.tier, tool):
+            if record_kept:
+                self.gated.kept.append(str(tool))
+            return True
+        self.gated.hidden.append(str(tool))
+        self.hidden.append(tool)
+        return False
+
+
+def required_name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise RequestInvalid(f"{where} must be a non-empty string")
+    return value
+
+
+def group_name(value: Any, where: str) -> str:
+    """An MCP server label or namespace name: rules spell its tools `group.tool`."""
+    name = required_name(value, where)
+    if "." in name:
+        raise RequestInvalid(f"{where} must not contain '.' (rules name its tools as '<group>.<tool>')")
+    return name

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid, ToolChoiceBlocked
-from gatekeeper.gating import BUILTIN_FAMILIES, Gated, ToolId, ToolPolicy
+from gatekeeper.gating import BUILTIN_FAMILIES, Gated, RequestGate, ToolId, ToolPolicy, group_name, required_name
 from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
 from gatekeeper.protocols.enforce import Positions, admitted_listing, allowed, enforce_items, offers_server, settle
@@ -210,39 +210,9 @@ class MessagesCodec:
 # tools (`tool_addition`, `compaction.tool_changes`, `mcp_tool_listing`) are gated like `tools`.
 
 
-def _name(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise RequestInvalid(f"{where} must be a non-empty string")
-    return value
-
-
-def _server_name(value: Any, where: str) -> str:
-    name = _name(value, where)
-    if "." in name:
-        raise RequestInvalid(f"{where} must not contain '.' (rules name its tools as '<server>.<tool>')")
-    return name
-
-
 @dataclasses.dataclass
-class _Gate:
-    tier: Tier
-    policy: ToolPolicy
-    unknown: str
-    gated: Gated = dataclasses.field(default_factory=Gated)
-    hidden: list[ToolId | str] = dataclasses.field(default_factory=list)
-    listings: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # server -> tools listed in messages
+class _Gate(RequestGate):
     explicit: set[str] = dataclasses.field(default_factory=set)  # servers whose tools were listed one by one
-
-    def admits(self, tool: ToolId | str, record_kept: bool = True) -> bool:
-        """Is `tool` admitted? Recorded as kept (unless `record_kept` is False: a server or
-        namespace whose tools are recorded one by one) or hidden."""
-        if self.policy.allows(self.tier, tool):
-            if record_kept:
-                self.gated.kept.append(str(tool))
-            return True
-        self.gated.hidden.append(str(tool))
-        self.hidden.append(tool)
-        return False
 
 
 def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy, table: F.Fields) -> Gated:
@@ -276,7 +246,7 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy, table: F.
 
 def _tool_id(tool: dict[str, Any], kind: str, where: str) -> ToolId:
     if kind == "custom":
-        return ToolId.function(_name(tool.get("name"), f"{where}.name"))
+        return ToolId.function(required_name(tool.get("name"), f"{where}.name"))
     fixed = F.MESSAGES_BUILTIN_NAMES.get(kind)
     if fixed is not None and tool.get("name") != fixed:
         raise RequestInvalid(f"{where}.name must be {fixed!r} for a {kind!r} tool (the API fixes its name)")
@@ -293,7 +263,7 @@ def _gate_tool(tool: Any, where: str, g: _Gate, servers: dict[str, dict[str, Any
 def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str, dict[str, Any]]) -> Any:
     """An `mcp_toolset`: its tools are its pinned `tools` listing when it has one, else the
     `configs` it enables when `default_config` disables the rest; else every tool of the server."""
-    server = _server_name(tool.get("mcp_server_name"), f"{where}.mcp_server_name")
+    server = group_name(tool.get("mcp_server_name"), f"{where}.mcp_server_name")
     if not g.admits(server, record_kept=False):
         return None
     configs = tool.get("configs")
@@ -318,7 +288,7 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
             if not isinstance(entry, dict):
                 raise RequestInvalid(f"{where}.tools[{i}] must be an object")
             F.check(entry, F.MESSAGES_LISTED_MCP_TOOL, f"{where}.tools[{i}]", g.unknown)
-            if g.admits(ToolId.mcp(server, _name(entry.get("name"), f"{where}.tools[{i}].name"))):
+            if g.admits(ToolId.mcp(server, required_name(entry.get("name"), f"{where}.tools[{i}].name"))):
                 kept.append(entry)
         g.explicit.add(server)
         if not kept:
@@ -326,7 +296,7 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
         return tool if len(kept) == len(listing) else tool | {"tools": kept}
     if isinstance(default, dict) and default.get("enabled") is False:
         enabled = [n for n, c in (configs or {}).items() if c.get("enabled") is True]
-        kept_names = [n for n in enabled if g.admits(ToolId.mcp(server, _name(n, f"{where}.configs")))]
+        kept_names = [n for n in enabled if g.admits(ToolId.mcp(server, required_name(n, f"{where}.configs")))]
         g.explicit.add(server)
         if not kept_names:
             return None
@@ -349,7 +319,7 @@ def _gate_servers(body: dict[str, Any], g: _Gate) -> dict[str, dict[str, Any]]:
         if not isinstance(server, dict):
             raise RequestInvalid(f"{where} must be an object")
         F.check(server, F.MESSAGES_MCP_SERVER, where, g.unknown)
-        label = _server_name(server.get("name"), f"{where}.name")
+        label = group_name(server.get("name"), f"{where}.name")
         if not g.admits(label, record_kept=False):
             continue
         config = server.get("tool_configuration")
@@ -466,7 +436,7 @@ def _gate_block(block: Any, where: str, g: _Gate) -> Any:
                     raise RequestInvalid(f"{here} adds a tool hidden at tier {g.tier.value!r}")
         return block
     if kind == "mcp_tool_listing":
-        label = _server_name(block.get("mcp_server_name"), f"{where}.mcp_server_name")
+        label = group_name(block.get("mcp_server_name"), f"{where}.mcp_server_name")
         tools = block.get("tools")
         if not isinstance(tools, list):
             raise RequestInvalid(f"{where}.tools must be an array")
@@ -476,7 +446,7 @@ def _gate_block(block: Any, where: str, g: _Gate) -> Any:
             if not isinstance(entry, dict):
                 raise RequestInvalid(f"{where}.tools[{k}] must be an object")
             F.check(entry, F.MESSAGES_LISTED_MCP_TOOL, f"{where}.tools[{k}]", g.unknown)
-            name = _name(entry.get("name"), f"{where}.tools[{k}].name")
+            name = required_name(entry.get("name"), f"{where}.tools[{k}].name")
             if server and g.policy.allows(g.tier, ToolId.mcp(label, name)):
                 kept.append(entry)
         return block if len(kept) == len(tools) else block | {"tools": kept}
@@ -493,7 +463,7 @@ def _gate_choice(choice: Any, g: _Gate, any_kept: bool) -> None:
     kind = F.check_typed(choice, F.MESSAGES_TOOL_CHOICE, "tool_choice", g.unknown)
     tier, policy = g.tier, g.policy
     if kind == "tool":
-        forced = _name(choice.get("name"), "'tool_choice.name'")
+        forced = required_name(choice.get("name"), "'tool_choice.name'")
         # The name the model calls: a client tool's own, or the fixed name of a typed tool.
         targets = [ToolId.function(forced)] + [
             ToolId.builtin(t) for t, fixed in F.MESSAGES_BUILTIN_NAMES.items() if fixed == forced

@@ -18,14 +18,13 @@ dropped and later indexes renumbered, so the client's accumulation stays consist
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid, ToolChoiceBlocked
-from gatekeeper.gating import Gated, ToolId, ToolPolicy
+from gatekeeper.gating import Gated, RequestGate, ToolId, ToolPolicy, group_name, required_name
 from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
 from gatekeeper.protocols.enforce import Positions, admitted_listing, allowed, enforce_items, offers_server, settle
@@ -234,48 +233,9 @@ _KEEP, _DROP = object(), object()
 _ALLOWED_ENTRY = {kind: table for kind, table in F.RESPONSES_TOOL_CHOICE.items() if kind != "allowed_tools"}
 
 
-def _name(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise RequestInvalid(f"{where} must be a non-empty string")
-    return value
-
-
-def _group_name(value: Any, where: str) -> str:
-    """An MCP server label or namespace name: rules spell its tools `group.tool`."""
-    name = _name(value, where)
-    if "." in name:
-        raise RequestInvalid(f"{where} must not contain '.' (rules name its tools as '<{where}>.<tool>')")
-    return name
-
-
-@dataclasses.dataclass
-class _Gate:
-    """One request's gating: the verdicts, and the hidden tools' identities (for 400 messages)."""
-
-    tier: Tier
-    policy: ToolPolicy
-    unknown: str
-    gated: Gated = dataclasses.field(default_factory=Gated)
-    hidden: list[ToolId | str] = dataclasses.field(default_factory=list)
-    listings: dict[str, list[str]] = dataclasses.field(
-        default_factory=dict
-    )  # server_label -> tool names listed in input
-
-    def admits(self, tool: ToolId | str, record_kept: bool = True) -> bool:
-        """Is `tool` admitted? Recorded as kept (unless `record_kept` is False: a server or
-        namespace whose tools are recorded one by one) or hidden."""
-        if self.policy.allows(self.tier, tool):
-            if record_kept:
-                self.gated.kept.append(str(tool))
-            return True
-        self.gated.hidden.append(str(tool))
-        self.hidden.append(tool)
-        return False
-
-
 def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
-    """Check every field and remove (in place) every tool above `tier` (see `_Gate`)."""
-    g = _Gate(tier, policy, policy.unknown_fields)
+    """Check every field and remove (in place) every tool above `tier` (see `RequestGate`)."""
+    g = RequestGate(tier, policy, policy.unknown_fields)
     F.check(body, F.RESPONSES_REQUEST, "", g.unknown)
     _gate_input(body, g)
     tools = body.get("tools")
@@ -297,7 +257,7 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
     return g.gated
 
 
-def _gate_tools(tools: list[Any], where: str, g: _Gate) -> list[Any]:
+def _gate_tools(tools: list[Any], where: str, g: RequestGate) -> list[Any]:
     kept = []
     for i, tool in enumerate(tools):
         narrowed = _gate_tool(tool, f"{where}[{i}]", g)
@@ -306,28 +266,28 @@ def _gate_tools(tools: list[Any], where: str, g: _Gate) -> list[Any]:
     return kept
 
 
-def _gate_tool(tool: Any, where: str, g: _Gate) -> Any:
+def _gate_tool(tool: Any, where: str, g: RequestGate) -> Any:
     """The tool as the model may see it (narrowed), or None when it is hidden."""
     kind = F.check_typed(tool, F.RESPONSES_TOOL, where, g.unknown)
     if kind == "mcp":
         return _gate_mcp(tool, where, g)
     if kind == "namespace":
-        namespace = _group_name(tool.get("name"), f"{where}.name")
+        namespace = group_name(tool.get("name"), f"{where}.name")
         inner = tool.get("tools")
         if not isinstance(inner, list):
             raise RequestInvalid(f"{where}.tools must be an array")
         kept = []
         for i, item in enumerate(inner):
             F.check_typed(item, F.RESPONSES_NAMESPACE_TOOL, f"{where}.tools[{i}]", g.unknown)
-            if g.admits(ToolId.namespaced(namespace, _name(item.get("name"), f"{where}.tools[{i}].name"))):
+            if g.admits(ToolId.namespaced(namespace, required_name(item.get("name"), f"{where}.tools[{i}].name"))):
                 kept.append(item)
         if not kept:
             return None
         return tool if len(kept) == len(inner) else tool | {"tools": kept}
     if kind == "function":
-        tool_id = ToolId.function(_name(tool.get("name"), f"{where}.name"))
+        tool_id = ToolId.function(required_name(tool.get("name"), f"{where}.name"))
     elif kind == "custom":
-        tool_id = ToolId.custom(_name(tool.get("name"), f"{where}.name"))
+        tool_id = ToolId.custom(required_name(tool.get("name"), f"{where}.name"))
     else:
         tool_id = ToolId.builtin(kind)
     return tool if g.admits(tool_id) else None
@@ -340,12 +300,12 @@ def _mcp_allowed_names(tool: dict[str, Any]) -> list[str] | None:
     return allowed if isinstance(allowed, list) else None
 
 
-def _gate_mcp(tool: dict[str, Any], where: str, g: _Gate) -> Any:
+def _gate_mcp(tool: dict[str, Any], where: str, g: RequestGate) -> Any:
     """An MCP server: hidden by its label's rule; its tools gated one by one as `label.tool`.
     Offered without a list of its tools, it stays whole only when no rule above the tier names
     one of them; otherwise it is narrowed to the listed tools the tier admits (when an
     `mcp_list_tools` input item lists them), or refused."""
-    label = _group_name(tool.get("server_label"), f"{where}.server_label")
+    label = group_name(tool.get("server_label"), f"{where}.server_label")
     if not g.admits(label, record_kept=False):
         return None
     allowed = tool.get("allowed_tools")
@@ -374,7 +334,9 @@ def _gate_mcp(tool: dict[str, Any], where: str, g: _Gate) -> Any:
                 f"{rule!r} hides some of its tools at tier {g.tier.value!r}; name the tools the model "
                 "may use in 'allowed_tools'"
             )
-    kept = [n for i, n in enumerate(names) if g.admits(ToolId.mcp(label, _name(n, f"{where}.allowed_tools[{i}]")))]
+    kept = [
+        n for i, n in enumerate(names) if g.admits(ToolId.mcp(label, required_name(n, f"{where}.allowed_tools[{i}]")))
+    ]
     if not kept:
         return None  # an empty allowed_tools list would mean "every tool" to some servers
     if len(kept) == len(names) and not narrowing:
@@ -382,7 +344,7 @@ def _gate_mcp(tool: dict[str, Any], where: str, g: _Gate) -> Any:
     return tool | {"allowed_tools": allowed | {"tool_names": kept} if isinstance(allowed, dict) else kept}
 
 
-def _gate_input(body: dict[str, Any], g: _Gate) -> None:
+def _gate_input(body: dict[str, Any], g: RequestGate) -> None:
     """Check every input item; gate the tools that items offer (`additional_tools`,
     `tool_search_output`, `mcp_list_tools`)."""
     items = body.get("input")
@@ -408,7 +370,7 @@ def _gate_input(body: dict[str, Any], g: _Gate) -> None:
             if len(kept) != len(tools) or any(a is not b for a, b in zip(kept, tools, strict=True)):
                 item = item | {"tools": kept}  # a tool_search_output stays: it answers its call
         elif kind == "mcp_list_tools":
-            label = _group_name(item.get("server_label"), f"{where}.server_label")
+            label = group_name(item.get("server_label"), f"{where}.server_label")
             tools = item.get("tools")
             if not isinstance(tools, list):
                 raise RequestInvalid(f"{where}.tools must be an array")
@@ -418,7 +380,7 @@ def _gate_input(body: dict[str, Any], g: _Gate) -> None:
                 if not isinstance(entry, dict):
                     raise RequestInvalid(f"{where}.tools[{j}] must be an object")
                 F.check(entry, F.RESPONSES_LISTED_MCP_TOOL, f"{where}.tools[{j}]", g.unknown)
-                name = _name(entry.get("name"), f"{where}.tools[{j}].name")
+                name = required_name(entry.get("name"), f"{where}.tools[{j}].name")
                 if server and g.policy.allows(g.tier, ToolId.mcp(label, name)):
                     kept.append(entry)
             if len(kept) != len(tools):
@@ -432,7 +394,7 @@ def _blocked(tool: ToolId | str, tier: Tier, policy: ToolPolicy) -> ToolChoiceBl
     return ToolChoiceBlocked(str(tool), policy.required_tier(tool), tier)
 
 
-def _all_hidden(g: _Gate, what: str) -> ToolChoiceBlocked:
+def _all_hidden(g: RequestGate, what: str) -> ToolChoiceBlocked:
     names = ",".join(str(t) for t in g.hidden) or "(no tools offered)"
     required = max((g.policy.required_tier(t) for t in g.hidden), key=lambda t: t.rank, default=g.tier)
     exc = ToolChoiceBlocked(names, required, g.tier)
@@ -442,24 +404,24 @@ def _all_hidden(g: _Gate, what: str) -> ToolChoiceBlocked:
     return exc
 
 
-def _choice_target(choice: Any, where: str, tables: Mapping[str, F.Fields], g: _Gate) -> ToolId | str:
+def _choice_target(choice: Any, where: str, tables: Mapping[str, F.Fields], g: RequestGate) -> ToolId | str:
     """What a tool_choice (or an allowed_tools entry) designates: a tool, or (a bare `mcp`
     choice) a whole server by its label."""
     kind = F.check_typed(choice, tables, where, g.unknown)
     if kind == "mcp":
-        label = _group_name(choice.get("server_label"), f"{where}.server_label")
+        label = group_name(choice.get("server_label"), f"{where}.server_label")
         name = choice.get("name")
-        return ToolId.mcp(label, _name(name, f"{where}.name")) if name is not None else label
+        return ToolId.mcp(label, required_name(name, f"{where}.name")) if name is not None else label
     if kind in ("function", "custom"):
-        name = _name(choice.get("name"), f"{where}.name")
+        name = required_name(choice.get("name"), f"{where}.name")
         namespace = choice.get("namespace")
         if namespace is not None:
-            return ToolId.namespaced(_group_name(namespace, f"{where}.namespace"), name)
+            return ToolId.namespaced(group_name(namespace, f"{where}.namespace"), name)
         return ToolId.function(name) if kind == "function" else ToolId.custom(name)
     return ToolId.builtin(kind)
 
 
-def _gate_choice(choice: Any, g: _Gate, any_kept: bool) -> Any:
+def _gate_choice(choice: Any, g: RequestGate, any_kept: bool) -> Any:
     """The tool_choice to send (_KEEP unchanged, _DROP removed, or a new value)."""
     tier, policy = g.tier, g.policy
     if choice is None:
