@@ -29,7 +29,7 @@ fi
 
 # gatekeeper itself, editable, with the extras of the job; reinstalled when pyproject.toml changes.
 EXTRAS="demo"
-CHECK="import gatekeeper, llama_cpp, openai"
+CHECK="import gatekeeper, llama_cpp, openai, anthropic"
 if [[ "$MODE" == test ]]; then
     EXTRAS="demo,dev"
     CHECK="import gatekeeper, llama_cpp, openai, pytest, mypy, mcp"
