@@ -26,12 +26,12 @@ from gatekeeper.measuring.backends import (
     RequestSettings,
     parse_message,
 )
-from gatekeeper.measuring.confidence import DEFAULT_SAMPLES
 from gatekeeper.measuring.runner import RunSettings, sweep
 from gatekeeper.measuring.service import MeasurementService
 from gatekeeper.store import JsonFileStore
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import load_suite
+from gatekeeper.tiers import DEFAULT_SAMPLES
 from gatekeeper.types import Answer, ToolCall, strip_reasoning
 
 FIXTURE_SUITE = ROOT / "tests" / "fixtures" / "seed_format_suite"
