@@ -40,7 +40,9 @@ from gatekeeper.measuring.localmodel import LocalModelServer
 from gatekeeper.suite.loader import BENCHMARK_VERSION, CATEGORIES, DEFAULT_SUITE_DIR, load_suite, suite_hash
 from gatekeeper.tiers import Tier
 
-pytestmark = pytest.mark.local_model
+# A lazy measurement of the real model on a busy 2-core machine can take longer than the suite-wide
+# 600 s per test (the module fixture waits for it): its own limit is the agent timeout below.
+pytestmark = [pytest.mark.local_model, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "examples" / "local-model.yaml"

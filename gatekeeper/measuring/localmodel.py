@@ -33,9 +33,7 @@ from gatekeeper.errors import LocalModelError
 log = logs.get_logger(__name__)
 
 CHAT_FORMAT = "chatml-function-calling"
-# Gemma 3 270M takes 32k; 4096 was too few for a randomised multi-step test whose answers ramble
-# (a suite conversation reached 4352 tokens: an HTTP 400 that failed the whole measurement).
-DEFAULT_N_CTX = 8192
+DEFAULT_N_CTX = 4096
 DEFAULT_MODEL_ALIAS = "gemma-3-270m-q4_k_m"
 # Cold start (mmap of the 253 MB file + warm-up) is a few seconds; leave room for slow CI.
 DEFAULT_STARTUP_TIMEOUT = 120.0
