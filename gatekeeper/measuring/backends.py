@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,6 +31,10 @@ class RequestSettings:
     timeout_s: float = 120.0
     max_retries: int = 3
     backoff_s: float = 0.5
+
+
+# How OpenAI-compatible servers (OpenAI, vLLM, llama.cpp) say a prompt is longer than the context.
+_CONTEXT_EXCEEDED = re.compile(r"maximum context length|context_length_exceeded", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,11 @@ class OpenAIBackend:
         if response.status_code >= 400:
             if effort is not None and response.status_code in (400, 422) and "reasoning" in response.text.lower():
                 raise _EffortRejected()
+            if response.status_code == 400 and _CONTEXT_EXCEEDED.search(response.text):
+                # The conversation no longer fits the model's context: the model cannot do this
+                # test, which is a failed answer (cut at the limit), not a broken backend.
+                log.warning("context_exceeded", model=model, detail=response.text[:200])
+                return Completion(Answer("", (), "length"), 0, seconds, effort_applied=True)
             raise BackendError(f"{self.base_url} model {model!r}: HTTP {response.status_code}: {response.text[:300]}")
         try:
             doc = response.json()
