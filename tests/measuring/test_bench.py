@@ -696,3 +696,43 @@ def test_a_sampling_backend_that_thinks_longer_at_high_effort_is_not_called_igno
     service = MeasurementService(sampled(3), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
     result = asyncio.run(service.sweep("m", ["low", "high"]))
     assert not result.effort_ignored and all(p.effort_applied for p in result.profiles)
+
+
+# -- a conversation longer than the model's context -----------------------------------------------
+
+
+def _overflowing(message: str):
+    """Perfect, except that the second step of every multi-step test is answered with a 400."""
+
+    def behaviour(test, step: int) -> dict:
+        if step == 1:
+            return {"status": 400, "error": message}
+        return answers.perfect(test, step)
+
+    return behaviour
+
+
+def test_a_prompt_over_the_context_fails_that_test_not_the_measurement(tmp_path, default_suite):
+    # llama.cpp's (and OpenAI's) wording: the model cannot hold the test, which it then fails.
+    too_long = "This model's maximum context length is 4096 tokens. However, you requested 4352 tokens"
+    with ScriptedServer(SuiteScript(default_suite).responder(_overflowing(too_long))) as server:
+        settings = Settings.model_validate(
+            {"upstream": {"base_url": server.base_url}, "store": str(tmp_path / "p.json"), "bench": {"risk": 1}}
+        )
+        profile = asyncio.run(MeasurementService(settings, default_suite, JsonFileStore(settings.store)).measure("m"))
+    multi_step = {t.name for t in default_suite.tests if len(t.all_steps) > 1}
+    assert multi_step, "the default suite has multi-step tests"
+    failed = {r.name for r in profile.test_results if r.score < 1}
+    assert multi_step <= failed
+    assert profile.scores["toolCalling"] < 1
+
+
+def test_any_other_400_is_still_a_backend_failure_and_stores_nothing(tmp_path, default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(_overflowing("unsupported parameter: seed"))) as server:
+        settings = Settings.model_validate(
+            {"upstream": {"base_url": server.base_url}, "store": str(tmp_path / "p.json")}
+        )
+        store = JsonFileStore(settings.store)
+        with pytest.raises(BackendError, match="HTTP 400"):
+            asyncio.run(MeasurementService(settings, default_suite, store).measure("m"))
+    assert store.load().profiles == {}
