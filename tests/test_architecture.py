@@ -12,7 +12,7 @@ PACKAGE = Path(gatekeeper.__file__).parent
 
 # Lowest first. A module may import its own layer and the layers below, never one above.
 LAYERS: list[set[str]] = [
-    {"errors", "types", "tiers", "metrics", "logs", "telemetry", "redact"},  # contracts, observability
+    {"errors", "types", "tiers", "metrics", "logs", "telemetry", "redact", "peers"},  # contracts, observability
     {"suite"},  # the DSL, pure
     {"store"},  # profiles and where they are kept
     {"gating", "requirements"},  # which tool a tier (and a measurement) may see: protocol-free rules

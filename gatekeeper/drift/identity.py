@@ -21,11 +21,11 @@ credential. Pure: headers and settings in, a string out.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import ipaddress
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+from gatekeeper.peers import is_trusted
 
 if TYPE_CHECKING:  # read, never built, here: drift sits below the config layer
     from gatekeeper.config import Settings
@@ -42,7 +42,7 @@ def client_identity(headers: Mapping[str, str], settings: Settings, peer: str | 
     """
     header = settings.drift.client_header
     if header is not None:
-        if peer is not None and not _trusted(peer, tuple(getattr(settings, "trusted_proxies", ()))):
+        if peer is not None and not is_trusted(peer, tuple(getattr(settings, "trusted_proxies", ()))):
             return ANONYMOUS  # a client reaching the proxy directly could name anyone
         return _hashed("hdr", headers.get(header))
     authorization, api_key = headers.get("authorization"), headers.get("x-api-key")
@@ -65,19 +65,6 @@ def evidence_identity(client: str, settings: Settings, model: str) -> str:
     """Whom the answer's calls count for: ANONYMOUS when the request went to a litellm route,
     which calls the provider with the operator's key (nobody checked the client's)."""
     return ANONYMOUS if settings.route(model) is not None else client
-
-
-def _trusted(peer: str, proxies: tuple[str, ...]) -> bool:
-    try:
-        address = ipaddress.ip_address(peer)
-    except ValueError:
-        return False
-    return any(address in network for network in _networks(proxies))
-
-
-@functools.lru_cache(maxsize=8)
-def _networks(proxies: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    return tuple(ipaddress.ip_network(p, strict=False) for p in proxies)
 
 
 def _hashed(kind: str, value: str | None) -> str:

@@ -18,7 +18,6 @@ cycling through the addresses of one block buys nothing.
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import math
 import threading
@@ -31,6 +30,7 @@ from cachetools import TTLCache
 from starlette.requests import Request
 
 from gatekeeper import logs
+from gatekeeper.peers import is_trusted
 from gatekeeper.redact import clip, redact
 from gatekeeper.store import WrongKeyCounts
 
@@ -115,7 +115,7 @@ def client_source(request: Request) -> str:
     settings = request.app.state.gk.settings
     peer = request.client.host if request.client else "unknown"
     header = getattr(settings, "trusted_proxy_header", None)
-    if header and _is_trusted(peer, tuple(getattr(settings, "trusted_proxies", ()))):
+    if header and is_trusted(peer, tuple(getattr(settings, "trusted_proxies", ()))):
         entries = [e.strip() for e in ",".join(request.headers.getlist(header)).split(",") if e.strip()]
         hops = getattr(settings, "trusted_proxy_hops", 1)
         if len(entries) >= hops:
@@ -129,22 +129,9 @@ def request_scheme(request: Request) -> str:
     forwarded = request.headers.get("x-forwarded-proto", "").strip().lower()
     if forwarded in ("http", "https") and request.client is not None:
         settings = request.app.state.gk.settings
-        if _is_trusted(request.client.host, tuple(getattr(settings, "trusted_proxies", ()))):
+        if is_trusted(request.client.host, tuple(getattr(settings, "trusted_proxies", ()))):
             return forwarded
     return request.url.scheme
-
-
-def _is_trusted(peer: str, proxies: tuple[str, ...]) -> bool:
-    try:
-        address = ipaddress.ip_address(peer)
-    except ValueError:
-        return False
-    return any(address in network for network in _networks(proxies))
-
-
-@functools.lru_cache(maxsize=8)
-def _networks(proxies: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    return tuple(ipaddress.ip_network(p, strict=False) for p in proxies)
 
 
 def _source(address: str) -> str:
