@@ -35,6 +35,8 @@ TOOLS = [
     for n in ("read_file", "execute_command")
 ]  # at tier small only read_file is offered
 NAMES = st.sampled_from(["read_file", "execute_command", "ghost", "", "read_file ", "execute_"])
+# The SDK types say `float`; JSON has no NaN or infinity, so from_type draws finite ones only.
+st.register_type_strategy(float, st.floats(allow_nan=False, allow_infinity=False))
 JUNK = st.one_of(st.none(), st.integers(-1, 3), st.booleans(), st.text(max_size=3), st.lists(st.integers(), max_size=2))
 
 
