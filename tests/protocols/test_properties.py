@@ -249,14 +249,16 @@ EXTRA_KEYS = st.one_of(
 
 
 def _plain(value: Any) -> Any:
-    """A drawn TypedDict value as JSON would carry it (iterables as lists, other values as null)."""
+    """A drawn TypedDict value as JSON would carry it (iterables as lists, other values as null).
+
+    JSON has no NaN or infinity: drawn for `object`, they come back as null too."""
 
     def default(o: Any) -> Any:
         if isinstance(o, (tuple, set, frozenset)) or type(o).__name__ == "PrettyIter":
             return list(itertools.islice(o, 5))  # hypothesis draws Iterable[...] as a lazy iterator
         return None  # a non-JSON value drawn for `object` (a date, a path, ...)
 
-    return json.loads(json.dumps(value, default=default))
+    return json.loads(json.dumps(value, default=default), parse_constant=lambda _: None)
 
 
 def _hidden_in(doc: Any) -> list[str]:
