@@ -17,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
-from gatekeeper.errors import AnswerInvalid
-from gatekeeper.gating import ToolId, ToolKind
+from gatekeeper.errors import AnswerInvalid, RequestInvalid
+from gatekeeper.gating import RequestGate, ToolId, ToolKind, required_name
+from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Offered, Schema
 
 _SHOWN_CHARS = 80  # a called name longer than this is shown cut (it comes from the model)
@@ -112,6 +113,26 @@ def admitted_listing(listed: Any, server: str, allow: Allowed, what: str) -> lis
     if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
         raise AnswerInvalid(f"{what}'s 'tools' must be an array of objects")
     return [t for t in listed if isinstance(t.get("name"), str) and allow.admits(ToolId.mcp(server, t["name"]))]
+
+
+def admitted_request_listing(
+    tools: Any, label: str, entry_fields: F.Fields, where: str, g: RequestGate
+) -> list[dict[str, Any]]:
+    """The request-side twin of `admitted_listing`: an MCP listing that a request carries back
+    (Responses `mcp_list_tools` in `input`, Messages `mcp_tool_listing`), each entry's fields
+    checked, cut to the tools the tier admits on a server it admits."""
+    if not isinstance(tools, list):
+        raise RequestInvalid(f"{where}.tools must be an array")
+    server = g.policy.allows(g.tier, label)
+    kept = []
+    for k, entry in enumerate(tools):
+        if not isinstance(entry, dict):
+            raise RequestInvalid(f"{where}.tools[{k}] must be an object")
+        F.check(entry, entry_fields, f"{where}.tools[{k}]", g.unknown)
+        name = required_name(entry.get("name"), f"{where}.tools[{k}].name")
+        if server and g.policy.allows(g.tier, ToolId.mcp(label, name)):
+            kept.append(entry)
+    return kept
 
 
 def offers_server(allow: Allowed, server: str) -> bool:

@@ -36,7 +36,15 @@ from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid, T
 from gatekeeper.gating import BUILTIN_FAMILIES, Gated, RequestGate, ToolId, ToolPolicy, group_name, required_name
 from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
-from gatekeeper.protocols.enforce import Positions, admitted_listing, allowed, enforce_items, offers_server, settle
+from gatekeeper.protocols.enforce import (
+    Positions,
+    admitted_listing,
+    admitted_request_listing,
+    allowed,
+    enforce_items,
+    offers_server,
+    settle,
+)
 from gatekeeper.protocols.stream import read_object
 from gatekeeper.tiers import Tier
 
@@ -438,17 +446,7 @@ def _gate_block(block: Any, where: str, g: _Gate) -> Any:
     if kind == "mcp_tool_listing":
         label = group_name(block.get("mcp_server_name"), f"{where}.mcp_server_name")
         tools = block.get("tools")
-        if not isinstance(tools, list):
-            raise RequestInvalid(f"{where}.tools must be an array")
-        server = g.policy.allows(g.tier, label)
-        kept = []
-        for k, entry in enumerate(tools):
-            if not isinstance(entry, dict):
-                raise RequestInvalid(f"{where}.tools[{k}] must be an object")
-            F.check(entry, F.MESSAGES_LISTED_MCP_TOOL, f"{where}.tools[{k}]", g.unknown)
-            name = required_name(entry.get("name"), f"{where}.tools[{k}].name")
-            if server and g.policy.allows(g.tier, ToolId.mcp(label, name)):
-                kept.append(entry)
+        kept = admitted_request_listing(tools, label, F.MESSAGES_LISTED_MCP_TOOL, where, g)
         return block if len(kept) == len(tools) else block | {"tools": kept}
     return block
 

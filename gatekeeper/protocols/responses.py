@@ -27,7 +27,15 @@ from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid, T
 from gatekeeper.gating import Gated, RequestGate, ToolId, ToolPolicy, group_name, required_name
 from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
-from gatekeeper.protocols.enforce import Positions, admitted_listing, allowed, enforce_items, offers_server, settle
+from gatekeeper.protocols.enforce import (
+    Positions,
+    admitted_listing,
+    admitted_request_listing,
+    allowed,
+    enforce_items,
+    offers_server,
+    settle,
+)
 from gatekeeper.protocols.stream import read_object
 from gatekeeper.tiers import Tier
 
@@ -372,17 +380,7 @@ def _gate_input(body: dict[str, Any], g: RequestGate) -> None:
         elif kind == "mcp_list_tools":
             label = group_name(item.get("server_label"), f"{where}.server_label")
             tools = item.get("tools")
-            if not isinstance(tools, list):
-                raise RequestInvalid(f"{where}.tools must be an array")
-            server = g.policy.allows(g.tier, label)
-            kept = []
-            for j, entry in enumerate(tools):
-                if not isinstance(entry, dict):
-                    raise RequestInvalid(f"{where}.tools[{j}] must be an object")
-                F.check(entry, F.RESPONSES_LISTED_MCP_TOOL, f"{where}.tools[{j}]", g.unknown)
-                name = required_name(entry.get("name"), f"{where}.tools[{j}].name")
-                if server and g.policy.allows(g.tier, ToolId.mcp(label, name)):
-                    kept.append(entry)
+            kept = admitted_request_listing(tools, label, F.RESPONSES_LISTED_MCP_TOOL, where, g)
             if len(kept) != len(tools):
                 item = item | {"tools": kept}
         out.append(item)
