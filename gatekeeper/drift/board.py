@@ -28,6 +28,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from gatekeeper import logs
+from gatekeeper.redact import redact_url
+from gatekeeper.store.redis import listen
 
 log = logs.get_logger("gatekeeper.drift.window")
 
@@ -41,7 +43,7 @@ class RedisDemotionBoard:
     """Publishes this replica's demotions and their ends; mirrors everyone's."""
 
     def __init__(self, url: str, *, timeout_s: float = 1.0) -> None:
-        self.location = url
+        self.location = redact_url(url)  # what logs show: never the password
         self.origin = uuid.uuid4().hex[:12]
         # Short timeouts, no retries: the worker thread must never hang on Redis.
         self._redis = redis.Redis.from_url(
@@ -54,6 +56,7 @@ class RedisDemotionBoard:
         self._pending: list[tuple[str, Any]] = []  # ("demoted", record) | ("ended", (slot, why)) while down
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self._unreachable = False  # logged once per outage
         self._thread: threading.Thread | None = None
         self._on_demoted: Callable[[Record], None] = lambda record: None
         self._on_ended: Callable[[str, str], None] = lambda key, why: None
@@ -110,36 +113,20 @@ class RedisDemotionBoard:
     # -- listening --------------------------------------------------------------------------
 
     def _listen(self) -> None:
-        failures = 0
-        while not self._stopped.is_set():
-            pubsub = self._redis.pubsub()  # type: ignore[no-untyped-call]
-            try:
-                pubsub.subscribe(CHANNEL)
-                while not self._stopped.is_set():
-                    message = pubsub.get_message(timeout=0.5)
-                    if message is None:
-                        continue
-                    if message["type"] == "subscribe":
-                        self._resync()
-                        failures = 0
-                    elif message["type"] == "message":
-                        self._on_message(message["data"])
-            except _ERRORS as exc:
-                if failures == 0:
-                    log.error(
-                        "drift_redis_unavailable",
-                        store=self.location,
-                        error=str(exc),
-                        serving="this replica's own demotions",
-                    )
-                failures += 1
-            except Exception as exc:  # noqa: BLE001 - the listener must outlive any surprise
-                log.error("drift_listener_error", error=repr(exc))
-                failures += 1
-            finally:
-                with contextlib.suppress(Exception):  # closing a broken connection may fail
-                    pubsub.close()
-            self._stopped.wait(min(0.05 * 2 ** min(failures, 6), 2.0))  # reconnect with backoff
+        listen(
+            self._redis, CHANNEL, self._stopped, self._connected, self._on_message, self._down, "drift_listener_error"
+        )
+
+    def _connected(self) -> None:
+        self._resync()
+        self._unreachable = False
+
+    def _down(self, exc: BaseException) -> None:
+        if not self._unreachable:  # once per outage
+            log.error(
+                "drift_redis_unavailable", store=self.location, error=str(exc), serving="this replica's own demotions"
+            )
+        self._unreachable = True
 
     def _resync(self) -> None:
         while True:  # first what this replica could not tell the others while Redis was down

@@ -266,29 +266,9 @@ class RedisStore:
         self._listeners.append(listener)
 
     def _run_listener(self) -> None:
-        failures = 0
-        while not self._stopped.is_set():
-            pubsub = self._redis.pubsub()  # type: ignore[no-untyped-call]
-            try:
-                pubsub.subscribe(EVENTS)
-                while not self._stopped.is_set():
-                    message = pubsub.get_message(timeout=0.5)
-                    if message is None:
-                        continue
-                    if message["type"] == "subscribe":
-                        self._resync()  # connected (or reconnected): events may have been missed
-                        failures = 0
-                    elif message["type"] == "message":
-                        self._on_event(message["data"])
-            except _ERRORS as exc:
-                self._mark_down(exc)
-                failures += 1
-            except Exception as exc:  # noqa: BLE001 - the listener must outlive any surprise
-                log.error("redis_listener_error", error=repr(exc))
-                failures += 1
-            finally:
-                _quietly(pubsub.close)
-            self._stopped.wait(min(0.05 * 2 ** min(failures, 6), _LISTENER_MAX_WAIT_S))  # reconnect with backoff
+        listen(
+            self._redis, EVENTS, self._stopped, self._resync, self._on_event, self._mark_down, "redis_listener_error"
+        )
 
     def _resync(self) -> None:
         data = self._read_all_raw()
@@ -506,3 +486,41 @@ def _quietly(close: Callable[[], T]) -> None:
     # Closing a broken connection may fail; there is nothing to do about it.
     with contextlib.suppress(Exception):
         close()
+
+
+def listen(
+    client: redis.Redis,
+    channel: str,
+    stopped: threading.Event,
+    on_connect: Callable[[], None],
+    on_message: Callable[[Any], None],
+    on_down: Callable[[BaseException], None],
+    error_event: str,
+) -> None:
+    """Read `channel` until `stopped`, reconnecting with backoff: `on_connect` runs on every
+    (re)subscription (messages may have been missed meanwhile), `on_message` on each message's
+    data, `on_down` when Redis is unreachable. Any other error is logged as `error_event` and
+    retried: a listener thread must outlive any surprise."""
+    failures = 0
+    while not stopped.is_set():
+        pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+        try:
+            pubsub.subscribe(channel)
+            while not stopped.is_set():
+                message = pubsub.get_message(timeout=0.5)
+                if message is None:
+                    continue
+                if message["type"] == "subscribe":
+                    on_connect()
+                    failures = 0
+                elif message["type"] == "message":
+                    on_message(message["data"])
+        except _ERRORS as exc:
+            on_down(exc)
+            failures += 1
+        except Exception as exc:  # noqa: BLE001 - the listener must outlive any surprise
+            log.error(error_event, error=repr(exc))
+            failures += 1
+        finally:
+            _quietly(pubsub.close)
+        stopped.wait(min(0.05 * 2 ** min(failures, 6), _LISTENER_MAX_WAIT_S))  # reconnect with backoff

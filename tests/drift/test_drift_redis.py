@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 from conftest import wait_until
 from test_drift_monitor import BAD_ARGS, GOOD, MEASURED, OFFERED
 
@@ -86,3 +88,19 @@ def test_clearing_on_one_replica_clears_everywhere(replicas, server) -> None:
     one.submit(MEASURED, [GOOD], OFFERED, CLIENT)
     one.drain()
     assert one.demotion(KEY, CLIENT) is None
+
+
+def test_an_outage_is_logged_once_and_never_with_the_password(tmp_path: Path) -> None:
+    with RedisServer(tmp_path) as gone:
+        port = gone.port  # free again once it stops: connecting is refused
+    board = RedisDemotionBoard(f"redis://:s3cret-pw@127.0.0.1:{port}/0", timeout_s=0.2)
+    with structlog.testing.capture_logs() as logs:
+        board.start(lambda record: None, lambda slot, why: None, lambda records: None)
+        try:
+            wait_until(lambda: len(logs) >= 1, "the outage to be logged")
+            time.sleep(1.0)  # several reconnect attempts: the outage is still the same one
+        finally:
+            board.close()
+    down = [entry for entry in logs if entry["event"] == "drift_redis_unavailable"]
+    assert len(down) == 1, logs
+    assert "s3cret-pw" not in repr(logs) and down[0]["store"] == f"redis://***@127.0.0.1:{port}/0"
