@@ -317,7 +317,13 @@ def test_measurement_requests_let_llama_cpp_show_the_model_the_tools(agent_call:
         assert body["messages"][0]["role"] == "system"
         assert body["tool_choice"] == "auto"
         assert body["temperature"] == 0
-    assert all(e.status == 200 for e in agent_call.measuring_calls), [e.status for e in agent_call.measuring_calls]
+    # Every request is one llama.cpp accepts; the one refusal allowed is a conversation that has
+    # outgrown the model's context (n_ctx), which the measurement scores as a failed answer.
+    refused = [e for e in agent_call.measuring_calls if e.status != 200]
+    assert all(e.status == 400 and b"context" in e.response for e in refused), [
+        (e.status, bytes(e.response[:300])) for e in refused
+    ]
+    assert len(refused) <= len(agent_call.measuring_calls) // 10, [bytes(e.response[:300]) for e in refused]
 
 
 # -- gating and pass-through -------------------------------------------------------------------------
