@@ -1,4 +1,5 @@
-"""`gatekeeper serve` as a real process on a real port, with its log (JSON lines) kept in a file.
+"""`gatekeeper serve` as a real process on a real port, with its log (JSON lines) kept in a file;
+and a real LiteLLM proxy with gatekeeper's hook (`litellm_served`).
 
 For what only the real command shows: its configured log pipeline (what reaches the log file
 from a hostile request), a restart, several replicas sharing one store.
@@ -7,6 +8,7 @@ from a hostile request), a restart, several replicas sharing one store.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -14,8 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from conftest import wait_serving
+import yaml
+from conftest import ROOT, wait_serving
 from scripted import free_port
 
 import gatekeeper
@@ -60,3 +64,41 @@ def served(config: str, workdir: Path) -> Iterator[Served]:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
+
+
+@contextmanager
+def litellm_served(
+    config: dict[str, Any], upstream_url: str, store: Path, workdir: Path, timeout_s: float = 120
+) -> Iterator[tuple[str, str]]:
+    """examples/litellm_hook.md's start command: LiteLLM's proxy with the litellm `config`
+    (examples/litellm_config.yaml, edited by the test) and gatekeeper's hook on
+    examples/gatekeeper.yaml, over `upstream_url` and the profile `store`. Yields its URL and
+    master key."""
+    (workdir / "litellm_config.yaml").write_text(yaml.safe_dump(config))
+    key = f"sk-{secrets.token_hex(32)}"
+    port = free_port()
+    env = os.environ | {
+        "LITELLM_MASTER_KEY": key,
+        "GATEKEEPER_CONFIG": "examples/gatekeeper.yaml",
+        "GATEKEEPER_UPSTREAM": upstream_url,
+        "GATEKEEPER_STORE": str(store),
+        "PYTHONPATH": str(ROOT),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+    litellm = Path(sys.executable).parent / "litellm"
+    log = workdir / "log"
+    with log.open("wb") as err:
+        process = subprocess.Popen(
+            [str(litellm), "--config", str(workdir / "litellm_config.yaml"), "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_serving(f"{url}/health/liveliness", process, timeout_s=timeout_s, log=log.read_text)
+            yield url, key
+        finally:
+            process.terminate()
+            process.wait(timeout=30)

@@ -6,18 +6,13 @@ the official openai client, a fake upstream whose received bodies are the eviden
 
 from __future__ import annotations
 
-import os
-import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import openai
 import pytest
 import yaml
-from conftest import ROOT, make_profile, seed_store, tool, wait_serving
-from scripted import free_port
+from conftest import ROOT, make_profile, seed_store, tool
+from serving import litellm_served
 from upstreams import NativeServer
 
 from gatekeeper.tiers import Tier
@@ -45,34 +40,8 @@ def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[openai.Open
         local["litellm_params"]["api_base"] = upstream.base_url
         big = {"model_name": "big-model", "litellm_params": dict(local["litellm_params"], model="openai/big-model")}
         config["model_list"].append(big)
-        (tmp / "litellm_config.yaml").write_text(yaml.safe_dump(config))
-        key = f"sk-{secrets.token_hex(32)}"
-        port = free_port()
-        env = os.environ | {
-            "LITELLM_MASTER_KEY": key,
-            "GATEKEEPER_CONFIG": "examples/gatekeeper.yaml",
-            "GATEKEEPER_UPSTREAM": upstream.base_url,
-            "GATEKEEPER_STORE": str(store),
-            "PYTHONPATH": str(ROOT),
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        }
-        litellm = Path(sys.executable).parent / "litellm"
-        log = (tmp / "log").open("wb")
-        process = subprocess.Popen(
-            [str(litellm), "--config", str(tmp / "litellm_config.yaml"), "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_serving(f"{url}/health/liveliness", process, timeout_s=180, log=(tmp / "log").read_text)
+        with litellm_served(config, upstream.base_url, store, tmp, timeout_s=180) as (url, key):
             yield openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60), upstream
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-            log.close()
 
 
 @pytest.mark.parametrize(

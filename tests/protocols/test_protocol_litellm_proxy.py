@@ -4,19 +4,14 @@ over chat, Responses and Messages. Hidden tools never reach the upstream."""
 
 from __future__ import annotations
 
-import os
-import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import anthropic
 import openai
 import pytest
 import yaml
-from conftest import ROOT, make_profile, seed_store, wait_serving
-from scripted import free_port
+from conftest import ROOT, make_profile, seed_store
+from serving import litellm_served
 from upstreams import NativeServer
 
 from gatekeeper.tiers import Tier
@@ -35,34 +30,8 @@ def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[str, str, N
     with NativeServer() as upstream:
         config = yaml.safe_load((ROOT / "examples/litellm_config.yaml").read_text())
         config["model_list"][0]["litellm_params"]["api_base"] = upstream.base_url  # the only change
-        (tmp / "litellm_config.yaml").write_text(yaml.safe_dump(config))
-        key = f"sk-{secrets.token_hex(32)}"
-        port = free_port()
-        env = os.environ | {
-            "LITELLM_MASTER_KEY": key,
-            "GATEKEEPER_CONFIG": "examples/gatekeeper.yaml",
-            "GATEKEEPER_UPSTREAM": upstream.base_url,
-            "GATEKEEPER_STORE": str(store),
-            "PYTHONPATH": str(ROOT),
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        }
-        litellm = Path(sys.executable).parent / "litellm"
-        log = (tmp / "log").open("wb")
-        process = subprocess.Popen(
-            [str(litellm), "--config", str(tmp / "litellm_config.yaml"), "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_serving(f"{url}/health/liveliness", process, timeout_s=120, log=(tmp / "log").read_text)
+        with litellm_served(config, upstream.base_url, store, tmp) as (url, key):
             yield url, key, upstream
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-            log.close()
 
 
 def sent_since(upstream: NativeServer, counts: tuple[int, int, int]) -> list[str]:
