@@ -135,6 +135,58 @@ def admitted_request_listing(
     return kept
 
 
+class ItemJudge:
+    """A `Judge` for the items of one answer (plain, or one stream): Responses output items,
+    Messages content blocks. Remembers the calls it removed: the items answering them go too. A
+    codec's subclass names its item types and says what a call item calls (`_call`)."""
+
+    noun = "item"  # in errors: "an mcp_list_tools item", "a content block"
+    not_calls: frozenset[str] = frozenset()  # item types that call nothing: kept
+    answers: Mapping[str, str] = {}  # the type of an item answering a call -> its field naming the call
+    listing = ""  # the type of an MCP server's tool listing, and its field naming the server
+    listing_server = ""
+    call_ids: tuple[str, ...] = ("id",)  # the fields of a call item that its answers name it by
+
+    __slots__ = ("allow", "removed_ids")
+
+    def __init__(self, allow: Allowed) -> None:
+        self.allow = allow
+        self.removed_ids: set[str] = set()
+
+    def __call__(self, item: dict[str, Any]) -> tuple[Call, ToolId | None] | bool:
+        kind = item.get("type")
+        if not isinstance(kind, str):
+            raise AnswerInvalid(f"{self.noun} has no string 'type'")
+        if kind in self.not_calls:
+            return True
+        answering = self.answers.get(kind)
+        if answering is not None:
+            answered = item.get(answering)
+            return not (isinstance(answered, str) and answered in self.removed_ids)
+        if kind == self.listing:
+            return self._listing(item)
+        call, tool = self._call(kind, item)
+        if not call.offered:
+            self.removed_ids.update(v for f in self.call_ids if isinstance(v := item.get(f), str))
+        return call, tool
+
+    def _call(self, kind: str, item: dict[str, Any]) -> tuple[Call, ToolId | None]:
+        raise NotImplementedError
+
+    def _listing(self, item: dict[str, Any]) -> tuple[Call, ToolId | None] | bool:
+        """An MCP server's tool listing: kept for a server the request offered, listing only the
+        tools the tier admits (the listing is what the client shows the model next)."""
+        what = f"an {self.listing} {self.noun.split()[-1]}"
+        server = item.get(self.listing_server)
+        if not isinstance(server, str):
+            raise AnswerInvalid(f"{what} has no string {self.listing_server!r}")
+        if not offers_server(self.allow, server):
+            return Call(f"{server}.*", None, False), ToolId.mcp(server, "*")
+        if item.get("tools") is not None:
+            item["tools"] = admitted_listing(item["tools"], server, self.allow, what)
+        return True
+
+
 def offers_server(allow: Allowed, server: str) -> bool:
     """Whether the request offered any tool of the MCP server `server`."""
     return any(t.kind is ToolKind.MCP and t.group == server for t in allow.offered.tools)

@@ -37,12 +37,11 @@ from gatekeeper.gating import BUILTIN_FAMILIES, Gated, RequestGate, ToolId, Tool
 from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
 from gatekeeper.protocols.enforce import (
+    ItemJudge,
     Positions,
-    admitted_listing,
     admitted_request_listing,
     allowed,
     enforce_items,
-    offers_server,
     settle,
 )
 from gatekeeper.protocols.stream import read_object
@@ -526,31 +525,14 @@ def _server_allowed(server: dict[str, Any]) -> list[str] | None:
 # -- answer enforcement --------------------------------------------------------------------
 
 
-class _Judge:
-    """What each content block of one answer (plain, or one stream) calls, and whether it may
-    reach the client (see enforce.Judge). Remembers the calls it removed: their results go too."""
+class _Judge(ItemJudge):
+    """What each content block of an answer calls (see enforce.ItemJudge)."""
 
-    __slots__ = ("allow", "removed_ids")
-
-    def __init__(self, allow: Allowed) -> None:
-        self.allow = allow
-        self.removed_ids: set[str] = set()
-
-    def __call__(self, block: dict[str, Any]) -> tuple[Call, ToolId | None] | bool:
-        kind = block.get("type")
-        if not isinstance(kind, str):
-            raise AnswerInvalid("a content block has no string 'type'")
-        if kind in _NOT_CALLS:
-            return True
-        if kind in _RESULTS:
-            answered = block.get("tool_use_id")
-            return not (isinstance(answered, str) and answered in self.removed_ids)
-        if kind == "mcp_tool_listing":
-            return self._listing(block)
-        call, tool = self._call(kind, block)
-        if not call.offered and isinstance(block.get("id"), str):
-            self.removed_ids.add(block["id"])
-        return call, tool
+    noun = "a content block"
+    not_calls = _NOT_CALLS
+    answers = dict.fromkeys(_RESULTS, "tool_use_id")
+    listing, listing_server = "mcp_tool_listing", "mcp_server_name"
+    __slots__ = ()
 
     def _call(self, kind: str, block: dict[str, Any]) -> tuple[Call, ToolId | None]:
         # `input` arrives parsed; its JSON text is what the drift tracker validates.
@@ -580,18 +562,6 @@ class _Judge:
         matched = next((t for t in types if ToolId.builtin(t) in offered), None)
         stands_for = ToolId.builtin(matched or types[0]) if types else None
         return Call(matched or name, arguments, matched is not None), stands_for
-
-    def _listing(self, block: dict[str, Any]) -> tuple[Call, ToolId | None] | bool:
-        """An `mcp_tool_listing` block: kept for a server the request offered, listing only the
-        tools the tier admits."""
-        server = block.get("mcp_server_name")
-        if not isinstance(server, str):
-            raise AnswerInvalid("an mcp_tool_listing block has no string 'mcp_server_name'")
-        if not offers_server(self.allow, server):
-            return Call(f"{server}.*", None, False), ToolId.mcp(server, "*")
-        if block.get("tools") is not None:
-            block["tools"] = admitted_listing(block["tools"], server, self.allow, "an mcp_tool_listing block")
-        return True
 
 
 def _stand_in(block: dict[str, Any], position: int, text: str) -> dict[str, Any]:

@@ -28,12 +28,11 @@ from gatekeeper.gating import Gated, RequestGate, ToolId, ToolPolicy, group_name
 from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
 from gatekeeper.protocols.enforce import (
+    ItemJudge,
     Positions,
-    admitted_listing,
     admitted_request_listing,
     allowed,
     enforce_items,
-    offers_server,
     settle,
 )
 from gatekeeper.protocols.stream import read_object
@@ -469,31 +468,15 @@ def _gate_choice(choice: Any, g: RequestGate, any_kept: bool) -> Any:
 # -- answer enforcement --------------------------------------------------------------------
 
 
-class _Judge:
-    """What each output item of one answer (plain, or one stream) calls, and whether it may reach
-    the client (see enforce.Judge). Remembers the calls it removed: their outputs go with them."""
+class _Judge(ItemJudge):
+    """What each output item of an answer calls (see enforce.ItemJudge)."""
 
-    __slots__ = ("allow", "removed_ids")
-
-    def __init__(self, allow: Allowed) -> None:
-        self.allow = allow
-        self.removed_ids: set[str] = set()
-
-    def __call__(self, item: dict[str, Any]) -> tuple[Call, ToolId | None] | bool:
-        kind = item.get("type")
-        if not isinstance(kind, str):
-            raise AnswerInvalid("an output item has no string 'type'")
-        if kind in _NOT_CALLS:
-            return True
-        if kind in _OUTPUTS:
-            answered = item.get(_OUTPUTS[kind])
-            return not (isinstance(answered, str) and answered in self.removed_ids)
-        if kind == "mcp_list_tools":
-            return self._listing(item)
-        call, tool = self._call(kind, item)
-        if not call.offered:
-            self.removed_ids.update(v for v in (item.get("id"), item.get("call_id")) if isinstance(v, str))
-        return call, tool
+    noun = "an output item"
+    not_calls = _NOT_CALLS
+    answers = _OUTPUTS
+    listing, listing_server = "mcp_list_tools", "server_label"
+    call_ids = ("id", "call_id")
+    __slots__ = ()
 
     def _call(self, kind: str, item: dict[str, Any]) -> tuple[Call, ToolId | None]:
         arguments = _arguments(item)
@@ -522,18 +505,6 @@ class _Judge:
             return Call(kind, arguments, False), None
         offered = next((t for t in types if ToolId.builtin(t) in self.allow.offered.tools), None)
         return Call(offered or kind, arguments, offered is not None), ToolId.builtin(offered or types[0])
-
-    def _listing(self, item: dict[str, Any]) -> tuple[Call, ToolId | None] | bool:
-        """An `mcp_list_tools` item: kept for a server the request offered, listing only the tools
-        the tier admits (the listing is what the client shows the model next)."""
-        label = item.get("server_label")
-        if not isinstance(label, str):
-            raise AnswerInvalid("an mcp_list_tools item has no string 'server_label'")
-        if not offers_server(self.allow, label):
-            return Call(f"{label}.*", None, False), ToolId.mcp(label, "*")
-        if item.get("tools") is not None:
-            item["tools"] = admitted_listing(item["tools"], label, self.allow, "an mcp_list_tools item")
-        return True
 
 
 def _arguments(item: dict[str, Any]) -> str | None:
