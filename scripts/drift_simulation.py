@@ -27,6 +27,9 @@ from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the simulated traffic the tests use
+
+from drift_traffic import first_alarm
 
 from gatekeeper import logs
 from gatekeeper.drift.monitor import DriftMonitor
@@ -42,29 +45,6 @@ SETTINGS = DriftSettings()
 def tests(tier: Tier) -> dict[Fault, Cusum]:
     s = SETTINGS
     return cusums_for(s.ceilings_for(tier), s.detect_ratio, s.horizon_calls, s.confidence)
-
-
-def first_alarm(cusums: dict[Fault, Cusum], rates: dict[Fault, float], calls: int, rng: random.Random) -> int | None:
-    """The call on which the pair's first test alarms, None when none does within `calls`.
-
-    Exactly the CUSUMs of sequential.py, run on i.i.d. calls with the given fault rates (at most
-    one fault per call). Faulty calls come at geometric gaps; between two of them every score
-    only falls by `down` per call (floored at 0), so a run costs one step per faulty call."""
-    total = sum(rates.values())
-    kinds, weights = list(rates), list(rates.values())
-    scores = dict.fromkeys(cusums, 0.0)
-    at = 0
-    while True:
-        gap = int(math.log(1.0 - rng.random()) / math.log1p(-total)) + 1
-        if at + gap > calls:
-            return None
-        at += gap
-        kind = rng.choices(kinds, weights)[0]
-        for fault, test in cusums.items():
-            score = max(0.0, scores[fault] + (gap - 1) * test.down)
-            scores[fault] = score = test.step(score, kind)
-            if score >= test.threshold:
-                return at
 
 
 def upper95(hits: int, runs: int) -> float:

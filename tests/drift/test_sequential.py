@@ -7,6 +7,7 @@ import math
 import random
 
 import pytest
+from drift_traffic import first_alarm
 
 from gatekeeper.drift.sequential import Cusum, Pooled, Tally, binomial_cdf, cusums_for, make_cusum, under_ceiling
 from gatekeeper.drift.window import DriftSettings, Fault
@@ -19,24 +20,8 @@ CEILINGS = {f: t.ceiling for f, t in LARGE.items()}
 
 
 def simulate(rates: dict[Fault, float], calls: int, rng: random.Random) -> int | None:
-    """The call on which the first of the pair's `large` tests alarms (None: none within
-    `calls`). Faulty calls come at geometric gaps; between two of them every score only falls,
-    so a run costs one step per faulty call, not per call."""
-    total = sum(rates.values())
-    kinds, weights = list(rates), list(rates.values())
-    scores = dict.fromkeys(LARGE, 0.0)
-    at = 0
-    while True:
-        gap = int(math.log(1.0 - rng.random()) / math.log1p(-total)) + 1
-        if at + gap > calls:
-            return None
-        at += gap
-        kind = rng.choices(kinds, weights)[0]
-        for fault, test in LARGE.items():
-            score = max(0.0, scores[fault] + (gap - 1) * test.down)  # the sound calls before it
-            scores[fault] = score = test.step(score, kind)
-            if score >= test.threshold:
-                return at
+    """The call on which the first of the pair's `large` tests alarms (None: none within `calls`)."""
+    return first_alarm(LARGE, rates, calls, rng)
 
 
 # -- the arithmetic -------------------------------------------------------------------------
