@@ -27,6 +27,7 @@ module may register a `Translator` next to its codec (`protocols.register(codec,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -167,6 +168,7 @@ class Codec(Protocol):
     name: str  # "chat" | "responses" | "messages"
     upstream_path: str  # appended to upstream.base_url: "/chat/completions", "/responses", "/messages"
     markers: tuple[bytes, ...]  # byte strings without which an answer cannot carry a call
+    plain_types: frozenset[bytes] | None  # item types an answer relayed unparsed may hold (None: any)
 
     def parse(self, body: dict[str, Any]) -> RequestInfo:
         """Model, effort and stream flag; raises RequestInvalid naming the bad field."""
@@ -223,10 +225,21 @@ class Translator(Protocol):
     def stream_from_chat(self, request: dict[str, Any] | None = None) -> StreamConverter: ...
 
 
-def may_carry_calls(raw: bytes | str, markers: tuple[bytes, ...]) -> bool:
+def may_carry_calls(raw: bytes | str, markers: tuple[bytes, ...], plain_types: frozenset[bytes] | None = None) -> bool:
     """False only when no JSON reader could find a tool call in `raw`: none of the codec's
     markers appears, no `\\u` escape could spell one, and no NUL byte hints at UTF-16/32 (which
-    Python's json.loads(bytes) decodes on its own)."""
+    Python's json.loads(bytes) decodes on its own). With `plain_types` (a codec whose answers are
+    lists of typed items), also only when every `"type"` value is one of them: an item of any
+    other type (an MCP listing, a type the codec does not know) must reach the codec to be cut
+    or removed. A `"type"` spelled inside a string's text only costs a parse."""
     if isinstance(raw, str):
-        return "\\u" in raw or "\x00" in raw or any(m.decode() in raw for m in markers)
-    return b"\\u" in raw or b"\x00" in raw or any(m in raw for m in markers)
+        raw = raw.encode("utf-8", "surrogatepass")
+    if b"\\u" in raw or b"\x00" in raw or any(m in raw for m in markers):
+        return True
+    if plain_types is None:
+        return False
+    return any(m[1] is None or m[1] not in plain_types for m in _TYPE_VALUE.finditer(raw))
+
+
+# A `"type"` key and its value when it is a string (escapes kept as written: never a plain type).
+_TYPE_VALUE = re.compile(rb'"type"\s*:\s*(?:"((?:[^"\\]|\\.)*)")?')

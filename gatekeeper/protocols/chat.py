@@ -77,6 +77,9 @@ class ChatCodec:
     name = "chat"
     upstream_path = "/chat/completions"
     markers: tuple[bytes, ...] = _MARKERS
+    plain_types: frozenset[bytes] | None = (
+        None  # a chat answer's calls are its `tool_calls` / `function_call`: the markers
+    )
 
     def parse(self, body: dict[str, Any]) -> RequestInfo:
         model = body.get("model")

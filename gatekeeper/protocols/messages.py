@@ -50,6 +50,9 @@ from gatekeeper.tiers import Tier
 # Content block types of the Messages API (anthropic/types/beta/beta_content_block.py) that call
 # nothing.
 _NOT_CALLS = frozenset({"text", "thinking", "redacted_thinking", "container_upload", "compaction", "fallback"})
+_CITATIONS = frozenset(
+    {"char_location", "page_location", "content_block_location", "web_search_result_location", "search_result_location"}
+)
 # The results of server-run calls, each naming its call in `tool_use_id`: removed with that call.
 _RESULTS = frozenset(
     {
@@ -154,6 +157,9 @@ class MessagesCodec:
     name = "messages"
     upstream_path = "/messages"
     markers: tuple[bytes, ...] = (b"tool_use",)  # `tool_use`, `server_tool_use`, `mcp_tool_use`, `..._tool_use`
+    # The message, blocks that call nothing and text citations (anthropic/types/text_citation.py):
+    # an answer with any other block type (an MCP listing, a type this codec does not know) is parsed.
+    plain_types: frozenset[bytes] | None = frozenset(t.encode() for t in _NOT_CALLS | _CITATIONS | {"message"})
 
     def __init__(self, fields: F.Fields = F.MESSAGES_REQUEST) -> None:
         self.fields = fields  # the endpoint's allowlist: MESSAGES_REQUEST or MESSAGES_COUNT_TOKENS

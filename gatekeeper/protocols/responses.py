@@ -139,6 +139,14 @@ class ResponsesCodec:
     # Every call item type spells one of these (`function_call`, `web_search_call`, `mcp_call`,
     # `mcp_list_tools`, `program`, ...): an answer with none of them is relayed unparsed.
     markers: tuple[bytes, ...] = (b"_call", b"mcp", b"program", b"tool")
+    # Items that call nothing, their content parts, annotations and text formats
+    # (openai/types/responses/response_output_message.py, ...): any other type is parsed.
+    plain_types: frozenset[bytes] | None = frozenset(
+        t.encode()
+        for t in _NOT_CALLS
+        | {"output_text", "refusal", "summary_text", "reasoning_text", "text", "json_schema", "json_object"}
+        | {"url_citation", "file_citation", "container_file_citation", "file_path"}
+    )
 
     # -- requests ---------------------------------------------------------------------------
 

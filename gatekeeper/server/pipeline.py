@@ -90,7 +90,7 @@ class Exchange:
     def plain(self, raw: bytes, offered: Allowed, request: dict[str, Any]) -> tuple[bytes, Enforced | None]:
         """A plain answer for the client: the upstream's own bytes when they cannot spell a call
         (enforced None), else parsed strictly, translated, enforced and re-serialised."""
-        if self.translator is None and not may_carry_calls(raw, self.codec.markers):
+        if self.translator is None and not may_carry_calls(raw, self.codec.markers, self.codec.plain_types):
             return raw, None
         doc = loads(raw, "upstream answer")
         if self.translator is not None:

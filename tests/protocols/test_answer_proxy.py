@@ -300,3 +300,36 @@ async def test_pydantic_ai_raises_on_the_empty_answer_strip_leaves(proxy, native
     model = OpenAIResponsesModel("small-model", provider=OpenAIProvider(base_url=proxy.url + "/v1", api_key="k"))
     with pytest.raises(UnexpectedModelBehavior):
         await Agent(model, tools=[execute_command]).run("hi")
+
+
+# -- no fast path around the judge ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_without_a_call_still_has_its_mcp_listing_cut_and_unknown_blocks_removed(proxy, native, stream):
+    # No `tool_use` anywhere: a plain answer like this one was once relayed unparsed.
+    listing = {
+        "type": "mcp_tool_listing",
+        "mcp_server_name": "github",
+        "tools": [{"name": n, "input_schema": {"type": "object"}} for n in ("delete_repo", "list_repos")],
+    }
+    unknown = {"type": "mcp_tool_call", "server_name": "github", "name": "delete_repo"}
+    native.responder = lambda body: {"content": "done", "items": [listing, unknown]}
+    servers = [
+        {
+            "type": "url",
+            "name": "github",
+            "url": "https://mcp.example/github",
+            "tool_configuration": {"allowed_tools": ["delete_repo", "list_repos"]},
+        }
+    ]
+    request = {"model": "small-model", "max_tokens": 10, "messages": HI, "mcp_servers": servers}
+    client = anthropic_client(proxy)
+    if stream:
+        with client.beta.messages.stream(**request) as events:
+            raw = [b.model_dump() for b in events.get_final_message().content]
+    else:
+        raw = json.loads(client.beta.messages.with_raw_response.create(**request).text())["content"]
+    assert "delete_repo" not in json.dumps(raw)
+    assert [b["type"] for b in raw] == ["text", "mcp_tool_listing"]
+    assert [t["name"] for t in raw[1]["tools"]] == ["list_repos"]
