@@ -34,7 +34,8 @@ from gatekeeper.store.redis import listen
 log = logs.get_logger("gatekeeper.drift.window")
 
 DEMOTIONS, CHANNEL = "{gatekeeper}:demotions", "{gatekeeper}:drift"
-_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+# Redis down, or refusing writes (READONLY after a failover, OOM): the event waits in `_pending`.
+_ERRORS = (redis.RedisError, OSError)
 
 Record = dict[str, Any]  # a demotion as stored (see `DriftMonitor` for its fields)
 
@@ -55,6 +56,7 @@ class RedisDemotionBoard:
         )
         self._pending: list[tuple[str, Any]] = []  # ("demoted", record) | ("ended", (slot, why)) while down
         self._lock = threading.Lock()
+        self._writing = threading.Lock()
         self._stopped = threading.Event()
         self._unreachable = False  # logged once per outage
         self._thread: threading.Thread | None = None
@@ -92,12 +94,25 @@ class RedisDemotionBoard:
     # -- sending ----------------------------------------------------------------------------
 
     def _send(self, op: str, what: Any) -> None:
+        with self._lock:
+            self._pending.append((op, what))  # in order, after any still waiting
         try:
-            self._write(op, what)
+            self._write_pending()
         except _ERRORS as exc:
-            with self._lock:
-                self._pending.append((op, what))
             log.warning("drift_event_queued", op=op, reason=f"redis unavailable: {exc}")
+
+    def _write_pending(self) -> None:
+        """Write the queued events in order; an error leaves the rest queued. One writer at a
+        time (the worker's sends and the listener's resync), so none is written twice or lost."""
+        with self._writing:
+            while True:
+                with self._lock:
+                    if not self._pending:
+                        return
+                    op, what = self._pending[0]
+                self._write(op, what)
+                with self._lock:
+                    self._pending.pop(0)
 
     def _write(self, op: str, what: Any) -> None:
         pipe = self._redis.pipeline(transaction=True)
@@ -129,14 +144,9 @@ class RedisDemotionBoard:
         self._unreachable = True
 
     def _resync(self) -> None:
-        while True:  # first what this replica could not tell the others while Redis was down
-            with self._lock:
-                if not self._pending:
-                    break
-                op, what = self._pending[0]
-            self._write(op, what)  # an error leaves it queued and sends us round the reconnect loop
-            with self._lock:
-                self._pending.pop(0)
+        # First what this replica could not tell the others while Redis was down (an error
+        # leaves it queued and sends us round the reconnect loop).
+        self._write_pending()
         raw: dict[bytes, bytes] = self._redis.hgetall(DEMOTIONS)  # type: ignore[assignment]
         records = {k.decode(): json.loads(v) for k, v in raw.items()}
         self._on_sync(records)

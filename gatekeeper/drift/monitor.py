@@ -400,7 +400,10 @@ class DriftMonitor:
             self._wake.clear()
             if self._stop:
                 return
-            self.drain()
+            try:
+                self.drain()
+            except Exception:  # the worker must outlive any surprise: the next batch is judged
+                log.exception("drift_worker_error")
 
     def _tests(self, tier: Tier) -> dict[Fault, Cusum]:
         s = self.settings

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import structlog
 from conftest import wait_until
+from scripted import free_port
 from test_drift_monitor import BAD_ARGS, GOOD, MEASURED, OFFERED
 
 from gatekeeper.drift.board import DEMOTIONS, RedisDemotionBoard
@@ -104,3 +105,23 @@ def test_an_outage_is_logged_once_and_never_with_the_password(tmp_path: Path) ->
     down = [entry for entry in logs if entry["event"] == "drift_redis_unavailable"]
     assert len(down) == 1, logs
     assert "s3cret-pw" not in repr(logs) and down[0]["store"] == f"redis://***@127.0.0.1:{port}/0"
+
+
+def test_a_read_only_redis_queues_the_demotion_and_the_worker_goes_on(server) -> None:
+    admin = server.client()
+    admin.replicaof("127.0.0.1", free_port())  # a replica of nothing: READONLY to every write, as after a failover
+    monitor = DriftMonitor(DriftSettings(), board=RedisDemotionBoard(server.url))
+    try:
+        demote(monitor)  # the board's write is refused: queued, not raised into the worker
+        assert not admin.hexists(DEMOTIONS, f"{KEY}\t{CLIENT}")
+        admin.replicaof("NO", "ONE")
+        monitor.submit(MEASURED, [GOOD], OFFERED, "key:b")  # the next event sends the queue first
+        monitor.clear(KEY)
+        wait_until(lambda: monitor.report()[KEY]["history"][-1]["event"] == "ended", "the clearing")
+        wait_until(lambda: not admin.hexists(DEMOTIONS, f"{KEY}\t{CLIENT}"), "the queue to be written")
+        before = monitor.report()[KEY]["window"]["calls"]
+        monitor.submit(MEASURED, [BAD_ARGS], OFFERED, CLIENT)
+        monitor.drain()  # the worker still judges
+        assert monitor.report()[KEY]["window"]["calls"] == before + 1
+    finally:
+        monitor.close()
