@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from gatekeeper.peers import is_trusted
 
@@ -38,12 +39,14 @@ def client_identity(headers: Mapping[str, str], settings: Settings, peer: str | 
     """The drift identity of one request: 'hdr:<hash>', 'key:<hash>' or ANONYMOUS.
 
     `headers` are looked up by lower-case name (Starlette's headers are case-insensitive);
-    `peer` is the socket peer's address (None: not a network request, nothing to check).
+    `peer` is the socket peer's address (None: unknown, never a trusted proxy).
     """
     header = settings.drift.client_header
     if header is not None:
-        if peer is not None and not is_trusted(peer, tuple(getattr(settings, "trusted_proxies", ()))):
-            return ANONYMOUS  # a client reaching the proxy directly could name anyone
+        if peer is None or not is_trusted(peer, tuple(getattr(settings, "trusted_proxies", ()))):
+            return (
+                ANONYMOUS  # a client reaching the proxy directly (or over a socket with no address) could name anyone
+            )
         return _hashed("hdr", headers.get(header))
     authorization, api_key = headers.get("authorization"), headers.get("x-api-key")
     if authorization is not None:
@@ -56,9 +59,16 @@ def client_identity(headers: Mapping[str, str], settings: Settings, peer: str | 
             # either could be made up, and an identity per made-up value would be free.
             return ANONYMOUS
         return _hashed("key", token)
-    if settings.upstream.api_key:
+    if settings.upstream.api_key or _has_userinfo(str(settings.upstream.base_url)):
+        # Without an Authorization header the proxy sends the operator's own credential (its
+        # key, or the user info of upstream.base_url): an x-api-key beside it is checked by nobody.
         return ANONYMOUS
     return _hashed("key", api_key)
+
+
+def _has_userinfo(url: str) -> bool:
+    parts = urlsplit(url)
+    return bool(parts.username or parts.password)
 
 
 def evidence_identity(client: str, settings: Settings, model: str) -> str:

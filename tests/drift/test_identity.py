@@ -46,6 +46,10 @@ def test_an_x_api_key_the_upstream_never_checks_is_anonymous() -> None:
     operated = settings(upstream={"base_url": "http://127.0.0.1:9/v1", "api_key": "operator"})
     assert client_identity({"x-api-key": "anything"}, operated) == ANONYMOUS
     assert client_identity({"authorization": "Bearer mine"}, operated).startswith("key:")
+    # The same with the operator's Basic credential in the URL (sent when the client sends no Authorization).
+    in_url = settings(upstream={"base_url": "http://op:secret@127.0.0.1:9/v1"})
+    assert {client_identity({"x-api-key": f"made-up-{i}"}, in_url) for i in range(3)} == {ANONYMOUS}
+    assert client_identity({"authorization": "Bearer mine"}, in_url).startswith("key:")
 
 
 def test_answers_of_a_litellm_route_count_as_anonymous() -> None:
@@ -57,10 +61,12 @@ def test_answers_of_a_litellm_route_count_as_anonymous() -> None:
 
 def test_a_trusted_header_replaces_the_credential() -> None:
     fronted = settings(drift={"client_header": "X-Forwarded-User"})
-    alice = client_identity({"x-forwarded-user": "alice", "authorization": "Bearer shared"}, fronted)
-    bob = client_identity({"x-forwarded-user": "bob", "authorization": "Bearer shared"}, fronted)
+    front = "127.0.0.1"  # a trusted proxy by default
+    alice = client_identity({"x-forwarded-user": "alice", "authorization": "Bearer shared"}, fronted, front)
+    bob = client_identity({"x-forwarded-user": "bob", "authorization": "Bearer shared"}, fronted, front)
     assert alice.startswith("hdr:") and alice != bob
-    assert client_identity({"authorization": "Bearer shared"}, fronted) == ANONYMOUS  # no fallback
+    assert client_identity({"authorization": "Bearer shared"}, fronted, front) == ANONYMOUS  # no fallback
+    assert client_identity({"x-forwarded-user": "alice"}, fronted, None) == ANONYMOUS  # no address, no trust
 
 
 def test_an_oversized_credential_is_no_identity() -> None:
