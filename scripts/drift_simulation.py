@@ -198,7 +198,7 @@ def spread(runs: int, clients: int, rng: random.Random) -> None:
                 to_everyone.append(i + 1)
                 break
         to_own.append(first_own or 20_000)
-        for i in range(50_000):  # the fault is fixed: clean traffic (the healthy rate, 0.9x)
+        for i in range(50_000):  # the fault is fixed: invalidArgs at 0.225x its 2% ceiling
             m.send(f"key:{i % clients}", rng.random() < 0.9 * 0.005)
             if not m.demoted(None):
                 restored.append(i + 1)

@@ -12,6 +12,7 @@ Pure: no I/O, no clock, no threads.
 from __future__ import annotations
 
 import json
+import math
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -317,6 +318,23 @@ class DriftSettings(BaseModel):
             else:
                 merged[tier] = values  # let validation name the bad tier or value
         return {**data, "ceilings": merged}
+
+    @model_validator(mode="after")
+    def _demotions_can_end(self) -> DriftSettings:
+        # A demotion ends on at most `window_calls` calls of a client: with fewer than a faultless
+        # run needs to put the upper bound under the lowest ceiling, it would never end.
+        for tier, ceilings in self.ceilings.items():
+            lowest = min((c for c in ceilings.model_dump().values() if c is not None), default=None)
+            if lowest is None:
+                continue
+            needed = math.ceil(math.log(1 - self.confidence) / math.log1p(-lowest))
+            if self.window_calls < needed:
+                raise ValueError(
+                    f"window_calls {self.window_calls} is fewer than the {needed} faultless calls that end a "
+                    f"demotion of {tier.value} (ceiling {lowest} at confidence {self.confidence}): raise "
+                    "window_calls, or lower confidence"
+                )
+        return self
 
     def ceilings_for(self, tier: Tier) -> Ceilings:
         return self.ceilings.get(tier) or Ceilings(**DEFAULT_CEILINGS[tier])

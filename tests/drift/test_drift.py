@@ -167,6 +167,15 @@ def test_a_config_changes_one_ceiling_and_keeps_the_other_defaults() -> None:
     assert settings.ceilings_for(Tier.MEDIUM).invalid_args == 0.10
 
 
+def test_a_window_too_short_to_end_a_demotion_is_refused() -> None:
+    # A faultless run ends a `large` demotion (1% ceiling, 99%) after 459 calls: fewer never can.
+    with pytest.raises(ValidationError, match=r"window_calls 458 is fewer than the 459 faultless calls"):
+        DriftSettings(window_calls=458)
+    with pytest.raises(ValidationError, match=r"1146 faultless calls"):
+        DriftSettings(confidence=0.99999)
+    assert DriftSettings(window_calls=459).window_calls == 459
+
+
 @pytest.mark.parametrize(
     ("raw", "where"),
     [

@@ -249,10 +249,10 @@ def test_the_worker_judges_without_being_asked(monitor: DriftMonitor) -> None:
 
 
 def test_new_settings_keep_the_demotions(monitor: DriftMonitor) -> None:
-    feed(monitor, [BAD_ARGS], times=20)
-    monitor.reconfigure(DriftSettings(window_calls=5, detect_ratio=4))
+    feed(monitor, [BAD_ARGS], times=600)
+    monitor.reconfigure(DriftSettings(window_calls=460, detect_ratio=4))  # the least that can end a demotion
     report = monitor.report()[KEY]
-    assert report["window"]["calls"] == 5 and report["window"]["maxCalls"] == 5
+    assert report["window"]["calls"] == 460 and report["window"]["maxCalls"] == 460
     assert monitor.demotion(KEY, "key:a") is not None
     monitor.reconfigure(DriftSettings(enabled=False))
     assert monitor.demotion(KEY, "key:a") is None  # off: nothing demotes
