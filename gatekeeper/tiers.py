@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,13 +29,17 @@ def lowest(*tiers: Tier) -> Tier:
     return min(tiers, key=lambda t: t.rank)
 
 
+Score = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
 class Thresholds(BaseModel):
     """Minimum category scores for each tier above `small` (defaults from the seed)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    large: dict[str, float] = Field(default_factory=lambda: {"toolCalling": 0.9, "instruction": 0.85, "json": 0.85})
-    medium: dict[str, float] = Field(default_factory=lambda: {"toolCalling": 0.6, "json": 0.5})
+    # A score is in [0, 1]: a threshold outside it (or NaN) would make a tier free or unreachable.
+    large: dict[str, Score] = Field(default_factory=lambda: {"toolCalling": 0.9, "instruction": 0.85, "json": 0.85})
+    medium: dict[str, Score] = Field(default_factory=lambda: {"toolCalling": 0.6, "json": 0.5})
 
 
 def compute_tier(scores: dict[str, float], thresholds: Thresholds | None = None) -> Tier:

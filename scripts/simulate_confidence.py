@@ -140,8 +140,8 @@ def main() -> None:
     samples, risk = args.samples or bench.samples, args.risk or bench.risk
     settings = RunSettings(samples=samples, risk=risk, thresholds=bench.thresholds)
     extra = [*(["--samples", str(args.samples)] if args.samples else [])]
-    if args.risk:
-        raise SystemExit("--risk applies in-process only: the CLI reads bench.risk from a config file")
+    if args.risk and args.cli:
+        raise SystemExit("--risk applies in-process only (the CLI reads bench.risk from a config file): add --cli 0")
     print(f"suite {suite.hash} ({len(suite.tests)} tests), bench.samples {samples}, bench.risk {risk}")
     for name in args.scenario or list(SCENARIOS):
         label, targets = SCENARIOS[name]

@@ -165,9 +165,10 @@ class OpenAIBackend:
                 raise _EffortRejected()
             if response.status_code == 400 and _CONTEXT_EXCEEDED.search(response.text):
                 # The conversation no longer fits the model's context: the model cannot do this
-                # test, which is a failed answer (cut at the limit), not a broken backend.
+                # test, which is a failed answer, not a broken backend (nor a token budget spent thinking:
+                # not `length`, which can make a sample inconclusive).
                 log.warning("context_exceeded", model=model, detail=response.text[:200])
-                return Completion(Answer("", (), "length"), 0, seconds, effort_applied=True)
+                return Completion(Answer("", (), "context_exceeded"), 0, seconds, effort_applied=True)
             raise BackendError(f"{self.base_url} model {model!r}: HTTP {response.status_code}: {response.text[:300]}")
         try:
             doc = response.json()

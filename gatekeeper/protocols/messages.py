@@ -226,12 +226,15 @@ class MessagesCodec:
 @dataclasses.dataclass
 class _Gate(RequestGate):
     explicit: set[str] = dataclasses.field(default_factory=set)  # servers whose tools were listed one by one
+    toolsets: set[str] = dataclasses.field(default_factory=set)  # servers an mcp_toolset configured
 
 
 def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy, table: F.Fields) -> Gated:
     g = _Gate(tier, policy, policy.unknown_fields)
     F.check(body, table, "", g.unknown)
     system = body.get("system")
+    if system is not None and not isinstance(system, (str, list)):
+        raise RequestInvalid("system must be a string or an array of text blocks")
     for i, block in enumerate(system if isinstance(system, list) else []):  # text blocks only
         F.check_typed(block, _SYSTEM_BLOCKS, f"system[{i}]", g.unknown)
     _gate_messages(body, g)
@@ -277,6 +280,9 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
     """An `mcp_toolset`: its tools are its pinned `tools` listing when it has one, else the
     `configs` it enables when `default_config` disables the rest; else every tool of the server."""
     server = group_name(tool.get("mcp_server_name"), f"{where}.mcp_server_name")
+    if server in g.toolsets:  # a second, whole one would re-open what the first narrowed
+        raise RequestInvalid(f"{where}: a second mcp_toolset for MCP server '{F.shown(server)}' (one per server)")
+    g.toolsets.add(server)
     if not g.admits(server, record_kept=False):
         return None
     configs = tool.get("configs")

@@ -102,7 +102,7 @@ class Check(_Strict):
     arg: str | None = None
     path: str | None = None
     flags: str | None = None
-    weight: float = Field(default=1, gt=0)
+    weight: float = Field(default=1, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _fields_match_type(self) -> Check:
@@ -131,7 +131,7 @@ class Check(_Strict):
 class Step(_Strict):
     prompt: str | None = None
     tool_result: str | None = Field(default=None, alias="toolResult")
-    checks: list[Check]
+    checks: list[Check] = Field(min_length=1)  # a step without checks would score 0 whatever the answer
 
     @model_validator(mode="after")
     def _has_input(self) -> Step:
@@ -144,11 +144,11 @@ class BenchTest(_Strict):
     name: str = Field(min_length=1)
     description: str | None = None
     category: Category
-    weight: float = Field(default=1, gt=0)
+    weight: float = Field(default=1, gt=0, allow_inf_nan=False)
     tools: list[dict[str, Any]] = Field(default_factory=list)
     prompt: str | None = None
-    checks: list[Check] | None = None
-    steps: list[Step] | None = None
+    checks: list[Check] | None = Field(default=None, min_length=1)
+    steps: list[Step] | None = Field(default=None, min_length=1)
     # The drawn values of a randomised test's variables (empty for a fixed test).
     _bindings: dict[str, Any] = PrivateAttr(default_factory=dict)
 

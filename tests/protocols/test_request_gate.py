@@ -283,6 +283,32 @@ def test_messages_mcp_tools_are_gated_one_by_one(store_path, default_suite):
     no_hidden(upstream, "delete_repo")
 
 
+def test_a_second_toolset_for_a_server_is_refused_not_let_reopen_it(store_path, default_suite):
+    narrowed = {
+        "type": "mcp_toolset",
+        "mcp_server_name": "github",
+        "default_config": {"enabled": False},
+        "configs": {"list_repos": {"enabled": True}},
+    }
+    whole = {"type": "mcp_toolset", "mcp_server_name": "github"}
+    with gate(NATIVE, store_path, default_suite) as (proxy, upstream):
+        with pytest.raises(
+            anthropic.BadRequestError, match=r"tools\[1\]: a second mcp_toolset for MCP server 'github'"
+        ):
+            claude(proxy).beta.messages.create(
+                model="small-model", max_tokens=5, messages=HI, mcp_servers=[CLAUDE_GITHUB], tools=[narrowed, whole]
+            )
+    assert received(upstream) == []
+
+
+@pytest.mark.parametrize("system", [{"text": "be brief"}, 5])
+def test_a_system_of_another_shape_is_refused(system, store_path, default_suite):
+    with gate(NATIVE, store_path, default_suite) as (proxy, upstream):
+        with pytest.raises(anthropic.BadRequestError, match="system must be a string or an array of text blocks"):
+            claude(proxy).messages.create(model="small-model", max_tokens=5, messages=HI, extra_body={"system": system})
+    assert received(upstream) == []
+
+
 def test_a_tool_addition_block_is_gated(store_path, default_suite):
     addition = {"type": "tool_addition", "tool": CLAUDE_HIDDEN}
     with gate(NATIVE, store_path, default_suite) as (proxy, upstream):

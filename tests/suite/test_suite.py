@@ -67,6 +67,12 @@ def test_bad_category_names_the_file_and_the_value(tmp_path: Path):
     assert "10_bad.json" in message and "category" in message and "'tools'" in message
 
 
+def test_a_test_without_checks_or_an_infinite_weight_is_refused(tmp_path: Path):
+    # Either would store a score that says nothing: 0 whatever the answer, or NaN.
+    assert "checks" in load_error(tmp_path, {**VALID, "checks": []})
+    assert "weight" in load_error(tmp_path, {**VALID, "weight": 1e400})  # written as Infinity
+
+
 def test_malformed_json_names_the_file(tmp_path: Path):
     message = load_error(tmp_path, '{"name": "t",')
     assert "10_bad.json" in message and "malformed JSON" in message
