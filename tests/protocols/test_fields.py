@@ -194,3 +194,19 @@ def test_carriers_name_what_could_offer_tools() -> None:
     assert F.carriers("responses", {"model": "m", "input": [addition]}) == ["input"]
     block = {"type": "tool_addition", "tool": {"name": "x"}}
     assert F.carriers("messages", {"model": "m", "messages": [{"role": "user", "content": [block]}]}) == ["messages"]
+
+
+def test_every_refused_field_of_every_table_is_in_check_s_pre_filter():
+    # `check` looks for refused keys among _REFUSABLE only: a Refused added to any other table
+    # must be found there too, or it would be forwarded.
+    def refused(value: Any, seen: set[int]) -> set[str]:
+        if id(value) in seen or not isinstance(value, Mapping):
+            return set()
+        seen.add(id(value))
+        found = {k for k, how in value.items() if isinstance(how, F.Refused)}
+        for inner in value.values():
+            found |= refused(inner, seen)
+        return found
+
+    every = set().union(*(refused(v, set()) for v in vars(F).values()))
+    assert every and every <= F._REFUSABLE, every - F._REFUSABLE
