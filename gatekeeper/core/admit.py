@@ -36,8 +36,8 @@ class Admitted:
     info: RequestInfo  # as sent upstream: the routed model and effort when routed
     resolution: Resolution  # of the pair the request is sent to
     gated: Gated
+    policy: ToolPolicy  # the tool policy the request was gated with (the pair's)
     route: Route | None = None  # the routing decision (None: no `routing:` section, or no tools)
-    policy: ToolPolicy | None = None  # the tool policy the request was gated with (the pair's)
 
 
 def admit(gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot | None = None) -> Admitted:
@@ -94,7 +94,7 @@ def _gate(
     policy = routed.policy if routed is not None else snap.router.policy_for(resolution)
     gated = gate_resolved(codec, body, resolution, policy)
     structlog.contextvars.bind_contextvars(tools_kept=gated.kept, tools_hidden=gated.hidden)
-    return Admitted(info, resolution, gated, routed, policy)
+    return Admitted(info, resolution, gated, policy, routed)
 
 
 @dataclass(frozen=True, slots=True)

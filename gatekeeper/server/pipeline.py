@@ -210,7 +210,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
         Allowed(
             codec.offered(body),
             resolution.tier,
-            admitted.policy or snapshot.policy,
+            admitted.policy,
             snapshot.settings.blocked_calls == "explain",
         ),
         body,
