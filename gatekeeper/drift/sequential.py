@@ -196,16 +196,26 @@ class Tally:
     def clean(self, tests: Iterable[Cusum], alpha: float, drop: int = 0) -> bool:
         """Every judged rate is back under its ceiling, whatever `drop` clients sent. Either of:
 
-        - on every fault, over the calls of all but the `drop` busiest clients: for any `drop`
-          clients, the others' calls hold every fault they made and at least that many calls,
-          and the binomial CDF grows with the faults and falls with the calls;
+        - on every fault, without the faults of the `drop` clients that made most of that kind
+          and over the calls of all but the `drop` busiest clients (fewer than the other
+          clients made: the binomial CDF falls with the calls). So `drop` clients can neither
+          hold the demotion in force with faults of their own nor end it with calls of their
+          own: the faults that count are the other clients', at least `min_clients - drop`
+          of whom made faults if the pair truly drifted for everyone;
         - on the calls of each of `drop + 1` clients alone: one of them is not among any `drop`.
         """
         tests = list(tests)
         n = self.counted(drop)
-        if all(under_ceiling(self.faults[t.fault], n, t.ceiling, alpha) for t in tests):
+        if all(under_ceiling(self.faults_without(t.fault, drop), n, t.ceiling, alpha) for t in tests):
             return True
         return drop > 0 and self.clean_clients(tests, alpha, enough=drop + 1) > drop
+
+    def faults_without(self, fault: Fault, drop: int) -> int:
+        """Faults of one kind without those of the `drop` clients that made most of them."""
+        if drop <= 0:
+            return self.faults[fault]
+        mine = heapq.nlargest(drop, (n for (_, f), n in self._client_faults.items() if f is fault))
+        return self.faults[fault] - sum(mine)
 
     def clean_clients(self, tests: list[Cusum], alpha: float, enough: int) -> int:
         """How many clients' own calls are clean (counting stops at `enough`)."""

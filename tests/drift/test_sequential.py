@@ -179,3 +179,35 @@ def test_three_clean_clients_restore_even_when_another_keeps_failing() -> None:
     assert not tally.clean([ARGS], 0.01, drop=0)
     assert tally.clean([ARGS], 0.01, drop=2)  # ... but three clients' own calls are clean
     assert tally.clean_clients([ARGS], 0.01, enough=10) == 3
+
+
+EVERYONE = SETTINGS.window_calls * SETTINGS.min_clients  # the size of everyone's tally (3,000)
+
+
+def _traffic(tally: Tally, honest: int, weight: float, honest_fault: float, attacker_fault: Fault | None) -> int | None:
+    """Calls into `tally` from `honest` clients (each faulting invalidArgs with probability
+    `honest_fault`) and one client sending `weight` times one honest client's traffic; the call
+    on which everyone's demotion ends (None: not within 20,000)."""
+    rng = random.Random(7)
+    clients, weights = [*(f"h{i}" for i in range(honest)), "attacker"], [1.0] * honest + [weight]
+    for i in range(20_000):
+        client = rng.choices(clients, weights)[0]
+        if client == "attacker":
+            tally.add(client, attacker_fault)
+        else:
+            tally.add(client, Fault.INVALID_ARGS if rng.random() < honest_fault else None)
+        if i % 50 == 0 and tally.clean([ARGS, JSON], 0.01, drop=SETTINGS.min_clients - 1):
+            return i
+    return None
+
+
+@pytest.mark.parametrize(("honest", "weight"), [(3, 5), (10, 3)])
+def test_one_client_s_own_faults_cannot_hold_everyone_s_demotion(honest: int, weight: float) -> None:
+    # The pair is sound again (0.25x its 2% invalidArgs ceiling); one client fails every call.
+    assert _traffic(Tally(EVERYONE), honest, weight, 0.005, Fault.INVALID_ARGS) is not None
+
+
+@pytest.mark.parametrize("weight", [1, 5, 20])
+def test_one_client_s_clean_calls_cannot_end_everyone_s_demotion(weight: float) -> None:
+    # The pair still drifts (5x its ceiling) for the three honest clients.
+    assert _traffic(Tally(EVERYONE), 3, weight, 0.10, None) is None
