@@ -30,7 +30,9 @@ def test_suite_validate_accepts_the_default_suite():
 
 
 def test_suite_validate_names_the_bad_file_and_why(tmp_path):
-    (tmp_path / "10_ok.json").write_text(json.dumps({"name": "a", "category": "json", "prompt": "p", "checks": []}))
+    (tmp_path / "10_ok.json").write_text(
+        json.dumps({"name": "a", "category": "json", "prompt": "p", "checks": [{"type": "json_valid"}]})
+    )
     (tmp_path / "20_bad.json").write_text(
         json.dumps({"name": "b", "category": "json", "prompt": "p", "checks": [{"type": "telepathy"}]})
     )
