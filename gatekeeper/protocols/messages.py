@@ -333,12 +333,16 @@ def _gate_servers(body: dict[str, Any], g: _Gate) -> dict[str, dict[str, Any]]:
     if not isinstance(servers, list):
         raise RequestInvalid(f"'mcp_servers' must be an array, got {type(servers).__name__}")
     kept: dict[str, dict[str, Any]] = {}
+    named: set[str] = set()
     for i, server in enumerate(servers):
         where = f"mcp_servers[{i}]"
         if not isinstance(server, dict):
             raise RequestInvalid(f"{where} must be an object")
         F.check(server, F.MESSAGES_MCP_SERVER, where, g.unknown)
         label = group_name(server.get("name"), f"{where}.name")
+        if label in named:  # a second, whole one would replace the first's narrowed tool list
+            raise RequestInvalid(f"{where}: a second MCP server named '{F.shown(label)}' (one per name)")
+        named.add(label)
         if not g.admits(label, record_kept=False):
             continue
         config = server.get("tool_configuration")
@@ -375,6 +379,9 @@ def _narrow_whole_servers(body: dict[str, Any], servers: dict[str, dict[str, Any
     carries (an `mcp_tool_listing` block), else refused."""
     for label in list(servers):
         if label in g.explicit:
+            listed = _server_allowed(servers[label])
+            if listed is not None:  # the server lists its tools: a toolset enabling all of them lists the same
+                _narrow_toolsets(tools, label, listed)
             continue
         rule = g.policy.rule_hiding_part_of(label, g.tier)
         if rule is None:
@@ -399,6 +406,24 @@ def _narrow_whole_servers(body: dict[str, Any], servers: dict[str, dict[str, Any
         config = server.get("tool_configuration") or {}
         servers[label] = server | {"tool_configuration": config | {"allowed_tools": names}}
         body["mcp_servers"] = list(servers.values())
+        _narrow_toolsets(tools, label, names)
+
+
+def _narrow_toolsets(tools: list[Any], label: str, names: list[str]) -> None:
+    """The `mcp_toolset` of `label` that enables every tool, narrowed (in `tools`) to `names`.
+    A server's tools may be said in two places, its `tool_configuration` and its toolset, and
+    the API version decides which one counts: both must offer only the admitted tools."""
+    for i, tool in enumerate(tools):
+        if tool.get("type") != "mcp_toolset" or tool.get("mcp_server_name") != label or tool.get("tools") is not None:
+            continue
+        default = tool.get("default_config") or {}
+        if default.get("enabled") is False:
+            continue  # it enables only its configs, which were gated one by one
+        configs = tool.get("configs") or {}
+        tools[i] = tool | {
+            "default_config": default | {"enabled": False},
+            "configs": {n: (configs.get(n) or {}) | {"enabled": True} for n in names},
+        }
 
 
 def _gate_messages(body: dict[str, Any], g: _Gate) -> None:

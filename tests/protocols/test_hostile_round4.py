@@ -1,0 +1,146 @@
+"""What the fourth red-team round (issue 20, on the main of 2026-12-01 after the gate was rebuilt
+to be closed by construction) got through, each through the real proxy on a real port, sent by
+the official client; what the upstream received, and what the client read, is the evidence.
+
+- Messages `mcp_servers` with two servers of one name: the second replaced the first in the
+  gate's table, so `[{github, allowed_tools: [list_repos]}, {github}]` reached the upstream as
+  the whole `github` server (its `delete_repo` run by the provider, whatever the answer side
+  then cut). A second server of a name is refused, as a second toolset already was.
+- A server's tools can be said in two places, `mcp_servers[].tool_configuration.allowed_tools`
+  and its `mcp_toolset`, and the API version decides which one counts. A whole toolset next to
+  a server that lists its tools, or next to a server the gate narrowed to a listing, was sent
+  whole: under the toolset API every tool of the server was offered. Both now say the same
+  admitted tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anthropic
+import pytest
+from conftest import Proxy, small_model_proxy
+from upstreams import NativeServer
+
+HI = [{"role": "user", "content": "hi"}]
+RULES = {"execute_command": "large", "write_*": "medium", "github.delete_*": "large"}
+GITHUB_URL = "https://mcp.example/github"
+
+
+@pytest.fixture
+def native() -> Iterator[NativeServer]:
+    with NativeServer() as server:
+        yield server
+
+
+def proxy_for(upstream: NativeServer, store_path, default_suite, protocols=("chat", "responses", "messages")):
+    return small_model_proxy(
+        upstream.base_url,
+        store_path,
+        default_suite,
+        upstream={"base_url": upstream.base_url, "protocols": list(protocols)},
+        tools={"default_tier": "small", "required_tier": RULES},
+        blocked_calls="strip",
+    )
+
+
+@pytest.fixture
+def proxy(native, store_path, default_suite) -> Iterator[Proxy]:
+    with proxy_for(native, store_path, default_suite) as running:
+        yield running
+
+
+def claude(proxy: Proxy) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
+
+
+# -- Messages: an MCP server's tools said twice ------------------------------------------------
+
+
+def github(**config) -> dict:
+    server = {"type": "url", "name": "github", "url": GITHUB_URL}
+    return server | ({"tool_configuration": config} if config else {})
+
+
+def reachable(request: dict, server: str = "github") -> set[str] | None:
+    """The tools of `server` that a Messages request lets the model call under either API
+    version's reading: each form that names the server (its `tool_configuration`, its toolset)
+    must narrow it, else it is whole (None)."""
+    forms: list[set[str] | None] = []
+    for entry in request.get("mcp_servers") or []:
+        if entry["name"] == server:
+            allowed = (entry.get("tool_configuration") or {}).get("allowed_tools")
+            forms.append(None if allowed is None else set(allowed))
+    for tool in request.get("tools") or []:
+        if tool.get("type") == "mcp_toolset" and tool["mcp_server_name"] == server:
+            if tool.get("tools") is not None:
+                forms.append({t["name"] for t in tool["tools"]})
+            elif (tool.get("default_config") or {}).get("enabled") is False:
+                forms.append({n for n, c in (tool.get("configs") or {}).items() if c.get("enabled") is True})
+            else:
+                forms.append(None)
+    if any(form is None for form in forms):
+        return None
+    return set().union(*forms)  # type: ignore[arg-type]
+
+
+def test_a_second_mcp_server_of_the_same_name_is_refused(proxy, native):
+    servers = [github(allowed_tools=["list_repos"]), github()]
+    with pytest.raises(anthropic.BadRequestError, match=r"mcp_servers\[1\]: a second MCP server named 'github'"):
+        claude(proxy).messages.create(
+            model="small-model", max_tokens=10, messages=HI, extra_body={"mcp_servers": servers}
+        )
+    assert native.messages_requests == []
+
+
+def test_a_whole_toolset_next_to_a_server_that_lists_its_tools_offers_only_those(proxy, native):
+    claude(proxy).messages.create(
+        model="small-model",
+        max_tokens=10,
+        messages=HI,
+        tools=[{"type": "mcp_toolset", "mcp_server_name": "github"}],
+        extra_body={"mcp_servers": [github(allowed_tools=["list_repos"])]},
+    )
+    assert reachable(native.messages_requests[-1]) == {"list_repos"}
+
+
+def test_a_server_narrowed_to_its_listing_narrows_its_whole_toolset_too(proxy, native):
+    # No per-tool list anywhere, a rule hides github.delete_*: narrowed to the listing's admitted tools.
+    listing = {
+        "type": "mcp_tool_listing",
+        "mcp_server_name": "github",
+        "tools": [{"name": "list_repos"}, {"name": "delete_repo"}],
+    }
+    claude(proxy).messages.create(
+        model="small-model",
+        max_tokens=10,
+        messages=[HI[0], {"role": "assistant", "content": [listing]}, HI[0]],
+        tools=[{"type": "mcp_toolset", "mcp_server_name": "github"}],
+        extra_body={"mcp_servers": [github()]},
+    )
+    assert reachable(native.messages_requests[-1]) == {"list_repos"}
+
+
+def test_a_whole_toolset_of_a_server_that_lists_nothing_still_asks_for_a_list(proxy, native):
+    with pytest.raises(anthropic.BadRequestError, match="allowed_tools"):
+        claude(proxy).messages.create(
+            model="small-model",
+            max_tokens=10,
+            messages=HI,
+            tools=[{"type": "mcp_toolset", "mcp_server_name": "github"}],
+            extra_body={"mcp_servers": [github()]},
+        )
+    assert native.messages_requests == []
+
+
+def test_mcp_servers_through_a_chat_only_upstream_are_refused(native, store_path, default_suite):
+    with proxy_for(native, store_path, default_suite, protocols=("chat",)) as proxy:
+        with pytest.raises(anthropic.BadRequestError):
+            claude(proxy).messages.create(
+                model="small-model",
+                max_tokens=10,
+                messages=HI,
+                tools=[{"type": "mcp_toolset", "mcp_server_name": "github"}],
+                extra_body={"mcp_servers": [github(allowed_tools=["list_repos"])]},
+            )
+    assert native.requests == [] and native.messages_requests == []
