@@ -3,6 +3,9 @@ request types: every field a real client can send is known, so none is refused a
 
 from __future__ import annotations
 
+import collections.abc
+import functools
+import types
 import typing
 from collections.abc import Mapping
 from typing import Any, Union, get_args, get_origin
@@ -16,41 +19,164 @@ def _keys(td: Any) -> set[str]:
     return set(td.__required_keys__) | set(td.__optional_keys__)
 
 
+def _strip(hint: Any) -> Any:
+    while get_origin(hint) in (typing.Required, typing.NotRequired, typing.Annotated):
+        hint = get_args(hint)[0]
+    return hint
+
+
 def _members(union: Any) -> list[Any]:
-    members = get_args(union) if get_origin(union) is Union else [union]
-    return [get_args(m)[0] if get_origin(m) is typing.Annotated else m for m in members]
+    union = _strip(union)
+    members = get_args(union) if get_origin(union) in (Union, types.UnionType) else [union]
+    return [_strip(m) for m in members]
 
 
 def _literal(td: Any, key: str) -> tuple[Any, ...]:
-    hint = typing.get_type_hints(td, include_extras=True).get(key)
-    while get_origin(hint) in (typing.Required, typing.NotRequired, typing.Annotated):
-        hint = get_args(hint)[0]
-    return tuple(a for a in get_args(hint) if isinstance(a, str)) if hint is not None else ()
+    hint = _hints(td).get(key)
+    return tuple(a for m in _members(hint) for a in get_args(m) if isinstance(a, str)) if hint is not None else ()
+
+
+@functools.cache
+def _hints(td: Any) -> dict[str, Any]:
+    return typing.get_type_hints(td, include_extras=True)
+
+
+def _is_td(t: Any) -> bool:
+    return isinstance(t, type) and hasattr(t, "__required_keys__")
+
+
+def _kinds(hint: Any) -> tuple[list[Any], list[Any], bool, list[str]]:
+    """What a field's hint allows: object types, `Dict[str, V]` value types, whether it allows any
+    value (`object`), and the string literals (of an array of them too)."""
+    tds: list[Any] = []
+    maps: list[Any] = []
+    anything = False
+    literals: list[str] = []
+    for m in _members(hint):
+        origin = get_origin(m)
+        if _is_td(m):
+            tds.append(m)
+        elif m is object:
+            anything = True
+        elif origin is typing.Literal:
+            literals += [a for a in get_args(m) if isinstance(a, str)]
+        elif origin in (dict, collections.abc.Mapping):
+            maps.append(get_args(m)[1])
+        elif origin is not None and get_args(m):  # Iterable, List, SequenceNotStr: an array of its items
+            inner_tds, inner_maps, inner_any, inner_literals = _kinds(get_args(m)[0])
+            tds += inner_tds
+            maps += inner_maps
+            anything = anything or inner_any
+            literals += inner_literals
+    return tds, maps, anything, literals
 
 
 def _by_type(*unions: Any, untyped: str | None = None) -> dict[str, set[str]]:
     """type -> the union of the field names of the SDK types that carry it."""
-    found: dict[str, set[str]] = {}
+    return {kind: set().union(*map(_keys, tds)) for kind, tds in _tds_by_type(unions, untyped).items()}
+
+
+def _tds_by_type(unions: Any, untyped: str | None = None) -> dict[str, list[Any]]:
+    found: dict[str, list[Any]] = {}
     for union in unions:
-        for member in _members(union):
-            if not hasattr(member, "__required_keys__"):
-                continue  # a string form (tool_choice "auto", ...)
+        for member in _kinds(union)[0]:
             kinds = _literal(member, "type") or ((untyped,) if untyped else ())
             for kind in kinds:
-                found.setdefault(kind, set()).update(_keys(member))
+                found.setdefault(kind, []).append(member)
     return found
 
 
-def _assert_covers(table: Mapping[str, Any], sdk: set[str], what: str) -> None:
-    missing = sdk - set(table)
-    assert not missing, f"{what}: fields of the SDK missing from protocols/fields.py: {sorted(missing)}"
+class _Walk:
+    """Compares a table, and the tables of the objects inside it, with SDK types; collects the
+    fields a nested table lists that the SDK does not (`extras`, by path)."""
+
+    def __init__(self) -> None:
+        self.extras: set[str] = set()
+        self.seen: set[tuple[int, Any]] = set()
+
+    def fields(
+        self,
+        table: Mapping[str, Any],
+        tds: list[Any],
+        what: str,
+        nested: bool = False,
+        skip: frozenset[str] = frozenset(),
+    ) -> None:
+        key = (id(table), tuple(tds))
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        sdk = set().union(*map(_keys, tds)) - skip
+        missing = sdk - set(table)
+        assert not missing, f"{what}: fields of the SDK missing from protocols/fields.py: {sorted(missing)}"
+        if nested:
+            self.extras |= {f"{what}.{k}" for k in set(table) - sdk}
+        for name in sorted(sdk):
+            hints = [_hints(td)[name] for td in tds if name in _hints(td)]
+            self.entry(table[name], hints, f"{what}.{name}")
+
+    def typed(self, tables: Mapping[str, Any], tds: list[Any], what: str, default: str | None, nested: bool) -> None:
+        groups = _tds_by_type(tds, default)
+        missing = set(groups) - set(tables)
+        assert not missing, f"{what}: types of the SDK missing: {sorted(missing)}"
+        if nested:
+            self.extras |= {f"{what}[{k!r}]" for k in set(tables) - set(groups)}
+        for kind, members in sorted(groups.items()):
+            self.fields(tables[kind], members, f"{what}[{kind!r}]", nested)
+
+    def entry(self, entry: Any, hints: list[Any], what: str) -> None:
+        tds, maps, anything, literals = [], [], False, []
+        for hint in hints:
+            t, m, a, lit = _kinds(hint)
+            tds, maps, anything, literals = tds + t, maps + m, anything or a, literals + lit
+        if entry == F.GATED or isinstance(entry, (F.Refused, F.Opaque)):
+            return  # the codec checks a GATED value; an Opaque one is free-form (on the list)
+        if tds:
+            assert isinstance(entry, (F.Obj, F.Typed)), f"{what}: the SDK sends an object here, the table no shape"
+            if isinstance(entry, F.Obj):
+                self.fields(entry.fields, tds, what, nested=True)
+            else:
+                self.typed(entry.tables, tds, what, entry.default, nested=True)
+        elif maps:
+            assert isinstance(entry, F.Map), f"{what}: the SDK sends a map here, the table no Map or Opaque"
+            self.entry(entry.values, maps, f"{what}.*")
+        elif anything:
+            raise AssertionError(f"{what}: the SDK allows any value here: list it as Opaque (saying why)")
+        elif isinstance(entry, F.OneOf):
+            unknown = set(literals) - entry.values
+            assert not unknown, f"{what}: values of the SDK missing from protocols/fields.py: {sorted(unknown)}"
 
 
-def _assert_typed(tables: Mapping[str, Mapping[str, Any]], sdk: dict[str, set[str]], what: str) -> None:
-    missing_types = set(sdk) - set(tables)
-    assert not missing_types, f"{what}: types of the SDK missing: {sorted(missing_types)}"
-    for kind, keys in sdk.items():
-        _assert_covers(tables[kind], keys, f"{what} {kind!r}")
+def _assert_covers(
+    table: Mapping[str, Any], sdk: Any, what: str = "", skip: frozenset[str] = frozenset(), extras: bool = True
+) -> None:
+    """`table` lists every field of the SDK type `sdk` (but `skip`), and the objects inside have
+    tables that list theirs (recursively); a nested table's extra field must be on NOT_IN_SDK."""
+    walk = _Walk()
+    walk.fields(table, [sdk], what, skip=skip)
+    if extras:
+        _assert_extras_known(walk)
+
+
+def _assert_typed(
+    tables: Mapping[str, Mapping[str, Any]], *unions: Any, what: str, untyped: str | None = None, extras: bool = True
+) -> None:
+    walk = _Walk()
+    walk.typed(tables, list(unions), what, untyped, nested=False)
+    if extras:
+        _assert_extras_known(walk)
+
+
+def _assert_extras_known(walk: _Walk) -> None:
+    unknown = {path for path in walk.extras if path.split(".", 1)[1] not in NOT_IN_SDK}
+    assert not unknown, (
+        f"fields of nested tables the SDK does not know (name the server in NOT_IN_SDK): {sorted(unknown)}"
+    )
+
+
+# Fields of nested tables that the SDKs do not know, by path below the compared table, and the
+# servers that take them (fields.py says so where they are listed).
+NOT_IN_SDK: Mapping[str, str] = {}
 
 
 def test_chat_request_fields() -> None:
@@ -60,20 +186,20 @@ def test_chat_request_fields() -> None:
     from openai.types.chat.chat_completion_tool_union_param import ChatCompletionToolUnionParam
     from openai.types.shared_params.function_definition import FunctionDefinition
 
-    _assert_covers(F.CHAT_REQUEST, _keys(p.CompletionCreateParamsStreaming), "chat request")
+    _assert_covers(F.CHAT_REQUEST, p.CompletionCreateParamsStreaming, "chat request")
     for member in _members(ChatCompletionMessageParam):
         for role in _literal(member, "role"):
-            _assert_covers(F.CHAT_MESSAGE[role], _keys(member), f"chat {role} message")
-    _assert_typed(F.CHAT_TOOL, _by_type(ChatCompletionToolUnionParam), "chat tool")
-    _assert_covers(F.CHAT_FUNCTION, _keys(FunctionDefinition), "chat function")
-    _assert_covers(F.CHAT_CUSTOM, _keys(Custom), "chat custom tool")
-    _assert_covers(F.CHAT_LEGACY_FUNCTION, _keys(p.Function), "chat legacy function")
+            _assert_covers(F.CHAT_MESSAGE[role], member, f"chat {role} message")
+    _assert_typed(F.CHAT_TOOL, ChatCompletionToolUnionParam, what="chat tool")
+    _assert_covers(F.CHAT_FUNCTION, FunctionDefinition, "chat function")
+    _assert_covers(F.CHAT_CUSTOM, Custom, "chat custom tool")
+    _assert_covers(F.CHAT_LEGACY_FUNCTION, p.Function, "chat legacy function")
 
 
 def test_chat_tool_choice_fields() -> None:
     from openai.types.chat.chat_completion_tool_choice_option_param import ChatCompletionToolChoiceOptionParam
 
-    _assert_typed(F.CHAT_TOOL_CHOICE, _by_type(ChatCompletionToolChoiceOptionParam), "chat tool_choice")
+    _assert_typed(F.CHAT_TOOL_CHOICE, ChatCompletionToolChoiceOptionParam, what="chat tool_choice")
 
 
 def test_responses_request_fields() -> None:
@@ -82,11 +208,11 @@ def test_responses_request_fields() -> None:
     from openai.types.responses.response_input_item_param import ResponseInputItemParam
     from openai.types.responses.tool_param import ToolParam
 
-    _assert_covers(F.RESPONSES_REQUEST, _keys(p.ResponseCreateParamsStreaming), "responses request")
-    _assert_typed(F.RESPONSES_TOOL, _by_type(ToolParam), "responses tool")
-    _assert_typed(F.RESPONSES_NAMESPACE_TOOL, _by_type(NamespaceTool), "responses namespace tool")
-    _assert_typed(F.RESPONSES_TOOL_CHOICE, _by_type(p.ToolChoice), "responses tool_choice")
-    _assert_typed(F.RESPONSES_INPUT_ITEM, _by_type(ResponseInputItemParam, untyped="item_reference"), "input item")
+    _assert_covers(F.RESPONSES_REQUEST, p.ResponseCreateParamsStreaming, "responses request")
+    _assert_typed(F.RESPONSES_TOOL, ToolParam, what="responses tool")
+    _assert_typed(F.RESPONSES_NAMESPACE_TOOL, NamespaceTool, what="responses namespace tool")
+    _assert_typed(F.RESPONSES_TOOL_CHOICE, p.ToolChoice, what="responses tool_choice")
+    _assert_typed(F.RESPONSES_INPUT_ITEM, ResponseInputItemParam, untyped="item_reference", what="input item")
 
 
 @pytest.mark.parametrize("beta", [False, True])
@@ -102,11 +228,11 @@ def test_messages_request_fields(beta: bool) -> None:
         from anthropic.types.tool_choice_param import ToolChoiceParam as Choice  # type: ignore[assignment]
         from anthropic.types.tool_union_param import ToolUnionParam as Tools  # type: ignore[assignment]
 
-    header = {"betas"}  # the SDK sends it as the anthropic-beta header, not in the body
-    _assert_covers(F.MESSAGES_REQUEST, _keys(p.MessageCreateParamsStreaming) - header, "messages request")
-    _assert_covers(F.MESSAGES_COUNT_TOKENS, _keys(c.MessageCountTokensParams) - header, "count_tokens request")
-    _assert_typed(F.MESSAGES_TOOL, _by_type(Tools, untyped="custom"), "messages tool")
-    _assert_typed(F.MESSAGES_TOOL_CHOICE, _by_type(Choice), "messages tool_choice")
+    header = frozenset({"betas"})  # the SDK sends it as the anthropic-beta header, not in the body
+    _assert_covers(F.MESSAGES_REQUEST, p.MessageCreateParamsStreaming, "messages request", header, beta)
+    _assert_covers(F.MESSAGES_COUNT_TOKENS, c.MessageCountTokensParams, "count_tokens request", header, beta)
+    _assert_typed(F.MESSAGES_TOOL, Tools, untyped="custom", what="messages tool", extras=beta)
+    _assert_typed(F.MESSAGES_TOOL_CHOICE, Choice, what="messages tool_choice", extras=beta)
     for member in _members(Tools):
         names = _literal(member, "name")
         for kind in _literal(member, "type"):
@@ -126,14 +252,12 @@ def test_messages_messages_blocks_and_servers() -> None:
 
     for member in _members(BetaMessageParam):
         for role in _literal(member, "role"):
-            _assert_covers(F.MESSAGES_MESSAGE[role], _keys(member), f"messages {role} message")
-    _assert_typed(F.MESSAGES_CONTENT_BLOCK, _by_type(BetaContentBlockParam), "content block")
-    _assert_covers(F.MESSAGES_MCP_SERVER, _keys(BetaRequestMCPServerURLDefinitionParam), "mcp server")
-    _assert_covers(
-        F.MESSAGES_MCP_TOOL_CONFIGURATION, _keys(BetaRequestMCPServerToolConfigurationParam), "tool_configuration"
-    )
-    _assert_covers(F.MESSAGES_MCP_TOOL_CONFIG, _keys(BetaMCPToolConfigParam), "mcp tool config")
-    _assert_covers(F.MESSAGES_LISTED_MCP_TOOL, _keys(BetaMCPToolParamParam), "listed mcp tool")
+            _assert_covers(F.MESSAGES_MESSAGE[role], member, f"messages {role} message")
+    _assert_typed(F.MESSAGES_CONTENT_BLOCK, BetaContentBlockParam, what="content block")
+    _assert_covers(F.MESSAGES_MCP_SERVER, BetaRequestMCPServerURLDefinitionParam, "mcp server")
+    _assert_covers(F.MESSAGES_MCP_TOOL_CONFIGURATION, BetaRequestMCPServerToolConfigurationParam, "tool_configuration")
+    _assert_covers(F.MESSAGES_MCP_TOOL_CONFIG, BetaMCPToolConfigParam, "mcp tool config")
+    _assert_covers(F.MESSAGES_LISTED_MCP_TOOL, BetaMCPToolParamParam, "listed mcp tool")
 
 
 def test_unknown_fields_are_refused_or_dropped_and_logged() -> None:
