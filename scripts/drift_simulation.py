@@ -9,7 +9,9 @@ Prints, for the default settings:
   3. through the real DriftMonitor (fake clock, no threads): what one client can do beside
      healthy ones, how fast faulty traffic spread over 3 or 10 clients demotes everyone, and how
      many clean calls end the demotion;
-  4. what judging costs the worker thread per answer.
+  4. what judging costs the worker thread per answer;
+  5. how a demotion ends: calls until live traffic at 0x-1x the ceilings restores the pair, and
+     how often traffic still at 2x-5x the ceilings restores it anyway (one client, `Tally`).
 
     python scripts/drift_simulation.py             # about 8 minutes on a busy core
     python scripts/drift_simulation.py --runs 2000 # under a minute, coarser
@@ -33,7 +35,7 @@ from drift_traffic import first_alarm
 
 from gatekeeper import logs
 from gatekeeper.drift.monitor import DriftMonitor
-from gatekeeper.drift.sequential import Cusum, binomial_cdf, cusums_for
+from gatekeeper.drift.sequential import Cusum, Tally, binomial_cdf, cusums_for
 from gatekeeper.drift.window import DriftSettings, Fault
 from gatekeeper.protocols.base import Call
 from gatekeeper.store.profile import Profile
@@ -43,8 +45,7 @@ SETTINGS = DriftSettings()
 
 
 def tests(tier: Tier) -> dict[Fault, Cusum]:
-    s = SETTINGS
-    return cusums_for(s.ceilings_for(tier), s.detect_ratio, s.horizon_calls, s.confidence)
+    return cusums_for(SETTINGS.ceilings_for(tier), SETTINGS)
 
 
 def upper95(hits: int, runs: int) -> float:
@@ -226,6 +227,43 @@ def worker_cost(answers: int = 5000) -> None:
     print(f"\n4. The worker's cost: {best * 1e6:.0f} us per answer of two calls (classify, validate, judge; best of 5)")
 
 
+def restoring(runs: int, rng: random.Random) -> None:
+    """After a demotion, judged after every call as the monitor does (one client's tally,
+    `window_calls` long): how soon traffic at or under the ceilings ends it, and how often
+    traffic that still has one fault kind at 2x-5x its ceiling ends it anyway."""
+    judged = tests(Tier.LARGE)
+    alpha = 1 - SETTINGS.confidence
+    print(f"\n5. How a demotion ends (`large`, restore_ratio {SETTINGS.restore_ratio}; {runs} runs each)")
+
+    def first_restore(factors: dict[Fault, float], calls: int) -> int | None:
+        tally = Tally(SETTINGS.window_calls)
+        for i in range(calls):
+            u, fault = rng.random(), None
+            for f, factor in factors.items():  # at most one fault per call: the rates are small
+                if u < factor * judged[f].ceiling:
+                    fault = f
+                    break
+                u -= factor * judged[f].ceiling
+            tally.add("key:c", fault)
+            if tally.clean(judged.values(), alpha):
+                return i + 1
+        return None
+
+    for factor in (0.0, 0.5, 0.9, 1.0):
+        ends = [first_restore(dict.fromkeys(judged, factor), 20_000) for _ in range(runs)]
+        done = [n for n in ends if n is not None]
+        median = f"{statistics.median(done):6.0f}" if done else "     -"
+        print(f"   every kind at {factor:.1f}x: restored within 20,000 calls {len(done)}/{runs}, median {median} calls")
+    for kind in (Fault.INVALID_ARGS, Fault.INVALID_JSON):
+        for factor in (2.0, 3.0, 5.0):
+            factors = {**dict.fromkeys(judged, 0.9), kind: factor}
+            hits = sum(first_restore(factors, 10_000) is not None for _ in range(runs))
+            print(
+                f"   {kind.value} still at {factor:.1f}x (the others 0.9x): restored within 10,000 calls "
+                f"{hits}/{runs} (95% upper bound {upper95(hits, runs):.1%})"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20_000, help="runs per false-alarm cell (default 20,000)")
@@ -244,6 +282,7 @@ def main() -> None:
     for clients in (3, 10):
         spread(max(args.runs // 2000, 3), clients, rng(clients))
     worker_cost()
+    restoring(max(args.runs // 100, 20), rng(5))
     print(f"\n({time.perf_counter() - started:.0f} s, seed {args.seed})")
 
 

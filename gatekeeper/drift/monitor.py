@@ -406,8 +406,7 @@ class DriftMonitor:
                 log.exception("drift_worker_error")
 
     def _tests(self, tier: Tier) -> dict[Fault, Cusum]:
-        s = self.settings
-        return cusums_for(s.ceilings_for(tier), s.detect_ratio, s.horizon_calls, s.confidence)
+        return cusums_for(self.settings.ceilings_for(tier), self.settings)
 
     def _record(
         self,

@@ -35,10 +35,18 @@ conservative (it counts every faulty call as a run start and ignores the oversho
 scripts/drift_simulation.py measures the real rate, and the delays the threshold costs.
 
 **Restoring.** A demotion ends when the calls since it began (the last `window_calls` of them)
-are clean: for every judged kind, P(Binomial(n, c) <= faults) <= α, i.e. the Clopper-Pearson
-upper bound of the rate at `confidence` is under the ceiling. With no fault at all that takes
-n >= ln(1/α) / -ln(1 - c) calls: 228 at c = 0.02, 459 at c = 0.01. (`Tally.clean` says how
-the calls of several clients are counted so that no `min_clients - 1` of them decide.)
+show, for every judged kind, a rate under the *restore level* R = min(q·c, (c + p1)/2) (q =
+`drift.restore_ratio`, default 1.5): P(Binomial(n, R) <= faults) <= α, i.e. the Clopper-Pearson
+upper bound of the rate at `confidence` is under R. Why not under c itself: to show a rate is
+under c takes about z²·c / (c - p)² calls at a true rate p, so a healthy pair just under its
+ceiling (0.9c: ~50,000 calls at c = 1%) would stay demoted for ever, while the demotion was for
+a rate the CUSUM catches only well above c. R sits between the two: a pair that still faults at
+q·c or more is restored with probability at most α at each look (more over many looks: one kind
+at 2c for 10,000 calls, 0-3 times in 200), at 3c and 5c not once in 200; back at 0.9c on every
+kind it is restored within 20,000 calls 197 times in 200 (never at q = 1): section 5 of
+scripts/drift_simulation.py. With no fault at all it takes n >= ln(1/α) / -ln(1 - R) calls:
+152 at c = 0.02, 305 at c = 0.01 (`Tally.clean` says how the calls of several clients are
+counted so that no `min_clients - 1` of them decide).
 
 Pure: no I/O, no clock, no threads.
 """
@@ -52,7 +60,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from gatekeeper.drift.window import Ceilings, Fault
+from gatekeeper.drift.window import Ceilings, DriftSettings, Fault, rates
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,7 @@ class Cusum:
     up: float
     down: float
     threshold: float
+    restore: float  # R: a demotion ends when the rate is shown to be under it
 
     def step(self, score: float, fault: Fault | None) -> float:
         return max(0.0, score + (self.up if fault is self.fault else self.down))
@@ -72,19 +81,29 @@ class Cusum:
 
 @lru_cache(maxsize=256)
 def make_cusum(
-    fault: Fault, ceiling: float, detect_ratio: float, horizon_calls: int, alpha: float, kinds: int
+    fault: Fault,
+    ceiling: float,
+    detect_ratio: float,
+    horizon_calls: int,
+    alpha: float,
+    kinds: int,
+    restore_ratio: float,
 ) -> Cusum:
-    faulty = min(detect_ratio * ceiling, (1 + ceiling) / 2)
+    faulty, restore = rates(ceiling, detect_ratio, restore_ratio)
     up = math.log(faulty / ceiling)
     down = math.log((1 - faulty) / (1 - ceiling))
     threshold = math.log(horizon_calls * faulty * kinds / alpha)
-    return Cusum(fault, ceiling, faulty, up, down, max(threshold, up))  # one faulty call never suffices
+    return Cusum(fault, ceiling, faulty, up, down, max(threshold, up), restore)  # one faulty call never suffices
 
 
-def cusums_for(ceilings: Ceilings, detect_ratio: float, horizon_calls: int, confidence: float) -> dict[Fault, Cusum]:
+def cusums_for(ceilings: Ceilings, settings: DriftSettings) -> dict[Fault, Cusum]:
     """One test per judged fault kind (a null ceiling is not judged)."""
     judged = {f: c for f in Fault if (c := ceilings.of(f)) is not None}
-    return {f: make_cusum(f, c, detect_ratio, horizon_calls, 1 - confidence, len(judged)) for f, c in judged.items()}
+    s = settings
+    return {
+        f: make_cusum(f, c, s.detect_ratio, s.horizon_calls, 1 - s.confidence, len(judged), s.restore_ratio)
+        for f, c in judged.items()
+    }
 
 
 # -- the evidence of many clients ------------------------------------------------------------
@@ -151,11 +170,11 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
     return min(total, 1.0)
 
 
-def under_ceiling(faults: int, calls: int, ceiling: float, alpha: float) -> bool:
-    """The Clopper-Pearson upper bound of `faults / calls` at 1 - alpha is at most the ceiling."""
-    if calls <= 0 or faults >= calls * ceiling:  # at or above the ceiling: never under it
+def under_rate(faults: int, calls: int, rate: float, alpha: float) -> bool:
+    """The Clopper-Pearson upper bound of `faults / calls` at 1 - alpha is at most `rate`."""
+    if calls <= 0 or faults >= calls * rate:  # at or above the rate: never under it
         return False
-    return binomial_cdf(faults, calls, ceiling) <= alpha
+    return binomial_cdf(faults, calls, rate) <= alpha
 
 
 @dataclass
@@ -194,7 +213,7 @@ class Tally:
         return self.calls - sum(n for _, n in self.by_client.most_common(drop)) if drop > 0 else self.calls
 
     def clean(self, tests: Iterable[Cusum], alpha: float, drop: int = 0) -> bool:
-        """Every judged rate is back under its ceiling, whatever `drop` clients sent. Either of:
+        """Every judged rate is back under its restore level, whatever `drop` clients sent. Either of:
 
         - on every fault, without the faults of the `drop` clients that made most of that kind
           and over the calls of all but the `drop` busiest clients (fewer than the other
@@ -206,7 +225,7 @@ class Tally:
         """
         tests = list(tests)
         n = self.counted(drop)
-        if all(under_ceiling(self.faults_without(t.fault, drop), n, t.ceiling, alpha) for t in tests):
+        if all(under_rate(self.faults_without(t.fault, drop), n, t.restore, alpha) for t in tests):
             return True
         return drop > 0 and self.clean_clients(tests, alpha, enough=drop + 1) > drop
 
@@ -220,11 +239,11 @@ class Tally:
     def clean_clients(self, tests: list[Cusum], alpha: float, enough: int) -> int:
         """How many clients' own calls are clean (counting stops at `enough`)."""
         # A client with fewer calls than a faultless run needs cannot pass: skip it cheaply.
-        needed = max((math.log(alpha) / math.log1p(-t.ceiling) for t in tests), default=0.0)
+        needed = max((math.log(alpha) / math.log1p(-t.restore) for t in tests), default=0.0)
         found = 0
         for client, calls in self.by_client.items():
             if calls >= needed and all(
-                under_ceiling(self._client_faults[(client, t.fault)], calls, t.ceiling, alpha) for t in tests
+                under_rate(self._client_faults[(client, t.fault)], calls, t.restore, alpha) for t in tests
             ):
                 found += 1
                 if found >= enough:

@@ -269,6 +269,13 @@ DEFAULT_CEILINGS: dict[Tier, dict[str, float]] = {
 }
 
 
+def rates(ceiling: float, detect_ratio: float, restore_ratio: float) -> tuple[float, float]:
+    """The faulty rate p1 the CUSUM is tuned to, and the restore level R a demotion ends under
+    (the arithmetic: gatekeeper.drift.sequential). The caps keep p1 < 1 and c < R < p1."""
+    faulty = min(detect_ratio * ceiling, (1 + ceiling) / 2)
+    return faulty, min(restore_ratio * ceiling, (ceiling + faulty) / 2)
+
+
 class DriftSettings(BaseModel):
     """The `drift:` section of the config file (the statistics: gatekeeper.drift.sequential)."""
 
@@ -277,12 +284,18 @@ class DriftSettings(BaseModel):
     enabled: bool = True
     # P(a pair whose rates are at or below its ceilings is demoted within `horizon_calls` calls)
     # is at most 1 - confidence; a demotion ends on calls whose upper bound at this level is
-    # under the ceilings.
+    # under the restore levels (restore_ratio x the ceilings).
     confidence: float = Field(default=0.99, gt=0.5, lt=1)
     horizon_calls: int = Field(default=10_000, ge=100)
     # The fault rate, as a multiple of the ceiling, the test catches fastest. 3 balances: at
     # 5x a `large` pair is demoted in a median of ~160 calls, at 2x in ~1,500 (4: 140 and 2,400).
     detect_ratio: float = Field(default=3.0, gt=1, le=100)
+    # A demotion ends when live traffic shows rates under this multiple of the ceilings. At 1, a
+    # `large` pair back at 0.9x its ceilings was restored within 20,000 calls 0 times in 200; at
+    # 1.5, 197 times (median 3,522 calls; 305 with no fault), and one kind still at 2x its ceiling
+    # ended it within 10,000 calls 0-3 times in 200 (at 2: 50-59). scripts/drift_simulation.py
+    # section 5. Below detect_ratio, or a fault it was demoted for would end it.
+    restore_ratio: float = Field(default=1.5, ge=1, le=100)
     # Failing evidence from this many distinct clients demotes a pair for everyone; fewer demote
     # it only for the clients whose own traffic shows it.
     min_clients: int = Field(default=3, ge=1, le=100)
@@ -321,18 +334,24 @@ class DriftSettings(BaseModel):
 
     @model_validator(mode="after")
     def _demotions_can_end(self) -> DriftSettings:
+        if self.restore_ratio >= self.detect_ratio:
+            raise ValueError(
+                f"restore_ratio {self.restore_ratio} must be below detect_ratio {self.detect_ratio}: a pair "
+                "failing at the rate it was demoted for would be restored"
+            )
         # A demotion ends on at most `window_calls` calls of a client: with fewer than a faultless
-        # run needs to put the upper bound under the lowest ceiling, it would never end.
+        # run needs to put the upper bound under the lowest restore level, it would never end.
         for tier, ceilings in self.ceilings.items():
             lowest = min((c for c in ceilings.model_dump().values() if c is not None), default=None)
             if lowest is None:
                 continue
-            needed = math.ceil(math.log(1 - self.confidence) / math.log1p(-lowest))
+            restore = rates(lowest, self.detect_ratio, self.restore_ratio)[1]
+            needed = math.ceil(math.log(1 - self.confidence) / math.log1p(-restore))
             if self.window_calls < needed:
                 raise ValueError(
                     f"window_calls {self.window_calls} is fewer than the {needed} faultless calls that end a "
-                    f"demotion of {tier.value} (ceiling {lowest} at confidence {self.confidence}): raise "
-                    "window_calls, or lower confidence"
+                    f"demotion of {tier.value} (ceiling {lowest} x restore_ratio {self.restore_ratio} at "
+                    f"confidence {self.confidence}): raise window_calls or restore_ratio, or lower confidence"
                 )
         return self
 

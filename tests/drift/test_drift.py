@@ -168,12 +168,19 @@ def test_a_config_changes_one_ceiling_and_keeps_the_other_defaults() -> None:
 
 
 def test_a_window_too_short_to_end_a_demotion_is_refused() -> None:
-    # A faultless run ends a `large` demotion (1% ceiling, 99%) after 459 calls: fewer never can.
-    with pytest.raises(ValidationError, match=r"window_calls 458 is fewer than the 459 faultless calls"):
-        DriftSettings(window_calls=458)
-    with pytest.raises(ValidationError, match=r"1146 faultless calls"):
-        DriftSettings(confidence=0.99999)
-    assert DriftSettings(window_calls=459).window_calls == 459
+    # A faultless run ends a `large` demotion (1% ceiling x 1.5, 99%) after 305 calls: fewer never can.
+    with pytest.raises(ValidationError, match=r"window_calls 304 is fewer than the 305 faultless calls"):
+        DriftSettings(window_calls=304)
+    with pytest.raises(ValidationError, match=r"762 faultless calls"):
+        DriftSettings(window_calls=700, confidence=0.99999)
+    with pytest.raises(ValidationError, match=r"459 faultless calls"):
+        DriftSettings(window_calls=458, restore_ratio=1)
+    assert DriftSettings(window_calls=305).window_calls == 305
+
+
+def test_a_restore_level_at_the_detected_rate_is_refused() -> None:
+    with pytest.raises(ValidationError, match=r"restore_ratio 3.0 must be below detect_ratio 3.0"):
+        DriftSettings(restore_ratio=3)
 
 
 @pytest.mark.parametrize(
@@ -189,6 +196,7 @@ def test_a_window_too_short_to_end_a_demotion_is_refused() -> None:
         ({"client_header": "x user"}, "client_header"),
         ({"client_header": "Authorization"}, "client_header"),
         ({"detect_ratio": 1}, "detect_ratio"),
+        ({"restore_ratio": 0.9}, "restore_ratio"),
         ({"min_calls": 50}, "min_calls"),
     ],
 )

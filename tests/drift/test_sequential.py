@@ -9,12 +9,12 @@ import random
 import pytest
 from drift_traffic import first_alarm
 
-from gatekeeper.drift.sequential import Cusum, Pooled, Tally, binomial_cdf, cusums_for, make_cusum, under_ceiling
+from gatekeeper.drift.sequential import Cusum, Pooled, Tally, binomial_cdf, cusums_for, make_cusum, under_rate
 from gatekeeper.drift.window import DriftSettings, Fault
 from gatekeeper.tiers import Tier
 
 SETTINGS = DriftSettings()
-LARGE = cusums_for(SETTINGS.ceilings_for(Tier.LARGE), 3.0, 10_000, 0.99)
+LARGE = cusums_for(SETTINGS.ceilings_for(Tier.LARGE), SETTINGS)
 ARGS, JSON = LARGE[Fault.INVALID_ARGS], LARGE[Fault.INVALID_JSON]
 CEILINGS = {f: t.ceiling for f, t in LARGE.items()}
 
@@ -45,13 +45,14 @@ def test_the_score_is_a_supermartingale_for_every_healthy_rate(test: Cusum) -> N
 
 
 def test_a_large_ceiling_caps_the_tuned_rate_below_one() -> None:
-    test = make_cusum(Fault.INVALID_ARGS, 0.4, 3.0, 10_000, 0.01, 3)
+    test = make_cusum(Fault.INVALID_ARGS, 0.4, 3.0, 10_000, 0.01, 3, 1.5)
     assert test.faulty == pytest.approx(0.7) and test.up > 0 > test.down
+    assert test.restore == pytest.approx(0.55)  # between the ceiling and the tuned rate
 
 
 def test_a_null_ceiling_is_not_judged() -> None:
     ceilings = SETTINGS.ceilings_for(Tier.LARGE).model_copy(update={"invalid_json": None})
-    tests = cusums_for(ceilings, 3.0, 10_000, 0.99)
+    tests = cusums_for(ceilings, SETTINGS)
     assert set(tests) == {Fault.NOT_OFFERED, Fault.INVALID_ARGS}
     assert tests[Fault.INVALID_ARGS].threshold == pytest.approx(math.log(10_000 * 0.06 * 2 / 0.01))
 
@@ -133,19 +134,22 @@ def test_binomial_cdf_known_values() -> None:
     assert binomial_cdf(10, 10, 0.3) == 1.0
 
 
-def test_clean_calls_restore_once_the_upper_bound_is_under_the_ceiling() -> None:
-    # With no fault: n >= ln(100) / -ln(1 - c) = 458.2 calls at c = 0.01, 227.9 at c = 0.02.
-    assert not under_ceiling(0, 458, 0.01, 0.01) and under_ceiling(0, 459, 0.01, 0.01)
-    assert not under_ceiling(0, 227, 0.02, 0.01) and under_ceiling(0, 228, 0.02, 0.01)
-    assert not under_ceiling(10, 1000, 0.01, 0.01)  # at the ceiling: never
+def test_clean_calls_restore_once_the_upper_bound_is_under_the_restore_level() -> None:
+    # R = 1.5c: with no fault, n >= ln(100) / -ln(1 - R) = 304.7 calls at c = 0.01, 151.2 at 0.02.
+    assert (ARGS.restore, JSON.restore) == (pytest.approx(0.03), pytest.approx(0.015))
+    assert not under_rate(0, 304, 0.015, 0.01) and under_rate(0, 305, 0.015, 0.01)
+    assert not under_rate(0, 151, 0.03, 0.01) and under_rate(0, 152, 0.03, 0.01)
+    assert not under_rate(15, 1000, 0.015, 0.01)  # at the level: never
+    # 6 faults in 1,000 calls (0.6x the 1% ceiling) end it now; under the ceiling itself it took 2.
+    assert under_rate(6, 1000, 0.015, 0.01) and not under_rate(3, 1000, 0.01, 0.01)
 
 
 def test_a_tally_needs_every_judged_rate_clean() -> None:
     tally = Tally(size=1000)
-    for _ in range(300):
+    for _ in range(200):
         tally.add("a", None)
     assert tally.clean([ARGS], 0.01) and not tally.clean([ARGS, JSON], 0.01)
-    for _ in range(200):
+    for _ in range(105):
         tally.add("a", None)
     assert tally.clean([ARGS, JSON], 0.01)
 
