@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
+from gatekeeper.mcp_identity import ServerBindings, normalise_url
 from gatekeeper.store.profile import EFFORT_NAME
 from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Category
 from gatekeeper.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds, Tier
@@ -57,12 +58,49 @@ class ModelRoute(_Section):
     api_base: str | None = None
 
 
+class McpServerIdentity(_Section):
+    """What identifies one MCP server in a request (`tools.mcp_servers.<label>`): a server offered
+    with one of these is gated by `<label>`'s rules whatever the client calls it, and one offered
+    as `<label>` with none of them is refused (gatekeeper.mcp_identity)."""
+
+    urls: list[str] = Field(default_factory=list)  # Responses `server_url`, Messages `url`
+    connectors: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)  # Responses `connector_id`
+    tunnels: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)  # Responses `tunnel_id`
+
+    @field_validator("urls")
+    @classmethod
+    def _server_urls(cls, value: list[str]) -> list[str]:
+        for i, url in enumerate(value):
+            if normalise_url(url) is None:
+                raise ValueError(f"[{i}] {url!r}: expected an http(s) URL with a host")
+        return value
+
+    @model_validator(mode="after")
+    def _something(self) -> McpServerIdentity:
+        if not (self.urls or self.connectors or self.tunnels):
+            raise ValueError("expected at least one of urls, connectors, tunnels (a binding to nothing binds nothing)")
+        return self
+
+
 class ToolRules(_Section):
     default_tier: Tier = Tier.SMALL
     required_tier: dict[str, Tier] = Field(default_factory=dict)
     # Category minimums per tool (name or shell-style pattern), judged on the measurement's lower
     # bound: `"emit_invoice": {json: 0.9}` (gatekeeper.requirements).
     requires: dict[str, dict[Category, Annotated[float, Field(ge=0, le=1)]]] = Field(default_factory=dict)
+    # MCP server label -> what identifies that server in a request (gatekeeper.mcp_identity).
+    mcp_servers: dict[str, McpServerIdentity] = Field(default_factory=dict)
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _bindings(cls, value: dict[str, McpServerIdentity]) -> dict[str, McpServerIdentity]:
+        for label in value:
+            if not label or any(c in label for c in ".*?[ ") or not label.isprintable():
+                raise ValueError(
+                    f"{label!r}: a label is a server's name as rules spell it, without '.', spaces or wildcards"
+                )
+        _ = ServerBindings.of({label: server.model_dump() for label, server in value.items()})  # one owner each
+        return value
 
 
 RankedEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
@@ -253,6 +291,28 @@ class Settings(_Section):
     blocked_calls: Literal["explain", "strip"] = "explain"
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def mcp_bindings(self) -> ServerBindings:
+        """Which MCP server each label the config names is (gatekeeper.mcp_identity):
+        `tools.mcp_servers`, and the gateway's own `mcp.servers`, whose labels are the operator's
+        too: a `url` server is bound to its URL, a `command` one to nothing a request can offer (a
+        request's server may not take its label)."""
+        servers: dict[str, dict[str, list[str]]] = {
+            label: server.model_dump() for label, server in self.tools.mcp_servers.items()
+        }
+        for label, gateway in self.mcp.servers.items():
+            urls = servers.setdefault(label, {}).setdefault("urls", [])
+            if gateway.url is not None and gateway.url not in urls:
+                urls.append(gateway.url)
+        return ServerBindings.of(servers)
+
+    @model_validator(mode="after")
+    def _one_owner_per_mcp_url(self) -> Settings:
+        try:
+            self.mcp_bindings()
+        except ValueError as exc:  # a gateway server's URL bound to another label in tools.mcp_servers
+            raise ValueError(f"tools.mcp_servers / mcp.servers: {exc}") from None
+        return self
 
     @field_validator("admin_key")
     @classmethod

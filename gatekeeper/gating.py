@@ -18,6 +18,7 @@ from typing import Any
 from cachetools import Cache
 
 from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
+from gatekeeper.mcp_identity import ServerBindings
 from gatekeeper.tiers import Tier
 
 __all__ = [
@@ -174,7 +175,11 @@ class ToolPolicy:
       * BUILTIN: its versioned type and its family (`web_search_2025_08_26`, `web_search`);
       * MCP / NAMESPACED: its group (`github`, which gates the whole server), `group.tool`
         (`github.delete_repo`, matched by `github.delete_*`) and the bare tool name
-        (`delete_repo`: a rule for a function is not escaped by wrapping it in a namespace).
+        (`delete_repo`: a rule for a function is not escaped by wrapping it in a namespace);
+        and, when no server-scoped rule names the group and `servers` does not bind it (a label
+        the client chose, `gh`), every server-scoped rule whose tool part matches the tool
+        (`github.delete_*` for `gh.delete_repo`) and the whole-server rule of every named group:
+        it may be any server (gatekeeper.mcp_identity).
     A name no rule matches requires `default_tier`.
     """
 
@@ -183,13 +188,27 @@ class ToolPolicy:
         required_tier: dict[str, Tier] | None = None,
         default_tier: Tier = Tier.SMALL,
         unknown_fields: str = "refuse",
+        servers: ServerBindings | None = None,
     ) -> None:
         rules = required_tier or {}
         self.default_tier = default_tier
         # What a codec does with a request field it does not know: "refuse" (400) or "drop".
         self.unknown_fields = unknown_fields
+        # Which MCP server a request's server entry is (tools.mcp_servers), read by RequestGate.
+        self.servers = servers or ServerBindings()
         self._exact = {k: v for k, v in rules.items() if not any(c in k for c in _WILDCARDS)}
         self._patterns = [(k, v) for k, v in rules.items() if k not in self._exact]
+        # Groups the rules name (the literal server part of `github.delete_*`) or the config binds:
+        # their labels are taken at their word. Any other group may be any of them.
+        scoped = [(rule.partition("."), tier) for rule, tier in rules.items() if "." in rule]
+        self.named_groups = self.servers.labels | {
+            group for (group, _, _), _ in scoped if not any(c in group for c in _WILDCARDS)
+        }
+        # What a tool of an unnamed group needs: every server-scoped rule by its tool part, and
+        # the whole-server rule of every named group (`github: large` hides github's tools
+        # whatever the label).
+        self._any_group = [(part, tier) for (_, _, part), tier in scoped]
+        self._any_group += [("*", t) for g in sorted(self.named_groups) if (t := self._rule(g)) is not None]
         # Names come from clients, so the memo is bounded (the oldest name goes first). A plain
         # cachetools.Cache, not an LRU: a read does not reorder, so the hot path reads unlocked.
         self._memo: Cache[str | ToolId, Tier] = Cache(maxsize=100_000)
@@ -216,6 +235,8 @@ class ToolPolicy:
             bare = tool.name.partition(".")[2]
             found = [self._rule(group) or self.default_tier]
             found += [t for t in (self._rule(tool.name), self._rule(bare)) if t is not None]
+            if group not in self.named_groups:  # a label no rule names: it may be any server
+                found += [t for part, t in self._any_group if fnmatchcase(bare, part)]
             return max(found, key=lambda t: t.rank)
         return self._rule(tool.name) or self.default_tier
 
@@ -240,6 +261,10 @@ class ToolPolicy:
         tool may be hidden" (which narrows or refuses, never opens)."""
         prefix = f"{group}."
         above = [r for r, required in [*self._exact.items(), *self._patterns] if not tier.allows(required)]
+        if group not in self.named_groups:  # it may be any server: a rule for any server's tools counts
+            found = next((r for r in above if "." in r or r in self.named_groups), None)
+            if found is not None:
+                return found
         for rule in above:  # rules that name this group's tools first: they make the clearer message
             literal = rule
             for c in _WILDCARDS:
@@ -257,6 +282,9 @@ class Gated:
 
     kept: list[str] = field(default_factory=list)
     hidden: list[str] = field(default_factory=list)
+    # A client's MCP server label -> the label whose rules gate it, where they differ (a server
+    # bound by its URL in tools.mcp_servers, offered under another label): for the answer side.
+    servers: dict[str, str] = field(default_factory=dict)
 
 
 def _nonempty(value: Any) -> str | None:
@@ -450,6 +478,27 @@ class RequestGate:
     gated: Gated = field(default_factory=Gated)
     hidden: list[ToolId | str] = field(default_factory=list)
     listings: dict[str, list[str]] = field(default_factory=dict)
+    _labels: set[str] = field(default_factory=set)  # MCP server labels identified so far
+
+    def identify(self, label: str, offered: list[tuple[str, str, object]], where: str) -> None:
+        """Learn which server the request's MCP server `label` is (ServerBindings.identify); every
+        later `server(label)` and `mcp(label, tool)` of this request uses it. A label offered twice
+        for servers of different identities is refused (an answer's call names only the label)."""
+        identity = self.policy.servers.identify(label, offered, where)
+        known = self.gated.servers.get(label, label) if label in self._labels else None
+        if known is not None and known != identity:
+            raise RequestInvalid(f"{where}: MCP server label {label!r} is offered twice, for different servers")
+        self._labels.add(label)
+        if identity != label:
+            self.gated.servers[label] = identity
+
+    def server(self, label: str) -> str:
+        """The label whose rules gate the request's MCP server `label`."""
+        return self.gated.servers.get(label, label)
+
+    def mcp(self, label: str, tool: str) -> ToolId:
+        """The identity a tool of the request's MCP server `label` is gated by."""
+        return ToolId.mcp(self.server(label), tool)
 
     def admits(self, tool: ToolId | str, record_kept: bool = True) -> bool:
         """Is `tool` admitted? Recorded as kept (unless `record_kept` is False: a server or

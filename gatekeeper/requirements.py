@@ -165,6 +165,7 @@ class PairPolicy(ToolPolicy):
         self.base, self.requirements, self.bounds = base, requirements, bounds
         self.default_tier = base.default_tier
         self.unknown_fields = base.unknown_fields
+        self.servers, self.named_groups = base.servers, base.named_groups
 
     def required_tier(self, tool: str | ToolId) -> Tier:
         return self.base.required_tier(tool)

@@ -15,7 +15,7 @@ LAYERS: list[set[str]] = [
     {"errors", "types", "tiers", "metrics", "logs", "telemetry", "redact", "peers"},  # contracts, observability
     {"suite"},  # the DSL, pure
     {"store"},  # profiles and where they are kept
-    {"gating", "requirements"},  # which tool a tier (and a measurement) may see: protocol-free rules
+    {"gating", "requirements", "mcp_identity"},  # which tool a tier (and a measurement) may see: protocol-free rules
     {"protocols"},  # one codec per client protocol
     {"drift"},  # live evidence
     {"config"},  # the YAML config -> typed settings

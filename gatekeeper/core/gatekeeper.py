@@ -132,7 +132,12 @@ class Gatekeeper:
 
     def _build(self, settings: Settings) -> Snapshot:
         suite = self._fixed_suite or load_suite(settings.suite)
-        policy = ToolPolicy(settings.tools.required_tier, settings.tools.default_tier, settings.upstream.unknown_fields)
+        policy = ToolPolicy(
+            settings.tools.required_tier,
+            settings.tools.default_tier,
+            settings.upstream.unknown_fields,
+            settings.mcp_bindings(),
+        )
         resolver = TierResolver(settings, suite, self.store, self.drift.demotion)
         return Snapshot(
             settings,

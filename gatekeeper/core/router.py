@@ -63,6 +63,7 @@ class _Recorder(ToolPolicy):
     def __init__(self, base: ToolPolicy) -> None:
         # No super().__init__(): nothing is looked up here.
         self.default_tier, self.unknown_fields = base.default_tier, base.unknown_fields
+        self.servers, self.named_groups = base.servers, base.named_groups
         self.tools: list[str | ToolId] = []
         self.groups: list[str] = []
 

@@ -140,12 +140,22 @@ class Allowed:
     tool rules, which decide the tools of an MCP server offered whole (rule name
     `<server_label>.<tool>`) and the text of an explanation; `explain`: a removed call is replaced
     by a short assistant text (`blocked_calls: explain`), else removed with nothing in its place.
+    `servers`: a client's MCP server label -> the label whose rules gate it, where they differ
+    (`Gated.servers`: a server bound by its URL, offered under another label).
     """
 
     offered: Offered
     tier: Tier | None = None
     policy: ToolPolicy | None = None
     explain: bool = False
+    servers: Mapping[str, str] = field(default_factory=dict)
+
+    def gated_as(self, tool: ToolId) -> ToolId:
+        """The identity the rules judge `tool` by: an MCP tool under its server's bound label."""
+        group = tool.group
+        if tool.kind is not ToolKind.MCP or group is None or group not in self.servers:
+            return tool
+        return ToolId.mcp(self.servers[group], tool.name.partition(".")[2])
 
     def admits(self, tool: ToolId) -> bool:
         """Whether a call to `tool` may reach the client: offered exactly, or a tool of an MCP
@@ -160,7 +170,7 @@ class Allowed:
             whole in self.offered.tools
             and self.tier is not None
             and self.policy is not None
-            and self.policy.allows(self.tier, tool)
+            and self.policy.allows(self.tier, self.gated_as(tool))
         )
 
 

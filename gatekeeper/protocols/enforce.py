@@ -43,7 +43,7 @@ def explanation(allow: Allowed, name: str, tool: ToolId | None) -> str | None:
     shown = shown_name(name)
     if allow.tier is None or allow.policy is None or tool is None:
         return f"[gatekeeper] A call to the tool `{shown}` was removed: this request did not offer it."
-    required = allow.policy.required_tier(tool)
+    required = allow.policy.required_tier(allow.gated_as(tool))
     if allow.tier.allows(required):
         return f"[gatekeeper] A call to the tool `{shown}` was removed: this request did not offer it."
     return (
@@ -123,14 +123,14 @@ def admitted_request_listing(
     checked, cut to the tools the tier admits on a server it admits."""
     if not isinstance(tools, list):
         raise RequestInvalid(f"{where}.tools must be an array")
-    server = g.policy.allows(g.tier, label)
+    server = g.policy.allows(g.tier, g.server(label))
     kept = []
     for k, entry in enumerate(tools):
         if not isinstance(entry, dict):
             raise RequestInvalid(f"{where}.tools[{k}] must be an object")
         F.check(entry, entry_fields, f"{where}.tools[{k}]", g.unknown)
         name = required_name(entry.get("name"), f"{where}.tools[{k}].name")
-        if server and g.policy.allows(g.tier, ToolId.mcp(label, name)):
+        if server and g.policy.allows(g.tier, g.mcp(label, name)):
             kept.append(entry)
     return kept
 

@@ -4,8 +4,9 @@ How this protocol carries tools, and what gatekeeper calls each one:
   * `tools[]`: every tool has a `name` (client tools, and typed tools such as `bash_20250124`
     named `bash`, `text_editor_...` named `str_replace_based_edit_tool`, `web_search_...` named
     `web_search`); it is gated by that name. An `mcp_toolset` tool is gated by `mcp_server_name`.
-  * `mcp_servers[]` (MCP connector): gated per server `name`; the entries of
-    `tool_configuration.allowed_tools` are gated as `server.tool`.
+  * `mcp_servers[]` (MCP connector): gated per server `name` (or the label its `url` is bound to,
+    gatekeeper.mcp_identity); the entries of `tool_configuration.allowed_tools` are gated as
+    `server.tool`.
   * `tool_choice`: `auto`, `any`, `tool` (forcing a hidden tool is a 400), `none`; `any` when every
     offered tool is hidden is a 400 too.
 
@@ -237,6 +238,7 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy, table: F.
         raise RequestInvalid("system must be a string or an array of text blocks")
     for i, block in enumerate(system if isinstance(system, list) else []):  # text blocks only
         F.check_typed(block, _SYSTEM_BLOCKS, f"system[{i}]", g.unknown)
+    _identify_servers(body, g)
     _gate_messages(body, g)
     servers = _gate_servers(body, g)
     tools = body.get("tools")
@@ -258,6 +260,17 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy, table: F.
         if not servers:
             body.pop("tool_choice", None)  # a choice with no tool to choose from is refused by the API
     return g.gated
+
+
+def _identify_servers(body: dict[str, Any], g: _Gate) -> None:
+    """Which server each `mcp_servers` entry is (by its `url`, gatekeeper.mcp_identity), before
+    any of its tools, toolsets or listings is gated: a server's name is not the client's to choose."""
+    servers = body.get("mcp_servers")
+    for i, server in enumerate(servers if isinstance(servers, list) else []):
+        if isinstance(server, dict):
+            where = f"mcp_servers[{i}]"
+            label = group_name(server.get("name"), f"{where}.name")
+            g.identify(label, [("urls", f"{where}.url", server.get("url"))], where)
 
 
 def _tool_id(tool: dict[str, Any], kind: str, where: str) -> ToolId:
@@ -283,7 +296,7 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
     if server in g.toolsets:  # a second, whole one would re-open what the first narrowed
         raise RequestInvalid(f"{where}: a second mcp_toolset for MCP server '{F.shown(server)}' (one per server)")
     g.toolsets.add(server)
-    if not g.admits(server, record_kept=False):
+    if not g.admits(g.server(server), record_kept=False):
         return None
     configs = tool.get("configs")
     if configs is not None:
@@ -307,7 +320,7 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
             if not isinstance(entry, dict):
                 raise RequestInvalid(f"{where}.tools[{i}] must be an object")
             F.check(entry, F.MESSAGES_LISTED_MCP_TOOL, f"{where}.tools[{i}]", g.unknown)
-            if g.admits(ToolId.mcp(server, required_name(entry.get("name"), f"{where}.tools[{i}].name"))):
+            if g.admits(g.mcp(server, required_name(entry.get("name"), f"{where}.tools[{i}].name"))):
                 kept.append(entry)
         g.explicit.add(server)
         if not kept:
@@ -315,7 +328,7 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
         return tool if len(kept) == len(listing) else tool | {"tools": kept}
     if isinstance(default, dict) and default.get("enabled") is False:
         enabled = [n for n, c in (configs or {}).items() if c.get("enabled") is True]
-        kept_names = [n for n in enabled if g.admits(ToolId.mcp(server, required_name(n, f"{where}.configs")))]
+        kept_names = [n for n in enabled if g.admits(g.mcp(server, required_name(n, f"{where}.configs")))]
         g.explicit.add(server)
         if not kept_names:
             return None
@@ -343,7 +356,7 @@ def _gate_servers(body: dict[str, Any], g: _Gate) -> dict[str, dict[str, Any]]:
         if label in named:  # a second, whole one would replace the first's narrowed tool list
             raise RequestInvalid(f"{where}: a second MCP server named '{F.shown(label)}' (one per name)")
         named.add(label)
-        if not g.admits(label, record_kept=False):
+        if not g.admits(g.server(label), record_kept=False):
             continue
         config = server.get("tool_configuration")
         if config is None:
@@ -358,7 +371,7 @@ def _gate_servers(body: dict[str, Any], g: _Gate) -> dict[str, dict[str, Any]]:
             continue
         if not isinstance(allowed, list) or not all(isinstance(n, str) and n for n in allowed):
             raise RequestInvalid(f"{where}.tool_configuration.allowed_tools must be an array of names")
-        names = [n for n in allowed if g.admits(ToolId.mcp(label, n))]
+        names = [n for n in allowed if g.admits(g.mcp(label, n))]
         g.explicit.add(label)
         if names:
             kept[label] = (
@@ -383,7 +396,7 @@ def _narrow_whole_servers(body: dict[str, Any], servers: dict[str, dict[str, Any
             if listed is not None:  # the server lists its tools: a toolset enabling all of them lists the same
                 _narrow_toolsets(tools, label, listed)
             continue
-        rule = g.policy.rule_hiding_part_of(label, g.tier)
+        rule = g.policy.rule_hiding_part_of(g.server(label), g.tier)
         if rule is None:
             g.gated.kept.append(f"{label}.*")
             continue
@@ -394,7 +407,7 @@ def _narrow_whole_servers(body: dict[str, Any], servers: dict[str, dict[str, Any
                 f"hides some of its tools at tier {g.tier.value!r}; name the tools the model may use in "
                 "'mcp_servers[].tool_configuration.allowed_tools'"
             )
-        names = [n for n in listed if g.admits(ToolId.mcp(label, n))]
+        names = [n for n in listed if g.admits(g.mcp(label, n))]
         if not names:
             del servers[label]
             body["mcp_servers"] = list(servers.values())

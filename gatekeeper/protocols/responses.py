@@ -5,7 +5,8 @@ rules match):
   * `function` / `custom` tools: their `name`; inside a `namespace` tool: `namespace.name`;
   * `mcp` tools: the server's `server_label` gates the whole server; each entry of its
     `allowed_tools` is gated as `server_label.tool` (a server without `allowed_tools` is gated
-    as a whole: name its tools there to gate them one by one);
+    as a whole: name its tools there to gate them one by one). The label is the one its
+    `server_url` / `connector_id` / `tunnel_id` is bound to when it is (gatekeeper.mcp_identity);
   * every other (built-in) tool: its `name` when it has one, else its `type` (`web_search`,
     `file_search`, `code_interpreter`, `computer_use_preview`, `image_generation`, `local_shell`...).
 
@@ -252,6 +253,7 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
     """Check every field and remove (in place) every tool above `tier` (see `RequestGate`)."""
     g = RequestGate(tier, policy, policy.unknown_fields)
     F.check(body, F.RESPONSES_REQUEST, "", g.unknown)
+    _identify_servers(body, g)
     _gate_input(body, g)
     tools = body.get("tools")
     kept: list[Any] = []
@@ -308,6 +310,26 @@ def _gate_tool(tool: Any, where: str, g: RequestGate) -> Any:
     return tool if g.admits(tool_id) else None
 
 
+# What identifies an `mcp` tool's server (gatekeeper.mcp_identity): field -> tools.mcp_servers list.
+_SERVER_IDENTITY = (("server_url", "urls"), ("connector_id", "connectors"), ("tunnel_id", "tunnels"))
+
+
+def _identify_servers(body: dict[str, Any], g: RequestGate) -> None:
+    """Which server each `mcp` tool is (in `tools` and in tool-carrying input items), before any
+    of its tools, listings or choices is gated: a label is not the client's to choose."""
+    places: list[tuple[str, Any]] = [("tools", body.get("tools"))]
+    items = body.get("input")
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        if isinstance(item, dict) and item.get("type") in ("additional_tools", "tool_search_output"):
+            places.append((f"input[{i}].tools", item.get("tools")))
+    for where, tools in places:
+        for i, tool in enumerate(tools if isinstance(tools, list) else []):
+            if isinstance(tool, dict) and tool.get("type") == "mcp":
+                at = f"{where}[{i}]"
+                label = group_name(tool.get("server_label"), f"{at}.server_label")
+                g.identify(label, [(kind, f"{at}.{f}", tool.get(f)) for f, kind in _SERVER_IDENTITY], at)
+
+
 def _mcp_allowed_names(tool: dict[str, Any]) -> list[str] | None:
     allowed = tool.get("allowed_tools")
     if isinstance(allowed, dict):
@@ -321,7 +343,8 @@ def _gate_mcp(tool: dict[str, Any], where: str, g: RequestGate) -> Any:
     one of them; otherwise it is narrowed to the listed tools the tier admits (when an
     `mcp_list_tools` input item lists them), or refused."""
     label = group_name(tool.get("server_label"), f"{where}.server_label")
-    if not g.admits(label, record_kept=False):
+    server = g.server(label)  # the label its rules are looked up by (gatekeeper.mcp_identity)
+    if not g.admits(server, record_kept=False):
         return None
     allowed = tool.get("allowed_tools")
     names: list[Any] | None
@@ -338,7 +361,7 @@ def _gate_mcp(tool: dict[str, Any], where: str, g: RequestGate) -> Any:
         raise RequestInvalid(f"{where}.allowed_tools must be an array of names or {{'tool_names': [...]}}")
     narrowing = names is None
     if names is None:
-        rule = g.policy.rule_hiding_part_of(label, g.tier)
+        rule = g.policy.rule_hiding_part_of(server, g.tier)
         if rule is None:
             g.gated.kept.append(f"{label}.*")
             return tool  # every tool of the server is admitted whenever the server is
@@ -349,9 +372,7 @@ def _gate_mcp(tool: dict[str, Any], where: str, g: RequestGate) -> Any:
                 f"{rule!r} hides some of its tools at tier {g.tier.value!r}; name the tools the model "
                 "may use in 'allowed_tools'"
             )
-    kept = [
-        n for i, n in enumerate(names) if g.admits(ToolId.mcp(label, required_name(n, f"{where}.allowed_tools[{i}]")))
-    ]
+    kept = [n for i, n in enumerate(names) if g.admits(g.mcp(label, required_name(n, f"{where}.allowed_tools[{i}]")))]
     if not kept:
         return None  # an empty allowed_tools list would mean "every tool" to some servers
     if len(kept) == len(names) and not narrowing:
@@ -416,7 +437,7 @@ def _choice_target(choice: Any, where: str, tables: Mapping[str, F.Fields], g: R
     if kind == "mcp":
         label = group_name(choice.get("server_label"), f"{where}.server_label")
         name = choice.get("name")
-        return ToolId.mcp(label, required_name(name, f"{where}.name")) if name is not None else label
+        return g.mcp(label, required_name(name, f"{where}.name")) if name is not None else g.server(label)
     if kind in ("function", "custom"):
         name = required_name(choice.get("name"), f"{where}.name")
         namespace = choice.get("namespace")

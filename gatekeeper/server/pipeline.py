@@ -212,6 +212,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
             resolution.tier,
             admitted.policy,
             snapshot.settings.blocked_calls == "explain",
+            admitted.gated.servers,
         ),
         body,
         resolution,

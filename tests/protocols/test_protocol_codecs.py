@@ -465,4 +465,5 @@ def test_mcp_verdicts_name_tools_not_a_server_that_kept_none():
     gated = R.gate(body, Tier.SMALL, policy)
     assert gated.kept == [] and gated.hidden == ["github.delete_repo"] and "tools" not in body
     body = {"model": "m", "tools": [{"type": "mcp", "server_label": "docs"}]}
-    assert R.gate(body, Tier.SMALL, policy).kept == ["docs.*"]
+    # (at large: at small, `docs`, a label no rule names, may be github; tests/protocols/test_mcp_identity.py)
+    assert R.gate(body, Tier.LARGE, policy).kept == ["docs.*"]

@@ -95,7 +95,10 @@ def test_rule_hiding_part_of_a_group() -> None:
     assert policy.rule_hiding_part_of("github", Tier.LARGE) is None
     assert policy.rule_hiding_part_of("files", Tier.SMALL) == "files.write"
     assert policy.rule_hiding_part_of("files", Tier.MEDIUM) is None
-    assert policy.rule_hiding_part_of("docs", Tier.SMALL) is None
+    # A label no rule names may be any server (gatekeeper.mcp_identity): every server-scoped
+    # rule may name one of its tools; with none above the tier it is offered whole.
+    assert policy.rule_hiding_part_of("docs", Tier.SMALL) == "files.write"
+    assert policy.rule_hiding_part_of("docs", Tier.LARGE) is None
     assert ToolPolicy({"docs": Tier.LARGE}).rule_hiding_part_of("docs", Tier.SMALL) is None  # hidden whole
     assert ToolPolicy({"*": Tier.LARGE}).rule_hiding_part_of("docs", Tier.SMALL) == "*"
     assert ToolPolicy({"*.delete": Tier.LARGE}).rule_hiding_part_of("docs", Tier.SMALL) == "*.delete"
