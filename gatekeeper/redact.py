@@ -64,6 +64,16 @@ def redact(text: str) -> str:
     return _QUERY_SECRET.sub(r"\g<name>***", _CREDENTIALS.sub(lambda m: f"{m['scheme']}***@", text))
 
 
+def scrub(data: bytes, secrets: tuple[bytes, ...]) -> bytes:
+    """`data` with every occurrence of each secret replaced by `***`: an upstream that echoes
+    the credential the proxy sent for the operator (`Incorrect API key provided: sk-...`) must not
+    show it to a client that never had it."""
+    for secret in secrets:
+        if secret and secret in data:
+            data = data.replace(secret, b"***")
+    return data
+
+
 def clip(text: object, limit: int = CLIENT_TEXT_LIMIT) -> str:
     """`text` (any value, as str) with control characters escaped, cut to `limit` characters.
 

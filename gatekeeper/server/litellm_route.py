@@ -22,6 +22,7 @@ from gatekeeper import logs, metrics
 from gatekeeper.config import ModelRoute
 from gatekeeper.errors import ProxyError
 from gatekeeper.protocols.base import Event
+from gatekeeper.redact import redact
 from gatekeeper.server.upstream import UpstreamRequest, rate_limit_headers
 
 log = logs.get_logger("gatekeeper.server.app")
@@ -137,9 +138,11 @@ def _upstream_error(route: ModelRoute, exc: Exception) -> ProxyError:
     if not isinstance(status, int) or not 400 <= status < 600:
         status = 502
     metrics.UPSTREAM_ERRORS.labels(str(status) if status != 502 else "litellm").inc()
-    return ProxyError(
-        status, f"{route.litellm_model}: {type(exc).__name__}: {exc}", None, "upstream_error", _retry_headers(exc)
-    )
+    # Provider errors may quote the request (a URL with `?key=`, the key itself): never the operator's.
+    message = redact(f"{route.litellm_model}: {type(exc).__name__}: {exc}")
+    if route.api_key:
+        message = message.replace(route.api_key, "***")
+    return ProxyError(status, message, None, "upstream_error", _retry_headers(exc))
 
 
 def _retry_headers(exc: Exception) -> dict[str, str]:

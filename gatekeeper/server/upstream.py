@@ -37,7 +37,7 @@ from gatekeeper import metrics
 from gatekeeper.config import Upstream as UpstreamSettings
 from gatekeeper.errors import ProxyError
 from gatekeeper.protocols.base import Event
-from gatekeeper.redact import redact_url
+from gatekeeper.redact import redact_url, scrub
 from gatekeeper.server.sse import SSEParser
 
 # Headers that describe one hop, or that the client library recomputes: never copied across the
@@ -119,10 +119,11 @@ class ByteAnswer:
     """An answer whose body arrives as bytes (HTTP, or a mock): the one place the size cap and
     the SSE framing are applied, whatever reads it."""
 
-    __slots__ = ("limit",)
+    __slots__ = ("limit", "secrets")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, secrets: tuple[bytes, ...] = ()) -> None:
         self.limit = limit
+        self.secrets = secrets  # the operator's credentials the request carried: never in an error body
 
     @property
     def status_code(self) -> int:
@@ -166,7 +167,8 @@ class ByteAnswer:
             ) from None
         finally:
             await self.aclose()
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return scrub(body, self.secrets) if self.secrets and self.status_code >= 400 else body
 
     async def events(self) -> AsyncIterator[list[Event]]:
         # A broken transfer (TransferError) reaches the relay, which ends the client's stream in error.
@@ -193,8 +195,8 @@ class PooledAnswer(ByteAnswer):
 
     __slots__ = ("_response",)
 
-    def __init__(self, response: aiohttp.ClientResponse, limit: int) -> None:
-        super().__init__(limit)
+    def __init__(self, response: aiohttp.ClientResponse, limit: int, secrets: tuple[bytes, ...] = ()) -> None:
+        super().__init__(limit, secrets)
         self._response = response
 
     @property
@@ -222,6 +224,15 @@ class PooledUpstream:
         # refuses a URL with one next to an Authorization header (every request was a 500), so it is
         # taken out of the URL and sent only when neither the client nor `api_key` gives a key.
         self.base_url, self._basic = _without_userinfo(upstream.base_url)
+        # What an echoing upstream's error must not show the client: the key and Basic credential
+        # this proxy adds for the operator (a client's own key is the client's).
+        password = urlsplit(upstream.base_url).password
+        credentials = (
+            upstream.api_key,
+            self._basic and self._basic.removeprefix("Basic "),
+            password and unquote(password),
+        )
+        self._secrets = tuple(c.encode() for c in credentials if c)
         self._shown = redact_url(upstream.base_url)  # what error bodies say: never its credentials
         self.api_key = upstream.api_key
         self.max_response_bytes = upstream.max_response_bytes
@@ -295,7 +306,7 @@ class PooledUpstream:
                 "upstream_unreachable",
                 "upstream_error",
             ) from None
-        return PooledAnswer(response, self.max_response_bytes)
+        return PooledAnswer(response, self.max_response_bytes, self._secrets)
 
     def _request(
         self, method: str, url: URL, headers: list[tuple[str, str]], content: bytes | None

@@ -11,16 +11,26 @@ the official client; what the upstream received, and what the client read, is th
   a server that lists its tools, or next to a server the gate narrowed to a listing, was sent
   whole: under the toolset API every tool of the server was offered. Both now say the same
   admitted tools.
+- An upstream that quotes the credential it got in an error (`Incorrect API key provided:
+  Bearer sk-...`, unmasked) showed a client without a key the operator's `upstream.api_key`,
+  which the proxy had added for it. Error bodies relayed from the upstream never carry the
+  operator's key, Basic credential or URL password now (nor a litellm route's key).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 
 import anthropic
+import openai
 import pytest
 from conftest import Proxy, small_model_proxy
+from scripted import RawAnswer, RawUpstream
 from upstreams import NativeServer
+
+from gatekeeper.config import ModelRoute
+from gatekeeper.server.litellm_route import _upstream_error
 
 HI = [{"role": "user", "content": "hi"}]
 RULES = {"execute_command": "large", "write_*": "medium", "github.delete_*": "large"}
@@ -144,3 +154,56 @@ def test_mcp_servers_through_a_chat_only_upstream_are_refused(native, store_path
                 extra_body={"mcp_servers": [github(allowed_tools=["list_repos"])]},
             )
     assert native.requests == [] and native.messages_requests == []
+
+
+# -- the operator's upstream key, echoed by the upstream -----------------------------------------
+
+OPERATOR_KEY = "sk-operator-Secret-4242"
+
+
+def echoing(upstream: RawUpstream) -> Callable[[dict], RawAnswer]:
+    """An upstream that quotes the credential it got in its 401 (as some gateways do, unmasked)."""
+
+    def answer(body: dict) -> RawAnswer:
+        sent = upstream.headers[-1].get("authorization", "")
+        error = {"message": f"Incorrect API key provided: {sent}", "type": "invalid_request_error"}
+        return RawAnswer(json.dumps({"type": "error", "error": error}).encode(), status=401)
+
+    return answer
+
+
+@pytest.mark.parametrize("protocols", [("chat", "responses", "messages"), ("chat",)], ids=["native", "translated"])
+def test_an_upstream_echoing_the_operator_s_key_never_shows_it_to_a_client(store_path, default_suite, protocols):
+    # The client sends no key: the proxy adds the operator's (upstream.api_key), which the
+    # upstream quoted back to the client.
+    with RawUpstream() as upstream:
+        upstream.answer = echoing(upstream)
+        with small_model_proxy(
+            upstream.base_url,
+            store_path,
+            default_suite,
+            upstream={"base_url": upstream.base_url, "api_key": OPERATOR_KEY, "protocols": list(protocols)},
+        ) as proxy:
+            keyless = {"Authorization": openai.omit}  # no Authorization at all (the SDK's way to drop it)
+            with pytest.raises(openai.AuthenticationError) as chat:
+                proxy.client.chat.completions.create(model="small-model", messages=HI, extra_headers=keyless)
+            with pytest.raises(openai.AuthenticationError) as responses:
+                proxy.client.responses.create(model="small-model", input="hi", extra_headers=keyless)
+            with pytest.raises(anthropic.AuthenticationError) as messages:
+                claude(proxy).messages.create(
+                    model="small-model", max_tokens=10, messages=HI, extra_headers={"Authorization": anthropic.omit}
+                )
+    assert upstream.headers[0]["authorization"] == f"Bearer {OPERATOR_KEY}"  # it was sent, and echoed
+    for refused in (chat.value, responses.value, messages.value):
+        assert "Incorrect API key provided: Bearer ***" in str(refused.body)
+        assert OPERATOR_KEY not in str(refused.body) and OPERATOR_KEY not in refused.response.text
+
+
+def test_a_litellm_route_s_error_never_quotes_its_key_or_a_url_credential():
+    route = ModelRoute(name="r", litellm_model="gemini/x", api_key=OPERATOR_KEY, api_base="https://u:pw@h/v1")
+    failure = RuntimeError(
+        f"POST https://h/v1/models/x?key={OPERATOR_KEY} failed; sent {OPERATOR_KEY} to https://u:pw@h/v1"
+    )
+    message = _upstream_error(route, failure).message
+    assert OPERATOR_KEY not in message and "pw" not in message
+    assert "?key=***" in message and "https://***@h/v1" in message
