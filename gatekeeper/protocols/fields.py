@@ -128,6 +128,7 @@ PLAIN_MAP = Map(FORWARD)
 OPAQUE_VALUES: tuple[Opaque | Map, ...] = (SCHEMA, CALL_INPUT, INPUT_EXAMPLES, ANSWER_DATA, FILE_FILTERS, PLAIN_MAP)
 
 _TYPE_ONLY: Fields = {"type": FORWARD}  # {"type": "json_object"}, {"type": "wait"}, ...
+_CACHE_CONTROL = Typed({"ephemeral": {"type": FORWARD, "ttl": FORWARD}})  # Anthropic prompt caching
 _MODERATION = Obj(
     {"model": FORWARD, "policy": Obj({"input": Obj({"mode": FORWARD}), "output": Obj({"mode": FORWARD})})}
 )
@@ -135,7 +136,13 @@ _MODERATION = Obj(
 # -- Chat Completions: POST /v1/chat/completions ----------------------------------------------
 
 _CACHE_BREAKPOINT = Obj({"mode": FORWARD, "ttl": FORWARD})  # prompt_cache_breakpoint, prompt_cache_options
-_CHAT_TEXT: Fields = {"type": FORWARD, "text": FORWARD, "prompt_cache_breakpoint": _CACHE_BREAKPOINT}
+# `cache_control` on a part: Anthropic prompt caching in the chat format (LiteLLM, OpenRouter).
+_CHAT_TEXT: Fields = {
+    "type": FORWARD,
+    "text": FORWARD,
+    "prompt_cache_breakpoint": _CACHE_BREAKPOINT,
+    "cache_control": _CACHE_CONTROL,
+}
 _CHAT_TEXT_PARTS = Typed({"text": _CHAT_TEXT})
 _CHAT_USER_PARTS = Typed(
     {
@@ -144,6 +151,7 @@ _CHAT_USER_PARTS = Typed(
             "type": FORWARD,
             "image_url": Obj({"url": FORWARD, "detail": FORWARD}),
             "prompt_cache_breakpoint": _CACHE_BREAKPOINT,
+            "cache_control": _CACHE_CONTROL,  # LiteLLM, OpenRouter
         },
         "input_audio": {
             "type": FORWARD,
@@ -154,7 +162,11 @@ _CHAT_USER_PARTS = Typed(
             "type": FORWARD,
             "file": Obj({"file_data": FORWARD, "file_id": FORWARD, "filename": FORWARD}),
             "prompt_cache_breakpoint": _CACHE_BREAKPOINT,
+            "cache_control": _CACHE_CONTROL,  # LiteLLM, OpenRouter
         },
+        # vLLM's multimodal parts
+        "video_url": {"type": FORWARD, "video_url": Obj({"url": FORWARD})},
+        "audio_url": {"type": FORWARD, "audio_url": Obj({"url": FORWARD})},
     }
 )
 _CHAT_ASSISTANT_PARTS = Typed({"text": _CHAT_TEXT, "refusal": {"type": FORWARD, "refusal": FORWARD}})
@@ -705,7 +717,6 @@ RESPONSES_LISTED_MCP_TOOL: Fields = {
 
 # -- Messages: POST /v1/messages and /v1/messages/count_tokens --------------------------------
 
-_CACHE_CONTROL = Typed({"ephemeral": {"type": FORWARD, "ttl": FORWARD}})
 _JSON_OUTPUT = Typed({"json_schema": {"type": FORWARD, "schema": SCHEMA}})
 _TOKENS: Fields = {"type": FORWARD, "value": FORWARD}  # {"type": "input_tokens", "value": 1000}, ...
 _CONTEXT_EDITS = Typed(

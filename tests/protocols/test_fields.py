@@ -176,7 +176,14 @@ def _assert_extras_known(walk: _Walk) -> None:
 
 # Fields of nested tables that the SDKs do not know, by path below the compared table, and the
 # servers that take them (fields.py says so where they are listed).
-NOT_IN_SDK: Mapping[str, str] = {}
+NOT_IN_SDK: Mapping[str, str] = {
+    "content['text'].cache_control": "LiteLLM, OpenRouter (Anthropic prompt caching in the chat format)",
+    "content['image_url'].cache_control": "LiteLLM, OpenRouter",
+    "content['file'].cache_control": "LiteLLM, OpenRouter",
+    "content['video_url']": "vLLM",
+    "content['audio_url']": "vLLM",
+    "prediction['content'].content['text'].cache_control": "LiteLLM, OpenRouter (the chat text part's table)",
+}
 
 
 def test_chat_request_fields() -> None:
@@ -320,17 +327,140 @@ def test_carriers_name_what_could_offer_tools() -> None:
     assert F.carriers("messages", {"model": "m", "messages": [{"role": "user", "content": [block]}]}) == ["messages"]
 
 
+def _entries(value: Any, seen: set[int]) -> list[tuple[str, Any]]:
+    """Every (key, entry) of every table reachable from `value`, nested shapes included."""
+    if id(value) in seen:
+        return []
+    seen.add(id(value))
+    if isinstance(value, F.Obj):
+        return _entries(value.fields, seen)
+    if isinstance(value, F.Typed):
+        return _entries(value.tables, seen)
+    if isinstance(value, F.Map):
+        return _entries(value.values, seen)
+    if not isinstance(value, Mapping):
+        return []
+    found = [(k, how) for k, how in value.items() if isinstance(k, str)]
+    for inner in value.values():
+        found += _entries(inner, seen)
+    return found
+
+
 def test_every_refused_field_of_every_table_is_in_check_s_pre_filter():
     # `check` looks for refused keys among _REFUSABLE only: a Refused added to any other table
-    # must be found there too, or it would be forwarded.
-    def refused(value: Any, seen: set[int]) -> set[str]:
-        if id(value) in seen or not isinstance(value, Mapping):
-            return set()
-        seen.add(id(value))
-        found = {k for k, how in value.items() if isinstance(how, F.Refused)}
-        for inner in value.values():
-            found |= refused(inner, seen)
-        return found
-
-    every = set().union(*(refused(v, set()) for v in vars(F).values()))
+    # (a nested one too) must be found there too, or it would be forwarded.
+    seen: set[int] = set()
+    entries = [e for v in vars(F).values() for e in _entries(v, seen)]
+    every = {k for k, how in entries if isinstance(how, F.Refused)}
     assert every and every <= F._REFUSABLE, every - F._REFUSABLE
+
+
+def test_every_free_form_value_is_on_the_one_commented_list():
+    seen: set[int] = set()
+    entries = [e for v in vars(F).values() for e in _entries(v, seen)]
+    used = {id(how) for _, how in entries if isinstance(how, (F.Opaque, F.Map))}
+    listed = {id(v) for v in F.OPAQUE_VALUES}
+    assert used and used <= listed, "an Opaque or Map not on fields.OPAQUE_VALUES"
+
+
+# -- nested objects: the same refuse/drop rule, the same paths -------------------------------------
+
+
+def _chat(**fields: Any) -> dict[str, Any]:
+    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields}
+
+
+def test_an_unknown_key_in_a_content_part_is_refused_naming_its_path() -> None:
+    from gatekeeper.errors import RequestInvalid
+    from gatekeeper.protocols.chat import check_request
+
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b", "foo": 1}]
+    with pytest.raises(RequestInvalid, match=r"^messages\[0\]\.content\[1\]\.foo is not a field gatekeeper knows"):
+        check_request(_chat(messages=[{"role": "user", "content": parts}]), "refuse")
+
+
+def test_an_unknown_nested_key_is_dropped_and_logged_under_drop() -> None:
+    import structlog
+
+    from gatekeeper.protocols.chat import check_request
+
+    schema = {"name": "a", "schema": {"type": "object", "x-anything": 1}, "tools": [{"name": "execute_command"}]}
+    body = _chat(response_format={"type": "json_schema", "json_schema": schema})
+    with structlog.testing.capture_logs() as logs:
+        check_request(body, "drop")
+    assert body["response_format"]["json_schema"] == {"name": "a", "schema": {"type": "object", "x-anything": 1}}
+    assert [e["field"] for e in logs] == ["response_format.json_schema.tools"]
+
+
+@pytest.mark.parametrize("mode", ["refuse", "drop"])
+def test_an_object_in_a_plain_field_is_refused_whatever_the_mode(mode: str) -> None:
+    from gatekeeper.errors import RequestInvalid
+    from gatekeeper.protocols.chat import check_request
+
+    with pytest.raises(RequestInvalid, match=r"^top_p is an object where gatekeeper knows only plain values"):
+        check_request(_chat(top_p={"tools": [{"name": "execute_command"}]}), mode)
+    with pytest.raises(RequestInvalid, match=r"^stop\[1\] must be a plain value"):
+        check_request(_chat(stop=["a", {"tools": []}]), mode)
+    with pytest.raises(RequestInvalid, match=r"^metadata\.k is an object"):  # a map's values are plain
+        check_request(_chat(metadata={"k": {"tools": []}}), mode)
+
+
+@pytest.mark.parametrize("mode", ["refuse", "drop"])
+def test_a_nested_object_of_an_unknown_type_is_refused_whatever_the_mode(mode: str) -> None:
+    from gatekeeper.errors import RequestInvalid
+    from gatekeeper.protocols.chat import check_request
+
+    with pytest.raises(RequestInvalid, match=r"^response_format\.type 'tools' is not a type gatekeeper knows"):
+        check_request(_chat(response_format={"type": "tools", "tools": []}), mode)
+    parts = [{"type": "tool", "name": "execute_command"}]
+    with pytest.raises(RequestInvalid, match=r"^messages\[0\]\.content\[0\]\.type 'tool'"):
+        check_request(_chat(messages=[{"role": "user", "content": parts}]), mode)
+
+
+def test_include_values_are_a_closed_set() -> None:
+    import structlog
+
+    from gatekeeper.errors import RequestInvalid
+
+    body = {"model": "m", "include": ["reasoning.encrypted_content", "tools.hidden"]}
+    with pytest.raises(RequestInvalid, match=r"^include\[1\] 'tools.hidden' is not a value gatekeeper knows"):
+        F.check(dict(body, include=list(body["include"])), F.RESPONSES_REQUEST, "", "refuse")
+    with structlog.testing.capture_logs() as logs:
+        F.check(body, F.RESPONSES_REQUEST, "", "drop")
+    assert body["include"] == ["reasoning.encrypted_content"]
+    assert logs[0]["event"] == "request_value_dropped" and logs[0]["field"] == "include[1]"
+
+
+def test_gated_objects_are_checked_too() -> None:
+    from gatekeeper.errors import RequestInvalid
+
+    with pytest.raises(RequestInvalid, match=r"^reasoning\.tools is not a field"):
+        F.check({"model": "m", "reasoning": {"effort": "low", "tools": []}}, F.RESPONSES_REQUEST, "", "refuse")
+    with pytest.raises(RequestInvalid, match=r"^thinking\.type 'tools' is not a type"):
+        F.check({"model": "m", "thinking": {"type": "tools"}}, F.MESSAGES_REQUEST, "", "drop")
+    with pytest.raises(RequestInvalid, match=r"^output_config\.format\.tools is not a field"):
+        body = {"model": "m", "output_config": {"format": {"type": "json_schema", "schema": {}, "tools": []}}}
+        F.check(body, F.MESSAGES_REQUEST, "", "refuse")
+
+
+def test_free_form_values_are_forwarded_unread() -> None:
+    # A tool's JSON schema, an earlier call's input: their keys are the protocol's business.
+    tool = {"name": "f", "parameters": {"type": "object", "properties": {"tools": {"type": "array"}}, "$defs": {}}}
+    F.check(tool, F.CHAT_FUNCTION, "tools[0].function", "refuse")
+    block = {"type": "tool_use", "id": "t", "name": "f", "input": {"anything": {"nested": [1, {"x": 2}]}}}
+    F.check_typed(block, F.MESSAGES_CONTENT_BLOCK, "messages[1].content[0]", "refuse")
+
+
+def test_messages_content_blocks_nested_objects_are_checked() -> None:
+    from gatekeeper.errors import RequestInvalid
+
+    image = {"type": "image", "source": {"type": "url", "url": "https://x/y.png", "tools": []}}
+    with pytest.raises(RequestInvalid, match=r"^messages\[0\]\.content\[0\]\.source\.tools is not a field"):
+        F.check_typed(image, F.MESSAGES_CONTENT_BLOCK, "messages[0].content[0]", "refuse")
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "t",
+        "content": [{"type": "text", "text": "ok", "cache_control": {"type": "ephemeral", "scope": "all"}}],
+    }
+    with pytest.raises(RequestInvalid, match=r"content\[0\]\.content\[0\]\.cache_control\.scope is not a field"):
+        F.check_typed(result, F.MESSAGES_CONTENT_BLOCK, "messages[0].content[0]", "refuse")
