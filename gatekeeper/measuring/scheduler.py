@@ -89,6 +89,9 @@ class MeasurementScheduler:
         self._wakers: dict[str, asyncio.Event] = {}
         self.queued: set[str] = set()  # pairs leased here and waiting for a slot of the cap
         self._progress: dict[str, Progress] = {}  # key -> its latest flight here (the console shows it)
+        # Pairs a client's request started measuring here, landed or not: a failed measurement
+        # cost its calls too, so it keeps counting against the lazy caps (bounded by max_pairs).
+        self._attempted: set[str] = set()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         # Store and lease calls get threads of their own: measurement code that fills the loop's
@@ -125,6 +128,8 @@ class MeasurementScheduler:
                         self._forget_expired()
                     log.warning("measurement_refused", key=clip(key), reason=refusal)
                     return None
+            if not force:
+                self._attempted.add(key)
             progress = Progress(key)
             flight = asyncio.run_coroutine_threadsafe(
                 self._fly(model, effort, key, force or fresh, progress), self._background_loop()
@@ -148,12 +153,13 @@ class MeasurementScheduler:
             return "model name matches no pattern of lazy.allow"
         data = self.store.load()
         pairs = set(data.profiles) | set(data.invalid)
-        if profile_key(model, effort) in pairs:
-            return None  # re-measuring a stored pair (a stale profile) adds nothing
-        # Every new pair costs a suite run and a permanent entry, a new effort of a known model too.
-        if len(pairs | set(self._flights)) >= limits.max_pairs:
+        if profile_key(model, effort) in pairs | self._attempted:
+            return None  # re-measuring a stored pair (a stale profile), or one tried before, adds nothing
+        # Every new pair costs a suite run and a permanent entry, a new effort of a known model too;
+        # one whose measurement failed still counts (else failing names could be named without end).
+        if len(pairs | set(self._flights) | self._attempted) >= limits.max_pairs:
             return f"the store already holds lazy.max_pairs={limits.max_pairs} pairs"
-        known = data.models()
+        known = data.models() | {k.rpartition("@")[0] for k in self._attempted}
         if model not in known:
             measuring = {k.rpartition("@")[0] for k in self._flights}
             if len(known | measuring) >= limits.max_models:

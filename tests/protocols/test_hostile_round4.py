@@ -15,6 +15,9 @@ the official client; what the upstream received, and what the client read, is th
   Bearer sk-...`, unmasked) showed a client without a key the operator's `upstream.api_key`,
   which the proxy had added for it. Error bodies relayed from the upstream never carry the
   operator's key, Basic credential or URL password now (nor a litellm route's key).
+- Lazy measurements that failed (a model name the upstream does not know) stored nothing, so
+  they never counted against `lazy.max_models` / `max_pairs`: each request naming a new model
+  cost a measurement's calls, without end. A pair a request started measuring counts, landed or not.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from collections.abc import Callable, Iterator
 import anthropic
 import openai
 import pytest
-from conftest import Proxy, small_model_proxy
-from scripted import RawAnswer, RawUpstream
+from conftest import Proxy, running_proxy, settings_for, small_model_proxy, suite_requests, tool, wait_until
+from scripted import RawAnswer, RawUpstream, ScriptedServer
 from upstreams import NativeServer
 
 from gatekeeper.config import ModelRoute
@@ -81,12 +84,12 @@ def reachable(request: dict, server: str = "github") -> set[str] | None:
         if entry["name"] == server:
             allowed = (entry.get("tool_configuration") or {}).get("allowed_tools")
             forms.append(None if allowed is None else set(allowed))
-    for tool in request.get("tools") or []:
-        if tool.get("type") == "mcp_toolset" and tool["mcp_server_name"] == server:
-            if tool.get("tools") is not None:
-                forms.append({t["name"] for t in tool["tools"]})
-            elif (tool.get("default_config") or {}).get("enabled") is False:
-                forms.append({n for n, c in (tool.get("configs") or {}).items() if c.get("enabled") is True})
+    for toolset in request.get("tools") or []:
+        if toolset.get("type") == "mcp_toolset" and toolset["mcp_server_name"] == server:
+            if toolset.get("tools") is not None:
+                forms.append({t["name"] for t in toolset["tools"]})
+            elif (toolset.get("default_config") or {}).get("enabled") is False:
+                forms.append({n for n, c in (toolset.get("configs") or {}).items() if c.get("enabled") is True})
             else:
                 forms.append(None)
     if any(form is None for form in forms):
@@ -207,3 +210,25 @@ def test_a_litellm_route_s_error_never_quotes_its_key_or_a_url_credential():
     message = _upstream_error(route, failure).message
     assert OPERATOR_KEY not in message and "pw" not in message
     assert "?key=***" in message and "https://***@h/v1" in message
+
+
+# -- measurements a client can start ---------------------------------------------------------------
+
+
+def test_measurements_that_fail_still_count_against_the_lazy_caps(store_path, default_suite):
+    # The upstream knows no `victim*` model, so each one's measurement fails after its first
+    # calls and stores nothing; nothing stored, nothing counted: every request naming a new model
+    # cost a measurement (about 15 upstream calls here), without end.
+    def answer(body: dict) -> dict:
+        if body["model"].startswith("victim"):
+            return {"status": 404, "error": f"model {body['model']} not found"}
+        return {"content": "ok", "tool_calls": []}
+
+    with ScriptedServer(answer) as upstream:
+        with running_proxy(settings_for(upstream.base_url, store_path, lazy={"max_models": 2})) as proxy:
+            for i in range(6):
+                with pytest.raises(openai.NotFoundError):
+                    proxy.client.chat.completions.create(model=f"victim{i}", messages=HI, tools=[tool("read_file")])
+                # Each measurement over before the next name: a failed one no longer runs.
+                wait_until(lambda: all(p.finished for p in proxy.gk.progress()), "the measurements to end")
+    assert {body["model"] for body in suite_requests(upstream, default_suite)} == {"victim0", "victim1"}
