@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -189,6 +190,7 @@ class ToolPolicy:
         default_tier: Tier = Tier.SMALL,
         unknown_fields: str = "refuse",
         servers: ServerBindings | None = None,
+        also_naming: Iterable[str] = (),
     ) -> None:
         rules = required_tier or {}
         self.default_tier = default_tier
@@ -198,12 +200,11 @@ class ToolPolicy:
         self.servers = servers or ServerBindings()
         self._exact = {k: v for k, v in rules.items() if not any(c in k for c in _WILDCARDS)}
         self._patterns = [(k, v) for k, v in rules.items() if k not in self._exact]
-        # Groups the rules name (the literal server part of `github.delete_*`) or the config binds:
-        # their labels are taken at their word. Any other group may be any of them.
+        # Groups the rules name (the literal server part of `github.delete_*`; also those of
+        # `also_naming`, the tools.requires rules) or the config binds: their labels are taken at
+        # their word. Any other group may be any of them.
         scoped = [(rule.partition("."), tier) for rule, tier in rules.items() if "." in rule]
-        self.named_groups = self.servers.labels | {
-            group for (group, _, _), _ in scoped if not any(c in group for c in _WILDCARDS)
-        }
+        self.named_groups = self.servers.labels | named_groups([*rules, *also_naming])
         # What a tool of an unnamed group needs: every server-scoped rule by its tool part, and
         # the whole-server rule of every named group (`github: large` hides github's tools
         # whatever the label).
@@ -274,6 +275,13 @@ class ToolPolicy:
             ):
                 return rule
         return next((r for r in above if "." not in r and r != group), None)
+
+
+def named_groups(rules: Iterable[str]) -> frozenset[str]:
+    """The MCP servers / namespaces rules name: the literal group part of each `group.tool` rule
+    (`github` of `github.delete_*`; none of `git*.push`)."""
+    groups = (rule.partition(".")[0] for rule in rules if "." in rule)
+    return frozenset(g for g in groups if not any(c in g for c in _WILDCARDS))
 
 
 @dataclass

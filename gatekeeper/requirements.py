@@ -17,7 +17,7 @@ Fail closed: a requirement that cannot be judged hides its tool.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -25,6 +25,7 @@ from typing import Any
 from cachetools import Cache
 
 from gatekeeper.gating import ToolId, ToolKind, ToolPolicy, builtin_family
+from gatekeeper.gating import named_groups as gating_named_groups
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import CATEGORIES
 from gatekeeper.tiers import Tier
@@ -108,9 +109,15 @@ def overlaps_group(rule: str, group: str) -> bool:
 class Requirements:
     """Category minimums per tool: for each name that covers it (`covering_names`), exact rule
     names first, then shell-style patterns in config order, as `tools.required_tier`; when several
-    names have a rule, the strictest minimum of each category applies (fail closed)."""
+    names have a rule, the strictest minimum of each category applies (fail closed).
 
-    def __init__(self, rules: Mapping[str, Mapping[Any, float]] | None = None) -> None:
+    A tool of an MCP server or namespace whose label no rule names (nor `named_groups`: the tier
+    policy's, with the config's bindings) may be any server's, as in ToolPolicy: it meets every
+    `server.tool` rule whose tool part matches it, and the whole-server rule of every named group."""
+
+    def __init__(
+        self, rules: Mapping[str, Mapping[Any, float]] | None = None, named_groups: Iterable[str] = ()
+    ) -> None:
         """`rules`: tool name or pattern -> {category: minimum} (config's `tools.requires`)."""
         rules = rules or {}
         self._exact = {k: dict(v) for k, v in rules.items() if not any(c in k for c in "*?[")}
@@ -119,6 +126,18 @@ class Requirements:
         self._memo: Cache[str, tuple[str | None, dict[str, float]]] = Cache(maxsize=100_000)
         self._merged: Cache[str | ToolId, dict[str, float]] = Cache(maxsize=100_000)
         self._memo_lock = threading.Lock()
+        self.named_groups = frozenset(named_groups) | gating_named_groups(rules)
+        # What a tool of an unnamed group must meet: every rule by its tool part, every named
+        # group's whole-server rule.
+        self._any_group = [(rule.partition(".")[2], dict(m)) for rule, m in rules.items() if "." in rule]
+        self._any_group += [("*", m) for g in sorted(self.named_groups) if (m := self.rule(g)[1])]
+
+    def overlaps(self, rule: str, group: str) -> bool:
+        """Could `rule` name some tool of `group` (`overlaps_group`)? Of a group no rule names,
+        any `server.tool` rule and any named group's whole-server rule could."""
+        if overlaps_group(rule, group):
+            return True
+        return group not in self.named_groups and ("." in rule or rule in self.named_groups)
 
     def __bool__(self) -> bool:
         return bool(self._exact or self._patterns)
@@ -140,8 +159,13 @@ class Requirements:
         found = self._merged.get(tool)
         if found is None:
             found = {}
-            for name in covering_names(tool):
-                for category, minimum in self.rule(name)[1].items():
+            minimums = [self.rule(name)[1] for name in covering_names(tool)]
+            group = tool.group if isinstance(tool, ToolId) else None
+            if isinstance(tool, ToolId) and group is not None and group not in self.named_groups:  # any server
+                bare = tool.name.partition(".")[2]
+                minimums += [m for part, m in self._any_group if fnmatchcase(bare, part)]
+            for rule_minimums in minimums:
+                for category, minimum in rule_minimums.items():
                     found[category] = max(minimum, found.get(category, minimum))
             with self._memo_lock:
                 self._merged[tool] = found
@@ -180,7 +204,7 @@ class PairPolicy(ToolPolicy):
         if found is not None:
             return found
         for rule, minimums in self.requirements.items():
-            if overlaps_group(rule, group) and not meets(minimums, self.bounds):
+            if self.requirements.overlaps(rule, group) and not meets(minimums, self.bounds):
                 return rule
         return None
 

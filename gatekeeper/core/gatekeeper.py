@@ -137,6 +137,7 @@ class Gatekeeper:
             settings.tools.default_tier,
             settings.upstream.unknown_fields,
             settings.mcp_bindings(),
+            settings.tools.requires,  # its `server.tool` rules name servers too
         )
         resolver = TierResolver(settings, suite, self.store, self.drift.demotion)
         return Snapshot(

@@ -19,7 +19,7 @@ from gatekeeper.core.resolver import Resolution, TierResolver
 from gatekeeper.gating import ToolId, ToolPolicy
 from gatekeeper.protocols.base import Codec, RequestInfo
 from gatekeeper.protocols.routing import TARGETS, rerouted
-from gatekeeper.requirements import Capability, PairPolicy, Requirements, bounds_of, overlaps_group
+from gatekeeper.requirements import Capability, PairPolicy, Requirements, bounds_of
 from gatekeeper.routing import RANKED_EFFORTS, Decision, Need, Reason, RoutingRules, decide
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key
 from gatekeeper.tiers import Tier
@@ -84,7 +84,7 @@ class Router:
 
     def __init__(self, settings: Settings, policy: ToolPolicy, resolver: TierResolver, start: StartFn) -> None:
         self.settings, self.policy, self.resolver, self._start = settings, policy, resolver, start
-        self.requirements = Requirements(settings.tools.requires)
+        self.requirements = Requirements(settings.tools.requires, policy.named_groups)
         # id(resolution) -> (resolution, its capability); the resolution is kept so its id is not reused.
         self._capabilities: dict[int, tuple[Resolution, Capability]] = {}
         self.rules: RoutingRules | None = RoutingRules.of(settings.routing) if settings.routing is not None else None
@@ -197,7 +197,7 @@ class Router:
         )
         minimums: dict[str, float] = {}
         for rule, mins in self.requirements.items():
-            if overlaps_group(rule, group):
+            if self.requirements.overlaps(rule, group):
                 for category, minimum in mins.items():
                     minimums[category] = max(minimum, minimums.get(category, minimum))
         return tier, minimums

@@ -19,6 +19,7 @@ from gatekeeper.mcp_identity import ServerBindings, normalise_url
 from gatekeeper.protocols.base import Allowed
 from gatekeeper.protocols.messages import CODEC as MESSAGES
 from gatekeeper.protocols.responses import CODEC as RESPONSES
+from gatekeeper.requirements import PairPolicy, Requirements
 from gatekeeper.tiers import Tier
 
 GITHUB_URL = "https://api.githubcopilot.com/mcp/"
@@ -368,3 +369,30 @@ def test_the_config_binds_labels_to_normalised_urls_and_connectors():
 )
 def test_a_bad_binding_is_refused_naming_its_field(servers, message):
     assert message in config_error(servers)
+
+
+# -- tools.requires: category minimums follow the same identity ---------------------------------
+
+
+def test_a_renamed_server_s_tool_meets_every_server_s_category_minimums_for_it():
+    requires = Requirements({"github.delete_*": {"json": 0.9}, "gitlab.delete_*": {"json": 0.5, "toolCalling": 0.8}})
+    assert requires.of(ToolId.mcp("gh", "delete_repo")) == {"json": 0.9, "toolCalling": 0.8}
+    assert requires.of(ToolId.mcp("gh", "list_repos")) == {}
+    assert requires.of(ToolId.mcp("github", "delete_repo")) == {"json": 0.9}  # named: its own rule
+
+
+def test_a_label_the_tier_rules_or_bindings_name_is_named_for_requirements_too():
+    rules = policy({"jira.create_*": Tier.MEDIUM}, GITHUB)
+    requires = Requirements({"*.delete_*": {"json": 0.9}, "confluence.delete_page": {"json": 0.7}}, rules.named_groups)
+    assert requires.of(ToolId.mcp("jira", "delete_page")) == {"json": 0.9}  # named: confluence's rule is not jira's
+    assert requires.of(ToolId.mcp("wiki", "delete_page")) == {"json": 0.9}
+    # ...and the tier policy counts requirement rules' servers as named.
+    assert "confluence" in ToolPolicy({}, also_naming=["confluence.delete_page"]).named_groups
+
+
+def test_an_unmet_minimum_of_any_server_keeps_a_renamed_server_from_being_offered_whole():
+    requires = Requirements({"github.delete_*": {"json": 0.9}})
+    unmeasured = PairPolicy(ToolPolicy(), requires, {})
+    assert unmeasured.rule_hiding_part_of("gh", Tier.LARGE) == "github.delete_*"
+    assert PairPolicy(ToolPolicy(), requires, {"json": 0.95}).rule_hiding_part_of("gh", Tier.LARGE) is None
+    assert not unmeasured.allows(Tier.LARGE, ToolId.mcp("gh", "delete_repo"))

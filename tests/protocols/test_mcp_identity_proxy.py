@@ -163,6 +163,19 @@ def test_a_binding_is_hot_reloaded(native, store_path, default_suite, tmp_path):
     assert len(native.responses_requests) == 1
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_category_minimum_of_a_server_reaches_it_renamed(native, store_path, default_suite, stream):
+    # tools.requires: small-model's profile stores no bounds, so a minimum is unmet.
+    native.responder = lambda body: {"content": None, "items": mcp_calls("gh")}
+    requires = {"github.delete_*": {"toolCalling": 0.9}}
+    with proxy_for(native, store_path, default_suite, required_tier={}, requires=requires) as proxy:
+        with pytest.raises(openai.BadRequestError, match=r"offered without a list.*github\.delete_\*"):
+            proxy.client.responses.create(model="small-model", input="hi", tools=[mcp_tool("gh")])
+        final = responses_answer(proxy, [mcp_tool("gh", allowed_tools=["delete_repo", "list_repos"])], stream)
+    assert native.responses_requests[-1]["tools"][0]["allowed_tools"] == ["list_repos"]
+    assert [i.name for i in final.output] == ["list_repos"]
+
+
 # -- Messages ---------------------------------------------------------------------------------
 
 
