@@ -18,6 +18,9 @@ the official client; what the upstream received, and what the client read, is th
 - Lazy measurements that failed (a model name the upstream does not know) stored nothing, so
   they never counted against `lazy.max_models` / `max_pairs`: each request naming a new model
   cost a measurement's calls, without end. A pair a request started measuring counts, landed or not.
+- A chat stream translated for a Responses or Messages client kept a call's first name when a
+  later delta named another tool (native chat ends such a stream in error): the client ran the
+  offered tool with what the model wrote for another. It ends in the protocol's error event now.
 """
 
 from __future__ import annotations
@@ -232,3 +235,37 @@ def test_measurements_that_fail_still_count_against_the_lazy_caps(store_path, de
                 # Each measurement over before the next name: a failed one no longer runs.
                 wait_until(lambda: all(p.finished for p in proxy.gk.progress()), "the measurements to end")
     assert {body["model"] for body in suite_requests(upstream, default_suite)} == {"victim0", "victim1"}
+
+
+# -- a translated stream that renames a kept call ------------------------------------------------
+
+
+def test_a_chat_stream_renaming_a_kept_call_ends_the_translated_stream_in_error(store_path, default_suite):
+    # Native chat ends such a stream in error; the translation kept the first name, so the
+    # client ran read_file with what the model wrote for another tool (openai-python would have
+    # called `read_fileexecute_command`, openai-node `execute_command`).
+    def chunk(call: dict, finish: str | None = None) -> dict:
+        return {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [
+            {"index": 0, "delta": {"tool_calls": [call]} if call else {}, "finish_reason": finish}]}  # fmt: skip
+
+    first = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": ""}}
+    renamed = {"index": 0, "function": {"name": "execute_command", "arguments": "{}"}}
+    events = [chunk(first), chunk(renamed), chunk({}, "tool_calls")]
+    body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    with RawUpstream(RawAnswer(body, content_type="text/event-stream")) as upstream:
+        with small_model_proxy(
+            upstream.base_url,
+            store_path,
+            default_suite,
+            upstream={"base_url": upstream.base_url, "protocols": ["chat"]},
+        ) as proxy:
+            function = {"type": "function", "name": "read_file", "parameters": {"type": "object", "properties": {}}}
+            with pytest.raises(openai.APIError, match="renames tool call 'read_file' to 'execute_command'"):
+                with proxy.client.responses.stream(model="small-model", input="hi", tools=[function]) as stream:
+                    stream.get_final_response()
+            claude_tool = {"name": "read_file", "input_schema": {"type": "object", "properties": {}}}
+            with pytest.raises(anthropic.APIStatusError, match="renames tool call 'read_file' to 'execute_command'"):
+                with claude(proxy).messages.stream(
+                    model="small-model", max_tokens=10, messages=HI, tools=[claude_tool]
+                ) as stream:
+                    stream.get_final_message()

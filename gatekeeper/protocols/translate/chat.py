@@ -187,12 +187,13 @@ class FromChatStream:
     reading each chunk strictly, the model name, the opening events, an error chunk, [DONE], text
     and call deltas, the finish reason and usage. A subclass says how each piece is spelled in its
     protocol (`_begin`, `_text`, `_call`, `_arguments`, `_complete`, `_error`). A tool call keeps
-    the name its first delta gave it; a later name is ignored, as the Chat Completions stream rule
-    says nothing more."""
+    the name its first delta gave it; a later delta may repeat it, and one naming another tool
+    makes the stream unreadable (as in the chat filter: a client that concatenates names, or keeps
+    the last one, would call something else than what the client protocol's enforcer judged)."""
 
     def __init__(self, request: dict[str, Any]) -> None:
         self.request = request
-        self._calls: set[int] = set()  # chat tool-call indexes started
+        self._calls: dict[int, str] = {}  # chat tool-call index started -> its name
         self._finish: str | None = None
         self._usage: dict[str, int] = {}
         self._started = False
@@ -222,8 +223,10 @@ class FromChatStream:
             if index not in self._calls:
                 if not name:
                     raise AnswerInvalid(f"chat stream: tool call {index} starts without a function name")
-                self._calls.add(index)
+                self._calls[index] = name
                 out += self._call(index, call_id, name)
+            elif name and name != self._calls[index]:
+                raise AnswerInvalid(f"chat stream renames tool call {self._calls[index]!r} to {name!r}")
             out += self._arguments(index, arguments)
         if delta.finish_reason:
             self._finish = delta.finish_reason
