@@ -20,6 +20,7 @@ server's rules, and under a bound label it is refused.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ def _unescape(match: re.Match[str]) -> str:
     return char if char in _UNRESERVED else f"%{match.group(1).upper()}"
 
 
+@functools.lru_cache(maxsize=4096)  # the same few server URLs on every request; bounded: clients pick them
 def normalise_url(url: str) -> str | None:
     """The form two spellings of one server URL share (`HTTPS://API.Example.com:443/mcp/` ->
     `https://api.example.com/mcp`); None when `url` is not an http(s) URL with a host."""
@@ -107,23 +109,26 @@ class ServerBindings:
         otherwise it is `label` (which ToolPolicy treats as any server when no rule names it).
         Raises RequestInvalid when `label` is bound but what the request offers is not bound to it,
         or when two of its identities are bound to different labels."""
-        owner: tuple[str, str, str] | None = None  # (label, field path, value)
-        unbound: tuple[str, str] | None = None
+        if not self.labels:  # nothing bound (the default): every label is the client's
+            return label
+        owner: tuple[str, str, object] | None = None  # (label, field path, value)
+        unbound: tuple[str, object] | None = None
         for kind, path, value in offered:
             if value is None:
                 continue
             found = self.owners[kind].get(_key(kind, value) or "") if isinstance(value, str) else None
             if found is None:
-                unbound = unbound or (path, _shown(value))
+                unbound = unbound or (path, value)
             elif owner is None:
-                owner = (found, path, _shown(value))
+                owner = (found, path, value)
             elif owner[0] != found:
                 raise RequestInvalid(
-                    f"{where}: {owner[1]} {owner[2]!r} is bound to MCP server {owner[0]!r} and {path} "
+                    f"{where}: {owner[1]} {_shown(owner[2])!r} is bound to MCP server {owner[0]!r} and {path} "
                     f"{_shown(value)!r} to {found!r} (tools.mcp_servers): one server has one identity"
                 )
         if label in self.labels and (owner is None or owner[0] != label or unbound is not None):
-            what = f"{unbound[0]} {unbound[1]!r}" if unbound else f"{owner[1]} {owner[2]!r}" if owner else "no URL"
+            shown = unbound or (owner[1:] if owner else None)
+            what = f"{shown[0]} {_shown(shown[1])!r}" if shown else "no URL"
             raise RequestInvalid(
                 f"{where}: MCP server label {clip(label)!r} is bound to other servers by the config "
                 f"(tools.mcp_servers or mcp.servers), but this one is offered with {what}: a server may "

@@ -265,6 +265,8 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy, table: F.
 def _identify_servers(body: dict[str, Any], g: _Gate) -> None:
     """Which server each `mcp_servers` entry is (by its `url`, gatekeeper.mcp_identity), before
     any of its tools, toolsets or listings is gated: a server's name is not the client's to choose."""
+    if not g.policy.servers.labels:
+        return  # nothing bound: every server is the name it is offered as
     servers = body.get("mcp_servers")
     for i, server in enumerate(servers if isinstance(servers, list) else []):
         if isinstance(server, dict):

@@ -317,6 +317,8 @@ _SERVER_IDENTITY = (("server_url", "urls"), ("connector_id", "connectors"), ("tu
 def _identify_servers(body: dict[str, Any], g: RequestGate) -> None:
     """Which server each `mcp` tool is (in `tools` and in tool-carrying input items), before any
     of its tools, listings or choices is gated: a label is not the client's to choose."""
+    if not g.policy.servers.labels:
+        return  # nothing bound: every server is the label it is offered as
     places: list[tuple[str, Any]] = [("tools", body.get("tools"))]
     items = body.get("input")
     for i, item in enumerate(items if isinstance(items, list) else []):
