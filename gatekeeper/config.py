@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
 from gatekeeper.mcp_identity import ServerBindings, normalise_url
-from gatekeeper.store.profile import EFFORT_NAME
+from gatekeeper.store.profile import EFFORT_NAME, EFFORTS
 from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Category
 from gatekeeper.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds, Tier
 
@@ -366,6 +366,21 @@ class Settings(_Section):
             if sep and (not model or not effort):
                 raise ValueError(f"{key!r}: expected MODEL, MODEL@EFFORT or MODEL@* (split on the last '@')")
         return value
+
+    @model_validator(mode="after")
+    def _pin_efforts(self) -> Settings:
+        # `claude-x@20240620: small` reads as model `claude-x` at effort `20240620`, which no
+        # request can name: the pin would never apply, and the model it meant would be measured
+        # instead (perhaps higher). An effort a pin names must be one a request can carry.
+        efforts = EFFORTS | set(self.extra_efforts)
+        for key in self.pins:
+            model, sep, effort = key.rpartition("@")
+            if sep and effort != "*" and effort not in efforts:
+                raise ValueError(
+                    f"pins: {key!r} pins model {model!r} at effort {effort!r}, which is not an effort "
+                    f"(one of {sorted(efforts)}, or '*'); to pin the model {key!r} itself write '{key}@*'"
+                )
+        return self
 
     def route(self, model: str) -> ModelRoute | None:
         return next((r for r in self.models if r.name == model), None)

@@ -21,6 +21,9 @@ the official client; what the upstream received, and what the client read, is th
 - A chat stream translated for a Responses or Messages client kept a call's first name when a
   later delta named another tool (native chat ends such a stream in error): the client ran the
   offered tool with what the model wrote for another. It ends in the protocol's error event now.
+- A pin such as `claude-x@20240620: small` (a Vertex model id) was read as model `claude-x` at
+  effort `20240620`, which no request can carry: it never applied, and the model it meant was
+  measured instead. A pin's effort part must be an effort or `*`.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from conftest import Proxy, running_proxy, settings_for, small_model_proxy, suit
 from scripted import RawAnswer, RawUpstream, ScriptedServer
 from upstreams import NativeServer
 
-from gatekeeper.config import ModelRoute
+from gatekeeper.config import ModelRoute, load_settings
+from gatekeeper.errors import ConfigError
 from gatekeeper.server.litellm_route import _upstream_error
+from gatekeeper.tiers import Tier
 
 HI = [{"role": "user", "content": "hi"}]
 RULES = {"execute_command": "large", "write_*": "medium", "github.delete_*": "large"}
@@ -269,3 +274,23 @@ def test_a_chat_stream_renaming_a_kept_call_ends_the_translated_stream_in_error(
                     model="small-model", max_tokens=10, messages=HI, tools=[claude_tool]
                 ) as stream:
                     stream.get_final_message()
+
+
+# -- a pin that could never apply ------------------------------------------------------------------
+
+
+def test_a_pin_whose_effort_part_is_no_effort_is_refused(tmp_path):
+    # `claude-x@20240620: small` (a Vertex model id) read as model `claude-x` at effort
+    # `20240620`, which no request can carry: the pin never applied, and requests for the model it
+    # meant were measured instead (perhaps large).
+    config = tmp_path / "gatekeeper.yaml"
+    config.write_text("upstream: {base_url: 'http://127.0.0.1:9/v1'}\npins: {'claude-x@20240620': small}\n")
+    with pytest.raises(
+        ConfigError, match=r"'claude-x@20240620' pins model 'claude-x' at effort '20240620'.*'claude-x@20240620@\*'"
+    ):
+        load_settings(config)
+    config.write_text(
+        "upstream: {base_url: 'http://127.0.0.1:9/v1'}\npins: {'claude-x@20240620@*': small, 'm@low': large}\n"
+    )
+    settings = load_settings(config)
+    assert settings.pin_for("claude-x@20240620", "default") is Tier.SMALL and settings.pin_for("m", "low") is Tier.LARGE
