@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gatekeeper.config import Settings, describe_errors
@@ -396,3 +398,31 @@ def test_an_unmet_minimum_of_any_server_keeps_a_renamed_server_from_being_offere
     assert unmeasured.rule_hiding_part_of("gh", Tier.LARGE) == "github.delete_*"
     assert PairPolicy(ToolPolicy(), requires, {"json": 0.95}).rule_hiding_part_of("gh", Tier.LARGE) is None
     assert not unmeasured.allows(Tier.LARGE, ToolId.mcp("gh", "delete_repo"))
+
+
+# -- properties: no label, no spelling opens it -----------------------------------------------
+
+LABELS = st.text(st.characters(blacklist_characters=".", blacklist_categories=["Cs"]), min_size=1, max_size=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(label=LABELS)
+def test_under_any_label_a_hidden_tool_is_neither_offered_nor_let_through(label):
+    body, _ = responses_gate([mcp_tool(label, allowed_tools=["delete_repo", "list_repos"])], policy())
+    assert body["tools"][0]["allowed_tools"] == ["list_repos"]
+    doc = responses_answer(mcp_call(label, "delete_repo"), mcp_call(label, "list_repos"))
+    RESPONSES.enforce(doc, Allowed(RESPONSES.offered(body), Tier.SMALL, policy()))
+    assert [i["name"] for i in doc["output"]] == ["list_repos"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    scheme=st.sampled_from(["https", "HTTPS", "Https"]),
+    host=st.sampled_from(["api.githubcopilot.com", "API.GITHUBCOPILOT.COM", "Api.GitHubCopilot.com."]),
+    port=st.sampled_from(["", ":443"]),
+    slashes=st.sampled_from(["", "/", "//"]),
+    label=LABELS,
+)
+def test_every_spelling_of_a_bound_url_is_its_server_under_any_label(scheme, host, port, slashes, label):
+    url = f"{scheme}://{host}{port}/mcp{slashes}"
+    assert GITHUB.identify(label if label != "gmail" else "x", [("urls", "u", url)], "w") == "github"
