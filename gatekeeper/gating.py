@@ -164,6 +164,9 @@ def builtin_family(versioned_type: str) -> str | None:
 
 
 _WILDCARDS = "*?["
+# Memos keyed by names (a client's, or an upstream's in an answer) keep only names up to this
+# long: a bounded count of entries is not bounded memory when each key may be megabytes.
+MEMO_NAME_LIMIT = 256
 _BY_NAME = (ToolKind.FUNCTION, ToolKind.CUSTOM)  # kinds whose rules are looked up by their name alone
 
 
@@ -247,8 +250,9 @@ class ToolPolicy:
         tier = self._memo.get(tool)
         if tier is None:
             tier = self._lookup(tool)
-            with self._memo_lock:
-                self._memo[tool] = tier
+            if len(str(tool)) <= MEMO_NAME_LIMIT:
+                with self._memo_lock:
+                    self._memo[tool] = tier
         return tier
 
     def allows(self, tier: Tier, tool: str | ToolId) -> bool:

@@ -44,10 +44,16 @@ def _unescape(match: re.Match[str]) -> str:
     return char if char in _UNRESERVED else f"%{match.group(1).upper()}"
 
 
-@functools.lru_cache(maxsize=4096)  # the same few server URLs on every request; bounded: clients pick them
+_CACHED_URL = 2048  # longer URLs (a client's choice) are normalised each time, never kept
+
+
 def normalise_url(url: str) -> str | None:
     """The form two spellings of one server URL share (`HTTPS://API.Example.com:443/mcp/` ->
     `https://api.example.com/mcp`); None when `url` is not an http(s) URL with a host."""
+    return _normalised(url) if len(url) <= _CACHED_URL else _normalise(url)
+
+
+def _normalise(url: str) -> str | None:
     try:
         parts = urlsplit(url.strip())
         port = parts.port
@@ -64,6 +70,11 @@ def normalise_url(url: str) -> str | None:
     path = _ESCAPE.sub(_unescape, parts.path).rstrip("/")
     query = f"?{parts.query}" if parts.query else ""
     return f"{scheme}://{host}{path}{query}"
+
+
+# The same few server URLs on every request; bounded in count (clients pick them) and, by
+# _CACHED_URL, in size.
+_normalised = functools.lru_cache(maxsize=4096)(_normalise)
 
 
 def _key(kind: str, value: str) -> str | None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from cachetools import Cache
 
-from gatekeeper.gating import ToolId, ToolKind, ToolPolicy, builtin_family
+from gatekeeper.gating import MEMO_NAME_LIMIT, ToolId, ToolKind, ToolPolicy, builtin_family
 from gatekeeper.gating import named_groups as gating_named_groups
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import CATEGORIES
@@ -150,8 +150,9 @@ class Requirements:
                 found = (name, self._exact[name])
             else:
                 found = next(((k, v) for k, v in self._patterns if fnmatchcase(name, k)), (None, _NONE))
-            with self._memo_lock:
-                self._memo[name] = found
+            if len(name) <= MEMO_NAME_LIMIT:
+                with self._memo_lock:
+                    self._memo[name] = found
         return found
 
     def of(self, tool: str | ToolId) -> dict[str, float]:
@@ -167,8 +168,9 @@ class Requirements:
             for rule_minimums in minimums:
                 for category, minimum in rule_minimums.items():
                     found[category] = max(minimum, found.get(category, minimum))
-            with self._memo_lock:
-                self._merged[tool] = found
+            if len(str(tool)) <= MEMO_NAME_LIMIT:
+                with self._memo_lock:
+                    self._merged[tool] = found
         return found
 
     def items(self) -> list[tuple[str, dict[str, float]]]:

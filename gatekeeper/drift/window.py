@@ -83,10 +83,15 @@ def _validator_for(schema: Schema) -> Validator | None:
         text = json.dumps(schema, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError):
         return None
-    return _validator(text)
+    # The same few tool schemas come back on every request of an agent: cached, but not a huge
+    # one (a client's choice), which a bounded count of entries would keep at any size.
+    return _validator(text) if len(text) <= _CACHED_SCHEMA else _validator.__wrapped__(text)
 
 
-@lru_cache(maxsize=512)  # the same few tool schemas come back on every request of an agent
+_CACHED_SCHEMA = 64 * 1024
+
+
+@lru_cache(maxsize=512)
 def _validator(schema_text: str) -> Validator | None:
     """A validator for a client's schema, or None when the schema itself is not valid.
 

@@ -24,6 +24,9 @@ the official client; what the upstream received, and what the client read, is th
 - A pin such as `claude-x@20240620: small` (a Vertex model id) was read as model `claude-x` at
   effort `20240620`, which no request can carry: it never applied, and the model it meant was
   measured instead. A pin's effort part must be an effort or `*`.
+- Memos keyed by names a client (or an upstream) chooses were bounded in entries, not in size:
+  a distinct multi-megabyte tool name per request stayed in memory (100,000 of them). Names over
+  256 characters (MCP URLs over 2 KB, schemas over 64 KB) are judged each time, never kept.
 """
 
 from __future__ import annotations
@@ -39,7 +42,10 @@ from scripted import RawAnswer, RawUpstream, ScriptedServer
 from upstreams import NativeServer
 
 from gatekeeper.config import ModelRoute, load_settings
+from gatekeeper.drift.window import _validator, _validator_for
 from gatekeeper.errors import ConfigError
+from gatekeeper.gating import MEMO_NAME_LIMIT
+from gatekeeper.mcp_identity import _normalised, normalise_url
 from gatekeeper.server.litellm_route import _upstream_error
 from gatekeeper.tiers import Tier
 
@@ -294,3 +300,32 @@ def test_a_pin_whose_effort_part_is_no_effort_is_refused(tmp_path):
     )
     settings = load_settings(config)
     assert settings.pin_for("claude-x@20240620", "default") is Tier.SMALL and settings.pin_for("m", "low") is Tier.LARGE
+
+
+# -- memory a client's names can take ------------------------------------------------------------------
+
+
+def test_long_tool_names_are_judged_each_time_and_never_kept(native, store_path, default_suite):
+    # The tool-rule memo held 100,000 names of any length: requests with one distinct 2 MB tool
+    # name each kept 2 MB each (60 of them: +245 MB of resident memory), up to 8 MB per request
+    # (the body limit) for every one of the 100,000 entries.
+    long = "x" * (MEMO_NAME_LIMIT + 1)
+    with proxy_for(native, store_path, default_suite) as proxy:
+        for i in range(3):
+            name = {"type": "function", "function": {"name": f"{long}{i}"}}
+            proxy.client.chat.completions.create(model="small-model", messages=HI, tools=[name])
+        proxy.client.chat.completions.create(model="small-model", messages=HI, tools=[tool("read_file")])
+        kept = list(proxy.gk.policy._memo.keys())
+    assert kept and all(len(str(name)) <= MEMO_NAME_LIMIT for name in kept)
+    assert native.requests[0]["tools"][0]["function"]["name"] == f"{long}0"  # judged, and forwarded
+
+
+def test_long_server_urls_and_schemas_are_never_cached():
+    # The same for MCP server URLs (4,096 of any length) and drift's schema validators (512).
+    before = _normalised.cache_info().currsize
+    assert normalise_url("HTTPS://Example.com:443/" + "p" * 4096 + "/") == "https://example.com/" + "p" * 4096
+    assert _normalised.cache_info().currsize == before
+    schema = {"type": "object", "description": "d" * (70 * 1024)}
+    before = _validator.cache_info().currsize
+    assert _validator_for(schema) is not None
+    assert _validator.cache_info().currsize == before
