@@ -9,13 +9,8 @@ from collections.abc import Iterator
 import anthropic
 import openai
 import pytest
-from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for, small_model_proxy
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
+from conftest import Proxy, small_model_proxy
 from upstreams import NativeServer
-
-from gatekeeper.tiers import Tier
 
 FUNCTIONS = [
     {"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}
@@ -129,48 +124,3 @@ def test_messages_delta_before_its_block_ends_the_stream_in_error(proxy, native)
     with pytest.raises(anthropic.APIStatusError, match="not open"):
         with client.messages.stream(model="small-model", max_tokens=10, messages=HI, tools=CLAUDE_TOOLS) as stream:
             stream.get_final_message()
-
-
-def test_translated_chat_stream_that_renames_a_call_keeps_the_first_name(native, store_path, default_suite):
-    """Chat-only upstream: a later delta naming another function must not rename the call."""
-    chunks = [
-        {
-            "choices": [
-                {
-                    "index": 0,
-                    "delta": {
-                        "tool_calls": [
-                            {
-                                "index": 0,
-                                "id": "c",
-                                "type": "function",
-                                "function": {"name": "read_file", "arguments": ""},
-                            }
-                        ]
-                    },
-                }
-            ]
-        },
-        {
-            "choices": [
-                {
-                    "index": 0,
-                    "delta": {"tool_calls": [{"index": 0, "function": {"name": "execute_command", "arguments": "{}"}}]},
-                }
-            ]
-        },
-        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
-    ]
-    body = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
-
-    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
-    settings = settings_for(native.base_url, store_path, upstream={"base_url": native.base_url, "protocols": ["chat"]})
-
-    async def chat(request: Request) -> Response:
-        return Response(body, media_type="text/event-stream")
-
-    native._server.config.app.router.routes.insert(0, Route("/v1/chat/completions", chat, methods=["POST"]))
-    with running_proxy(settings) as proxy:
-        with proxy.client.responses.stream(model="small-model", input="hi", tools=FUNCTIONS) as stream:
-            final = stream.get_final_response()
-    assert [(i.name, i.arguments) for i in final.output] == [("read_file", "{}")]
