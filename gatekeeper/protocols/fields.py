@@ -1184,30 +1184,32 @@ MESSAGES_CONTENT_BLOCK: Mapping[str, Fields] = {  # by type
 # `extra_body`, `messages` or a `Tools` ride through to an SDK-style upstream (LiteLLM) that
 # merges them into a chat call.
 COMPLETIONS_REQUEST: Fields = {
-    key: FORWARD
-    for key in (
-        "model",
-        "prompt",
-        "best_of",
-        "echo",
-        "frequency_penalty",
-        "logit_bias",
-        "logprobs",
-        "max_tokens",
-        "n",
-        "presence_penalty",
-        "seed",
-        "stop",
-        "stream",
-        "stream_options",
-        "suffix",
-        "temperature",
-        "top_p",
-        "user",
-        "top_k",
-        "min_p",
-        "repetition_penalty",
-    )
+    **{
+        key: FORWARD
+        for key in (
+            "model",
+            "prompt",
+            "best_of",
+            "echo",
+            "frequency_penalty",
+            "logprobs",
+            "max_tokens",
+            "n",
+            "presence_penalty",
+            "seed",
+            "stop",
+            "stream",
+            "suffix",
+            "temperature",
+            "top_p",
+            "user",
+            "top_k",
+            "min_p",
+            "repetition_penalty",
+        )
+    },
+    "logit_bias": PLAIN_MAP,
+    "stream_options": Obj({"include_usage": FORWARD, "include_obfuscation": FORWARD}),
 }
 EMBEDDINGS_REQUEST: Fields = {key: FORWARD for key in ("model", "input", "dimensions", "encoding_format", "user")}
 PASSTHROUGH_TABLES: Mapping[str, Fields] = {
@@ -1283,9 +1285,23 @@ def check(obj: dict[str, Any], fields: Fields, where: str, unknown: str) -> None
     logged) every key of `obj` it does not list, and check the objects inside it by their own
     tables (`Obj`, `Typed`, `Map`, `OneOf`; see above). `where` is the object's path ("" at the
     top, else e.g. "tools[2]"), used to name the field in errors."""
-    # Set operations first: this runs on every message, tool and item of every request.
-    extra = () if obj.keys() <= fields.keys() else [k for k in obj if k not in fields]
-    for key in extra:
+    # Set operations first, and a plain value costs one type lookup: this runs on every
+    # message, content part, tool and item of every request.
+    if not obj.keys() <= fields.keys():
+        _unknown(obj, fields, where, unknown)
+    if not _REFUSABLE.isdisjoint(obj):
+        _refused(obj, fields, where)
+    plain = _PLAIN
+    for key, value in obj.items():
+        if type(value) in plain or not isinstance(value, _CONTAINERS):
+            continue
+        entry = fields[key]
+        if entry != GATED:  # a GATED value is checked by the codec that reads it
+            _value(value, entry, f"{where}.{key}" if where else key, unknown)
+
+
+def _unknown(obj: dict[str, Any], fields: Fields, where: str, unknown: str) -> None:
+    for key in [k for k in obj if k not in fields]:
         path = f"{where}.{shown(key)}" if where else f"'{shown(key)}'"
         if unknown == "drop":
             del obj[key]
@@ -1295,18 +1311,14 @@ def check(obj: dict[str, Any], fields: Fields, where: str, unknown: str) -> None
             f"{path} is not a field gatekeeper knows here, so it is refused "
             "(upstream.unknown_fields: refuse); see gatekeeper/protocols/fields.py"
         )
-    for key in obj.keys() & _REFUSABLE if not _REFUSABLE.isdisjoint(obj) else ():
+
+
+def _refused(obj: dict[str, Any], fields: Fields, where: str) -> None:
+    for key in obj.keys() & _REFUSABLE:
         how = fields.get(key)
         if isinstance(how, Refused) and obj[key] is not None:
             path = f"{where}.{key}" if where else f"'{key}'"
             raise RequestInvalid(f"{path} is refused: {how.why}")
-    for key, value in obj.items():
-        # Plain values first, without a lookup: most fields of most objects are strings.
-        if type(value) in _PLAIN or not isinstance(value, _CONTAINERS):
-            continue
-        entry = fields[key]
-        if entry != GATED:  # a GATED value is checked by the codec that reads it
-            _value(value, entry, f"{where}.{key}" if where else key, unknown)
 
 
 def _value(value: Any, entry: How, where: str, unknown: str) -> None:
@@ -1331,7 +1343,12 @@ def _object(obj: dict[str, Any], entry: Obj | Typed | Map, where: str, unknown: 
     if isinstance(entry, Obj):
         check(obj, entry.fields, where, unknown)
     elif isinstance(entry, Typed):
-        check_typed(obj, entry.tables, where, unknown, entry.default)
+        kind = obj.get("type", entry.default)
+        table = entry.tables.get(kind) if isinstance(kind, str) else None
+        if table is None:
+            check_typed(obj, entry.tables, where, unknown, entry.default)  # refuses it, saying why
+        else:
+            check(obj, table, where, unknown)
     else:
         for key, value in obj.items():
             if type(value) not in _PLAIN and isinstance(value, _CONTAINERS):

@@ -203,6 +203,22 @@ def test_chat_request_fields() -> None:
     _assert_covers(F.CHAT_LEGACY_FUNCTION, p.Function, "chat legacy function")
 
 
+def test_tool_free_endpoint_fields() -> None:
+    from openai.types import completion_create_params, embedding_create_params
+
+    _assert_covers(F.COMPLETIONS_REQUEST, completion_create_params.CompletionCreateParamsStreaming, "completions")
+    _assert_covers(F.EMBEDDINGS_REQUEST, embedding_create_params.EmbeddingCreateParams, "embeddings")
+    # what they forward as is passes the check: token arrays, a logit_bias map, stream_options
+    body = {
+        "model": "m",
+        "prompt": [[1, 2], [3]],
+        "logit_bias": {"50256": -100},
+        "stream_options": {"include_usage": True},
+    }
+    F.check(body, F.COMPLETIONS_REQUEST, "", "refuse")
+    F.check({"model": "m", "input": [[1, 2], [3]]}, F.EMBEDDINGS_REQUEST, "", "refuse")
+
+
 def test_chat_tool_choice_fields() -> None:
     from openai.types.chat.chat_completion_tool_choice_option_param import ChatCompletionToolChoiceOptionParam
 
