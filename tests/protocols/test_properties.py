@@ -5,8 +5,8 @@ framing, no hidden tool name survives a client's accumulation (openai-python's o
 and nothing raises past the proxy (every answer is a complete HTTP response, never a 500).
 
 Requests: for any request built from a protocol's own published types with random extra fields
-(top level and nested in tools, tool choices and input items), no hidden tool reaches the
-upstream, on chat, Responses and Messages, native and translated, under both
+(top level, in tools, tool choices and input items, and in any object nested in them: content
+parts, response formats, content blocks' sources, ...), no hidden tool reaches the upstream, on chat, Responses and Messages, native and translated, under both
 `upstream.unknown_fields` modes."""
 
 from __future__ import annotations
@@ -280,11 +280,63 @@ def _hidden_in(doc: Any) -> list[str]:
     return found
 
 
+# Values the protocols define as free-form (protocols/fields.py OPAQUE_VALUES): forwarded unread,
+# so a hidden tool's name written inside one (a schema's property, a call's input) is data, not
+# an offer; extras are not put there.
+OPAQUE_KEYS = frozenset({"parameters", "schema", "input_schema", "output_schema", "input", "input_examples"})
+OPAQUE_KEYS |= {"annotations", "filters", "trigger", "arguments"}
+
+
+def _objects(doc: Any, key: str = "") -> Iterator[dict[str, Any]]:
+    """Every object in `doc` outside the free-form values."""
+    if key in OPAQUE_KEYS:
+        return
+    if isinstance(doc, dict):
+        yield doc
+        for k, value in doc.items():
+            yield from _objects(value, k)
+    elif isinstance(doc, list):
+        for value in doc:
+            yield from _objects(value, key)
+
+
+@st.composite
+def nested_extras(draw: Any, body: dict[str, Any], payload: Any) -> None:
+    """Add (in place) up to two random fields carrying `payload` to objects anywhere in `body`:
+    a content part, a response format, a citation, a content block's source, ..."""
+    objects = list(_objects(body))
+    for _ in range(draw(st.integers(0, 2))):
+        target = draw(st.sampled_from(objects))
+        carried = json.loads(json.dumps(payload))  # a copy: `target` may be inside another one
+        target[draw(EXTRA_KEYS)] = draw(st.sampled_from([carried, {"tools": carried}, [carried]]))
+
+
+def _drawn(draw: Any, kind: Any, most: int) -> list[Any]:
+    """Up to `most` values of the SDK type `kind`, as JSON would carry them."""
+    return [_plain(draw(st.from_type(kind))) for _ in range(draw(st.integers(0, most)))]
+
+
 @st.composite
 def extras(draw: Any, target: dict[str, Any], payload: Any) -> None:
     """Add (in place) up to two random fields carrying `payload` (hidden tools) to `target`."""
     for _ in range(draw(st.integers(0, 2))):
         target[draw(EXTRA_KEYS)] = draw(st.sampled_from([payload, {"tools": payload}, [payload]]))
+
+
+# Items that offer tools are drawn on purpose above, with the names the rules know.
+_CARRYING = frozenset({"additional_tools", "tool_search_output", "mcp_list_tools"})
+_BLOCK_TYPES = [
+    "BetaTextBlockParam",
+    "BetaImageBlockParam",
+    "BetaRequestDocumentBlockParam",
+    "BetaSearchResultBlockParam",
+    "BetaToolUseBlockParam",
+    "BetaToolResultBlockParam",
+    "BetaWebSearchToolResultBlockParam",
+    "BetaCodeExecutionToolResultBlockParam",
+    "BetaThinkingBlockParam",
+    "BetaContainerUploadBlockParam",
+]
 
 
 def _choice(draw: Any, forms: list[Any]) -> Any:
@@ -300,8 +352,15 @@ def chat_request(draw: Any) -> dict[str, Any]:
         tool = _plain(draw(st.from_type(ChatCompletionToolUnionParam)))
         tool[tool["type"]]["name"] = draw(FUNCTION_NAMES)
         tools.append(tool)
+    from openai.types.chat import completion_create_params as p
+    from openai.types.chat.chat_completion_message_param import ChatCompletionMessageParam
+
     hidden = [{"type": "function", "function": {"name": "execute_command"}}]
-    body: dict[str, Any] = {"model": "small-model", "messages": [{"role": "user", "content": "hi"}]}
+    messages = [{"role": "user", "content": "hi"}, *_drawn(draw, ChatCompletionMessageParam, 2)]
+    body: dict[str, Any] = {"model": "small-model", "messages": messages}
+    for field, kind in (("response_format", p.ResponseFormat), ("prediction", p.ChatCompletionPredictionContentParam)):
+        if draw(st.booleans()):
+            body[field] = _plain(draw(st.from_type(kind)))
     if tools:
         body["tools"] = tools
         body["tool_choice"] = _choice(
@@ -310,6 +369,7 @@ def chat_request(draw: Any) -> dict[str, Any]:
     for target in [body, body["messages"][0], *tools, *[t[t["type"]] for t in tools]]:
         if draw(st.integers(0, 3)) == 0:
             draw(extras(target, hidden))
+    draw(nested_extras(body, hidden))
     return body
 
 
@@ -335,9 +395,14 @@ def responses_tool(draw: Any) -> dict[str, Any]:
 
 @st.composite
 def responses_request(draw: Any) -> dict[str, Any]:
+    from openai.types.responses.easy_input_message_param import EasyInputMessageParam
+    from openai.types.responses.response_input_item_param import ResponseInputItemParam
+    from openai.types.responses.response_text_config_param import ResponseTextConfigParam
+
     hidden = [{"type": "function", "name": "execute_command"}, {"type": "web_search_preview"}]
     tools = draw(st.lists(responses_tool(), max_size=3))
-    items: list[dict[str, Any]] = [{"role": "user", "content": "hi"}]
+    items: list[dict[str, Any]] = [{"role": "user", "content": "hi"}, *_drawn(draw, EasyInputMessageParam, 2)]
+    items += [i for i in _drawn(draw, ResponseInputItemParam, 2) if i.get("type") not in _CARRYING]
     if draw(st.booleans()):
         items.append({"type": "additional_tools", "tools": draw(st.lists(responses_tool(), min_size=1, max_size=2))})
     if draw(st.booleans()):
@@ -345,12 +410,15 @@ def responses_request(draw: Any) -> dict[str, Any]:
         listed = [{"name": n, "input_schema": {}} for n in names]
         items.append({"type": "mcp_list_tools", "id": "l1", "server_label": "github", "tools": listed})
     body: dict[str, Any] = {"model": "small-model", "input": items}
+    if draw(st.booleans()):
+        body["text"] = _plain(draw(st.from_type(ResponseTextConfigParam)))
     if tools:
         body["tools"] = tools
         body["tool_choice"] = _choice(draw, ["auto", "none", "required", {"type": "function", "name": "read_file"}])
     for target in [body, *items, *tools]:
         if draw(st.integers(0, 3)) == 0:
             draw(extras(target, hidden))
+    draw(nested_extras(body, hidden))
     return body
 
 
@@ -372,8 +440,13 @@ def messages_request(draw: Any) -> dict[str, Any]:
             if isinstance(tool.get("configs"), dict):
                 tool["configs"] = {n: {"enabled": True} for n in draw(MCP_NAMES)}
         tools.append(tool)
+    from anthropic.types import beta
+
     hidden = [{"name": "execute_command", "input_schema": {}}, {"type": "bash_20250124", "name": "bash"}]
     blocks: list[dict[str, Any]] = [{"type": "text", "text": "hi"}]
+    # Block types hypothesis can draw (the whole union holds response models it cannot build).
+    for kind in draw(st.lists(st.sampled_from(_BLOCK_TYPES), max_size=2)):
+        blocks.append(_plain(draw(st.from_type(getattr(beta, kind)))))
     if draw(st.booleans()):
         blocks.append({"type": "tool_addition", "tool": {"name": draw(FUNCTION_NAMES), "input_schema": {}}})
     body: dict[str, Any] = {"model": "small-model", "max_tokens": 5, "messages": [{"role": "user", "content": blocks}]}
@@ -388,6 +461,7 @@ def messages_request(draw: Any) -> dict[str, Any]:
     for target in [body, body["messages"][0], *blocks, *tools]:
         if draw(st.integers(0, 3)) == 0:
             draw(extras(target, hidden))
+    draw(nested_extras(body, hidden))
     return body
 
 
