@@ -377,9 +377,24 @@ def _gate_mcp(tool: dict[str, Any], where: str, g: RequestGate) -> Any:
     kept = [n for i, n in enumerate(names) if g.admits(g.mcp(label, required_name(n, f"{where}.allowed_tools[{i}]")))]
     if not kept:
         return None  # an empty allowed_tools list would mean "every tool" to some servers
+    if isinstance(allowed, dict) and allowed.get("read_only") is not None:
+        _refuse_read_only(where, label, g.policy.rule_hiding_part_of(server, g.tier), g)
     if len(kept) == len(names) and not narrowing:
         return tool
     return tool | {"allowed_tools": allowed | {"tool_names": kept} if isinstance(allowed, dict) else kept}
+
+
+def _refuse_read_only(where: str, label: str, rule: str | None, g: RequestGate) -> None:
+    """`read_only` beside a tool list: the API does not say whether the two filters meet or add
+    up, and read as "add up" the server would offer every read-only tool, hidden ones too. While a
+    rule hides some of the server's tools it is refused (never dropped: it is the client's own
+    restriction, and without it the list alone offers more than the client asked for)."""
+    if rule is not None:
+        raise RequestInvalid(
+            f"{where}.allowed_tools.read_only: MCP server {label!r} has tools hidden at tier "
+            f"{g.tier.value!r} (rule {rule!r}), and whether read_only narrows the tool list or adds "
+            "to it is not defined; name the tools in 'allowed_tools' without read_only"
+        )
 
 
 def _gate_input(body: dict[str, Any], g: RequestGate) -> None:

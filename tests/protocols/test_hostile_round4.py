@@ -27,6 +27,10 @@ the official client; what the upstream received, and what the client read, is th
 - Memos keyed by names a client (or an upstream) chooses were bounded in entries, not in size:
   a distinct multi-megabyte tool name per request stayed in memory (100,000 of them). Names over
   256 characters (MCP URLs over 2 KB, schemas over 64 KB) are judged each time, never kept.
+- A Responses MCP filter `{tool_names: [...], read_only: true}` was forwarded with `read_only`
+  (also after the gate narrowed the names): the API does not say whether the two meet or add up,
+  and read as "add up" it offered every read-only tool of the server, hidden ones too. While a
+  rule hides some of a server's tools, `read_only` is a 400 asking for the tools by name.
 """
 
 from __future__ import annotations
@@ -60,13 +64,15 @@ def native() -> Iterator[NativeServer]:
         yield server
 
 
-def proxy_for(upstream: NativeServer, store_path, default_suite, protocols=("chat", "responses", "messages")):
+def proxy_for(
+    upstream: NativeServer, store_path, default_suite, protocols=("chat", "responses", "messages"), rules=RULES
+):
     return small_model_proxy(
         upstream.base_url,
         store_path,
         default_suite,
         upstream={"base_url": upstream.base_url, "protocols": list(protocols)},
-        tools={"default_tier": "small", "required_tier": RULES},
+        tools={"default_tier": "small", "required_tier": rules},
         blocked_calls="strip",
     )
 
@@ -329,3 +335,40 @@ def test_long_server_urls_and_schemas_are_never_cached():
     before = _validator.cache_info().currsize
     assert _validator_for(schema) is not None
     assert _validator.cache_info().currsize == before
+
+
+# -- Responses: an MCP filter that may add tools ---------------------------------------------------
+
+DOCS_LISTING = {
+    "type": "mcp_list_tools",
+    "id": "mcpl_1",
+    "server_label": "github",
+    "tools": [{"name": "list_repos", "input_schema": {}}, {"name": "delete_repo", "input_schema": {}}],
+}
+
+
+@pytest.mark.parametrize(
+    ("allowed", "listed"),
+    [({"tool_names": ["list_repos"], "read_only": True}, False), ({"read_only": True}, True)],
+    ids=["tool_names and read_only", "read_only narrowed to a listing"],
+)
+def test_read_only_beside_a_tool_list_is_refused_while_a_rule_hides_tools(proxy, native, allowed, listed):
+    # Whether `read_only` meets the tool list or adds to it the API does not say; read as "adds",
+    # `{tool_names: [list_repos], read_only: true}` offered every read-only tool of the server,
+    # hidden ones too (a rule may hide a read-only tool: `github.read_secret: large`).
+    server = {"type": "mcp", "server_label": "github", "server_url": GITHUB_URL, "allowed_tools": allowed}
+    with pytest.raises(openai.BadRequestError, match=r"allowed_tools\.read_only: MCP server 'github' has tools hidden"):
+        proxy.client.responses.create(
+            model="small-model",
+            input=[DOCS_LISTING] if listed else "hi",
+            tools=[server],  # type: ignore[list-item]
+        )
+    assert native.responses_requests == []
+
+
+def test_read_only_stays_when_no_rule_hides_a_tool(native, store_path, default_suite):
+    server = {"type": "mcp", "server_label": "docs", "server_url": "https://mcp.example/docs"}
+    server["allowed_tools"] = {"tool_names": ["search"], "read_only": True}
+    with proxy_for(native, store_path, default_suite, rules={}) as proxy:
+        proxy.client.responses.create(model="small-model", input="hi", tools=[server])  # type: ignore[list-item]
+    assert native.responses_requests[-1]["tools"][0]["allowed_tools"] == {"tool_names": ["search"], "read_only": True}

@@ -74,14 +74,14 @@ def test_responses_mcp_gated_per_server_and_narrowed_by_allowed_tools():
                 "type": "mcp",
                 "server_label": "docs",
                 "server_url": "https://z",
-                "allowed_tools": {"tool_names": ["search"], "read_only": True},
+                "allowed_tools": {"tool_names": ["search"]},
             },
         ],
     }
     gated = R.gate(body, Tier.SMALL, POLICY)
     assert gated.hidden == ["danger", "gh.delete_repo"]
     assert body["tools"][0]["allowed_tools"] == ["list_repos"]
-    assert body["tools"][1]["allowed_tools"] == {"tool_names": ["search"], "read_only": True}
+    assert body["tools"][1]["allowed_tools"] == {"tool_names": ["search"]}
     assert set(R.offered(body)) == {"gh.list_repos", "docs.search"}
 
 
