@@ -55,6 +55,10 @@ def _template_effort(body: dict[str, Any], effort: str | None) -> str | None:
     implied = kwargs.get("reasoning_effort")
     if implied is not None and (not isinstance(implied, str) or not implied or "@" in implied):
         raise RequestInvalid("'chat_template_kwargs.reasoning_effort' must be a non-empty string without '@'")
+    for key in ("enable_thinking", "thinking"):
+        # Only true and false are read here; a template may take 0, "" or "false" for off.
+        if kwargs.get(key) is not None and not isinstance(kwargs[key], bool):
+            raise RequestInvalid(f"'chat_template_kwargs.{key}' must be true or false")
     off = [k for k in ("enable_thinking", "thinking") if kwargs.get(k) is False]
     if off and implied not in (None, "none"):
         raise RequestInvalid(

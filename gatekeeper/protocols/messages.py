@@ -308,11 +308,13 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
             if not isinstance(config, dict):
                 raise RequestInvalid(f"{where}.configs.{F.shown(name)} must be an object")
             F.check(config, F.MESSAGES_MCP_TOOL_CONFIG, f"{where}.configs.{F.shown(name)}", g.unknown)
+            _boolean(config, f"{where}.configs.{F.shown(name)}")
     default = tool.get("default_config")
     if default is not None:
         if not isinstance(default, dict):
             raise RequestInvalid(f"{where}.default_config must be an object")
         F.check(default, F.MESSAGES_MCP_TOOL_CONFIG, f"{where}.default_config", g.unknown)
+        _boolean(default, f"{where}.default_config")
     listing = tool.get("tools")
     if listing is not None:
         if not isinstance(listing, list):
@@ -338,6 +340,13 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
             return tool
         return tool | {"configs": {n: c for n, c in (configs or {}).items() if n in kept_names}}
     return tool  # the whole server: judged with the server (_narrow_whole_servers)
+
+
+def _boolean(config: dict[str, Any], where: str) -> None:
+    """A tool config's `enabled` is true or false: the gate reads only those, and a server that
+    takes "true" or 1 for true would enable what the gate took for disabled."""
+    if config.get("enabled") is not None and not isinstance(config["enabled"], bool):
+        raise RequestInvalid(f"{where}.enabled must be true or false, got {type(config['enabled']).__name__}")
 
 
 def _gate_servers(body: dict[str, Any], g: _Gate) -> dict[str, dict[str, Any]]:

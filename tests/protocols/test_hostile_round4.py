@@ -31,6 +31,10 @@ the official client; what the upstream received, and what the client read, is th
   (also after the gate narrowed the names): the API does not say whether the two meet or add up,
   and read as "add up" it offered every read-only tool of the server, hidden ones too. While a
   rule hides some of a server's tools, `read_only` is a 400 asking for the tools by name.
+- Booleans the gate reads were read as `is True` / `is False` and forwarded in any spelling: an
+  `mcp_toolset` config `{"enabled": "true"}` (or 1) did not count as enabled but reached a server
+  that may take it for true; chat's `chat_template_kwargs.enable_thinking: 0` did not count as
+  off but a template may take it for off. Both must be true or false now.
 """
 
 from __future__ import annotations
@@ -372,3 +376,39 @@ def test_read_only_stays_when_no_rule_hides_a_tool(native, store_path, default_s
     with proxy_for(native, store_path, default_suite, rules={}) as proxy:
         proxy.client.responses.create(model="small-model", input="hi", tools=[server])  # type: ignore[list-item]
     assert native.responses_requests[-1]["tools"][0]["allowed_tools"] == {"tool_names": ["search"], "read_only": True}
+
+
+# -- booleans the gate reads, in the spellings a lax server takes ----------------------------------
+
+
+@pytest.mark.parametrize("spelling", ["true", 1], ids=["string", "number"])
+def test_a_toolset_config_enabled_that_is_not_a_boolean_is_refused(proxy, native, spelling):
+    # The gate counts a tool enabled only when `enabled` is true; `"true"` or 1 was forwarded as
+    # it was, and a server that reads them as true (pydantic's lax mode does) enabled delete_repo.
+    toolset = {
+        "type": "mcp_toolset",
+        "mcp_server_name": "github",
+        "default_config": {"enabled": False},
+        "configs": {"list_repos": {"enabled": True}, "delete_repo": {"enabled": spelling}},
+    }
+    with pytest.raises(
+        anthropic.BadRequestError, match=r"tools\[0\]\.configs\.delete_repo\.enabled must be true or false"
+    ):
+        claude(proxy).messages.create(
+            model="small-model", max_tokens=10, messages=HI, tools=[toolset], extra_body={"mcp_servers": [github()]}
+        )
+    assert native.messages_requests == []
+
+
+@pytest.mark.parametrize("spelling", [0, "false", ""], ids=["zero", "string", "empty"])
+def test_a_template_thinking_switch_that_is_not_a_boolean_is_refused(proxy, native, spelling):
+    # Read as "not false", so the request kept reasoning_effort's tier; a template that takes 0
+    # or "" for off (`{% if not enable_thinking %}`) ran the model without reasoning.
+    with pytest.raises(openai.BadRequestError, match=r"chat_template_kwargs\.enable_thinking' must be true or false"):
+        proxy.client.chat.completions.create(
+            model="small-model",
+            messages=HI,
+            reasoning_effort="high",
+            extra_body={"chat_template_kwargs": {"enable_thinking": spelling}},
+        )
+    assert native.requests == []
