@@ -508,6 +508,12 @@ class RequestGate:
         """The label whose rules gate the request's MCP server `label`."""
         return self.gated.servers.get(label, label)
 
+    def any_server(self, label: str) -> str:
+        """For a 400: why the rules of other servers apply to `label` ("" when its own do)."""
+        if self.server(label) in self.policy.named_groups:
+            return ""
+        return f" (no rule names {label!r} and tools.mcp_servers does not bind it: it may be any server)"
+
     def mcp(self, label: str, tool: str) -> ToolId:
         """The identity a tool of the request's MCP server `label` is gated by."""
         return ToolId.mcp(self.server(label), tool)

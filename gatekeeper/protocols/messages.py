@@ -415,7 +415,8 @@ def _narrow_whole_servers(body: dict[str, Any], servers: dict[str, dict[str, Any
         if listed is None:
             raise RequestInvalid(
                 f"MCP server {label!r} is offered without a list of its tools, but the rule {rule!r} "
-                f"hides some of its tools at tier {g.tier.value!r}; name the tools the model may use in "
+                f"hides some of its tools at tier {g.tier.value!r}{g.any_server(label)}; name the tools the "
+                "model may use in "
                 "'mcp_servers[].tool_configuration.allowed_tools'"
             )
         names = [n for n in listed if g.admits(g.mcp(label, n))]

@@ -371,8 +371,8 @@ def _gate_mcp(tool: dict[str, Any], where: str, g: RequestGate) -> Any:
         if names is None:
             raise RequestInvalid(
                 f"{where}: MCP server {label!r} is offered without a list of its tools, but the rule "
-                f"{rule!r} hides some of its tools at tier {g.tier.value!r}; name the tools the model "
-                "may use in 'allowed_tools'"
+                f"{rule!r} hides some of its tools at tier {g.tier.value!r}{g.any_server(label)}; name the "
+                "tools the model may use in 'allowed_tools'"
             )
     kept = [n for i, n in enumerate(names) if g.admits(g.mcp(label, required_name(n, f"{where}.allowed_tools[{i}]")))]
     if not kept:

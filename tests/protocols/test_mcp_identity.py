@@ -178,8 +178,9 @@ def responses_gate(tools: list[dict[str, Any]], rules: ToolPolicy, tier: Tier = 
 @pytest.mark.parametrize("allowed", [None, {"read_only": True}])
 def test_a_renamed_responses_server_without_a_tool_list_is_refused(allowed):
     tool = mcp_tool("gh") if allowed is None else mcp_tool("gh", allowed_tools=allowed)
-    with pytest.raises(RequestInvalid, match=r"MCP server 'gh' is offered without a list.*'github\.delete_\*'"):
+    with pytest.raises(RequestInvalid, match=r"MCP server 'gh' is offered without a list.*'github\.delete_\*'") as e:
         responses_gate([tool], policy())
+    assert "no rule names 'gh' and tools.mcp_servers does not bind it: it may be any server" in str(e.value)
 
 
 def test_a_renamed_responses_server_is_narrowed_to_the_tools_the_tier_admits():
