@@ -113,8 +113,10 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
             )
         try:
             # LiteLLM's own bookkeeping keys are not request fields; `extra_body` (which LiteLLM
-            # merges into the provider's request) is checked.
-            foreign = unlisted_fields(protocol, data)
+            # merges into the provider's request) is checked. `metadata` is LiteLLM's too (its
+            # proxy fills it with the caller's key, headers, ...: litellm_pre_call_utils.py
+            # `get_metadata_variable_name`), not the protocol's map of strings.
+            foreign = unlisted_fields(protocol, data) | {"metadata"}
             resolution, gated = await agate_body(self.gk, protocol, data, foreign)
         except NotMeasured as exc:
             raise _http_error(503, str(exc), "model_not_measured") from None
