@@ -300,6 +300,10 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
     g.toolsets.add(server)
     if not g.admits(g.server(server), record_kept=False):
         return None
+    if server not in servers:  # no server the gate saw, nothing that narrows it: every tool of whatever it is
+        raise RequestInvalid(
+            f"{where}: an mcp_toolset for MCP server '{F.shown(server)}', which 'mcp_servers' does not define"
+        )
     configs = tool.get("configs")
     if configs is not None:
         if not isinstance(configs, dict):

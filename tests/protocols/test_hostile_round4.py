@@ -10,7 +10,7 @@ the official client; what the upstream received, and what the client read, is th
   and its `mcp_toolset`, and the API version decides which one counts. A whole toolset next to
   a server that lists its tools, or next to a server the gate narrowed to a listing, was sent
   whole: under the toolset API every tool of the server was offered. Both now say the same
-  admitted tools.
+  admitted tools. An `mcp_toolset` for a server `mcp_servers` does not define went whole; refused.
 - An upstream that quotes the credential it got in an error (`Incorrect API key provided:
   Bearer sk-...`, unmasked) showed a client without a key the operator's `upstream.api_key`,
   which the proxy had added for it. Error bodies relayed from the upstream never carry the
@@ -166,6 +166,19 @@ def test_a_whole_toolset_of_a_server_that_lists_nothing_still_asks_for_a_list(pr
             messages=HI,
             tools=[{"type": "mcp_toolset", "mcp_server_name": "github"}],
             extra_body={"mcp_servers": [github()]},
+        )
+    assert native.messages_requests == []
+
+
+def test_a_toolset_for_a_server_the_request_does_not_define_is_refused(proxy, native):
+    # Nothing the gate saw said which server it was, nor narrowed it: it went whole (an upstream
+    # that knows servers by name, as a gateway with its own MCP config, would offer them all).
+    with pytest.raises(anthropic.BadRequestError, match=r"tools\[0\]: an mcp_toolset for MCP server 'github', which"):
+        claude(proxy).messages.create(
+            model="small-model",
+            max_tokens=10,
+            messages=HI,
+            tools=[{"type": "mcp_toolset", "mcp_server_name": "github"}],
         )
     assert native.messages_requests == []
 
