@@ -85,15 +85,16 @@ def meets(minimums: Minimums, bounds: Mapping[str, float]) -> bool:
 
 def covering_names(tool: str | ToolId) -> tuple[str, ...]:
     """Every rule name that covers a tool, as `ToolPolicy` reads them: a plain name as written; a
-    built-in by its versioned type and its family; an MCP or namespaced tool by its group and
-    `group.tool`."""
+    built-in by its versioned type and its family; an MCP or namespaced tool by its group,
+    `group.tool` and its bare name (a minimum for `delete_repo` is not escaped by offering it
+    inside a server or namespace)."""
     if isinstance(tool, str):
         return (tool,)
     if tool.kind is ToolKind.BUILTIN:
         family = builtin_family(tool.name)
         return (tool.name, family) if family else (tool.name,)
     group = tool.group
-    return (group, tool.name) if group is not None else (tool.name,)
+    return (group, tool.name, tool.name.partition(".")[2]) if group is not None else (tool.name,)
 
 
 def overlaps_group(rule: str, group: str) -> bool:
@@ -133,9 +134,10 @@ class Requirements:
         self._any_group += [("*", m) for g in sorted(self.named_groups) if (m := self.rule(g)[1])]
 
     def overlaps(self, rule: str, group: str) -> bool:
-        """Could `rule` name some tool of `group` (`overlaps_group`)? Of a group no rule names,
-        any `server.tool` rule and any named group's whole-server rule could."""
-        if overlaps_group(rule, group):
+        """Could `rule` name some tool of `group` (`overlaps_group`)? A rule for a bare name
+        (`delete_*`) could, as in ToolPolicy; of a group no rule names, so could any `server.tool`
+        rule and any named group's whole-server rule."""
+        if overlaps_group(rule, group) or ("." not in rule and rule != group):
             return True
         return group not in self.named_groups and ("." in rule or rule in self.named_groups)
 

@@ -427,3 +427,11 @@ def test_under_any_label_a_hidden_tool_is_neither_offered_nor_let_through(label)
 def test_every_spelling_of_a_bound_url_is_its_server_under_any_label(scheme, host, port, slashes, label):
     url = f"{scheme}://{host}{port}/mcp{slashes}"
     assert GITHUB.identify(label if label != "gmail" else "x", [("urls", "u", url)], "w") == "github"
+
+
+def test_a_bare_name_minimum_reaches_a_tool_inside_a_server_or_namespace():
+    requires = Requirements({"delete_*": {"json": 0.9}})
+    assert requires.of(ToolId.mcp("github", "delete_repo")) == {"json": 0.9}
+    assert requires.of(ToolId.namespaced("ops", "delete_all")) == {"json": 0.9}
+    unmeasured = PairPolicy(ToolPolicy(), requires, {})
+    assert unmeasured.rule_hiding_part_of("github", Tier.LARGE) == "delete_*"  # so it is not offered whole
