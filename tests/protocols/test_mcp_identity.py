@@ -10,13 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import settings_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from gatekeeper import Gatekeeper
 from gatekeeper.config import Settings, describe_errors
 from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
 from gatekeeper.gating import ToolId, ToolPolicy
+from gatekeeper.inprocess.wrap import gate_body
 from gatekeeper.mcp_identity import ServerBindings, normalise_url
 from gatekeeper.protocols.base import Allowed
 from gatekeeper.protocols.messages import CODEC as MESSAGES
@@ -435,3 +438,19 @@ def test_a_bare_name_minimum_reaches_a_tool_inside_a_server_or_namespace():
     assert requires.of(ToolId.namespaced("ops", "delete_all")) == {"json": 0.9}
     unmeasured = PairPolicy(ToolPolicy(), requires, {})
     assert unmeasured.rule_hiding_part_of("github", Tier.LARGE) == "delete_*"  # so it is not offered whole
+
+
+# -- in-process: the SDK wrappers and the LiteLLM hook gate with the same step ------------------
+
+
+def test_the_in_process_request_step_resolves_server_identity_from_the_config(tmp_path):
+    tools = {"required_tier": {"github.delete_*": "large"}, "mcp_servers": {"github": {"urls": [GITHUB_URL]}}}
+    settings = settings_for("http://127.0.0.1:9/v1", tmp_path / "s.json", pins={"m": "small"}, tools=tools)
+    with Gatekeeper(settings) as gk:
+        with pytest.raises(RequestInvalid, match="offered without a list"):
+            gate_body(gk, "responses", {"model": "m", "input": "hi", "tools": [mcp_tool("gh")]})
+        with pytest.raises(RequestInvalid, match="label 'github' is bound"):
+            gate_body(gk, "responses", {"model": "m", "input": "hi", "tools": [mcp_tool("github", url=EVIL_URL)]})
+        body = {"model": "m", "input": "hi", "tools": [mcp_tool("gh", allowed_tools=["delete_repo", "list_repos"])]}
+        _, gated = gate_body(gk, "responses", body)
+    assert body["tools"][0]["allowed_tools"] == ["list_repos"] and gated.servers == {"gh": "github"}
