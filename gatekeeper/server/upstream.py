@@ -64,6 +64,7 @@ _HOP_BYTES = frozenset(h.encode() for h in HOP) | {b"x-request-id", b"content-ty
 # What reading an answer raises when the transfer breaks (reset, early end, read timeout).
 TransferError = (aiohttp.ClientError, asyncio.TimeoutError)
 
+_SECRET_MIN = 8  # characters of an operator credential worth scrubbing from error bodies
 _MAX_CACHED_URLS = 64  # fixed endpoint paths; /v1/models/{id} paths come from clients and are not kept
 
 
@@ -232,7 +233,9 @@ class PooledUpstream:
             self._basic and self._basic.removeprefix("Basic "),
             password and unquote(password),
         )
-        self._secrets = tuple(c.encode() for c in credentials if c)
+        # Shorter values are placeholders (`EMPTY`, `none` for servers that check no key), and
+        # replacing them would mangle the error's own words.
+        self._secrets = tuple(c.encode() for c in credentials if c and len(c) >= _SECRET_MIN)
         self._shown = redact_url(upstream.base_url)  # what error bodies say: never its credentials
         self.api_key = upstream.api_key
         self.max_response_bytes = upstream.max_response_bytes
