@@ -180,10 +180,11 @@ class ToolPolicy:
       * MCP / NAMESPACED: its group (`github`, which gates the whole server), `group.tool`
         (`github.delete_repo`, matched by `github.delete_*`) and the bare tool name
         (`delete_repo`: a rule for a function is not escaped by wrapping it in a namespace);
-        and, when no server-scoped rule names the group and `servers` does not bind it (a label
+        and, for an MCP server no server-scoped rule names and `servers` does not bind (a label
         the client chose, `gh`), every server-scoped rule whose tool part matches the tool
         (`github.delete_*` for `gh.delete_repo`) and the whole-server rule of every named group:
-        it may be any server (gatekeeper.mcp_identity).
+        it may be any server (gatekeeper.mcp_identity). Not for a namespace: its functions are
+        the client's own, which it could as well offer bare (where only bare-name rules reach).
     A name no rule matches requires `default_tier`.
     """
 
@@ -239,7 +240,7 @@ class ToolPolicy:
             bare = tool.name.partition(".")[2]
             found = [self._rule(group) or self.default_tier]
             found += [t for t in (self._rule(tool.name), self._rule(bare)) if t is not None]
-            if group not in self.named_groups:  # a label no rule names: it may be any server
+            if tool.kind is ToolKind.MCP and group not in self.named_groups:  # it may be any server
                 found += [t for part, t in self._any_group if fnmatchcase(bare, part)]
             return max(found, key=lambda t: t.rank)
         return self._rule(tool.name) or self.default_tier

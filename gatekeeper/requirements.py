@@ -112,7 +112,7 @@ class Requirements:
     names first, then shell-style patterns in config order, as `tools.required_tier`; when several
     names have a rule, the strictest minimum of each category applies (fail closed).
 
-    A tool of an MCP server or namespace whose label no rule names (nor `named_groups`: the tier
+    A tool of an MCP server whose label no rule names (nor `named_groups`: the tier
     policy's, with the config's bindings) may be any server's, as in ToolPolicy: it meets every
     `server.tool` rule whose tool part matches it, and the whole-server rule of every named group."""
 
@@ -164,7 +164,7 @@ class Requirements:
             found = {}
             minimums = [self.rule(name)[1] for name in covering_names(tool)]
             group = tool.group if isinstance(tool, ToolId) else None
-            if isinstance(tool, ToolId) and group is not None and group not in self.named_groups:  # any server
+            if isinstance(tool, ToolId) and tool.kind is ToolKind.MCP and group not in self.named_groups:
                 bare = tool.name.partition(".")[2]
                 minimums += [m for part, m in self._any_group if fnmatchcase(bare, part)]
             for rule_minimums in minimums:

@@ -74,10 +74,15 @@ def test_the_whole_server_rule_of_a_named_server_reaches_a_renamed_one():
     assert policy({"github": Tier.LARGE}).required_tier(ToolId.mcp("gh", "x")) == Tier.SMALL
 
 
-def test_a_renamed_namespace_is_gated_like_a_renamed_server():
-    rules = policy({"crm.delete_*": Tier.LARGE})
-    assert rules.required_tier(ToolId.namespaced("crm2", "delete_contact")) == Tier.LARGE
-    assert rules.required_tier(ToolId.namespaced("crm2", "read_contact")) == Tier.SMALL
+def test_a_namespace_is_the_client_s_own_functions_where_only_its_own_and_bare_name_rules_reach():
+    # The client could offer them bare as well: other groups' rules would add nothing but
+    # hide Codex's MCP namespaces (`mcp__gatekeeper`) under any `files.*` rule.
+    rules = policy({"crm.delete_*": Tier.LARGE, "files.*": Tier.LARGE, "purge": Tier.MEDIUM})
+    assert rules.required_tier(ToolId.namespaced("crm2", "delete_contact")) == Tier.SMALL
+    assert rules.required_tier(ToolId.namespaced("crm", "delete_contact")) == Tier.LARGE
+    assert rules.required_tier(ToolId.namespaced("mcp__gatekeeper", "notes__read_note")) == Tier.SMALL
+    assert rules.required_tier(ToolId.namespaced("ops", "purge")) == Tier.MEDIUM
+    assert Requirements({"crm.delete_*": {"json": 0.9}}).of(ToolId.namespaced("crm2", "delete_x")) == {}
 
 
 def test_a_label_no_rule_names_cannot_be_offered_whole_while_a_server_rule_is_above_the_tier():
