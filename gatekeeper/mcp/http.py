@@ -4,8 +4,9 @@ Every request passes, in this order:
 1. `Origin`: absent (not a browser) or one of `mcp.allowed_origins`; else 403 (the MCP spec's
    rule against DNS rebinding);
 2. the per-source throttle of wrong keys (the admin API's rules and source address, its own
-   count): past it, 429 with `Retry-After`, before the key is looked at;
-3. `Authorization: Bearer <one of mcp.api_keys>`, compared in constant time; else 401;
+   count): past 100 a minute, 429 with `Retry-After` before the key is looked at;
+3. `Authorization: Bearer <one of mcp.api_keys>`, compared in constant time; else 401 (429 with
+   `Retry-After` past 10 wrong keys a minute: a right key still passes);
 4. the model: from the path, else the header, else none (the unknown tier); its effort one of the
    closed set (400 otherwise). The session the request opens is bound to that model and key: the
    SDK answers 404 to a request for the session under another model or key, so a session cannot
@@ -46,7 +47,7 @@ class Throttle(Protocol):
     """Wrong keys per source (the proxy passes gatekeeper.server.throttle.KeyThrottle)."""
 
     def retry_after(self, source: str) -> int: ...
-    def failed(self, source: str) -> None: ...
+    def failed(self, source: str) -> int: ...  # > 0: past the soft limit, answer 429
     def succeeded(self, source: str) -> None: ...
 
 
@@ -79,14 +80,16 @@ class McpEndpoint:
             log.warning("mcp_origin_refused", origin=origin[:200])
             return _error(403, f"Origin {origin[:200]!r} is not allowed (mcp.allowed_origins)")
         source = self.source(request)
-        wait = self.throttle.retry_after(source)
+        wait = self.throttle.retry_after(source)  # so many wrong keys that this one is not read
         if wait:
             log.warning("mcp_key_throttled", client=source, retry_after_s=wait)
-            return _error(429, "too many wrong MCP keys from this address; retry later", {"retry-after": str(wait)})
+            return _throttled(wait)
         key_index = _key_index(request.headers.get("authorization", ""), settings.mcp.keys)
         if key_index is None:
-            self.throttle.failed(source)
+            wait = self.throttle.failed(source)
             log.warning("mcp_key_refused", client=source)
+            if wait:
+                return _throttled(wait)
             message = "the MCP gateway needs 'Authorization: Bearer <one of mcp.api_keys>'"
             return _error(401, message, {"www-authenticate": "Bearer"})
         self.throttle.succeeded(source)
@@ -126,6 +129,10 @@ def _bind(raw: str | None) -> Binding:
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
     body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
     return Response(orjson.dumps(body), status_code=status, headers=headers, media_type="application/json")
+
+
+def _throttled(wait: int) -> Response:
+    return _error(429, "too many wrong MCP keys from this address; retry later", {"retry-after": str(wait)})
 
 
 def mcp_routes(gateway: McpGateway, throttle: Throttle, source: Callable[[Request], str]) -> list[BaseRoute]:

@@ -1,9 +1,9 @@
 """The admin API (mounted by the proxy when `admin_key` is set): profiles, measurements, reload.
 
 Every endpoint needs exactly `Authorization: Bearer <admin_key>` (compared in constant time).
-Wrong keys are counted per source with the console's sign-in (server/throttle.py): past the
-limit a source gets 429 with `Retry-After`, before its key is looked at; other sources are not
-affected. Endpoints raise ProxyError; the proxy's exception handler shapes the answer.
+Wrong keys are counted per source with the console's sign-in (server/throttle.py): past 10 a
+minute a source's wrong keys get 429 with `Retry-After` (a right key still passes), past 100 its
+keys are not read; other sources are not affected. Endpoints raise ProxyError; the proxy's exception handler shapes the answer.
 """
 
 from __future__ import annotations
@@ -35,24 +35,30 @@ def _digest(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
 
 
+def _throttled(wait: int) -> ProxyError:
+    return ProxyError(
+        429,
+        f"too many wrong admin keys from this address; retry in {wait} s",
+        "admin_key_throttled",
+        "rate_limit_error",
+        headers={"retry-after": str(wait)},
+    )
+
+
 def _authorized(throttle: KeyThrottle, endpoint: Endpoint) -> Endpoint:
     async def guarded(request: Request) -> Response:
         source, shared = client_source(request), shared_counts(request)
         wait = await asyncio.to_thread(throttle.retry_after, source, shared)
-        if wait:
+        if wait:  # so many wrong keys that this one is not even read
             log.warning("admin_key_throttled", client=source, retry_after_s=wait)
-            raise ProxyError(
-                429,
-                f"too many wrong admin keys from this address; retry in {wait} s",
-                "admin_key_throttled",
-                "rate_limit_error",
-                headers={"retry-after": str(wait)},
-            )
+            raise _throttled(wait)
         # Digests of equal length: the comparison's time says nothing of the key, not even its length.
         expected = _digest(f"Bearer {request.app.state.admin_key}".encode())
         if not hmac.compare_digest(_digest(request.headers.get("authorization", "").encode("latin-1")), expected):
-            await asyncio.to_thread(throttle.failed, source, shared)
+            wait = await asyncio.to_thread(throttle.failed, source, shared)
             log.warning("admin_key_refused", client=source, path=request.url.path)
+            if wait:
+                raise _throttled(wait)
             raise ProxyError(
                 401, "admin API needs 'Authorization: Bearer <admin_key>'", "invalid_admin_key", "authentication_error"
             )

@@ -52,6 +52,7 @@ log = logs.get_logger("gatekeeper.server.app")
 # Tool-free endpoints forwarded untouched (after a check that the body carries no tool field).
 PASSTHROUGH = ("/v1/embeddings", "/v1/completions")
 _TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
+_STRONG_KEY = 16  # characters of an admin key below which start-up warns
 
 
 def create_app(gk: Gatekeeper, *, upstream: Upstream | None = None) -> Starlette:
@@ -75,6 +76,8 @@ def create_app(gk: Gatekeeper, *, upstream: Upstream | None = None) -> Starlette
     ]
     if admin_key:
         routes += admin_routes()
+        if len(admin_key) < _STRONG_KEY:  # the throttle bounds guessing at 100 keys a minute per source
+            log.warning("weak_admin_key", length=len(admin_key), advice=f"use {_STRONG_KEY}+ random characters")
     gateway = None
     if gk.settings.mcp.servers:
         from gatekeeper.mcp import McpGateway, mcp_routes  # the mcp SDK is imported only when configured

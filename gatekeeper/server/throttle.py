@@ -2,10 +2,16 @@
 
 One `KeyThrottle` per app serves the console's sign-in and the admin API's `Bearer` check, so a
 guesser gains nothing by switching between them. It counts wrong keys per *source* (the client's
-address), never globally: a flood of wrong keys from one address makes that address wait, and an
-admin signing in from anywhere else is not affected. A source that is throttled is refused
-before its key is looked at (429 with `Retry-After`): a guesser cannot tell a hit from the
-throttle, so the throttle really bounds the guessing rate (`attempts` per `window_s`).
+address), never globally, in two steps:
+
+- past `attempts` (10) wrong keys a minute, a source's wrong keys are answered 429 with
+  `Retry-After` instead of 401, but its keys are still read: **a right key is let through**, so
+  an admin who mistyped, or who shares an address with a guesser (a NAT, a test rig on
+  loopback), is never locked out by a few wrong keys;
+- past `blocked_after` (100) wrong keys a minute the source is refused before its key is looked
+  at (429): that bounds a guesser at 100 keys a minute per source, whatever it learns from the
+  answers. An admin key of 32 random characters is out of reach of that rate for ever; a short
+  one is not, hence the warning at start-up (`weak_admin_key`).
 
 The source is the socket peer's address, or, behind a reverse proxy, the address that proxy
 reports in `trusted_proxy_header` (see `client_source`). Without that setting behind a proxy every
@@ -37,7 +43,8 @@ from gatekeeper.store import WrongKeyCounts
 log = logs.get_logger("gatekeeper.server.throttle")
 T = TypeVar("T")
 
-ATTEMPTS = 10  # wrong keys per source per window: plenty for typos, nothing for a guesser
+ATTEMPTS = 10  # wrong keys per source per window before they get 429: plenty for typos
+BLOCKED_AFTER = 100  # wrong keys per source per window before its keys are not even read
 WINDOW_S = 60.0
 MAX_SOURCES = 10_000  # entries of a few hundred bytes: a few MB at most
 
@@ -48,32 +55,43 @@ class KeyThrottle:
     `shared` (the Redis store's `wrong_keys()`) adds a count every replica sees; the local count
     stays the floor, so a Redis outage never lifts the throttle (its errors are logged, ignored)."""
 
-    def __init__(self, attempts: int = ATTEMPTS, window_s: float = WINDOW_S, max_sources: int = MAX_SOURCES) -> None:
-        self.attempts, self.window_s = attempts, window_s
+    def __init__(
+        self,
+        attempts: int = ATTEMPTS,
+        window_s: float = WINDOW_S,
+        max_sources: int = MAX_SOURCES,
+        blocked_after: int = BLOCKED_AFTER,
+    ) -> None:
+        self.attempts, self.window_s, self.blocked_after = attempts, window_s, max(blocked_after, attempts)
         # An entry expires `window_s` after its newest failure, when none of its failures counts any more.
         self._failures: TTLCache[str, deque[float]] = TTLCache(max_sources, window_s, timer=time.monotonic)
         self._lock = threading.Lock()
 
-    def retry_after(self, source: str, shared: WrongKeyCounts | None = None) -> int:
-        """Seconds until `source` may try a key again; 0 when it may now."""
+    def retry_after(self, source: str, shared: WrongKeyCounts | None = None, limit: int | None = None) -> int:
+        """Seconds until `source` has fewer than `limit` (default `blocked_after`: its key is not
+        read) wrong keys in the window; 0 when it has now."""
+        limit = self.blocked_after if limit is None else limit
         now = time.monotonic()
         wait = 0.0
         with self._lock:
             failures = self._failures.get(source)
-            if failures is not None and len(failures) >= self.attempts:
-                wait = failures[0] + self.window_s - now  # until the oldest counted failure leaves the window
+            if failures is not None and len(failures) >= limit:
+                # until the failure that makes the count `limit` leaves the window
+                wait = failures[len(failures) - limit] + self.window_s - now
         if shared is not None:
-            wait = max(wait, _shared(shared.retry_after, source, self.attempts) or 0.0)
+            wait = max(wait, _shared(shared.retry_after, source, limit) or 0.0)
         return max(1, math.ceil(wait)) if wait > 0 else 0
 
-    def failed(self, source: str, shared: WrongKeyCounts | None = None) -> None:
+    def failed(self, source: str, shared: WrongKeyCounts | None = None) -> int:
+        """Counts a wrong key; the seconds the source should wait (answer 429, not 401), or 0."""
         now = time.monotonic()
         with self._lock:
-            failures = self._failures.get(source) or deque(maxlen=self.attempts)
+            failures = self._failures.get(source) or deque(maxlen=self.blocked_after)
             failures.append(now)
             self._failures[source] = failures  # set again: restarts the entry's expiry
         if shared is not None:
             _shared(shared.record, source, self.window_s)
+        return self.retry_after(source, shared, self.attempts + 1)  # the first `attempts` get 401
 
     def __len__(self) -> int:
         """Sources with failures on record (bounded by `max_sources`)."""

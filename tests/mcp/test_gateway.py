@@ -269,8 +269,12 @@ def test_the_door_needs_a_key_an_allowed_origin_and_throttles_guessing(tmp_path,
             assert http.post(proxy.url + "/mcp/large-model@bogus", json=ping, headers=good).status_code == 400
             for _ in range(10):  # the right key above cleared the missing one's count
                 assert http.post(url, json=ping, headers=accept | {"Authorization": "Bearer guess"}).status_code == 401
-            throttled = http.post(url, json=ping, headers=good)  # even the right key waits out the window
+            throttled = http.post(url, json=ping, headers=accept | {"Authorization": "Bearer guess"})
             assert throttled.status_code == 429 and int(throttled.headers["retry-after"]) >= 1
+            assert http.post(url, json=ping, headers=good).status_code not in (401, 429)  # a right key still passes
+            for _ in range(100):  # past 100 wrong keys a minute, no key is read
+                http.post(url, json=ping, headers=accept | {"Authorization": "Bearer guess"})
+            assert http.post(url, json=ping, headers=good).status_code == 429
 
 
 def test_without_mcp_servers_there_is_no_mcp_endpoint(tmp_path, default_suite):

@@ -189,23 +189,27 @@ class Console:
             return RedirectResponse(f"{self.prefix}/", status_code=303, headers=self.headers)
         return self.render("login.html")
 
+    def _throttled(self, wait: int) -> Response:
+        throttled = self.render("login.html", 429, error=f"Too many wrong keys from here; try again in {wait} s.")
+        throttled.headers["retry-after"] = str(wait)
+        return throttled
+
     async def login(self, request: Request) -> Response:
         if not self.from_here(request):
             return self.render("login.html", 403, error="Sign-in refused: the form was not posted from this server.")
         source, shared = client_source(request), shared_counts(request)
-        # A throttled source is refused before its key is looked at: it cannot tell a hit from
-        # the throttle. Other sources are not affected (server/throttle.py).
+        # A source past `blocked_after` wrong keys is refused before its key is looked at; past
+        # `attempts`, its wrong keys get 429 and a right one still signs in. Other sources are
+        # not affected (server/throttle.py).
         wait = await asyncio.to_thread(self.throttle.retry_after, source, shared)
         if wait:
             log.warning("console_sign_in_throttled", client=source, retry_after_s=wait)
-            throttled = self.render("login.html", 429, error=f"Too many wrong keys from here; try again in {wait} s.")
-            throttled.headers["retry-after"] = str(wait)
-            return throttled
+            return self._throttled(wait)
         form = await _form(request)
         if form is None or not self.signer(request).key_matches(form.get("key", "")):
-            await asyncio.to_thread(self.throttle.failed, source, shared)
+            wait = await asyncio.to_thread(self.throttle.failed, source, shared)
             log.warning("console_sign_in_failed", client=source)
-            return self.render("login.html", 401, error="Wrong admin key.")
+            return self._throttled(wait) if wait else self.render("login.html", 401, error="Wrong admin key.")
         await asyncio.to_thread(self.throttle.succeeded, source, shared)
         response = RedirectResponse(f"{self.prefix}/", status_code=303, headers=self.headers)
         response.set_cookie(
