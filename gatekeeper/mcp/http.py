@@ -31,6 +31,7 @@ from starlette.types import Receive, Scope, Send
 from gatekeeper import logs
 from gatekeeper.errors import RequestInvalid
 from gatekeeper.mcp.gateway import BINDING, Binding
+from gatekeeper.peers import bearer_form
 from gatekeeper.store.profile import check_effort, split_key
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ class McpEndpoint:
 
 def _key_index(header: str, keys: list[str]) -> int | None:
     """Which key the header carries; every key is compared (constant time each, no early exit)."""
-    presented = header.encode("latin-1", "replace")
+    presented = bearer_form(header)
     found = None
     for i, key in enumerate(keys):
         if hmac.compare_digest(presented, f"Bearer {key}".encode()):

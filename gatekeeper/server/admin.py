@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute, Route
 from gatekeeper import logs
 from gatekeeper.errors import ConfigError, ProxyError, RequestInvalid, StoreError
 from gatekeeper.measuring.confidence import shown_scores
+from gatekeeper.peers import bearer_form
 from gatekeeper.redact import redact
 from gatekeeper.server.console import console_routes
 from gatekeeper.server.throttle import KeyThrottle, client_source, shared_counts
@@ -54,7 +55,7 @@ def _authorized(throttle: KeyThrottle, endpoint: Endpoint) -> Endpoint:
             raise _throttled(wait)
         # Digests of equal length: the comparison's time says nothing of the key, not even its length.
         expected = _digest(f"Bearer {request.app.state.admin_key}".encode())
-        if not hmac.compare_digest(_digest(request.headers.get("authorization", "").encode("latin-1")), expected):
+        if not hmac.compare_digest(_digest(bearer_form(request.headers.get("authorization", ""))), expected):
             wait = await asyncio.to_thread(throttle.failed, source, shared)
             log.warning("admin_key_refused", client=source, path=request.url.path)
             if wait:

@@ -266,6 +266,8 @@ def test_the_door_needs_a_key_an_allowed_origin_and_throttles_guessing(tmp_path,
             assert evil.status_code == 403 and "evil.example" in evil.json()["error"]["message"]
             allowed = http.post(url, json=ping, headers=good | {"Origin": "http://app.example:3000"})
             assert allowed.status_code != 403
+            lower = http.post(url, json=ping, headers=accept | {"Authorization": f"bearer {KEY}"})
+            assert lower.status_code not in (401, 429)  # the scheme's case is not the key's
             assert http.post(proxy.url + "/mcp/large-model@bogus", json=ping, headers=good).status_code == 400
             for _ in range(10):  # the right key above cleared the missing one's count
                 assert http.post(url, json=ping, headers=accept | {"Authorization": "Bearer guess"}).status_code == 401

@@ -419,8 +419,8 @@ def test_an_empty_admin_key_disables_the_admin_api(upstream, store_path):
     assert answer.status_code == 404
 
 
-@pytest.mark.parametrize("header", ["bearer k3y", "Bearer  k3y", "k3y", "Bearer k3y2", "Basic k3y", "Bearer"])
-def test_only_exactly_bearer_and_the_key_passes(upstream, store_path, header):
+@pytest.mark.parametrize("header", ["Bearer  k3y", "k3y", "Bearer k3y2", "Basic k3y", "Bearer", "bearer K3Y"])
+def test_only_bearer_and_exactly_the_key_passes(upstream, store_path, header):
     with running_proxy(settings_for(upstream.base_url, store_path, admin_key="k3y")) as proxy:
         refused = httpx.get(proxy.url + "/admin/profiles", headers={"authorization": header})
         allowed = httpx.get(proxy.url + "/admin/profiles", headers={"authorization": "Bearer k3y"})
@@ -600,6 +600,15 @@ def test_a_right_key_passes_from_an_address_that_sent_a_few_wrong_ones(upstream,
             assert client.get("/admin/profiles", headers=right).status_code == 200
             signed_in = client.post("/admin/login", data={"key": "k3y"}, headers={"origin": proxy.url})
             assert signed_in.status_code == 303
+
+
+def test_the_auth_scheme_is_case_insensitive_and_the_key_is_not(upstream, store_path):
+    with running_proxy(settings_for(upstream.base_url, store_path, admin_key="k3y")) as proxy:
+        with httpx.Client(base_url=proxy.url, timeout=30) as client:
+            for scheme in ("Bearer", "bearer", "BEARER"):
+                assert client.get("/admin/profiles", headers={"authorization": f"{scheme} k3y"}).status_code == 200
+            for wrong in ("Bearer K3Y", "Basic k3y", "Bearerk3y", "k3y", "Bearer  k3y"):
+                assert client.get("/admin/profiles", headers={"authorization": wrong}).status_code == 401, wrong
 
 
 def test_the_console_sign_in_and_the_api_share_the_count(upstream, store_path):
