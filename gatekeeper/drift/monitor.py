@@ -323,7 +323,8 @@ class DriftMonitor:
             for pair in self._pairs.values():
                 pair.window.resize(settings.window_calls, settings.window_s, now)
                 for scope, tally in pair.restoring.items():
-                    tally.size = self._tally_size(scope)
+                    fresh = self._new_tally(scope)
+                    tally.size, tally.per_client = fresh.size, fresh.per_client
                 tests = self._tests(pair.tier)
                 if tests != pair.tests:
                     pair.tests = tests
@@ -449,13 +450,15 @@ class DriftMonitor:
     def _tally(self, pair: _Pair, scope: Scope) -> Tally:
         tally = pair.restoring.get(scope)
         if tally is None:  # e.g. a demotion adopted from another replica
-            tally = pair.restoring[scope] = Tally(self._tally_size(scope))
+            tally = pair.restoring[scope] = self._new_tally(scope)
         return tally
 
-    def _tally_size(self, scope: Scope) -> int:
+    def _new_tally(self, scope: Scope) -> Tally:
         # Everyone's end is judged without the `min_clients - 1` busiest clients: with as few
-        # clients as that, a window of `window_calls` would never count enough calls.
-        return self.settings.window_calls * (self.settings.min_clients if scope is None else 1)
+        # clients as that, a window of `window_calls` would never count enough calls. And at most
+        # `window_calls` of each client's: one flooding calls cannot push the others' out.
+        calls = self.settings.window_calls
+        return Tally(calls * self.settings.min_clients, per_client=calls) if scope is None else Tally(calls)
 
     def _pair(self, key: str) -> _Pair:
         pair = self._pairs.get(key)
@@ -553,7 +556,7 @@ class DriftMonitor:
         )
         self._demotions[(key, scope)] = demotion
         self._adopted.discard((key, scope))
-        pair.restoring[scope] = Tally(self._tally_size(scope))
+        pair.restoring[scope] = self._new_tally(scope)
         if scope is None:
             pair.reset_evidence()  # everyone is covered now: evidence restarts when it ends
         else:
@@ -632,7 +635,7 @@ class DriftMonitor:
             self._demotions[slot] = demotion
             self._adopted.add(slot)
             pair = self._pair(demotion.key)
-            pair.restoring[demotion.client] = Tally(self._tally_size(demotion.client))
+            pair.restoring[demotion.client] = self._new_tally(demotion.client)
             self._event(
                 pair,
                 self._clock(),

@@ -179,34 +179,64 @@ def under_rate(faults: int, calls: int, rate: float, alpha: float) -> bool:
 
 @dataclass
 class Tally:
-    """The last `size` calls since a demotion began: faults per kind, calls and faults per client."""
+    """The last `size` calls since a demotion began, and of those at most `per_client` of each
+    client (its newest): faults per kind, calls and faults per client.
+
+    The cap keeps a client that floods calls from pushing everyone else's out of the tally: it
+    only ever replaces its own oldest calls, so the others' stay to be judged (everyone's tally:
+    `window_calls` per client, `window_calls x min_clients` in all)."""
 
     size: int
-    _calls: deque[tuple[str, Fault | None]] = field(default_factory=deque)
+    per_client: int | None = None
+    _calls: deque[tuple[int, str, Fault | None]] = field(default_factory=deque)  # (seq, client, fault)
+    _mine: dict[str, deque[tuple[int, Fault | None]]] = field(default_factory=dict)  # oldest first
+    _gone: set[int] = field(default_factory=set)  # seqs a client's cap removed, still in _calls
+    _seq: int = 0
+    _live: int = 0  # calls counted: _calls without the _gone ones
     faults: Counter[Fault] = field(default_factory=Counter)
     by_client: Counter[str] = field(default_factory=Counter)
     _client_faults: Counter[tuple[str, Fault]] = field(default_factory=Counter)
 
     def add(self, client: str, fault: Fault | None) -> None:
-        self._calls.append((client, fault))
-        self.by_client[client] += 1
+        seq, self._seq = self._seq, self._seq + 1
+        self._calls.append((seq, client, fault))
+        mine = self._mine.setdefault(client, deque())
+        mine.append((seq, fault))
+        self._count(client, fault, +1)
+        while self.per_client is not None and len(mine) > self.per_client:
+            old, old_fault = mine.popleft()  # its own oldest call goes, wherever it stands
+            self._gone.add(old)
+            self._count(client, old_fault, -1)
+        while self._live > self.size:
+            self._pop_oldest()
+        if len(self._calls) > 2 * self.size + 64:  # drop the removed calls' places now and then
+            self._calls = deque(c for c in self._calls if c[0] not in self._gone)
+            self._gone.clear()
+
+    def _pop_oldest(self) -> None:
+        seq, client, fault = self._calls.popleft()
+        if seq in self._gone:  # already removed (and uncounted) by its client's cap
+            self._gone.discard(seq)
+            return
+        self._mine[client].popleft()  # the oldest of all is its client's oldest too
+        if not self._mine[client]:
+            del self._mine[client]
+        self._count(client, fault, -1)
+
+    def _count(self, client: str, fault: Fault | None, step: int) -> None:
+        self._live += step
+        self.by_client[client] += step
+        if not self.by_client[client]:
+            del self.by_client[client]
         if fault is not None:
-            self.faults[fault] += 1
-            self._client_faults[(client, fault)] += 1
-        while len(self._calls) > self.size:
-            old_client, old_fault = self._calls.popleft()
-            self.by_client[old_client] -= 1
-            if not self.by_client[old_client]:
-                del self.by_client[old_client]
-            if old_fault is not None:
-                self.faults[old_fault] -= 1
-                self._client_faults[(old_client, old_fault)] -= 1
-                if not self._client_faults[(old_client, old_fault)]:
-                    del self._client_faults[(old_client, old_fault)]
+            self.faults[fault] += step
+            self._client_faults[(client, fault)] += step
+            if not self._client_faults[(client, fault)]:
+                del self._client_faults[(client, fault)]
 
     @property
     def calls(self) -> int:
-        return len(self._calls)
+        return self._live
 
     def counted(self, drop: int) -> int:
         """The calls without those of the `drop` busiest clients."""

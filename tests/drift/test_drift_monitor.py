@@ -177,7 +177,8 @@ def test_one_client_flooding_clean_calls_cannot_end_everyones_demotion(monitor: 
         feed(monitor, [GOOD], times=300, client=client)
     assert monitor.demotion(KEY, None) is not None
     since = monitor.report()[KEY]["demoted"]["since"]
-    assert since["calls"] == 3000 and since["counted"] < 459
+    # The flooder holds at most `window_calls` (1,000) of the tally, and none of them counts.
+    assert since["calls"] <= 1000 + 2 * 300 + 90 and since["calls"] - since["counted"] >= 1000
 
 
 def test_clean_traffic_of_min_clients_ends_everyones_demotion(monitor: DriftMonitor) -> None:

@@ -185,7 +185,36 @@ def test_three_clean_clients_restore_even_when_another_keeps_failing() -> None:
     assert tally.clean_clients([ARGS], 0.01, enough=10) == 3
 
 
+def test_a_client_s_cap_replaces_only_its_own_oldest_calls() -> None:
+    tally = Tally(size=10, per_client=3)
+    for fault in (Fault.INVALID_ARGS, None, None):
+        tally.add("h", fault)
+    for _ in range(50):
+        tally.add("flooder", None)
+    assert dict(tally.by_client) == {"h": 3, "flooder": 3} and tally.calls == 6
+    assert tally.faults[Fault.INVALID_ARGS] == 1 and tally.faults_without(Fault.INVALID_ARGS, 0) == 1
+    tally.add("h", None)  # its own oldest (the faulty one) goes
+    assert dict(tally.by_client) == {"h": 3, "flooder": 3} and tally.faults[Fault.INVALID_ARGS] == 0
+    for client in "abcd":
+        for _ in range(3):
+            tally.add(client, None)
+    assert tally.calls == 10  # the size still holds: the oldest of all go first
+    assert len(tally._calls) <= 2 * tally.size + 64  # the places of removed calls are dropped
+
+
+def test_a_capped_tally_counts_what_an_uncapped_one_would_without_a_flooder() -> None:
+    rng = random.Random(3)
+    capped, plain = Tally(size=300, per_client=10_000), Tally(size=300)
+    for _ in range(5000):
+        client = rng.choice("abc")
+        fault = rng.choice([None, None, None, Fault.INVALID_ARGS, Fault.INVALID_JSON])
+        capped.add(client, fault)
+        plain.add(client, fault)
+        assert capped.to_json(2) == plain.to_json(2) and capped.by_client == plain.by_client
+
+
 EVERYONE = SETTINGS.window_calls * SETTINGS.min_clients  # the size of everyone's tally (3,000)
+CAP = SETTINGS.window_calls  # the most calls of one client it keeps
 
 
 def _traffic(tally: Tally, honest: int, weight: float, honest_fault: float, attacker_fault: Fault | None) -> int | None:
@@ -205,13 +234,24 @@ def _traffic(tally: Tally, honest: int, weight: float, honest_fault: float, atta
     return None
 
 
-@pytest.mark.parametrize(("honest", "weight"), [(3, 5), (10, 3)])
+@pytest.mark.parametrize(("honest", "weight"), [(3, 5), (10, 3), (3, 30)])
 def test_one_client_s_own_faults_cannot_hold_everyone_s_demotion(honest: int, weight: float) -> None:
     # The pair is sound again (0.25x its 2% invalidArgs ceiling); one client fails every call.
-    assert _traffic(Tally(EVERYONE), honest, weight, 0.005, Fault.INVALID_ARGS) is not None
+    assert _traffic(Tally(EVERYONE, CAP), honest, weight, 0.005, Fault.INVALID_ARGS) is not None
 
 
-@pytest.mark.parametrize("weight", [1, 5, 20])
+def test_without_the_cap_a_client_flooding_clean_calls_held_everyone_s_demotion() -> None:
+    # 10x all the others' calls together pushed theirs out of the tally: never ended.
+    assert _traffic(Tally(EVERYONE), 3, 30, 0.005, None) is None
+
+
+@pytest.mark.parametrize("weight", [10, 30, 100])
+def test_one_client_flooding_clean_calls_cannot_hold_everyone_s_demotion(weight: float) -> None:
+    # 3x-33x all the others' calls together: capped, the others' calls stay in the tally.
+    assert _traffic(Tally(EVERYONE, CAP), 3, weight, 0.005, None) is not None
+
+
+@pytest.mark.parametrize("weight", [1, 5, 20, 100])
 def test_one_client_s_clean_calls_cannot_end_everyone_s_demotion(weight: float) -> None:
     # The pair still drifts (5x its ceiling) for the three honest clients.
-    assert _traffic(Tally(EVERYONE), 3, weight, 0.10, None) is None
+    assert _traffic(Tally(EVERYONE, CAP), 3, weight, 0.10, None) is None
