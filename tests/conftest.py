@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -25,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import answers
 from scripted import ScriptedServer, SuiteScript, ThreadedServer
+from upstreams import NativeServer
 
 from gatekeeper.config import Settings
 from gatekeeper.core.gatekeeper import Gatekeeper
@@ -220,6 +222,23 @@ def small_model_proxy(upstream_url: str, store: Path, suite: Suite, **changes) -
     changes.setdefault("upstream", {"base_url": upstream_url, "protocols": ["chat", "responses", "messages"]})
     with running_proxy(settings_for(upstream_url, store, **changes)) as running:
         yield running
+
+
+def claude(proxy: Proxy) -> anthropic.Anthropic:
+    """The official Anthropic client, pointed at the proxy (no retries: a 400 is the answer)."""
+    return anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
+
+
+@contextmanager
+def native_gate(
+    protocols: list[str], store: Path, suite: Suite, rules: dict[str, Any], unknown_fields: str = "refuse"
+) -> Iterator[tuple[Proxy, NativeServer]]:
+    """A proxy (the `small-model` measured small, tool `rules`) in front of a native upstream
+    speaking `protocols` (a client's protocol not among them is translated to chat)."""
+    with NativeServer(lambda body: {"content": "ok"}) as upstream:
+        settings = {"base_url": upstream.base_url, "protocols": protocols, "unknown_fields": unknown_fields}
+        with small_model_proxy(upstream.base_url, store, suite, upstream=settings, tools=rules) as proxy:
+            yield proxy, upstream
 
 
 @pytest.fixture

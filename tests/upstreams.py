@@ -46,6 +46,10 @@ class NativeServer(ScriptedServer):
 
     # -- Responses -------------------------------------------------------------------------
 
+    def received(self) -> list[dict[str, Any]]:
+        """Every model request body it received, whatever its path."""
+        return self.requests + self.responses_requests + self.messages_requests
+
     def _output(self, reply: dict[str, Any]) -> list[dict[str, Any]]:
         output: list[dict[str, Any]] = []
         if reply.get("content"):

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import anthropic
 import openai
 import pytest
-from conftest import Proxy, small_model_proxy
+from conftest import Proxy, claude, small_model_proxy
 from scripted import RawAnswer, RawUpstream, chat_chunk, sse
 from upstreams import NativeServer
 
@@ -48,10 +48,6 @@ def proxy_for(upstream, store_path, default_suite, protocols=("chat", "responses
 def proxy(native, store_path, default_suite) -> Iterator[Proxy]:
     with proxy_for(native, store_path, default_suite, blocked_calls="strip") as running:
         yield running
-
-
-def anthropic_client(proxy: Proxy) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
 
 
 # -- a built-in call needs its built-in -------------------------------------------------------
@@ -116,7 +112,7 @@ def test_a_hidden_messages_mcp_tool_use_does_not_reach_the_client(proxy, native,
         for n in ("delete_repo", "list_repos")
     ]
     native.responder = lambda body: {"content": None, "items": blocks}
-    client = anthropic_client(proxy)
+    client = claude(proxy)
     servers = [
         {
             "type": "url",
@@ -155,7 +151,7 @@ def test_a_native_messages_stream_cut_before_message_stop_raises_in_the_client(s
     cut = RawAnswer([responses_events(start)], content_type="text/event-stream")
     with RawUpstream(cut) as upstream, proxy_for(upstream, store_path, default_suite) as proxy:
         with pytest.raises(anthropic.APIStatusError, match="before message_stop"):
-            with anthropic_client(proxy).messages.stream(model="small-model", max_tokens=5, messages=HI) as events:
+            with claude(proxy).messages.stream(model="small-model", max_tokens=5, messages=HI) as events:
                 events.get_final_message()
 
 
@@ -175,7 +171,7 @@ def test_a_translated_responses_stream_cut_raises_in_the_client(store_path, defa
 def test_a_translated_messages_stream_cut_raises_in_the_client(store_path, default_suite):
     with RawUpstream(chat_cut()) as upstream, proxy_for(upstream, store_path, default_suite, ("chat",)) as proxy:
         with pytest.raises(anthropic.APIStatusError, match=r"before \[DONE\]"):
-            with anthropic_client(proxy).messages.stream(model="small-model", max_tokens=5, messages=HI) as events:
+            with claude(proxy).messages.stream(model="small-model", max_tokens=5, messages=HI) as events:
                 events.get_final_message()
 
 
@@ -194,7 +190,7 @@ def test_a_translated_responses_stream_error_chunk_raises_in_the_client(store_pa
 def test_a_translated_messages_stream_error_chunk_raises_in_the_client(store_path, default_suite):
     with RawUpstream(chat_error()) as upstream, proxy_for(upstream, store_path, default_suite, ("chat",)) as proxy:
         with pytest.raises(anthropic.APIStatusError, match="upstream overloaded"):
-            with anthropic_client(proxy).messages.stream(model="small-model", max_tokens=5, messages=HI) as events:
+            with claude(proxy).messages.stream(model="small-model", max_tokens=5, messages=HI) as events:
                 events.get_final_message()
 
 
@@ -243,7 +239,7 @@ def test_explain_responses(explaining, stream):
 @pytest.mark.parametrize("stream", [False, True])
 def test_explain_messages(explaining, stream):
     request = {"model": "small-model", "max_tokens": 10, "messages": HI, "tools": [claude_tool("execute_command")]}
-    client = anthropic_client(explaining)
+    client = claude(explaining)
     if stream:
         with client.messages.stream(**request) as events:
             message = events.get_final_message()
@@ -324,7 +320,7 @@ def test_an_answer_without_a_call_still_has_its_mcp_listing_cut_and_unknown_bloc
         }
     ]
     request = {"model": "small-model", "max_tokens": 10, "messages": HI, "mcp_servers": servers}
-    client = anthropic_client(proxy)
+    client = claude(proxy)
     if stream:
         with client.beta.messages.stream(**request) as events:
             raw = [b.model_dump() for b in events.get_final_message().content]

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator
 import anthropic
 import openai
 import pytest
-from conftest import Proxy, running_proxy, settings_for, small_model_proxy, suite_requests, tool, wait_until
+from conftest import Proxy, claude, running_proxy, settings_for, small_model_proxy, suite_requests, tool, wait_until
 from scripted import RawAnswer, RawUpstream, ScriptedServer
 from upstreams import NativeServer
 
@@ -89,10 +89,6 @@ def proxy_for(
 def proxy(native, store_path, default_suite) -> Iterator[Proxy]:
     with proxy_for(native, store_path, default_suite) as running:
         yield running
-
-
-def claude(proxy: Proxy) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
 
 
 # -- Messages: an MCP server's tools said twice ------------------------------------------------

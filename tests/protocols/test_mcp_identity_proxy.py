@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from conftest import Proxy, small_model_proxy
+from conftest import Proxy, claude, small_model_proxy
 from upstreams import NativeServer
 
 HI = [{"role": "user", "content": "hi"}]
@@ -43,10 +43,6 @@ def proxy_for(native: NativeServer, store_path, default_suite, protocols=("chat"
 def proxy(native, store_path, default_suite) -> Iterator[Proxy]:
     with proxy_for(native, store_path, default_suite) as running:
         yield running
-
-
-def anthropic_client(proxy: Proxy) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
 
 
 def mcp_tool(label: str, url: str | None = GITHUB_URL, **extra: Any) -> dict[str, Any]:
@@ -184,7 +180,7 @@ def url_server(name: str, url: str = GITHUB_URL, **extra: Any) -> dict[str, Any]
 
 
 def messages_answer(proxy: Proxy, stream: bool, **request: Any) -> Any:
-    client = anthropic_client(proxy)
+    client = claude(proxy)
     request = {"model": "small-model", "max_tokens": 10, "messages": HI, **request}
     if stream:
         with client.beta.messages.stream(**request) as events:

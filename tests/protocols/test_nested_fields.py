@@ -8,15 +8,12 @@ default still arrives as it was sent."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import anthropic
 import openai
 import pytest
-from conftest import Proxy, small_model_proxy
-from upstreams import NativeServer
+from conftest import Proxy, claude, native_gate
 
 HIDDEN = "execute_command"  # large; small-model is small
 RULES = {"default_tier": "small", "required_tier": {HIDDEN: "large"}}
@@ -30,22 +27,8 @@ NATIVE, TRANSLATED = ["chat", "responses", "messages"], ["chat"]
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
-@contextmanager
-def gate(
-    protocols: list[str], store_path: Any, suite: Any, unknown: str = "refuse"
-) -> Iterator[tuple[Proxy, NativeServer]]:
-    with NativeServer(lambda body: {"content": "ok"}) as upstream:
-        settings = {"base_url": upstream.base_url, "protocols": protocols, "unknown_fields": unknown}
-        with small_model_proxy(upstream.base_url, store_path, suite, upstream=settings, tools=RULES) as proxy:
-            yield proxy, upstream
-
-
-def claude(proxy: Proxy) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
-
-
-def received(upstream: NativeServer) -> list[dict[str, Any]]:
-    return upstream.requests + upstream.responses_requests + upstream.messages_requests
+def gate(protocols: list[str], store_path: Any, suite: Any, unknown: str = "refuse") -> Any:
+    return native_gate(protocols, store_path, suite, RULES, unknown)
 
 
 # Each request hides `execute_command` one level down, in an object forwarded as it is; the path
@@ -117,7 +100,7 @@ def test_an_unknown_nested_key_is_a_400_naming_its_path(protocols, send, error, 
         with pytest.raises(error, match=path) as info:
             send(proxy)
         assert info.value.status_code == 400
-    assert received(upstream) == []
+    assert upstream.received() == []
 
 
 @pytest.mark.parametrize("protocols", [NATIVE, TRANSLATED], ids=["native", "translated"])
@@ -125,7 +108,7 @@ def test_an_unknown_nested_key_is_a_400_naming_its_path(protocols, send, error, 
 def test_an_unknown_nested_key_is_dropped_under_drop(protocols, send, error, path, store_path, default_suite):
     with gate(protocols, store_path, default_suite, unknown="drop") as (proxy, upstream):
         send(proxy)
-    [body] = received(upstream)
+    [body] = upstream.received()
     text = json.dumps(body)
     assert HIDDEN not in text, f"{HIDDEN} reached the upstream"
     assert "read_file" in text  # the request itself went through, gated
@@ -146,7 +129,7 @@ def test_an_object_in_a_plain_field_is_a_400_whatever_the_mode(mode, store_path,
                 max_tokens=5,
                 messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "tools"}}]}],  # type: ignore[list-item, typeddict-item]
             )
-    assert received(upstream) == []
+    assert upstream.received() == []
 
 
 def test_an_unknown_include_value_is_a_400_and_dropped_under_drop(store_path, default_suite):
@@ -154,7 +137,7 @@ def test_an_unknown_include_value_is_a_400_and_dropped_under_drop(store_path, de
     with gate(NATIVE, store_path, default_suite) as (proxy, upstream):
         with pytest.raises(openai.BadRequestError, match=r"include\[1\] 'tools.execute_command' is not a value"):
             proxy.client.responses.create(model="small-model", input="hi", include=include)  # type: ignore[arg-type]
-    assert received(upstream) == []
+    assert upstream.received() == []
     with gate(NATIVE, store_path, default_suite, unknown="drop") as (proxy, upstream):
         proxy.client.responses.create(model="small-model", input="hi", include=include)  # type: ignore[arg-type]
     assert upstream.responses_requests[0]["include"] == ["reasoning.encrypted_content"]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import anthropic
 import openai
 import pytest
-from conftest import ROOT, Proxy, make_profile, running_proxy, seed_store, settings_for
+from conftest import ROOT, Proxy, claude, make_profile, running_proxy, seed_store, settings_for
 from upstreams import NativeServer
 
 from gatekeeper.tiers import Tier
@@ -79,10 +79,6 @@ def sent(upstream: NativeServer, mode: str, protocol: str) -> dict:
     return {"responses": upstream.responses_requests, "messages": upstream.messages_requests}[protocol][-1]
 
 
-def anthropic_client(proxy: Proxy) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
-
-
 # -- Responses -----------------------------------------------------------------------------
 
 
@@ -130,7 +126,7 @@ def test_responses_forcing_a_hidden_tool_is_a_400(proxy, upstream_native, mode):
 
 
 def test_messages_plain_gated_both_ways(proxy, upstream_native, mode):
-    raw = anthropic_client(proxy).messages.with_raw_response.create(
+    raw = claude(proxy).messages.with_raw_response.create(
         model="medium-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS
     )
     message = raw.parse()
@@ -141,9 +137,7 @@ def test_messages_plain_gated_both_ways(proxy, upstream_native, mode):
 
 
 def test_messages_stream_gated_both_ways(proxy, upstream_native, mode):
-    with anthropic_client(proxy).messages.stream(
-        model="small-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS
-    ) as stream:
+    with claude(proxy).messages.stream(model="small-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS) as stream:
         events = list(stream)
         final = stream.get_final_message()
     assert offered(sent(upstream_native, mode, "messages")) == ["read_file"]
@@ -160,7 +154,7 @@ def test_messages_only_hidden_call_ends_the_turn(upstream_native, mode, store_pa
         upstream_native.base_url, store_path, upstream={"base_url": upstream_native.base_url, "protocols": protocols}
     )
     with running_proxy(settings) as proxy:
-        client = anthropic_client(proxy)
+        client = claude(proxy)
         message = client.messages.create(model="small-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS)
         assert message.content == [] and message.stop_reason == "end_turn"
         with client.messages.stream(model="small-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS) as stream:
@@ -169,7 +163,7 @@ def test_messages_only_hidden_call_ends_the_turn(upstream_native, mode, store_pa
 
 
 def test_messages_errors_are_anthropic_shaped(proxy, upstream_native, mode):
-    client = anthropic_client(proxy)
+    client = claude(proxy)
     with pytest.raises(anthropic.BadRequestError) as info:
         client.messages.create(
             model="small-model",
@@ -187,7 +181,7 @@ def test_messages_errors_are_anthropic_shaped(proxy, upstream_native, mode):
 
 
 def test_count_tokens_counts_what_would_be_sent(proxy, upstream_native, mode):
-    client = anthropic_client(proxy)
+    client = claude(proxy)
     few = client.messages.count_tokens(model="small-model", messages=HI, tools=CLAUDE_TOOLS)
     many = client.messages.count_tokens(model="large-model-unmeasured", messages=HI, tools=CLAUDE_TOOLS)
     if mode == "native":

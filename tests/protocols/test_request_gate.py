@@ -6,14 +6,12 @@ upstream received is the evidence: no hidden tool in it, or no request at all (a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import anthropic
 import openai
 import pytest
-from conftest import Proxy, small_model_proxy
+from conftest import claude, native_gate
 from upstreams import NativeServer
 
 HIDDEN = "execute_command"  # large; small-model is small
@@ -30,27 +28,12 @@ HI = [{"role": "user", "content": "hi"}]
 NATIVE, TRANSLATED = ["chat", "responses", "messages"], ["chat"]
 
 
-@contextmanager
-def gate(
-    protocols: list[str], store_path: Any, suite: Any, unknown_fields: str = "refuse"
-) -> Iterator[tuple[Proxy, NativeServer]]:
-    with NativeServer(lambda body: {"content": "ok"}) as upstream:
-        settings = {"base_url": upstream.base_url, "protocols": protocols, "unknown_fields": unknown_fields}
-        with small_model_proxy(upstream.base_url, store_path, suite, upstream=settings, tools=RULES) as proxy:
-            yield proxy, upstream
-
-
-def claude(proxy: Proxy) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
-
-
-def received(upstream: NativeServer) -> list[dict[str, Any]]:
-    """Every request body the upstream received, whatever its path."""
-    return upstream.requests + upstream.responses_requests + upstream.messages_requests
+def gate(protocols: list[str], store_path: Any, suite: Any, unknown: str = "refuse") -> Any:
+    return native_gate(protocols, store_path, suite, RULES, unknown)
 
 
 def no_hidden(upstream: NativeServer, *names: str) -> None:
-    text = json.dumps(received(upstream))
+    text = json.dumps(upstream.received())
     for name in names or (HIDDEN,):
         assert name not in text, f"{name} reached the upstream"
 
@@ -68,19 +51,19 @@ def test_extra_body_carrying_tools_is_refused_on_every_protocol(protocols, store
             proxy.client.responses.create(model="small-model", input="hi", tools=[FN], extra_body=smuggled)
         with pytest.raises(anthropic.BadRequestError, match="'extra_body' is not a field"):
             claude(proxy).messages.create(model="small-model", max_tokens=5, messages=HI, extra_body=smuggled)
-    assert received(upstream) == []
+    assert upstream.received() == []
 
 
 @pytest.mark.parametrize("protocols", [NATIVE, TRANSLATED], ids=["native", "translated"])
 def test_extra_body_is_dropped_under_drop(protocols, store_path, default_suite):
     smuggled = {"extra_body": {"tools": [CHAT_HIDDEN]}, "chat_template_kwargs": {"tools": [CHAT_HIDDEN]}}
-    with gate(protocols, store_path, default_suite, unknown_fields="drop") as (proxy, upstream):
+    with gate(protocols, store_path, default_suite, unknown="drop") as (proxy, upstream):
         proxy.client.chat.completions.create(model="small-model", messages=HI, extra_body=smuggled)
         proxy.client.responses.create(model="small-model", input="hi", tools=[FN], extra_body=smuggled)
         claude(proxy).messages.create(model="small-model", max_tokens=5, messages=HI, extra_body=smuggled)
-    assert len(received(upstream)) == 3
+    assert len(upstream.received()) == 3
     no_hidden(upstream)
-    assert not any("extra_body" in body for body in received(upstream))
+    assert not any("extra_body" in body for body in upstream.received())
 
 
 def test_unknown_nested_fields_are_refused(store_path, default_suite):
@@ -101,7 +84,7 @@ def test_unknown_nested_fields_are_refused(store_path, default_suite):
                 max_tokens=5,
                 messages=[{"role": "user", "content": [{"type": "text", "text": "hi", "tools": [CLAUDE_HIDDEN]}]}],
             )
-    assert received(upstream) == []
+    assert upstream.received() == []
 
 
 # -- Responses input items that carry tools --------------------------------------------------------
@@ -116,7 +99,7 @@ def test_additional_tools_items_are_gated(protocols, store_path, default_suite):
             tools=[FN],
         )
     no_hidden(upstream)
-    assert len(received(upstream)) == 1
+    assert len(upstream.received()) == 1
 
 
 def test_tool_search_output_items_are_gated(store_path, default_suite):
@@ -180,11 +163,11 @@ def test_a_name_on_a_built_in_is_refused(store_path, default_suite):
                 claude(proxy).messages.create(
                     model="small-model", max_tokens=5, messages=HI, tools=[{"type": toolset, "name": "read_file"}]
                 )
-    assert received(upstream) == []
+    assert upstream.received() == []
 
 
 def test_a_dropped_name_leaves_the_built_in_gated_by_its_type(store_path, default_suite):
-    with gate(NATIVE, store_path, default_suite, unknown_fields="drop") as (proxy, upstream):
+    with gate(NATIVE, store_path, default_suite, unknown="drop") as (proxy, upstream):
         proxy.client.responses.create(
             model="small-model", input="hi", tools=[FN, {"type": "web_search", "name": "read_file"}]
         )
@@ -213,7 +196,7 @@ def test_responses_mcp_server_without_a_tool_list_is_refused_when_a_rule_names_i
         with pytest.raises(openai.BadRequestError, match=r"github\.delete_\*") as info:
             proxy.client.responses.create(model="small-model", input="hi", tools=[server])
     assert "allowed_tools" in info.value.message
-    assert received(upstream) == []
+    assert upstream.received() == []
 
 
 def test_responses_mcp_server_is_narrowed_to_the_admitted_tools(store_path, default_suite):
@@ -255,7 +238,7 @@ def test_messages_mcp_server_without_a_tool_list_is_refused_when_a_rule_names_it
             claude(proxy).beta.messages.create(
                 model="small-model", max_tokens=5, messages=HI, mcp_servers=[CLAUDE_GITHUB], tools=tools
             )
-    assert received(upstream) == []
+    assert upstream.received() == []
 
 
 def test_messages_mcp_tools_are_gated_one_by_one(store_path, default_suite):
@@ -298,7 +281,7 @@ def test_a_second_toolset_for_a_server_is_refused_not_let_reopen_it(store_path, 
             claude(proxy).beta.messages.create(
                 model="small-model", max_tokens=5, messages=HI, mcp_servers=[CLAUDE_GITHUB], tools=[narrowed, whole]
             )
-    assert received(upstream) == []
+    assert upstream.received() == []
 
 
 @pytest.mark.parametrize("system", [{"text": "be brief"}, 5])
@@ -306,7 +289,7 @@ def test_a_system_of_another_shape_is_refused(system, store_path, default_suite)
     with gate(NATIVE, store_path, default_suite) as (proxy, upstream):
         with pytest.raises(anthropic.BadRequestError, match="system must be a string or an array of text blocks"):
             claude(proxy).messages.create(model="small-model", max_tokens=5, messages=HI, extra_body={"system": system})
-    assert received(upstream) == []
+    assert upstream.received() == []
 
 
 def test_a_tool_addition_block_is_gated(store_path, default_suite):
