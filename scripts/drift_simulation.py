@@ -15,6 +15,7 @@ Prints, for the default settings:
 
     python scripts/drift_simulation.py             # about 8 minutes on a busy core
     python scripts/drift_simulation.py --runs 2000 # under a minute, coarser
+    python scripts/drift_simulation.py --only 5 --restore-ratio 1   # section 5 under another restore level
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import statistics
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -268,21 +270,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20_000, help="runs per false-alarm cell (default 20,000)")
     parser.add_argument("--seed", type=int, default=21)
+    parser.add_argument(
+        "--restore-ratio", type=float, help="drift.restore_ratio for section 5 (default: the setting's)"
+    )
+    parser.add_argument("--only", type=int, choices=range(6), help="run one section only")
     args = parser.parse_args()
+    global SETTINGS
+    if args.restore_ratio is not None:
+        SETTINGS = DriftSettings(restore_ratio=args.restore_ratio)
     logs.configure("error")  # the figures, not a log line per demotion
     started = time.perf_counter()
 
     def rng(section: int) -> random.Random:  # one stream per section: each reproducible alone
         return random.Random(args.seed * 100 + section)
 
-    old_rule(max(args.runs // 20, 100), rng(0))
-    false_alarms(args.runs, rng(1))
-    delays(max(args.runs // 10, 200), rng(2))
-    one_client_alone(max(args.runs // 2000, 3), rng(3))
-    for clients in (3, 10):
-        spread(max(args.runs // 2000, 3), clients, rng(clients))
-    worker_cost()
-    restoring(max(args.runs // 100, 20), rng(5))
+    def through_the_monitor() -> None:
+        one_client_alone(max(args.runs // 2000, 3), rng(3))
+        for clients in (3, 10):
+            spread(max(args.runs // 2000, 3), clients, rng(clients))
+
+    sections: list[Callable[[], None]] = [
+        lambda: old_rule(max(args.runs // 20, 100), rng(0)),
+        lambda: false_alarms(args.runs, rng(1)),
+        lambda: delays(max(args.runs // 10, 200), rng(2)),
+        through_the_monitor,
+        worker_cost,
+        lambda: restoring(max(args.runs // 100, 20), rng(5)),
+    ]
+    for i, section in enumerate(sections):
+        if args.only is None or args.only == i:
+            section()
     print(f"\n({time.perf_counter() - started:.0f} s, seed {args.seed})")
 
 

@@ -42,7 +42,7 @@ under c takes about z²·c / (c - p)² calls at a true rate p, so a healthy pair
 ceiling (0.9c: ~50,000 calls at c = 1%) would stay demoted for ever, while the demotion was for
 a rate the CUSUM catches only well above c. R sits between the two: a pair that still faults at
 q·c or more is restored with probability at most α at each look (more over many looks: one kind
-at 2c for 10,000 calls, 0-3 times in 200), at 3c and 5c not once in 200; back at 0.9c on every
+at 2c for 10,000 calls, 0-2 times in 200), at 3c and 5c not once in 200; back at 0.9c on every
 kind it is restored within 20,000 calls 197 times in 200 (never at q = 1): section 5 of
 scripts/drift_simulation.py. With no fault at all it takes n >= ln(1/α) / -ln(1 - R) calls:
 152 at c = 0.02, 305 at c = 0.01 (`Tally.clean` says how the calls of several clients are

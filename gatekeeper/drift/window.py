@@ -298,7 +298,7 @@ class DriftSettings(BaseModel):
     # A demotion ends when live traffic shows rates under this multiple of the ceilings. At 1, a
     # `large` pair back at 0.9x its ceilings was restored within 20,000 calls 0 times in 200; at
     # 1.5, 197 times (median 3,522 calls; 305 with no fault), and one kind still at 2x its ceiling
-    # ended it within 10,000 calls 0-3 times in 200 (at 2: 50-59). scripts/drift_simulation.py
+    # ended it within 10,000 calls 0-2 times in 200 (at 2: 44-48). scripts/drift_simulation.py
     # section 5. Below detect_ratio, or a fault it was demoted for would end it.
     restore_ratio: float = Field(default=1.5, ge=1, le=100)
     # Failing evidence from this many distinct clients demotes a pair for everyone; fewer demote
