@@ -15,6 +15,15 @@ from scripted import RawAnswer, RawUpstream, chat_chunk, sse
 from upstreams import NativeServer
 
 HI = [{"role": "user", "content": "hi"}]
+# A Messages MCP server offering both of its tools: the tier admits only `list_repos`.
+GITHUB_BOTH = [
+    {
+        "type": "url",
+        "name": "github",
+        "url": "https://mcp.example/github",
+        "tool_configuration": {"allowed_tools": ["delete_repo", "list_repos"]},
+    }
+]
 RULES = {"execute_command": "large", "write_*": "medium", "github.delete_*": "large"}
 HIDDEN_ONLY = {"content": None, "tool_calls": [{"name": "execute_command", "arguments": {}}]}
 
@@ -113,15 +122,7 @@ def test_a_hidden_messages_mcp_tool_use_does_not_reach_the_client(proxy, native,
     ]
     native.responder = lambda body: {"content": None, "items": blocks}
     client = claude(proxy)
-    servers = [
-        {
-            "type": "url",
-            "name": "github",
-            "url": "https://mcp.example/github",
-            "tool_configuration": {"allowed_tools": ["delete_repo", "list_repos"]},
-        }
-    ]
-    request = {"model": "small-model", "max_tokens": 10, "messages": HI, "mcp_servers": servers}
+    request = {"model": "small-model", "max_tokens": 10, "messages": HI, "mcp_servers": GITHUB_BOTH}
     if stream:
         with client.beta.messages.stream(**request) as events:
             message = events.get_final_message()
@@ -311,15 +312,7 @@ def test_an_answer_without_a_call_still_has_its_mcp_listing_cut_and_unknown_bloc
     }
     unknown = {"type": "mcp_tool_call", "server_name": "github", "name": "delete_repo"}
     native.responder = lambda body: {"content": "done", "items": [listing, unknown]}
-    servers = [
-        {
-            "type": "url",
-            "name": "github",
-            "url": "https://mcp.example/github",
-            "tool_configuration": {"allowed_tools": ["delete_repo", "list_repos"]},
-        }
-    ]
-    request = {"model": "small-model", "max_tokens": 10, "messages": HI, "mcp_servers": servers}
+    request = {"model": "small-model", "max_tokens": 10, "messages": HI, "mcp_servers": GITHUB_BOTH}
     client = claude(proxy)
     if stream:
         with client.beta.messages.stream(**request) as events:
