@@ -40,6 +40,11 @@ class Upstream(_Section):
     # A request field the client protocol's codec does not know (protocols/fields.py): refused
     # with a 400 naming it, or dropped (and logged) before the request goes upstream.
     unknown_fields: Literal["refuse", "drop"] = "refuse"
+    # Client headers sent on to the upstream: the "known" ones (server/upstream.py FORWARDED) and
+    # those `forward_headers` lists (names, or prefixes ending in "*"); or "all" but hop-by-hop
+    # ones. Closed by default: an upstream gateway may read request parameters from a header.
+    client_headers: Literal["known", "all"] = "known"
+    forward_headers: list[str] = Field(default_factory=list)
 
     @field_validator("base_url")
     @classmethod
@@ -47,6 +52,14 @@ class Upstream(_Section):
         if not re.match(r"^https?://[^/]+", value):
             raise ValueError(f"expected an http(s) URL, got {value!r}")
         return value.rstrip("/")
+
+    @field_validator("forward_headers")
+    @classmethod
+    def _header_names(cls, value: list[str]) -> list[str]:
+        for i, name in enumerate(value):
+            if not re.fullmatch(r"[A-Za-z0-9!#$%&'+.^_`|~-]+\*?", name):
+                raise ValueError(f"[{i}] {name!r}: expected a header name, or a prefix ending in '*'")
+        return [name.lower() for name in value]
 
 
 class ModelRoute(_Section):

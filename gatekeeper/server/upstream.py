@@ -33,7 +33,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from gatekeeper import metrics
+from gatekeeper import logs, metrics
 from gatekeeper.config import Upstream as UpstreamSettings
 from gatekeeper.errors import ProxyError
 from gatekeeper.protocols.base import Event
@@ -60,6 +60,37 @@ HOP = frozenset(
     }
 )
 _HOP_BYTES = frozenset(h.encode() for h in HOP) | {b"x-request-id", b"content-type"}
+
+# The client headers an upstream may need, sent on by default (`upstream.client_headers: known`):
+# credentials, the protocols' own version and beta flags (`openai-*`, `anthropic-*`), what the
+# SDKs and Codex say about themselves, idempotency and W3C trace context. Any other header is
+# dropped and named in the request log line: an upstream gateway may take request parameters
+# from a header (Portkey's `x-portkey-config` with `override_params` adds tools to the body), a
+# browser's cookies for this proxy's console are not the upstream's, and an operator who needs
+# one more lists it in `upstream.forward_headers`.
+FORWARDED = frozenset(
+    {
+        "authorization",
+        "x-api-key",
+        "api-key",  # Azure OpenAI
+        "accept",
+        "accept-language",
+        "user-agent",
+        "idempotency-key",
+        "traceparent",
+        "tracestate",
+        "baggage",
+        "originator",  # Codex
+        "version",
+        "session_id",
+        "conversation_id",
+        "chatgpt-account-id",
+    }
+)
+FORWARDED_PREFIXES = ("openai-", "anthropic-", "x-stainless-")
+_MAX_DROPPED_SHOWN = 16  # header names one request's log line lists
+
+log = logs.get_logger("gatekeeper.server.upstream")
 
 # What reading an answer raises when the transfer breaks (reset, early end, read timeout).
 TransferError = (aiohttp.ClientError, asyncio.TimeoutError)
@@ -253,6 +284,10 @@ class PooledUpstream:
         )
         self._proxy = _env_proxy(upstream.base_url)  # read once, as httpx did: not per request
         self._urls: dict[str, URL] = {}
+        self._forward_all = upstream.client_headers == "all"
+        extra = upstream.forward_headers
+        self._forwarded = FORWARDED | {n for n in extra if not n.endswith("*")}
+        self._prefixes = FORWARDED_PREFIXES + tuple(n[:-1] for n in extra if n.endswith("*"))
 
     async def aclose(self) -> None:
         await self._session.close()
@@ -266,17 +301,24 @@ class PooledUpstream:
         return url
 
     def request_headers(self, raw: list[tuple[bytes, bytes]], json_body: bool) -> list[tuple[str, str]]:
-        """The client's headers minus hop-by-hop ones; the operator's key when the client sent
-        none. A non-ASCII value is a 400 naming the header."""
+        """The client's headers an upstream may see (FORWARDED, or all but hop-by-hop ones); the
+        operator's key when the client sent none. A non-ASCII value is a 400 naming the header."""
         headers = []
+        dropped = []
         has_auth = False
         for name, value in raw:
             if name in _HOP_BYTES:
                 continue
+            text = name.decode("latin-1")  # ASGI servers give names lower-cased
+            if not (self._forward_all or text in self._forwarded or text.startswith(self._prefixes)):
+                dropped.append(text)
+                continue
             if not value.isascii():
-                raise ProxyError(400, f"header {name.decode('latin-1')!r} has a non-ASCII value", "invalid_header")
+                raise ProxyError(400, f"header {text!r} has a non-ASCII value", "invalid_header")
             has_auth = has_auth or name == b"authorization"
-            headers.append((name.decode("latin-1"), value.decode("latin-1")))
+            headers.append((text, value.decode("latin-1")))
+        if dropped:
+            log.info("client_headers_dropped", headers=dropped[:_MAX_DROPPED_SHOWN], count=len(dropped))
         if not has_auth and self.api_key:
             headers.append(("authorization", f"Bearer {self.api_key}"))
         elif not has_auth and self._basic:

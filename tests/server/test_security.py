@@ -397,10 +397,51 @@ def test_a_non_ascii_header_value_is_a_400_naming_it(upstream, store_path, defau
         answer = httpx.post(
             proxy.url + "/v1/chat/completions",
             json={"model": "m", "messages": HI},
-            headers={"x-agent": "caf\xe9".encode("latin-1")},
+            headers={"x-stainless-agent": "caf\xe9".encode("latin-1")},
         )
-        assert answer.status_code == 400 and "x-agent" in answer.json()["error"]["message"]
+        assert answer.status_code == 400 and "x-stainless-agent" in answer.json()["error"]["message"]
         assert proxy.client.chat.completions.create(model="m", messages=HI).choices[0].message.content == "ok"
+
+
+# What a client may put in a header that an upstream gateway reads as request parameters.
+_GATEWAY_HEADERS = {
+    "x-portkey-config": json.dumps({"override_params": {"tools": [tool("execute_command")]}}),
+    "x-litellm-tags": "premium",
+    "cookie": "gatekeeper_session=admin",
+}
+
+
+def test_only_known_client_headers_reach_the_upstream(upstream, store_path, default_suite):
+    with gate(upstream, store_path, default_suite) as proxy, structlog.testing.capture_logs() as lines:
+        client = openai.OpenAI(
+            base_url=proxy.url + "/v1", api_key="client-key", default_headers=_GATEWAY_HEADERS | {"openai-beta": "x"}
+        )
+        client.chat.completions.create(model="m", messages=HI, extra_headers={"idempotency-key": "k1"})
+    sent = upstream.headers[-1]
+    assert not _GATEWAY_HEADERS.keys() & sent.keys()
+    assert sent["authorization"] == "Bearer client-key" and sent["openai-beta"] == "x"
+    assert sent["idempotency-key"] == "k1" and sent["user-agent"].startswith("OpenAI/Python")
+    assert any(k.startswith("x-stainless-") for k in sent)
+    dropped = [line for line in lines if line["event"] == "client_headers_dropped"]
+    assert sorted(dropped[0]["headers"]) == sorted(_GATEWAY_HEADERS)
+
+
+def test_an_operator_can_forward_more_headers_or_all(upstream, store_path, default_suite):
+    listed = {"base_url": upstream.base_url, "forward_headers": ["X-Portkey-*", "cookie"]}
+    with gate(upstream, store_path, default_suite, upstream=listed) as proxy:
+        httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": HI}, headers=_GATEWAY_HEADERS)
+    assert {"x-portkey-config", "cookie"} <= upstream.headers[-1].keys()
+    assert "x-litellm-tags" not in upstream.headers[-1]
+    every = {"base_url": upstream.base_url, "client_headers": "all"}
+    with gate(upstream, store_path, default_suite, upstream=every) as proxy:
+        httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": HI}, headers=_GATEWAY_HEADERS)
+    assert _GATEWAY_HEADERS.keys() <= upstream.headers[-1].keys()
+
+
+@pytest.mark.parametrize("name", ["x-a*b", "x a", "", "*"])
+def test_a_forwarded_header_must_be_a_name_or_a_prefix(name):
+    with pytest.raises(ValidationError, match="expected a header name"):
+        Settings.model_validate({"upstream": {"forward_headers": [name]}})
 
 
 # -- Admin and errors ----------------------------------------------------------------------------
