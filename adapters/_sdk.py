@@ -5,14 +5,25 @@ step (the call's keyword arguments -> a request body for gatekeeper's own reques
 
 `routes` maps a resource path (`("chat", "completions")`, `("responses",)`, `("messages",)`) to
 the protocol its calls speak. Reaching a resource through `with_raw_response`,
-`with_streaming_response`, `with_options` or `copy` keeps it gated. Everything else is the
-client's own attribute, untouched.
+`with_streaming_response`, `with_options` or `copy` keeps it gated. A gated resource is closed:
+besides its gated calls, only the names `passed` lists for it (reading, listing, deleting stored
+objects: calls that send no model request) reach the SDK; any other method or sub-resource (a
+tool runner, a thread, a batch, a websocket, a compaction, a method the SDK adds next year)
+raises `RequestInvalid` when called, since it would send tools the gate never saw. Everything
+outside the gated resources is the client's own attribute, untouched.
+
+The keyword arguments are read as the SDK will send them (`given`): its "not given" markers
+removed, any iterable (a tuple, a generator) a list, a pydantic model (an earlier answer's
+output item or content block, passed back) the dict the SDK dumps it as; the gated call then
+sends exactly what was gated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
+
+import pydantic
 
 from gatekeeper import Gatekeeper, RequestInvalid, agate_body, gate_body, tool_carriers
 
@@ -36,10 +47,12 @@ class GatedClient:
         is_async: bool,
         path: tuple[str, ...] = (),
         streaming: bool = False,
+        passed: Mapping[tuple[str, ...], frozenset[str]] | None = None,
     ) -> None:
         # streaming: reached through with_streaming_response, whose async calls open a context.
         self._target, self._gk, self._routes = target, gk, routes
         self._gate, self._agate, self._async, self._path, self._streaming = gate, agate, is_async, path, streaming
+        self._passed = passed or {}
 
     def _wrap(self, target: Any, path: tuple[str, ...], streaming: bool | None = None) -> GatedClient:
         return GatedClient(
@@ -51,6 +64,7 @@ class GatedClient:
             self._async,
             path,
             self._streaming if streaming is None else streaming,
+            self._passed,
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -65,6 +79,8 @@ class GatedClient:
         path = (*self._path, name)
         if any(route[: len(path)] == path for route in self._routes):
             return self._wrap(attr, path)
+        if protocol is not None and not name.startswith("_") and name not in self._passed.get(self._path, ()):
+            return _Refused(".".join(path))  # a gated resource is closed: see the module docstring
         return attr
 
     def _gated_call(self, call: Callable[..., Any], protocol: str, name: str) -> Callable[..., Any]:
@@ -81,6 +97,26 @@ class GatedClient:
 
     def __repr__(self) -> str:
         return f"<gated {self._target!r}>"
+
+
+class _Refused:
+    """A method or sub-resource of a gated resource that the gate cannot see through: calling it
+    (or anything reached from it) raises instead of sending tools ungated."""
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+
+    def __getattr__(self, name: str) -> _Refused:
+        return _Refused(f"{self._where}.{name}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RequestInvalid(
+            f"{self._where} is not gated by a gated client (the tools it sends would reach the model "
+            "unseen): use create/stream/parse, or the client itself where no tier applies"
+        )
+
+    def __repr__(self) -> str:
+        return f"<refused {self._where}>"
 
 
 class _GatedAsyncContext:
@@ -124,56 +160,59 @@ def is_sentinel(value: Any) -> bool:
 
 
 def given(value: Any) -> Any:
-    """`value` without the SDKs' "not given" markers, at any depth (dict values, list items), as
-    the SDK itself would send it; other values are left as they are."""
-    if isinstance(value, dict):
+    """`value` as the SDK itself will send it, at any depth: its "not given" markers removed, a
+    pydantic model dumped as the SDKs dump one for a request, any other iterable but a string
+    (a tuple, a generator: the SDKs take `Iterable` fields) a list; other values left as they
+    are. What the gate reads must be what goes on the wire: a tuple of content blocks was read
+    as "not a list" (nothing to gate) and sent as an array."""
+    if isinstance(value, pydantic.BaseModel):
+        value = value.model_dump(
+            mode="json", exclude_unset=True, by_alias=True, exclude=getattr(value, "__api_exclude__", None)
+        )
+    if isinstance(value, Mapping):
         return {k: given(v) for k, v in value.items() if not is_sentinel(v)}
-    if isinstance(value, list):
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes, bytearray, memoryview)):
         return [given(v) for v in value if not is_sentinel(v)]
     return value
 
 
-def tool_body(protocol: str, kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    """The call's keyword arguments as the request body the SDK would send (every "not given"
-    marker removed, in every field; a tool field set to None counts as not given); None when it
-    has no tool field (nothing to gate)."""
+def tool_body(protocol: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's keyword arguments as the request body the SDK will send (`given`: every "not
+    given" marker removed, in every field; a tool field set to None counts as not given), with
+    the SDK's own arguments (`SDK_ARGUMENTS`) as they were but `extra_body`, read like a field."""
     fields = TOOL_FIELDS[protocol]
-    extra = kwargs.get("extra_body")
+    body = {
+        k: v if k in SDK_ARGUMENTS and k != "extra_body" else given(v)
+        for k, v in kwargs.items()
+        if not is_sentinel(v) and not (v is None and k in (*fields, "parallel_tool_calls"))
+    }
+    extra = body.get("extra_body")
     if isinstance(extra, dict) and any(k in extra for k in fields):
         raise RequestInvalid(
             f"tool fields in extra_body ({', '.join(k for k in fields if k in extra)}) "
             "cannot be gated: pass them as keyword arguments"
         )
-    body = {
-        k: v
-        for k, v in kwargs.items()
-        if not is_sentinel(v) and not (v is None and k in (*fields, "parallel_tool_calls"))
-    }
-    # Anything that offers or could offer tools (tool fields, tool-carrying input items or
-    # content blocks, an `extra_body`, whose fields the SDK merges into the request) is gated.
-    if not (any(k in body for k in fields) or tool_carriers(protocol, given(body))):
-        return None
-    if not isinstance(body.get("model"), str):
-        return None
-    for field in ("tools", "functions", "mcp_servers", "messages", "input"):
-        if field in body and not isinstance(body[field], (list, str, dict)):
-            body[field] = list(body[field])  # the SDKs accept any iterable
-    return {k: v if k in SDK_ARGUMENTS else given(v) for k, v in body.items()}
+    return body
+
+
+def _carries_tools(protocol: str, body: dict[str, Any]) -> bool:
+    """Whether a call offers or could offer tools (tool fields, tool-carrying input items or
+    content blocks, an `extra_body`, whose fields the SDK merges into the request): then it is
+    gated. One without a model name is gated too, and refused there (no tier to judge it by)."""
+    return any(k in body for k in TOOL_FIELDS[protocol]) or bool(tool_carriers(protocol, body))
 
 
 def gate_kwargs(protocol: str, gk: Gatekeeper, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments to call the SDK with: gated when they carry tools, else as given."""
+    """The keyword arguments to call the SDK with (`tool_body`): gated when they carry tools."""
     body = tool_body(protocol, kwargs)
-    if body is None:
-        return kwargs
-    gate_body(gk, protocol, body, SDK_ARGUMENTS)
+    if _carries_tools(protocol, body):
+        gate_body(gk, protocol, body, SDK_ARGUMENTS)
     return body
 
 
 async def agate_kwargs(protocol: str, gk: Gatekeeper, kwargs: dict[str, Any]) -> dict[str, Any]:
     """`gate_kwargs` for async clients (never blocks the event loop)."""
     body = tool_body(protocol, kwargs)
-    if body is None:
-        return kwargs
-    await agate_body(gk, protocol, body, SDK_ARGUMENTS)
+    if _carries_tools(protocol, body):
+        await agate_body(gk, protocol, body, SDK_ARGUMENTS)
     return body

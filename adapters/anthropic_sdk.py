@@ -8,7 +8,8 @@
 semantics for the Messages API (gatekeeper/protocols/messages.py): tools and MCP servers above
 the model's tier are removed, `tool_choice` forcing a hidden tool (or `any` with every tool
 hidden) raises `gatekeeper.errors.ToolChoiceBlocked`, effort is `output_config.effort` or the
-thinking budget's mapping. A call without tool fields is passed on untouched.
+thinking budget's mapping. A call without tool fields is passed on untouched. Nothing else of `messages` passes
+(`batches`, `beta.messages.tool_runner`, `.thread`: RequestInvalid when called).
 The SDK's "not given" markers (`anthropic.NOT_GIVEN`, `anthropic.omit`), which agent frameworks pass for every
 field they leave unset, are removed from every field first, as the SDK itself would not send them.
 """
@@ -23,8 +24,13 @@ from gatekeeper import Gatekeeper
 from gatekeeper.adapters._sdk import GatedClient, agate_kwargs, gate_kwargs
 
 _ROUTES = {("messages",): "messages", ("beta", "messages"): "messages"}
+# Nothing else of `messages` passes: `batches` (each request of a batch carries its own tools),
+# `beta.messages.tool_runner` and `.thread` (they send requests the gate never sees) raise
+# RequestInvalid through a gated client.
+_PASSED: dict[tuple[str, ...], frozenset[str]] = {}
 
 
 def gate_client(client: anthropic.Anthropic | anthropic.AsyncAnthropic, gk: Gatekeeper) -> Any:
     """Return `client` with its messages gated by `gk`; the original client is unchanged."""
-    return GatedClient(client, gk, _ROUTES, gate_kwargs, agate_kwargs, isinstance(client, anthropic.AsyncAnthropic))
+    is_async = isinstance(client, anthropic.AsyncAnthropic)
+    return GatedClient(client, gk, _ROUTES, gate_kwargs, agate_kwargs, is_async, passed=_PASSED)

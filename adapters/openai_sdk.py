@@ -4,12 +4,14 @@
     client.chat.completions.create(model="m", messages=[...], tools=TOOLS, reasoning_effort="low")
     client.responses.create(model="m", input="...", tools=TOOLS, reasoning={"effort": "low"})
 
-`chat.completions` and `responses` (`create`, `parse`, `stream`; also through `with_raw_response`,
-`with_streaming_response` and `with_options`) get the proxy's request semantics: the tools above
+`chat.completions` and `responses`, also reached through `beta` (`create`, `parse`, `stream`; also
+through `with_raw_response`, `with_streaming_response` and `with_options`) get the proxy's request semantics: the tools above
 the model's tier are removed, tool fields are dropped when none remain, and a `tool_choice`
 forcing a hidden tool raises `gatekeeper.errors.ToolChoiceBlocked`. A call without tool fields is
 passed on untouched (and starts no measurement); tool fields smuggled through `extra_body` are
-refused. Everything else is the client's own.
+refused. Calls on stored objects (`retrieve`, `list`, `delete`, `input_items`, ...) pass; any other
+method of those resources (`responses.compact`, `responses.connect`) raises `RequestInvalid`.
+Everything else is the client's own.
 The SDK's "not given" markers (`openai.NOT_GIVEN`, `openai.omit`), which agent frameworks pass for every
 field they leave unset, are removed from every field first, as the SDK itself would not send them.
 """
@@ -23,9 +25,26 @@ import openai
 from gatekeeper import Gatekeeper
 from gatekeeper.adapters._sdk import GatedClient, agate_kwargs, gate_kwargs
 
-_ROUTES = {("chat", "completions"): "chat", ("responses",): "responses"}
+_ROUTES = {
+    ("chat", "completions"): "chat",
+    ("responses",): "responses",
+    ("beta", "chat", "completions"): "chat",  # the same resources, reached through `beta`
+    ("beta", "responses"): "responses",
+}
+# What else a gated resource lets through: calls on stored objects, which send no tools to a model
+# (`responses.input_tokens` counts them; nothing runs). Not `compact` nor `connect` (a Responses
+# websocket): refused, as the proxy does not serve them either.
+_CHAT_STORED = frozenset({"retrieve", "update", "list", "delete", "messages"})
+_RESPONSES_STORED = frozenset({"retrieve", "delete", "cancel", "input_items", "input_tokens"})
+_PASSED = {
+    ("chat", "completions"): _CHAT_STORED,
+    ("beta", "chat", "completions"): _CHAT_STORED,
+    ("responses",): _RESPONSES_STORED,
+    ("beta", "responses"): _RESPONSES_STORED,
+}
 
 
 def gate_client(client: openai.OpenAI | openai.AsyncOpenAI, gk: Gatekeeper) -> Any:
     """Return `client` with its chat completions and responses gated by `gk`; the original is unchanged."""
-    return GatedClient(client, gk, _ROUTES, gate_kwargs, agate_kwargs, isinstance(client, openai.AsyncOpenAI))
+    is_async = isinstance(client, openai.AsyncOpenAI)
+    return GatedClient(client, gk, _ROUTES, gate_kwargs, agate_kwargs, is_async, passed=_PASSED)

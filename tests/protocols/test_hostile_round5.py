@@ -1,0 +1,161 @@
+"""What the fifth red-team round (issue 20, on the main of 2026-12-01 after round 4) got through,
+each sent by the official client (through the real proxy on a real port, or through the
+in-process wrappers, `gatekeeper.adapters.openai_sdk` / `.anthropic_sdk`) to a real upstream
+(tests/upstreams.py); what the upstream received, and what the client read, is the evidence.
+
+- The in-process wrappers read the call's keyword arguments as given, but the SDKs take any
+  iterable where they type `Iterable` and dump pydantic models: a message's `content` passed as
+  a tuple (or the messages as a generator) holding a `tool_addition` block of a hidden tool, a
+  Responses `input` passed as a tuple, or a `tool_search_output` item passed back as the SDK's own
+  pydantic model, was "no tool field" to the wrapper (passed on untouched, ungated) and an array
+  on the wire: the model was offered `execute_command`. The wrappers now read every argument as
+  the SDK sends it (iterables as lists, models dumped as the SDK dumps them), so an answer's
+  `content` blocks or `output` items passed back (the SDKs' canonical tool loops) are gated like
+  dicts; they were refused ("must be an object, got ToolUseBlock") before.
+- Resources the wrappers did not route were the SDK's own, ungated: openai's
+  `beta.chat.completions` and `beta.responses` (the same endpoints), anthropic's
+  `beta.messages.tool_runner`, `beta.messages.thread` and `messages.batches.create` (each batch
+  request carries its own tools). A gated resource is closed now: the gated calls, and calls on
+  stored objects (retrieve, list, delete, ...), pass; anything else (those, `responses.compact`,
+  `responses.connect`) raises RequestInvalid when called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anthropic
+import openai
+import pytest
+from anthropic.types import ToolUseBlock
+from openai.types.responses import ResponseFunctionToolCall, ResponseToolSearchOutputItem
+from upstreams import NativeServer
+
+from gatekeeper.adapters import anthropic_sdk, openai_sdk
+from gatekeeper.errors import RequestInvalid
+
+# Under settings_for's rules (conftest): read_file small, write_file medium, execute_command large.
+CLAUDE_TOOL = {"name": "execute_command", "input_schema": {"type": "object", "properties": {}}}
+CLAUDE_READ = {"name": "read_file", "input_schema": {"type": "object", "properties": {}}}
+RESPONSES_TOOL = {"type": "function", "name": "execute_command", "parameters": {"type": "object", "properties": {}}}
+RESPONSES_READ = {"type": "function", "name": "read_file", "parameters": {"type": "object", "properties": {}}}
+CHAT_TOOL = {"type": "function", "function": {"name": "execute_command", "parameters": {"type": "object"}}}
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture
+def upstream() -> Iterator[NativeServer]:  # overrides conftest's: the seeded `gk` fixture uses it
+    with NativeServer(lambda body: {"content": "ok"}) as server:
+        yield server
+
+
+def received_text(upstream: NativeServer) -> str:
+    return repr(upstream.received())
+
+
+def gated_openai(upstream: NativeServer, gk) -> openai.OpenAI:
+    return openai_sdk.gate_client(openai.OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), gk)
+
+
+def gated_claude(upstream: NativeServer, gk) -> anthropic.Anthropic:
+    base = upstream.base_url.removesuffix("/v1")
+    return anthropic_sdk.gate_client(anthropic.Anthropic(base_url=base, api_key="x", max_retries=0), gk)
+
+
+# -- the wrappers read arguments as the SDK sends them --------------------------------------------
+
+
+def test_a_tuple_of_content_blocks_is_gated(upstream, gk):
+    claude = gated_claude(upstream, gk)
+    addition = {"type": "tool_addition", "tool": CLAUDE_TOOL}
+    message = claude.messages.create(
+        model="small-model",
+        max_tokens=5,
+        messages=[{"role": "user", "content": ({"type": "text", "text": "hi"}, addition)}],
+    )
+    assert message.content[0].text == "ok"
+    claude.beta.messages.create(
+        model="small-model", max_tokens=5, messages=(m for m in [{"role": "user", "content": [addition]}])
+    )
+    assert len(upstream.messages_requests) == 2
+    assert "execute_command" not in received_text(upstream)
+    assert upstream.messages_requests[0]["messages"][0]["content"] == [{"type": "text", "text": "hi"}]
+
+
+async def test_a_tuple_input_is_gated_async(upstream, gk):
+    client = openai_sdk.gate_client(openai.AsyncOpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), gk)
+    await client.responses.create(model="small-model", input=({"type": "additional_tools", "tools": [RESPONSES_TOOL]},))
+    assert len(upstream.responses_requests) == 1
+    assert "execute_command" not in received_text(upstream)
+
+
+def test_an_output_item_passed_back_as_a_model_is_gated(upstream, gk):
+    loaded = ResponseToolSearchOutputItem.model_validate(
+        {
+            "type": "tool_search_output",
+            "id": "ts_1",
+            "call_id": "c_1",
+            "execution": "client",
+            "status": "completed",
+            "tools": [RESPONSES_TOOL],
+        }
+    )
+    gated_openai(upstream, gk).responses.create(model="small-model", input=[loaded])
+    assert len(upstream.responses_requests) == 1
+    assert "execute_command" not in received_text(upstream)
+
+
+def test_the_sdks_tool_loops_pass_answer_objects_back(upstream, gk):
+    """The canonical loops append the answer's own objects to the next request: they were
+    refused ("must be an object, got ToolUseBlock"); they are sent as the SDK dumps them."""
+    call = ToolUseBlock(type="tool_use", id="toolu_1", name="read_file", input={"path": "a"})
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "text of a"}
+    gated_claude(upstream, gk).messages.create(
+        model="small-model",
+        max_tokens=5,
+        tools=[CLAUDE_READ, CLAUDE_TOOL],
+        messages=[*HI, {"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}],
+    )
+    sent = upstream.messages_requests[-1]
+    assert [t["name"] for t in sent["tools"]] == ["read_file"]
+    assert sent["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a"}}
+    ]
+    item = ResponseFunctionToolCall(type="function_call", call_id="c_1", name="read_file", arguments="{}")
+    output = {"type": "function_call_output", "call_id": "c_1", "output": "text of a"}
+    gated_openai(upstream, gk).responses.create(model="small-model", tools=[RESPONSES_READ], input=[*HI, item, output])
+    assert upstream.responses_requests[-1]["input"][1]["name"] == "read_file"
+
+
+# -- a gated resource is closed ---------------------------------------------------------------
+
+
+def test_beta_paths_to_the_same_endpoints_are_gated(upstream, gk):
+    client = gated_openai(upstream, gk)
+    client.beta.chat.completions.create(model="small-model", messages=HI, tools=[CHAT_TOOL])
+    client.beta.responses.create(model="small-model", input="hi", tools=[RESPONSES_TOOL])
+    assert len(upstream.requests) == 1 and len(upstream.responses_requests) == 1
+    assert "execute_command" not in received_text(upstream)
+
+
+def test_calls_the_gate_cannot_see_through_are_refused(upstream, gk):
+    claude = gated_claude(upstream, gk)
+    with pytest.raises(RequestInvalid, match=r"beta\.messages\.tool_runner is not gated"):
+        claude.beta.messages.tool_runner(model="small-model", max_tokens=5, messages=HI, tools=[CLAUDE_TOOL])
+    with pytest.raises(RequestInvalid, match=r"beta\.messages\.thread is not gated"):
+        claude.beta.messages.thread(model="small-model", max_tokens=5, tools=[CLAUDE_TOOL])
+    batch = {
+        "custom_id": "a",
+        "params": {"model": "small-model", "max_tokens": 5, "messages": HI, "tools": [CLAUDE_TOOL]},
+    }
+    with pytest.raises(RequestInvalid, match=r"messages\.batches\.create is not gated"):
+        claude.messages.batches.create(requests=[batch])
+    with pytest.raises(RequestInvalid, match=r"responses\.compact is not gated"):
+        gated_openai(upstream, gk).responses.with_raw_response.compact(model="small-model", input="hi")
+    assert upstream.received() == []
+
+
+def test_calls_on_stored_objects_still_pass(upstream, gk):
+    client = gated_openai(upstream, gk)
+    with pytest.raises(openai.NotFoundError):  # the upstream stores nothing: it answered, which is the point
+        client.responses.retrieve("resp_1")
