@@ -28,7 +28,7 @@ import asyncio
 import copy
 import inspect
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jsonschema.protocols import Validator
@@ -36,7 +36,7 @@ from jsonschema.protocols import Validator
 from gatekeeper import logs
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Route
 from gatekeeper.errors import GatekeeperError, ToolNotAllowed
-from gatekeeper.gating import tool_name
+from gatekeeper.gating import ToolPolicy, tool_name
 from gatekeeper.inprocess.tool_schema import FunctionTool, Handler, check_arguments, compile_schema, function_tool
 from gatekeeper.requirements import meets, unmet
 from gatekeeper.routing import Need
@@ -51,10 +51,19 @@ class RegisteredTool:
 
     name: str
     schema: dict[str, Any]
-    required_tier: Tier
+    tier: Tier | None  # the tier given at registration; None: the config's rule, as it is now
     handler: Handler | None
     validator: Validator  # the schema's `parameters`, compiled once at registration
     function: FunctionTool | None = None  # set for a typed function: converts checked arguments
+    gk: Gatekeeper | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def required_tier(self) -> Tier:
+        """The tier the tool requires: the one given at registration, else the rule of the
+        settings in force (read each time: a reload that raises a tool's rule applies at once)."""
+        if self.tier is not None:
+            return self.tier
+        return self.gk.policy.required_tier(self.name) if self.gk is not None else Tier.LARGE
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -91,8 +100,9 @@ class ToolRegistry:
         self.gk = gk
         self._tools: dict[str, RegisteredTool] = {}
         self._lock = threading.Lock()
-        # The visible list per tier, rebuilt lazily after each register (see _visible_for).
-        self._visible: dict[Tier, list[dict[str, Any]]] = {}
+        # The visible list per tier under one tool policy (a reload makes a new one), rebuilt
+        # lazily after each register and each reload (see tools_for_tier).
+        self._visible: tuple[ToolPolicy | None, dict[Tier, list[dict[str, Any]]]] = (None, {})
 
     # -- registering -----------------------------------------------------------------------
 
@@ -120,13 +130,13 @@ class ToolRegistry:
             raise ValueError(f"tool {name!r}: function.parameters must be a JSON schema object")
         schema = copy.deepcopy(schema)  # the caller's dict may change later; ours may not
         validator = compile_schema(name, schema["function"].get("parameters") or {"type": "object"})
-        required = Tier(required_tier) if required_tier is not None else self.gk.policy.required_tier(name)
-        tool = RegisteredTool(name, schema, required, handler, validator, function)
+        tier = Tier(required_tier) if required_tier is not None else None
+        tool = RegisteredTool(name, schema, tier, handler, validator, function, self.gk)
         with self._lock:
             if name in self._tools:
                 raise ValueError(f"tool {name!r} is already registered")
             self._tools[name] = tool
-            self._visible = {}  # after the tool is in: a reader that sees the new dict sees the tool
+            self._visible = (None, {})  # after the tool is in: a reader that sees the new dict sees the tool
         return tool
 
     def tool(
@@ -206,7 +216,11 @@ class ToolRegistry:
 
     def tools_for_tier(self, tier: Tier) -> list[dict[str, Any]]:
         """The schemas a model at `tier` may see (a new list each call)."""
-        visible = self._visible  # read the dict before the tools: see register
+        policy = self.gk.policy
+        owner, visible = self._visible  # read the dict before the tools: see register
+        if owner is not policy:
+            visible = {}
+            self._visible = (policy, visible)
         tools = visible.get(tier)
         if tools is None:
             tools = [t.schema for t in list(self._tools.values()) if tier.allows(t.required_tier)]

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from gatekeeper import logs
 from gatekeeper.core.admit import Decision, aadmit, adecide, admit, decide
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Snapshot
-from gatekeeper.gating import Gated, tool_name
+from gatekeeper.gating import BUILTIN_FAMILIES, Gated, ToolId, tool_name
 from gatekeeper.protocols import fields
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
@@ -223,7 +223,10 @@ def gated_prepare_tools(gk: Gatekeeper, effort: str | None = None) -> Callable[.
 def gate_agent(gk: Gatekeeper, agent: Any) -> Any:
     """A clone of an OpenAI Agents SDK `Agent` whose function tools are enabled only when the tier
     of the agent's model (at `model_settings.reasoning.effort`) allows them, decided at each turn;
-    its hosted tools (web search, code interpreter, ...) are gated once, by their name, here."""
+    its hosted tools are gated once, here, as the proxy gates them: a built-in (web search, code
+    interpreter, local shell, ...) by its type and family, a `HostedMCPTool` by its server and
+    each of its tools (narrowed, or RequestInvalid when a rule hides some of a server offered
+    without a tool list); any other tool by its name."""
     import dataclasses
 
     from agents import FunctionTool  # the Agents SDK: only needed by this form
@@ -250,6 +253,26 @@ def gate_agent(gk: Gatekeeper, agent: Any) -> Any:
     for tool in agent.tools:
         if isinstance(tool, FunctionTool):
             tools.append(dataclasses.replace(tool, is_enabled=enabled(tool.name, tool.is_enabled)))
-        elif decision.allows(getattr(tool, "name", type(tool).__name__)):
-            tools.append(tool)
+        else:
+            tools += _hosted(tool, model, decision)
     return agent.clone(tools=tools)
+
+
+def _hosted(tool: Any, model: str, decision: Decision) -> list[Any]:
+    """A hosted tool as the agent may offer it ([] when hidden). By its name, a rule for its
+    family did not apply (`shell: large` left `local_shell` in) and an MCP server was one tool
+    named `hosted_mcp` (`github.delete_*: large` left every tool of the server in)."""
+    import dataclasses
+
+    from gatekeeper.protocols.responses import gate_request
+
+    name = getattr(tool, "name", type(tool).__name__)
+    config = getattr(tool, "tool_config", None)
+    if isinstance(config, dict) and config.get("type") == "mcp":
+        body: dict[str, Any] = {"model": model, "tools": [dict(config)]}
+        gate_request(body, decision.resolution.tier, decision.policy)
+        kept = body.get("tools") or []
+        return [dataclasses.replace(tool, tool_config=kept[0])] if kept else []
+    if isinstance(name, str) and name in BUILTIN_FAMILIES:
+        return [tool] if decision.allows(ToolId.builtin(name)) else []
+    return [tool] if decision.allows(name) else []

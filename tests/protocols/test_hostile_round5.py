@@ -18,6 +18,15 @@ in-process wrappers, `gatekeeper.adapters.openai_sdk` / `.anthropic_sdk`) to a r
   request carries its own tools). A gated resource is closed now: the gated calls, and calls on
   stored objects (retrieve, list, delete, ...), pass; anything else (those, `responses.compact`,
   `responses.connect`) raises RequestInvalid when called.
+- `ToolRegistry` read a tool's rule once, at registration: after a reload that raised
+  `execute_command` to large (SIGHUP, `POST /admin/reload`, `Gatekeeper.reload`), a small model
+  was still offered it and `registry.call` still ran it. The rule is read from the settings in
+  force at each listing and call (a tier given at registration still beats it).
+- `gate_agent` judged the Agents SDK's hosted tools by their runtime name: `LocalShellTool` is
+  `local_shell`, which a family rule `shell: large` did not reach, and a `HostedMCPTool` was one
+  tool named `hosted_mcp`, so `github.delete_*: large` left `delete_repo` in its `allowed_tools`.
+  Built-ins are judged by their type and family now, an MCP server by the Responses codec's own
+  gate (narrowed to the admitted tools, or refused without a tool list).
 """
 
 from __future__ import annotations
@@ -31,8 +40,10 @@ from anthropic.types import ToolUseBlock
 from openai.types.responses import ResponseFunctionToolCall, ResponseToolSearchOutputItem
 from upstreams import NativeServer
 
+from gatekeeper import Gatekeeper, ToolRegistry
 from gatekeeper.adapters import anthropic_sdk, openai_sdk
-from gatekeeper.errors import RequestInvalid
+from gatekeeper.errors import RequestInvalid, ToolNotAllowed
+from gatekeeper.inprocess.wrap import gate_agent
 
 # Under settings_for's rules (conftest): read_file small, write_file medium, execute_command large.
 CLAUDE_TOOL = {"name": "execute_command", "input_schema": {"type": "object", "properties": {}}}
@@ -159,3 +170,54 @@ def test_calls_on_stored_objects_still_pass(upstream, gk):
     client = gated_openai(upstream, gk)
     with pytest.raises(openai.NotFoundError):  # the upstream stores nothing: it answered, which is the point
         client.responses.retrieve("resp_1")
+
+
+# -- ToolRegistry follows a reload ------------------------------------------------------------
+
+
+def test_the_registry_applies_a_reloaded_rule_at_once(tmp_path):
+    config = tmp_path / "gatekeeper.yaml"
+    common = f"upstream: {{base_url: 'http://127.0.0.1:9/v1'}}\nstore: {tmp_path / 'store.json'}\npins: {{m: small}}\n"
+    config.write_text(common + "tools: {required_tier: {}}\n")
+    gk = Gatekeeper.from_config(config)
+    try:
+        registry = ToolRegistry(gk)
+        registry.register({"type": "function", "function": {"name": "execute_command"}}, handler=lambda: "ran")
+        registry.register(
+            {"type": "function", "function": {"name": "note"}}, required_tier="small", handler=lambda: "ok"
+        )
+        assert [t["function"]["name"] for t in registry.list_for_llm("m")] == ["execute_command", "note"]
+        config.write_text(common + "tools: {required_tier: {execute_command: large, note: large}}\n")
+        gk.reload()
+        assert [t["function"]["name"] for t in registry.list_for_llm("m")] == ["note"]  # its own tier beats the rule
+        with pytest.raises(ToolNotAllowed, match="requires tier 'large'"):
+            registry.call("m", "execute_command", "{}")
+        assert registry.get("execute_command").required_tier.value == "large"
+    finally:
+        gk.close()
+
+
+# -- gate_agent judges hosted tools as the proxy does ----------------------------------------------
+
+
+async def test_gate_agent_judges_hosted_tools_by_type_and_server(upstream, store_path, default_suite):
+    from agents import Agent, HostedMCPTool, LocalShellTool, OpenAIResponsesModel, Runner, set_tracing_disabled
+    from conftest import settings_for
+
+    set_tracing_disabled(True)  # traces would be exported to OpenAI
+    rules = {"required_tier": {"shell": "large", "github.delete_*": "large"}}
+    gk = Gatekeeper(settings_for(upstream.base_url, store_path, pins={"m": "small"}, tools=rules))
+    try:
+        github = {"type": "mcp", "server_label": "github", "server_url": "https://mcp.example/github"}
+        tools = [HostedMCPTool(tool_config=github | {"allowed_tools": ["list_repos", "delete_repo"]})]
+        tools.append(LocalShellTool(executor=lambda request: "ran"))
+        agent = gate_agent(gk, Agent(name="a", model="m", tools=tools))
+        model = OpenAIResponsesModel("m", openai.AsyncOpenAI(base_url=upstream.base_url, api_key="x"))
+        result = await Runner.run(agent.clone(model=model), "hi")
+        assert result.final_output == "ok"
+        sent = upstream.responses_requests[-1]["tools"]
+        assert sent == [github | {"allowed_tools": ["list_repos"]}]
+        with pytest.raises(RequestInvalid, match="without a list of its tools"):
+            gate_agent(gk, Agent(name="a", model="m", tools=[HostedMCPTool(tool_config=github)]))
+    finally:
+        gk.close()
