@@ -7,7 +7,9 @@ Every request passes, in this order:
    count): past 100 a minute, 429 with `Retry-After` before the key is looked at;
 3. `Authorization: Bearer <one of mcp.api_keys>`, compared in constant time; else 401 (429 with
    `Retry-After` past 10 wrong keys a minute: a right key still passes);
-4. the model: from the path, else the header, else none (the unknown tier); its effort one of the
+4. the model: from the path, else the header, else none (the unknown tier); a path and a header
+   (or two headers) naming different models are a 400, not one of them silently (a reverse proxy
+   that sets the header must not be overridden by the client's path); its effort one of the
    closed set (400 otherwise). The session the request opens is bound to that model and key: the
    SDK answers 404 to a request for the session under another model or key, so a session cannot
    be re-pointed at a larger model.
@@ -15,6 +17,7 @@ Every request passes, in this order:
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import re
 from collections.abc import Callable
@@ -26,12 +29,13 @@ from mcp.server.auth.provider import AccessToken
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from gatekeeper import logs
 from gatekeeper.errors import RequestInvalid
 from gatekeeper.mcp.gateway import BINDING, Binding
 from gatekeeper.peers import bearer_form
+from gatekeeper.redact import clip
 from gatekeeper.store.profile import check_effort, split_key
 
 if TYPE_CHECKING:
@@ -69,9 +73,20 @@ class McpEndpoint:
         scope[BINDING] = binding
         # The SDK binds a session to the principal that opened it: here, the key and the model.
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=principal, scopes=[]))
-        await self.gateway.manager.handle_request(scope, receive, send)
-        if request.method == "DELETE" and (session_id := request.headers.get("mcp-session-id")):
-            self.gateway.forget_session(session_id)  # closed by the client: no more notifications
+        status = 0
+
+        async def watch(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self.gateway.manager.handle_request(scope, receive, watch)
+        session_id = request.headers.get("mcp-session-id")
+        # Closed by its client: no more notifications. Only a DELETE the SDK accepted: one it
+        # refused (another key's or model's session, a 404) must not silence the owner's session.
+        if request.method == "DELETE" and session_id and 200 <= status < 300:
+            self.gateway.forget_session(session_id)
 
     def _admit(self, request: Request) -> Response | tuple[Binding, str]:
         """The request's binding and principal, or the error response that refuses it."""
@@ -85,8 +100,8 @@ class McpEndpoint:
         if wait:
             log.warning("mcp_key_throttled", client=source, retry_after_s=wait)
             return _throttled(wait)
-        key_index = _key_index(request.headers.get("authorization", ""), settings.mcp.keys)
-        if key_index is None:
+        key = _key(request.headers.get("authorization", ""), settings.mcp.keys)
+        if key is None:
             wait = self.throttle.failed(source)
             log.warning("mcp_key_refused", client=source)
             if wait:
@@ -94,7 +109,15 @@ class McpEndpoint:
             message = "the MCP gateway needs 'Authorization: Bearer <one of mcp.api_keys>'"
             return _error(401, message, {"www-authenticate": "Bearer"})
         self.throttle.succeeded(source)
-        raw = request.path_params.get("model") or request.headers.get(MODEL_HEADER)
+        path = request.path_params.get("model") or None
+        named = request.headers.getlist(MODEL_HEADER)
+        if len(set(named)) > 1 or (path is not None and named and named[0] != path):
+            given = ([f"the path {_shown(path)}"] if path is not None else []) + [
+                f"{MODEL_HEADER} {_shown(n)}" for n in dict.fromkeys(named)
+            ]
+            log.warning("mcp_model_conflict", given=given)
+            return _error(400, f"the request names two models ({', '.join(given)}): name the model once")
+        raw = path if path is not None else (named[0] if named else None)
         if raw is not None and (len(raw) > _MAX_MODEL or not _PRINTABLE.match(raw)):
             return _error(400, f"not a model name (visible ASCII, at most {_MAX_MODEL} characters)")
         binding = _bind(raw)
@@ -105,17 +128,24 @@ class McpEndpoint:
                 check_effort(binding.effort, settings.extra_efforts)
             except RequestInvalid as exc:
                 return _error(400, str(exc))
-        return binding, f"key{key_index}|{binding.shown}"
+        # The key by its digest, not its place in the list: a reload that removes another key
+        # must not hand this key's sessions to whichever key moves into its place.
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        return binding, f"key:{digest}|{binding.shown}"
 
 
-def _key_index(header: str, keys: list[str]) -> int | None:
+def _key(header: str, keys: list[str]) -> str | None:
     """Which key the header carries; every key is compared (constant time each, no early exit)."""
     presented = bearer_form(header)
     found = None
-    for i, key in enumerate(keys):
+    for key in keys:
         if hmac.compare_digest(presented, f"Bearer {key}".encode()):
-            found = i
+            found = key
     return found
+
+
+def _shown(model: str) -> str:
+    return repr(clip(model, 80))
 
 
 def _bind(raw: str | None) -> Binding:
