@@ -27,7 +27,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
-from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT, StreamableHTTPSessionManager
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
 from gatekeeper import logs
@@ -37,6 +37,7 @@ from gatekeeper.gating import ToolId
 from gatekeeper.mcp import metrics
 from gatekeeper.mcp.names import exposed_name, split_exposed
 from gatekeeper.mcp.upstream import ServerUnavailable, Upstream
+from gatekeeper.redact import clip
 
 log = logs.get_logger("gatekeeper.mcp.gateway")
 
@@ -108,9 +109,10 @@ class McpGateway:
             on_get_prompt=self._get_prompt,
         )
         self.manager = StreamableHTTPSessionManager(self.server, max_sessions=_MAX_SESSIONS)
-        self._watched: TTLCache[str, _Watched] = TTLCache(
-            maxsize=_MAX_SESSIONS, ttl=DEFAULT_SESSION_IDLE_TIMEOUT, timer=time.monotonic
-        )
+        # Sessions that listed tools, by session id, for as long as the SDK keeps them open: an
+        # agent that lists once and then only calls (or only holds its GET stream) must still hear
+        # list_changed hours later. Closed ones are pruned (gatekeeper.mcp.gateway._prune).
+        self._watched: dict[str, _Watched] = {}
         self._resource_server: TTLCache[str, str] = TTLCache(maxsize=_RESOURCE_ROUTES, ttl=3600, timer=time.monotonic)
         # What the console shows, per (server, model): listed, hidden, refused. `model` is the
         # bounded metrics label, so this table is bounded too.
@@ -161,22 +163,33 @@ class McpGateway:
             if self.gk.settings.mcp.servers != self._servers_started:
                 self._servers_started = self.gk.settings.mcp.servers  # said once per change
                 log.warning("mcp_servers_changed", detail="mcp.servers takes effect at the next restart")
+            self._prune()
+            # Sessions of one model see the same tools: judged once per model and pass, however
+            # many sessions it has open.
+            catalogue = self._catalogue()
+            visible: dict[Binding, frozenset[str]] = {}
             for session_id, watched in list(self._watched.items()):
+                names = visible.get(watched.binding)
+                if names is None:
+                    names = visible[watched.binding] = self._visible_now(watched.binding, catalogue)
                 try:
-                    await self._tell(watched)
+                    await self._tell(watched, names)
                 except Exception as exc:  # noqa: BLE001 - the session is gone or stuck: forget it, tell the others
                     log.info("mcp_session_gone", session=session_id[:12], error=type(exc).__name__)
                     self._watched.pop(session_id, None)
 
-    async def _tell(self, watched: _Watched) -> None:
-        """Send list_changed to one session if the tools it would be shown now differ."""
+    def _visible_now(self, binding: Binding, catalogue: list[tuple[types.Tool, ToolId, str]]) -> frozenset[str]:
+        """The tools `binding` would be shown now."""
         # The tier as it stands, without waiting for or starting a measurement: this loop serves
         # every session, and the client's own tools/list that follows resolves as usual.
-        binding = watched.binding
         found = self.gk.lookup(binding.model, binding.effort) if binding.model is not None else None
         resolution = found or Resolution(self.gk.settings.unknown_tier, "unmeasured", binding.shown)
         policy = self.gk.policy_for(resolution)
-        names = frozenset(t.name for t, rule, _ in self._catalogue() if policy.allows(resolution.tier, rule))
+        return frozenset(t.name for t, rule, _ in catalogue if policy.allows(resolution.tier, rule))
+
+    async def _tell(self, watched: _Watched, names: frozenset[str]) -> None:
+        """Send list_changed to one session if the tools it would be shown now differ."""
+        binding = watched.binding
         if names == watched.shown:
             return
         watched.shown = names
@@ -241,11 +254,27 @@ class McpGateway:
     def _watch(self, ctx: ServerRequestContext[Any], binding: Binding, names: frozenset[str]) -> None:
         request = ctx.request
         session_id = request.headers.get("mcp-session-id") if request is not None else None
-        if session_id:  # sessionless requests (the 2026 single-exchange era) get no notifications
-            self._watched[session_id] = _Watched(ctx.session, binding, names)
+        if not session_id:  # sessionless requests (the 2026 single-exchange era) get no notifications
+            return
+        if session_id not in self._watched and len(self._watched) >= _MAX_SESSIONS:
+            self._prune()
+            if len(self._watched) >= _MAX_SESSIONS:  # only if the SDK's own bound was raised
+                self._watched.pop(next(iter(self._watched)))
+        self._watched[session_id] = _Watched(ctx.session, binding, names)
 
     def forget_session(self, session_id: str) -> None:
         self._watched.pop(session_id, None)
+
+    def _prune(self) -> None:
+        """Forget the watched sessions the SDK has closed (idle timeout, crash, DELETE)."""
+        # The session manager's own table of open sessions (it has no public view of it); without
+        # it (another SDK version) nothing is pruned and a closed session is forgotten when a
+        # notification to it fails.
+        open_ids = getattr(self.manager, "_server_instances", None)
+        if not isinstance(open_ids, dict):
+            return
+        for session_id in [s for s in self._watched if s not in open_ids]:
+            del self._watched[session_id]
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -390,6 +419,7 @@ class McpGateway:
 
     @property
     def open_sessions(self) -> int:
+        self._prune()
         return len(self._watched)
 
 
@@ -405,6 +435,10 @@ def _offset(cursor: str | None, total: int) -> int:
     if cursor is None:
         return 0
     digits = cursor[1:] if cursor.startswith("p") else ""
-    if not digits.isdigit() or int(digits) > total:
-        raise MCPError(types.INVALID_PARAMS, f"invalid cursor {cursor[:40]!r}")
+    # ASCII digits only, and few of them: `str.isdigit` also takes `²` and `１`, and int() refuses
+    # strings over 4300 digits; either was an internal error instead of this one.
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 9) or int(digits) > total:
+        raise MCPError(
+            types.INVALID_PARAMS, f"invalid cursor {clip(cursor, 40)!r} (use the nextCursor of a tools/list)"
+        )
     return int(digits)
