@@ -3,7 +3,9 @@ initialized, its tools listed, watched, and reconnected with backoff when it fai
 
 A server that crashes, hangs, answers garbage or lists a tool twice loses its own tools (its
 `error` says why) and is retried; the gateway keeps serving the others. Every call to it has a
-deadline (`timeout_s` of its config).
+deadline (`timeout_s` of its config). What it was given to reach it (its `headers`, `env`, the
+secrets of its `url`) is scrubbed from every error it relays: a server that echoes its credential
+must not show it to a client that never had it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 import httpx2
@@ -56,6 +59,7 @@ class Upstream:
         """`changed()` is called (on the event loop) whenever the tools this server offers change."""
         self.label, self.config = label, config
         self._changed = changed
+        self._secrets = _secrets(config)
         self.session: ClientSession | None = None
         self.tools: dict[str, types.Tool] = {}  # by the server's own tool name, in its order
         self.skipped: dict[str, str] = {}  # tools not offered: name -> why
@@ -88,9 +92,15 @@ class Upstream:
             await anyio.sleep(delay)
             delay = min(delay * 2, BACKOFF_S[1])
 
+    def scrub(self, text: str) -> str:
+        """`text` without any secret this server was configured with (each replaced by `***`)."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
     def _down(self, error: str) -> None:
         was_up = self.session is not None or bool(self.tools)
-        self.session, self.error = None, error
+        self.session, self.error = None, self.scrub(error)
         self.tools, self.skipped = {}, {}
         if was_up:
             self._changed()
@@ -156,7 +166,7 @@ class Upstream:
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, Exception):
-            log.warning("mcp_server_garbage", server=self.label, error=_describe(message))
+            log.warning("mcp_server_garbage", server=self.label, error=self.scrub(_describe(message)))
         elif isinstance(message, types.ToolListChangedNotification):
             self._relist.set()  # listed again by the supervisor, not in the reader's task
 
@@ -201,10 +211,19 @@ class Upstream:
             raise ServerUnavailable(
                 f"MCP server {self.label!r} did not answer {what} within {self.config.timeout_s:g} s"
             ) from None
-        except MCPError:
-            raise  # the server's own JSON-RPC error: relayed as it is
+        except MCPError as exc:  # the server's own JSON-RPC error: relayed, without our secrets
+            raise MCPError(exc.code, self.scrub(exc.message), self._scrub_data(exc.data)) from None
         except Exception as exc:  # noqa: BLE001 - a broken transport or a garbled answer: say which
-            raise ServerUnavailable(f"MCP server {self.label!r} failed {what}: {_describe(exc)}") from None
+            raise ServerUnavailable(self.scrub(f"MCP server {self.label!r} failed {what}: {_describe(exc)}")) from None
+
+    def _scrub_data(self, data: Any) -> Any:
+        if isinstance(data, str):
+            return self.scrub(data)
+        if isinstance(data, list):
+            return [self._scrub_data(item) for item in data]
+        if isinstance(data, dict):
+            return {key: self._scrub_data(value) for key, value in data.items()}
+        return data
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any] | None, progress: ProgressFnT | None
@@ -214,6 +233,12 @@ class Upstream:
         result: types.CallToolResult = await self._deadline(
             f"tools/call {name!r}", session.call_tool(name, arguments, timeout, progress_callback=progress)
         )
+        if result.is_error:  # a tool's error is an error too: its text may echo a credential
+            content = [
+                item.model_copy(update={"text": self.scrub(item.text)}) if isinstance(item, types.TextContent) else item
+                for item in result.content
+            ]
+            result = result.model_copy(update={"content": content})
         return result
 
     async def list_resources(self) -> list[types.Resource]:
@@ -263,6 +288,28 @@ class Upstream:
             "skipped": dict(self.skipped),
             "connects": self.connects,
         }
+
+
+# Shorter values are placeholders (EMPTY, none) more often than secrets, and replacing them
+# would mangle the error's own words (the proxy's rule for the operator's upstream key).
+_MIN_SECRET = 8
+_PATH_SECRET = 16  # a path segment this long is a key more likely than a word (`mcp`, `v1`, `sse`)
+
+
+def _secrets(config: McpServer) -> tuple[str, ...]:
+    """What a server was given that no client may read back: its header values (and the token
+    after a scheme: `Bearer <token>`), its env values, its URL (whole, its password, its query
+    values, and its long path segments: hosted servers put the key in the path, `/s/<key>/mcp`)."""
+    found: list[str] = []
+    for value in config.headers.values():
+        found += [value, value.partition(" ")[2]]
+    found += config.env.values()
+    if config.url is not None:
+        parts = urlsplit(config.url)
+        found += [config.url, parts.password or "", *(value for _, value in parse_qsl(parts.query))]
+        found += [segment for segment in parts.path.split("/") if len(segment) >= _PATH_SECRET]
+    # Longest first, so a value is never half-replaced through a shorter one it contains.
+    return tuple(sorted({s for s in found if len(s) >= _MIN_SECRET}, key=len, reverse=True))
 
 
 def _describe(exc: BaseException) -> str:
