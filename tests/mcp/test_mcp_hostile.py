@@ -1,0 +1,479 @@
+"""A hostile review of the MCP door (issue 23): a real proxy on a real port, real MCP servers
+started by the tests (tests/mcp/toy_server.py, tests/mcp/hostile_servers.py, SDK servers over
+Streamable HTTP), the official `mcp` client, and raw HTTP where a client would not misbehave.
+
+What got through, and what happens now:
+- A path and an `X-Gatekeeper-Model` header naming different models (or the header twice): the
+  path won silently, so a client overrode the model a reverse proxy set in the header. Now a 400
+  naming both.
+- A DELETE of a session under another model (which the SDK refuses, 404) still made the gateway
+  forget that session: its owner no longer heard list_changed. Now only an accepted DELETE does.
+- A session was watched for list_changed for 30 minutes from its last tools/list, however long it
+  stayed open: an agent that lists once and then only calls stopped hearing of tier changes. Now
+  it is watched as long as the SDK keeps it open.
+- A cursor of non-ASCII digits (`p²`) or of 5,000 digits was an internal error (code 0, Python's
+  own message). Now `-32602` naming the cursor.
+- A server's JSON-RPC error or tool error quoting what it was given (its `headers`, `env`) was
+  relayed to the client as it was. Now those values read `***`.
+- A session was bound to its key's place in `mcp.api_keys`: after a reload removed an earlier key,
+  the key's own sessions answered 404 and the key that moved into its place could use them. Now a
+  session is bound to the key itself.
+
+What held (pinned here so it stays so): keys in another scheme, in the query string, or wrong
+(401; ten of them do not lock the right key out); `Origin` null, lookalike, port and scheme variants
+(403); odd efforts, a percent-encoded or over-long model name (400), an unknown model (the unknown
+tier); a tool hidden after the tier dropped is refused though the session never listed again;
+JSON-RPC batches (refused whole, nothing forwarded); a cursor from a larger model's listing shows
+no hidden tool; a hanging tool call times out and costs nothing else; a server listing more than
+10,000 tools or paging past its deadline loses only its own tools, slow pages within it list
+whole; a tool the server renamed without saying so is refused under its new name; tool names with
+`__`, case variants and `-` are each their own tool, ruled by their own name.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from conftest import await_until, make_profile
+from gateway_helpers import KEY, connect, gateway, tool_names, toy
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+from scripted import ThreadedServer
+from starlette.types import Receive, Scope, Send
+
+from gatekeeper.tiers import Tier
+
+HOSTILE = Path(__file__).with_name("hostile_servers.py")
+NOTES_SMALL = ["notes__read_note", "notes__broken_tool"]
+NOTES_ALL = ["notes__read_note", "notes__write_note", "notes__progress_steps", "notes__broken_tool", "notes__crash"]
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+SIGNED = ACCEPT | {"Authorization": f"Bearer {KEY}"}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+}
+
+
+def hostile(mode: str, folder: Path, *args: str, **extra: Any) -> dict[str, Any]:
+    config = {"command": [sys.executable, str(HOSTILE), mode, *args], "env": {"TOY_DIR": str(folder)}, "timeout_s": 5}
+    return config | extra
+
+
+def calls(folder: Path) -> list[str]:
+    log = folder / "calls.log"
+    return [json.loads(line)["tool"] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def answer(response: httpx.Response) -> Any:
+    """The JSON-RPC message of a raw POST's answer (JSON, or the last event of an SSE stream)."""
+    text = response.text
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        text = [line[5:] for line in text.splitlines() if line.startswith("data:")][-1]
+    return json.loads(text)
+
+
+class RawSession:
+    """One MCP session spoken in raw JSON-RPC over HTTP, for what the official client won't send."""
+
+    def __init__(self, http: httpx.Client, url: str, headers: dict[str, str] | None = None) -> None:
+        self.http, self.url = http, url
+        opened = http.post(url, json=INIT, headers=SIGNED | (headers or {}))
+        assert opened.status_code == 200, opened.text
+        self.headers = SIGNED | (headers or {})
+        self.headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert http.post(url, json=initialized, headers=self.headers).status_code == 202
+
+    def post(self, message: Any) -> httpx.Response:
+        return self.http.post(self.url, json=message, headers=self.headers)
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        message = {"jsonrpc": "2.0", "id": 7, "method": method} | ({"params": params} if params else {})
+        return answer(self.post(message))
+
+
+@asynccontextmanager
+async def watched_session(url: str, heard: list[object]) -> AsyncIterator[tuple[ClientSession, Callable[[], str]]]:
+    """An official client session whose notifications land in `heard`, and its session id."""
+    seen: list[str] = []
+
+    async def keep_id(response: httpx2.Response) -> None:
+        if "mcp-session-id" in response.headers:
+            seen.append(response.headers["mcp-session-id"])
+
+    async def on_message(message: object) -> None:
+        heard.append(message)
+
+    hooks = {"response": [keep_id]}
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=30, event_hooks=hooks) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write, message_handler=on_message) as session,
+    ):
+        await session.initialize()
+        yield session, lambda: seen[0]
+
+
+def list_changed(heard: list[object]) -> int:
+    return sum(isinstance(m, types.ToolListChangedNotification) for m in heard)
+
+
+async def wait_listed(url: str, expected: list[str], timeout_s: float = 60) -> None:
+    async def listed() -> bool:
+        async with connect(url) as session:
+            return set(expected) <= set(await tool_names(session))
+
+    await await_until(listed, f"the tools {expected}", timeout_s=timeout_s)
+
+
+@pytest.fixture
+def notes_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    return folder
+
+
+# -- the door: keys, origins, the model ---------------------------------------------------------
+
+
+def test_keys_in_another_scheme_the_query_or_wrong_are_refused_and_ten_do_not_lock_out_the_right_one(
+    tmp_path, default_suite, notes_dir
+):
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        with httpx.Client(timeout=10) as http:
+            for wrong in (f"Basic {KEY}", f"Token {KEY}", KEY, f"Bearer  {KEY}", f"Bearer {KEY}x", "Bearer other"):
+                refused = http.post(url, json=INIT, headers=ACCEPT | {"Authorization": wrong})
+                assert refused.status_code in (401, 429), wrong
+                assert KEY not in refused.text
+            in_query = http.post(f"{url}?api_key={KEY}&key={KEY}&access_token={KEY}", json=INIT, headers=ACCEPT)
+            assert in_query.status_code in (401, 429)
+            assert http.post(url, json=INIT, headers=SIGNED).status_code == 200  # past ten wrong ones
+
+
+def test_an_origin_that_is_not_exactly_an_allowed_one_is_a_403(tmp_path, default_suite, notes_dir):
+    mcp = {"allowed_origins": ["http://app.example:3000"]}
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}, mcp=mcp) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        with httpx.Client(timeout=10) as http:
+            for origin in (
+                "null",
+                "http://app.example:3000.evil.example",
+                "http://app.example.evil.example:3000",
+                "http://app.example:3001",
+                "http://app.example",
+                "https://app.example:3000",
+                "http://app.example:3000/",
+            ):
+                refused = http.post(url, json=INIT, headers=SIGNED | {"Origin": origin})
+                assert refused.status_code == 403, origin
+            assert http.post(url, json=INIT, headers=SIGNED | {"Origin": "HTTP://APP.EXAMPLE:3000"}).status_code == 200
+            assert http.post(url, json=INIT, headers=SIGNED).status_code == 200  # not a browser
+
+
+def test_the_path_and_the_header_naming_different_models_is_a_400(tmp_path, default_suite, notes_dir):
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
+        with httpx.Client(timeout=10) as http:
+            both = http.post(
+                proxy.url + "/mcp/small-model", json=INIT, headers=SIGNED | {"X-Gatekeeper-Model": "large-model"}
+            )
+            assert both.status_code == 400
+            assert "'small-model'" in both.text and "'large-model'" in both.text
+            twice = [("X-Gatekeeper-Model", "small-model"), ("X-Gatekeeper-Model", "large-model")]
+            two_headers = http.post(proxy.url + "/mcp", json=INIT, headers=[*SIGNED.items(), *twice])
+            assert two_headers.status_code == 400 and "'large-model'" in two_headers.text
+            agreeing = http.post(
+                proxy.url + "/mcp/large-model", json=INIT, headers=SIGNED | {"X-Gatekeeper-Model": "large-model"}
+            )
+            assert agreeing.status_code == 200
+
+
+async def test_odd_model_names_are_a_400_and_an_unknown_model_gets_the_unknown_tier(tmp_path, default_suite, notes_dir):
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}, unknown_tier="small") as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        with httpx.Client(timeout=30) as http:
+            for path in ("large-model@", "@high", "large-model@HIGH", "large-model@turbo", "large%00model", "m" * 300):
+                refused = http.post(f"{proxy.url}/mcp/{path}", json=INIT, headers=SIGNED)
+                assert refused.status_code == 400, path
+            huge = http.post(proxy.url + "/mcp", json=INIT, headers=SIGNED | {"X-Gatekeeper-Model": "m" * 1_000_000})
+            assert huge.status_code in (400, 431) and len(huge.content) < 2_000
+            for path, expected in (
+                ("large%2Dmodel", NOTES_ALL),  # the same name, percent-encoded: the same model
+                ("large-model%40default", NOTES_ALL),
+                ("LARGE-MODEL", NOTES_SMALL),  # another model: never measured, the unknown tier
+                ("large-model/x", NOTES_SMALL),
+            ):
+                session = RawSession(http, f"{proxy.url}/mcp/{path}")
+                listed = session.request("tools/list")["result"]["tools"]
+                assert [t["name"] for t in listed] == expected, path
+
+
+# -- sessions -------------------------------------------------------------------------------------
+
+
+async def test_a_tool_hidden_after_the_tier_dropped_is_refused_though_the_session_never_listed_again(
+    tmp_path, default_suite, notes_dir
+):
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
+        proxy.gk.store.save([make_profile("falling-model", Tier.LARGE, default_suite)])
+        await wait_listed(proxy.url + "/mcp/falling-model", NOTES_ALL)
+        async with connect(proxy.url + "/mcp/falling-model") as session:
+            assert await tool_names(session) == NOTES_ALL
+            proxy.gk.store.save([make_profile("falling-model", Tier.SMALL, default_suite)])
+            await await_until(lambda: proxy.gk.resolve("falling-model").tier is Tier.SMALL, "the new profile")
+            with pytest.raises(MCPError) as refused:
+                await session.call_tool("notes__write_note", {"name": "n", "text": "after the drop"})
+        assert "needs tier medium" in refused.value.message and "tier small" in refused.value.message
+        assert calls(notes_dir) == [] and not (notes_dir / "n.txt").exists()
+
+
+async def test_a_refused_delete_of_a_session_under_another_model_keeps_its_notifications(
+    tmp_path, default_suite, notes_dir
+):
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        heard: list[object] = []
+        async with watched_session(proxy.url + "/mcp/rising-model", heard) as (session, session_id):
+            assert await tool_names(session) == NOTES_SMALL
+            with httpx.Client(timeout=10) as http:
+                moved = {"mcp-session-id": session_id(), "mcp-protocol-version": "2025-11-25"}
+                assert http.delete(proxy.url + "/mcp/large-model", headers=SIGNED | moved).status_code == 404
+            proxy.gk.store.save([make_profile("rising-model", Tier.LARGE, default_suite)])
+            await await_until(lambda: list_changed(heard) == 1, "list_changed to the session's owner")
+            assert await tool_names(session) == NOTES_ALL
+
+
+async def test_a_session_that_listed_long_ago_still_hears_list_changed(tmp_path, default_suite, notes_dir, monkeypatch):
+    import anyio
+
+    from gatekeeper.mcp import gateway as gateway_module
+
+    # The watch expired this long after the session's last tools/list (the SDK's idle period, 30
+    # minutes, though the session stayed open): shortened so that the test can wait past it.
+    monkeypatch.setattr(gateway_module, "DEFAULT_SESSION_IDLE_TIMEOUT", 1, raising=False)
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        heard: list[object] = []
+        async with watched_session(proxy.url + "/mcp/later-model", heard) as (session, _):
+            assert await tool_names(session) == NOTES_SMALL
+            for _ in range(3):  # busy with calls, never listing again
+                await anyio.sleep(0.6)
+                assert not (await session.call_tool("notes__read_note", {"name": "x"})).is_error
+            proxy.gk.store.save([make_profile("later-model", Tier.LARGE, default_suite)])
+            await await_until(lambda: list_changed(heard) == 1, "list_changed long after the listing")
+
+
+def test_a_session_stays_its_key_s_after_a_reload_removes_another_key(tmp_path, default_suite, notes_dir):
+    import yaml
+
+    from gatekeeper.core.gatekeeper import Gatekeeper
+    from gatekeeper.server.app import create_app
+
+    first, second, third = "mcp-key-first-0001", "mcp-key-second-0002", "mcp-key-third-0003"
+    config = tmp_path / "gatekeeper.yaml"
+    doc = {
+        "upstream": {"base_url": "http://127.0.0.1:9/v1"},
+        "store": str(tmp_path / "profiles.json"),
+        "mcp": {"api_keys": [first, second], "servers": {"notes": toy("notes", notes_dir)}},
+    }
+    config.write_text(yaml.safe_dump(doc))
+    with Gatekeeper.from_config(config) as gk, ThreadedServer(create_app(gk)) as server, httpx.Client() as http:
+        url = f"http://127.0.0.1:{server.port}/mcp/some-model"
+        opened = http.post(url, json=INIT, headers=ACCEPT | {"Authorization": f"Bearer {second}"})
+        session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        config.write_text(yaml.safe_dump(doc | {"mcp": doc["mcp"] | {"api_keys": [second, third]}}))
+        gk.reload()
+        own = http.post(url, json=ping, headers=ACCEPT | session | {"Authorization": f"Bearer {second}"})
+        assert own.status_code == 200, own.text
+        other = http.post(url, json=ping, headers=ACCEPT | session | {"Authorization": f"Bearer {third}"})
+        assert other.status_code == 404
+
+
+# -- JSON-RPC: batches, cursors -------------------------------------------------------------------
+
+
+async def test_a_batch_with_a_hidden_call_is_refused_and_nothing_is_forwarded(tmp_path, default_suite, notes_dir):
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        write = {"name": "notes__write_note", "arguments": {"name": "b", "text": "batched"}}
+        batch = [
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "notes__read_note", "arguments": {}},
+            },
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": write},
+        ]
+        with httpx.Client(timeout=10) as http:
+            answered = RawSession(http, proxy.url + "/mcp/small-model").post(batch)
+        assert answered.status_code == 400  # batches left JSON-RPC in MCP 2025-06-18
+        assert calls(notes_dir) == [] and not (notes_dir / "b.txt").exists()
+
+
+async def test_garbled_cursors_are_invalid_params_and_a_larger_model_s_cursor_shows_nothing_hidden(
+    tmp_path, default_suite, notes_dir, monkeypatch
+):
+    from gatekeeper.mcp import gateway as gateway_module
+
+    monkeypatch.setattr(gateway_module, "PAGE_SIZE", 1)
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        with httpx.Client(timeout=10) as http:
+            large = RawSession(http, proxy.url + "/mcp/large-model")
+            cursor = large.request("tools/list", {"cursor": "p1"})["result"]["nextCursor"]
+            assert large.request("tools/list", {"cursor": cursor})["result"]["tools"][0]["name"] == NOTES_ALL[2]
+            small = RawSession(http, proxy.url + "/mcp/small-model")
+            seen = [small.request("tools/list", {"cursor": c}).get("result", {}).get("tools", []) for c in ("p0", "p1")]
+            assert [t["name"] for page in seen for t in page] == NOTES_SMALL
+            past_the_end = small.request("tools/list", {"cursor": cursor})["result"]  # p2: after both small tools
+            assert past_the_end["tools"] == [] and "nextCursor" not in past_the_end
+            for garbled in ("p\u00b2", "p\uff11", "p" + "9" * 5000, "p-1", "", "q1"):
+                error = small.request("tools/list", {"cursor": garbled})["error"]
+                assert error["code"] == types.INVALID_PARAMS and "invalid cursor" in error["message"], garbled
+                assert len(error["message"]) < 200
+
+
+# -- what servers answer ------------------------------------------------------------------------
+
+SECRET = "header-secret-4d1a9"
+
+
+def echoing_server() -> Any:
+    """The SDK's MCPServer over Streamable HTTP: it takes only its configured header, and its
+    tool's error quotes that header back (as a careless server's error does)."""
+    server = MCPServer("echoes")
+
+    @server.tool(description="Fails quoting the credential it was sent.")
+    def whoami() -> str:
+        raise MCPError(-32001, f"token Bearer {SECRET} lacks the scope", {"header": f"Bearer {SECRET}"})
+
+    inner = server.streamable_http_app()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != f"Bearer {SECRET}".encode():
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await inner(scope, receive, send)
+
+    return app
+
+
+async def test_a_server_s_echo_of_its_headers_or_env_never_reaches_the_client(tmp_path, default_suite, notes_dir):
+    token = "env-token-77c3e0"
+    with ThreadedServer(echoing_server()) as echoes:
+        servers = {
+            "http": {"url": f"http://127.0.0.1:{echoes.port}/mcp", "headers": {"Authorization": f"Bearer {SECRET}"}},
+            "stdio": hostile("echo", notes_dir, env={"TOY_DIR": str(notes_dir), "ECHO_TOKEN": token}),
+        }
+        with gateway(tmp_path, default_suite, servers) as proxy:
+            await wait_listed(proxy.url + "/mcp/large-model", ["http__whoami", "stdio__rpc_error", "stdio__tool_error"])
+            async with connect(proxy.url + "/mcp/large-model") as session:
+                with pytest.raises(MCPError) as from_http:
+                    await session.call_tool("http__whoami", {})
+                with pytest.raises(MCPError) as from_stdio:
+                    await session.call_tool("stdio__rpc_error", {})
+                tool_error = await session.call_tool("stdio__tool_error", {})
+    shown = [from_http.value.message, str(from_http.value.data), from_stdio.value.message, str(from_stdio.value.data)]
+    shown.append(tool_error.content[0].text)
+    assert "lacks the scope" in shown[0] and "401 for token=***" in shown[4] and tool_error.is_error
+    assert all(SECRET not in text and token not in text for text in shown), shown
+
+
+async def test_a_hanging_call_times_out_and_costs_nothing_else(tmp_path, default_suite, notes_dir):
+    import anyio
+
+    servers = {"notes": toy("notes", notes_dir), "slow": hostile("slow", notes_dir, timeout_s=2)}
+    with gateway(tmp_path, default_suite, servers) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", [*NOTES_ALL, "slow__wait_forever"])
+        async with connect(proxy.url + "/mcp/large-model") as session:
+            failure: list[MCPError] = []
+
+            async def hang() -> None:
+                with pytest.raises(MCPError) as timed_out:
+                    await session.call_tool("slow__wait_forever", {})
+                failure.append(timed_out.value)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(hang)
+                await await_until(lambda: "wait_forever" in calls(notes_dir), "the hanging call to arrive")
+                # meanwhile the same server and the others answer
+                assert (await session.call_tool("slow__quick", {})).content[0].text == "quick"
+                assert not (await session.call_tool("notes__read_note", {"name": "x"})).is_error
+        assert "did not answer" in failure[0].message and "within 2 s" in failure[0].message
+
+
+async def test_huge_or_late_listings_cost_only_their_own_server(tmp_path, default_suite, notes_dir):
+    servers = {
+        "notes": toy("notes", notes_dir),
+        "huge": hostile("paged", notes_dir, "10001", "2000", "0"),
+        "late": hostile("paged", notes_dir, "6", "2", "3", timeout_s=2),  # each page past the deadline
+        "slowly": hostile("paged", notes_dir, "6", "2", "0.5", timeout_s=2),  # slow pages, each in time
+    }
+    with gateway(tmp_path, default_suite, servers) as proxy:
+        every_slow_page = [f"slowly__tool_{i}" for i in range(6)]
+        await wait_listed(proxy.url + "/mcp/large-model", [*NOTES_ALL, *every_slow_page])
+        async with connect(proxy.url + "/mcp/large-model") as session:
+            names = await tool_names(session)
+            assert not any(name.startswith(("huge__", "late__")) for name in names)
+
+            async def why(label: str) -> str | None:
+                try:
+                    await session.call_tool(f"{label}__tool_0", {})
+                except MCPError as exc:
+                    return None if "not connected yet" in exc.message else exc.message
+                return None
+
+            assert "more than 10000 tools" in await await_until(lambda: why("huge"), "huge's failure")
+            assert "did not answer in time" in await await_until(lambda: why("late"), "late's failure")
+
+
+async def test_a_tool_renamed_without_notice_is_refused_under_its_new_name(tmp_path, default_suite, notes_dir):
+    tools = {"required_tier": {"renames.write_*": "large", "renames.*": "small"}}
+    servers = {"renames": hostile("renames", notes_dir)}
+    with gateway(tmp_path, default_suite, servers, tools=tools) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", ["renames__read_item", "renames__swap"])
+        async with connect(proxy.url + "/mcp/small-model") as session:
+            assert (await session.call_tool("renames__swap", {})).content[0].text == "swapped"
+            with pytest.raises(MCPError) as refused:
+                await session.call_tool("renames__write_item", {})  # the server has it now, unannounced
+            assert "not forwarded" in refused.value.message
+            stale = await session.call_tool("renames__read_item", {})  # listed and admitted: forwarded
+        assert stale.is_error  # the server's own answer: it no longer has that tool
+        assert calls(notes_dir) == ["swap"]
+
+
+async def test_lookalike_tool_names_are_each_their_own_tool_ruled_by_their_own_name(tmp_path, default_suite, notes_dir):
+    rules = {"tricky": "small", "tricky.*": "large", "tricky.read_x": "small", "tricky.read__x": "small"}
+    tools = {"required_tier": rules}  # the server's catch-all large, two exact names small
+    with gateway(tmp_path, default_suite, {"tricky": hostile("tricky", notes_dir)}, tools=tools) as proxy:
+        every = ["tricky__read__x", "tricky__Read_X", "tricky__read-x", "tricky__read_x"]
+        await wait_listed(proxy.url + "/mcp/large-model", every)
+        async with connect(proxy.url + "/mcp/small-model") as session:
+            assert await tool_names(session) == ["tricky__read__x", "tricky__read_x"]
+            for name in (
+                "tricky__Read_X",
+                "tricky__read-x",
+                "tricky__READ_X",
+                "tricky__read_x\u0456",
+                "Tricky__read_x",
+            ):
+                with pytest.raises(MCPError) as refused:
+                    await session.call_tool(name, {})
+                assert "not forwarded" in refused.value.message, name
+            assert (await session.call_tool("tricky__read__x", {})).content[0].text == "ran read__x"
+        assert calls(notes_dir) == ["read__x"]
