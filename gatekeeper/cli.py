@@ -480,11 +480,9 @@ def tools(
         needs = required.value + (f"; {describe_minimums(minimums)}" if minimums else "")
         why = policy.why_hidden(tier, name)
         table.add_row(name, needs, "yes" if why is None else f"hidden: {why}")
-    table.add_row(
-        "(any other tool)",
-        settings.tools.default_tier.value,
-        "yes" if tier.allows(settings.tools.default_tier) else "hidden",
-    )
+    default = settings.tools.default_tier
+    hidden = f"hidden: tier {tier.value} < {default.value}"
+    table.add_row("(any other tool)", default.value, "yes" if tier.allows(default) else hidden)
     out.print(table)
     if settings.routing is not None and names:
         route = gk.route_resolved(resolution, names, measure=False)

@@ -257,9 +257,9 @@ def tool_rules(gk: Gatekeeper, model_rows: list[Row]) -> list[ToolRule]:
             )
         )
     default = tools.default_tier
-    listed.append(
-        ToolRule("any other tool", default.value, {r.effort: Tier(r.tier).allows(default) for r in model_rows})
-    )
+    sees = {r.effort: Tier(r.tier).allows(default) for r in model_rows}
+    why = {r.effort: f"tier {r.tier} < {default.value}" for r in model_rows if not sees[r.effort]}
+    listed.append(ToolRule("any other tool", default.value, sees, why=why))
     return listed
 
 
