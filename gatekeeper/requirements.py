@@ -48,10 +48,13 @@ _NONE: dict[str, float] = {}
 @dataclass(frozen=True)
 class Capability:
     """What one `model@effort` offers a request: its tier, and the measured lower bounds of its
-    categories (empty: nothing measured that category minimums can be judged on)."""
+    categories (empty: nothing measured that category minimums can be judged on). `pinned`: an
+    admin's pin sets the tier, so the bounds (a stored measurement's, if any) are not what it
+    was decided on and cannot show that another pair is as good (gatekeeper.routing.no_worse)."""
 
     tier: Tier
     bounds: Mapping[str, float] = field(default_factory=dict)
+    pinned: bool = False
 
 
 def bounds_of(profile: Profile | None) -> dict[str, float]:

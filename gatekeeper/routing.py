@@ -79,8 +79,10 @@ def admits(capability: Capability, need: Need) -> bool:
 
 def no_worse(cheaper: Capability, asked: Capability) -> bool:
     """True when `cheaper` is measured at least as well as `asked` in every category `asked` has a
-    bound for (and `asked` has one at all: a pin or a one-sample profile cannot be compared)."""
-    if not asked.bounds:
+    bound for (and `asked` has one at all: a one-sample profile cannot be compared). Never from or
+    to a pin: its tier is the admin's, not its bounds' (a pin below the measurement says the
+    admin does not trust it), whatever profile happens to be stored for the pair."""
+    if asked.pinned or cheaper.pinned or not asked.bounds:
         return False
     return all(cheaper.bounds.get(c, -1.0) >= bound for c, bound in asked.bounds.items())
 

@@ -83,11 +83,10 @@ def _gate(
     route: bool = False,
     client: str | None = None,
 ) -> Admitted:
-    routed = snap.router.route_body(codec, body, info, resolution) if route else None
+    routed = snap.router.route_body(codec, body, info, resolution, client) if route else None
     if routed is not None and routed.routed:
         info = RequestInfo(routed.model, None if routed.effort == DEFAULT_EFFORT else routed.effort, info.stream)
-        # The routed pair's demotion for this client applies too (it can only lower the tier).
-        resolution = snap.resolver.with_demotion(routed.resolution, client)
+        resolution = routed.resolution  # with this client's demotion: candidates are judged with it
         structlog.contextvars.bind_contextvars(routed=routed.pair, routed_reason=routed.reason)
     structlog.contextvars.bind_contextvars(tier=resolution.tier.value, source=resolution.source)
     # The pair's policy: the tier rules, and `tools.requires` judged on its measured bounds.

@@ -107,11 +107,14 @@ class Router:
     def _capability(self, resolution: Resolution) -> Capability:
         if resolution.source == "measured":
             return Capability(resolution.tier, bounds_of(resolution.profile))
-        if resolution.source == "pinned" and self.requirements:
+        if resolution.source == "pinned":
             # A pin vouches for a tier; minimums are judged on a measurement when one exists.
-            stored = self.resolver.store.get(resolution.key)
-            valid = stored is not None and stored.is_valid_for(self.resolver.suite)
-            return Capability(resolution.tier, bounds_of(stored) if valid else {})
+            bounds: dict[str, float] = {}
+            if self.requirements:
+                stored = self.resolver.store.get(resolution.key)
+                if stored is not None and stored.is_valid_for(self.resolver.suite):
+                    bounds = bounds_of(stored)
+            return Capability(resolution.tier, bounds, pinned=True)
         return Capability(resolution.tier)  # demoted, pending, unmeasured: no bounds to trust
 
     def policy_for(self, resolution: Resolution) -> ToolPolicy:
@@ -135,16 +138,20 @@ class Router:
         targets: Sequence[str] = RANKED_EFFORTS,
         *,
         measure: bool = True,
+        client: str | None = None,
     ) -> Route:
         """Where a request for `model@effort` (already resolved: `asked`) whose tools need `need`
-        goes. Never blocks on a measurement: it reads the resolver and may start one."""
+        goes. Never blocks on a measurement: it reads the resolver and may start one. `client`:
+        the caller's drift identity; a candidate demoted for it is judged at its demoted tier."""
         effort = effort or DEFAULT_EFFORT
         if self.rules is None or need is None:
             return Route(model, effort, "none", asked, self.policy_for(asked), asked)
         found: dict[tuple[str, str], Resolution] = {}
 
         def known(m: str, e: str) -> Capability | None:
-            resolution = self.resolver.lookup(m, e)
+            # The client's demotions too: a pair demoted for this client alone would otherwise be
+            # chosen for a tier it does not serve this client at, and the tools hidden after all.
+            resolution = self.resolver.lookup(m, e, client)
             if resolution is None or not self._target(resolution, m, e):
                 return None
             found[(m, e)] = resolution
@@ -158,7 +165,9 @@ class Router:
         used = found[(decision.model, decision.effort)]
         return Route(decision.model, decision.effort, decision.reason, used, self.policy_for(used), asked)
 
-    def route_body(self, codec: Codec, body: dict[str, Any], info: RequestInfo, asked: Resolution) -> Route | None:
+    def route_body(
+        self, codec: Codec, body: dict[str, Any], info: RequestInfo, asked: Resolution, client: str | None = None
+    ) -> Route | None:
         """Routing for a parsed client request (the proxy): the need of the tools it offers, the
         decision, and, when routed, `body` rewritten in place for the routed pair (the protocol's
         own model and effort fields). Gate `body` with the result's resolution and policy.
@@ -168,7 +177,7 @@ class Router:
         need = self.need_of_body(codec, body)
         if need is None:
             return None
-        route = self.route(asked, info.model, info.effort, need, TARGETS.get(codec.name, ()))
+        route = self.route(asked, info.model, info.effort, need, TARGETS.get(codec.name, ()), client=client)
         if not route.routed:
             return route
         rewritten = rerouted(codec, body, route.model, route.effort)
