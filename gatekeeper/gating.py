@@ -33,6 +33,7 @@ __all__ = [
     "allowed_names",
     "builtin_family",
     "gate_request",
+    "listed_tool_id",
     "tool_id",
     "tool_name",
 ]
@@ -324,6 +325,31 @@ def tool_id(tool: Any, where: str) -> ToolId:
 def tool_name(tool: Any, where: str) -> str:
     """The name a chat tool is gated and logged by (`str(tool_id(...))`)."""
     return tool_id(tool, where).name
+
+
+def listed_tool_id(tool: Any, where: str) -> ToolId:
+    """The identity of one tool of a flat list filtered outside any request (`filter_tools`, the
+    `gated` wrappers), in the shape of any protocol: a chat tool (`tool_id`), a Responses
+    `function` / `custom` or a Messages client tool (by `name`), a built-in by its type and
+    never a name put on it (`{"type": "computer_20250124", "name": "notes"}` is `computer`).
+    What a flat list cannot judge (an MCP server, a namespace: tools of their own, narrowed by
+    the codecs) or a type no codec knows is RequestInvalid: gate the request body instead."""
+    if not isinstance(tool, dict):
+        raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
+    kind = tool.get("type")
+    if isinstance(tool.get(kind or "function"), dict):
+        return tool_id(tool, where)  # chat: the name is in its `function` / `custom` object
+    if isinstance(kind, str) and builtin_family(kind) is not None:
+        return ToolId.builtin(kind)
+    if kind in (None, "function", "custom"):
+        name = _nonempty(tool.get("name"))
+        if name is None:
+            raise RequestInvalid(f"{where}.name must be a non-empty string")
+        return ToolId.custom(name) if kind == "custom" else ToolId.function(name)
+    raise RequestInvalid(
+        f"{where}: a tool of type {str(kind)[:64]!r} cannot be judged in a list of tools (an MCP server or "
+        "a namespace has tools of its own); gate the request body (gatekeeper.gate_body)"
+    )
 
 
 def _legacy_id(function: Any, where: str) -> ToolId:

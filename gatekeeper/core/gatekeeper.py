@@ -31,7 +31,7 @@ from gatekeeper.core.resolver import Resolution, Source, TierResolver
 from gatekeeper.core.router import Route, Router
 from gatekeeper.drift.monitor import DemotionBoard, DriftMonitor
 from gatekeeper.errors import ConfigError, MeasurementFailed, NotMeasured, SuiteError
-from gatekeeper.gating import Gated, ToolId, ToolPolicy, tool_name
+from gatekeeper.gating import Gated, ToolId, ToolPolicy, listed_tool_id, tool_name
 from gatekeeper.measuring.backends import Backend
 from gatekeeper.measuring.runner import Progress
 from gatekeeper.measuring.scheduler import Limits, MeasurementScheduler
@@ -288,7 +288,8 @@ class Gatekeeper:
 
     @staticmethod
     def _allowed(policy: ToolPolicy, tier: Tier, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [t for i, t in enumerate(tools) if policy.allows(tier, tool_name(t, f"tools[{i}]"))]
+        # By identity: a built-in by its type and family (`web_search: large` hides `web_search_preview`).
+        return [t for i, t in enumerate(tools) if policy.allows(tier, listed_tool_id(t, f"tools[{i}]"))]
 
     @property
     def requirements(self) -> Requirements:

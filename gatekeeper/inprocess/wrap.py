@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from gatekeeper import logs
 from gatekeeper.core.admit import Decision, aadmit, adecide, admit, decide
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Snapshot
-from gatekeeper.gating import BUILTIN_FAMILIES, Gated, ToolId, tool_name
+from gatekeeper.gating import BUILTIN_FAMILIES, Gated, ToolId, listed_tool_id, tool_name
 from gatekeeper.protocols import fields
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
@@ -52,13 +52,14 @@ def gated(
 ) -> Any:
     """Wrap `fn` (sync or async, returning a list of tools) so it returns only the allowed tools.
 
-    Tools may be OpenAI schemas (`{"type": "function", "function": {"name": ...}}`), legacy
-    function dicts (`{"name": ...}`) or objects with a `name` attribute; pass `name_of` for
+    Tools may be dicts in any protocol's shape (chat `{"type": "function", "function": {"name":
+    ...}}`, Responses `{"type": "function", "name": ...}`, Messages `{"name": ...}`, typed
+    built-ins judged by their type) or objects with a `name` attribute; pass `name_of` for
     anything else. Usable as `gated(gk, fn)`, `@gated(gk)` or `@gated(gk, name_of=...)`.
     """
     if fn is None:
         return functools.partial(gated, gk, name_of=name_of, model_arg=model_arg, effort_arg=effort_arg)
-    name = name_of or default_tool_name
+    name: Callable[[Any], str | ToolId] = name_of or default_tool_identity
     locate = _argument_finder(fn, model_arg, effort_arg)
 
     def keep(decision: Decision, tools: Iterable[Any] | None) -> list[Any] | None:
@@ -84,6 +85,15 @@ def gated(
         return keep(decide(gk, model, effort), tools)
 
     return gated_sync
+
+
+def default_tool_identity(tool: Any) -> str | ToolId:
+    """What `gated` judges a tool by: a dict's typed identity in any protocol's shape
+    (gating.listed_tool_id: a built-in by its type, never by a name put on it), else the
+    `name` attribute of an object."""
+    if isinstance(tool, dict):
+        return listed_tool_id(tool, "tool")
+    return default_tool_name(tool)
 
 
 def default_tool_name(tool: Any) -> str:

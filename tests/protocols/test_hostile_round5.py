@@ -27,6 +27,12 @@ in-process wrappers, `gatekeeper.adapters.openai_sdk` / `.anthropic_sdk`) to a r
   tool named `hosted_mcp`, so `github.delete_*: large` left `delete_repo` in its `allowed_tools`.
   Built-ins are judged by their type and family now, an MCP server by the Responses codec's own
   gate (narrowed to the admitted tools, or refused without a tool list).
+- `Gatekeeper.filter_tools` / `.allowed` and the `gated` wrapper judged a tool by its name as a
+  plain string: a built-in family rule (`web_search: large`, `shell: large`) did not reach
+  `{"type": "web_search_preview"}` or `{"type": "local_shell"}`, and `gated` judged a typed tool
+  by the `name` put on it (`{"type": "computer_20250124", "name": "computer_notes"}` passed
+  `computer: large`). A listed tool is judged by its typed identity in any protocol's shape
+  (gating.listed_tool_id); an MCP server or a namespace in a flat list is RequestInvalid.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from upstreams import NativeServer
 from gatekeeper import Gatekeeper, ToolRegistry
 from gatekeeper.adapters import anthropic_sdk, openai_sdk
 from gatekeeper.errors import RequestInvalid, ToolNotAllowed
-from gatekeeper.inprocess.wrap import gate_agent
+from gatekeeper.inprocess.wrap import gate_agent, gated
 
 # Under settings_for's rules (conftest): read_file small, write_file medium, execute_command large.
 CLAUDE_TOOL = {"name": "execute_command", "input_schema": {"type": "object", "properties": {}}}
@@ -219,5 +225,45 @@ async def test_gate_agent_judges_hosted_tools_by_type_and_server(upstream, store
         assert sent == [github | {"allowed_tools": ["list_repos"]}]
         with pytest.raises(RequestInvalid, match="without a list of its tools"):
             gate_agent(gk, Agent(name="a", model="m", tools=[HostedMCPTool(tool_config=github)]))
+    finally:
+        gk.close()
+
+
+# -- flat tool lists are judged by identity --------------------------------------------------------
+
+
+FAMILY_RULES = {"required_tier": {"web_search": "large", "shell": "large", "computer": "large", "text_editor": "large"}}
+
+
+def test_filter_tools_applies_built_in_families(upstream, store_path, default_suite):
+    from conftest import settings_for
+
+    gk = Gatekeeper(settings_for(upstream.base_url, store_path, pins={"m": "small"}, tools=FAMILY_RULES))
+    try:
+        read = {"type": "function", "function": {"name": "read_file"}}
+        listed = [{"type": "web_search_preview"}, {"type": "local_shell"}, read]
+        assert gk.filter_tools("m", None, listed) == [read]
+        with pytest.raises(RequestInvalid, match="cannot be judged in a list"):
+            gk.filter_tools("m", None, [{"type": "mcp", "server_label": "github"}])
+    finally:
+        gk.close()
+
+
+async def test_gated_judges_a_typed_tool_by_its_type(upstream, store_path, default_suite):
+    from conftest import settings_for
+
+    gk = Gatekeeper(settings_for(upstream.base_url, store_path, pins={"m": "small"}, tools=FAMILY_RULES))
+    try:
+        read = {"name": "read_file", "input_schema": {"type": "object"}}
+        listed = [
+            {"type": "computer_20250124", "name": "computer_notes", "display_width_px": 1, "display_height_px": 1},
+            {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+            read,
+        ]
+
+        async def list_for_llm(model: str) -> list[dict]:
+            return listed
+
+        assert await gated(gk, list_for_llm)("m") == [read]
     finally:
         gk.close()
