@@ -341,6 +341,51 @@ def test_the_console_says_why_an_unnamed_tool_is_hidden(store_path, default_suit
     assert "tier small &lt; medium" in other
 
 
+# -- held: pins and everyone's demotions in candidate selection; efforts a protocol has ------------
+
+
+def test_escalation_passes_over_an_effort_pinned_below_its_measurement_and_one_demoted_for_everyone(
+    writing, store_path, default_suite
+):
+    seed_store(
+        store_path,
+        make_profile("m", Tier.SMALL, default_suite, effort="low"),
+        make_profile("m", Tier.LARGE, default_suite, effort="medium"),
+        make_profile("m", Tier.MEDIUM, default_suite, effort="high"),
+        make_profile("m", Tier.MEDIUM, default_suite, effort="xhigh"),
+    )
+    settings = quiet(writing.base_url, store_path, routing={}, pins={"m@medium": "small"})
+    with running_proxy(settings) as proxy:
+        for key in ("a", "b", "c"):  # drift.min_clients clients: demoted for everyone
+            demote_everyone = identity(settings, key)
+            for _ in range(60):
+                proxy.gk.drift.submit(
+                    proxy.gk.resolve("m", "high", client=demote_everyone), DRIFT_BAD, DRIFT_OFFERED, demote_everyone
+                )
+        proxy.gk.drift.drain()
+        assert proxy.gk.resolve("m", "high").source == "demoted"
+        headers, calls = ask(proxy, "chat", "m", "low", ["write_file"])
+    assert headers["x-gatekeeper-routed"] == "m@xhigh" and headers["x-gatekeeper-tier"] == "medium"
+    assert calls == ["write_file"]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "routed"), [("chat", "m@none"), ("responses", "m@none"), ("messages", "m@medium")]
+)
+def test_a_protocol_is_routed_only_to_efforts_its_field_can_carry(writing, store_path, default_suite, protocol, routed):
+    seed_store(
+        store_path,
+        make_profile("m", Tier.SMALL, default_suite),
+        make_profile("m", Tier.LARGE, default_suite, effort="none"),
+        make_profile("m", Tier.LARGE, default_suite, effort="medium"),
+    )
+    with running_proxy(native(quiet(writing.base_url, store_path, routing={}))) as proxy:
+        headers, _ = ask(proxy, protocol, "m", None, ["write_file"])
+    # Anthropic's output_config.effort has no `none` (nor `minimal`): its cheapest reaching level is medium.
+    assert headers["x-gatekeeper-routed"] == routed
+    assert sent_effort(last_sent(writing, protocol), protocol) == routed.partition("@")[2]
+
+
 # -- held: a fallback model on another upstream route ---------------------------------------------
 
 
