@@ -9,7 +9,9 @@ Measures, in one process with a seeded JSON store (memory-cached, as the proxy r
     parse + resolve + route (dry gate, decision, rewrite) + gate. Their difference is what routing
     adds to a request, in microseconds;
   * the same with the asked pair already admitting the tools (the common, unrouted case), and
-    for a body without tools (never routed).
+    for a body without tools (never routed);
+  * the dry gate alone (`Router.need_of_body`: the codec's gate with a policy that records the
+    tools it is asked about), the part of the routed request step that reads the tools' needs.
 Times are the calling thread's CPU time (`time.thread_time`), so the other processes of a shared
 machine do not count. The two arms of a comparison run interleaved, round after round, and each
 figure is the fastest round of its arm (each round times `--requests` calls and divides).
@@ -157,6 +159,16 @@ def main() -> int:
                     f"request at {effort} ({what}, {tools} tools): {without:.1f} us without routing, "
                     f"{with_routing:.1f} us with routing: +{with_routing - without:.1f} us per request"
                 )
+            template = body("low", args.tools)
+            router = routing.snapshot().router
+
+            def dry_gate() -> object:  # what reads the tools' needs: a gate with a recording policy
+                request = dict(template)
+                request["tools"] = list(template["tools"])
+                return router.need_of_body(CHAT, request)
+
+            (dry,) = interleaved_us([dry_gate], args.requests, args.rounds)
+            print(f"of which the dry gate that reads the needs of {args.tools} tools: {dry:.1f} us")
         finally:
             plain.close()
             routing.close()
