@@ -15,6 +15,7 @@ import httpx
 
 from gatekeeper import logs
 from gatekeeper.errors import BackendError
+from gatekeeper.redact import redact, redact_url
 from gatekeeper.types import Answer, ToolCall, strip_reasoning
 
 log = logs.get_logger("gatekeeper.measuring.backends")
@@ -57,6 +58,23 @@ class Backend(Protocol):
     async def list_models(self) -> list[str]: ...
 
     async def aclose(self) -> None: ...
+
+
+_SECRET_MIN = 8  # characters of a credential worth scrubbing (shorter ones are placeholders: EMPTY)
+
+
+def _scrubbed(text: str, secrets: tuple[str, ...]) -> str:
+    """`text` (an upstream's error body, an exception's message) without the operator's
+    credentials: an upstream that quotes the key it was sent (`Incorrect API key provided:
+    Bearer sk-...`) put it in every measurement_failed log line. Scrubbed before it is cut, so
+    no prefix of a key is left either."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+def _secrets(*credentials: str | None) -> tuple[str, ...]:
+    return tuple(c for c in credentials if c and len(c) >= _SECRET_MIN)
 
 
 class _Retry(Exception):
@@ -133,12 +151,14 @@ class OpenAIBackend:
         self.settings = settings or RequestSettings()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
+        self._shown = redact_url(self.base_url)  # what messages say: never the URL's credentials
+        self._secrets = _secrets(api_key, httpx.URL(self.base_url).password)
         self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.settings.timeout_s)
 
     async def complete(
         self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
     ) -> Completion:
-        what = f"{self.base_url} model {model!r}"
+        what = f"{self._shown} model {model!r}"
         try:
             return await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, effort))
         except _EffortRejected:
@@ -156,10 +176,10 @@ class OpenAIBackend:
         except httpx.TimeoutException as exc:
             raise _Retry(f"timed out after {self.settings.timeout_s}s ({type(exc).__name__})") from None
         except httpx.TransportError as exc:
-            raise _Retry(f"connection failed: {type(exc).__name__}: {exc}") from None
+            raise _Retry(f"connection failed: {type(exc).__name__}: {_scrubbed(str(exc), self._secrets)}") from None
         seconds = time.perf_counter() - started
         if response.status_code in RETRY_STATUSES:
-            raise _Retry(f"HTTP {response.status_code}: {response.text[:200]}")
+            raise _Retry(f"HTTP {response.status_code}: {self._excerpt(response, 200)}")
         if response.status_code >= 400:
             if effort is not None and response.status_code in (400, 422) and "reasoning" in response.text.lower():
                 raise _EffortRejected()
@@ -167,15 +187,17 @@ class OpenAIBackend:
                 # The conversation no longer fits the model's context: the model cannot do this
                 # test, which is a failed answer, not a broken backend (nor a token budget spent thinking:
                 # not `length`, which can make a sample inconclusive).
-                log.warning("context_exceeded", model=model, detail=response.text[:200])
+                log.warning("context_exceeded", model=model, detail=self._excerpt(response, 200))
                 return Completion(Answer("", (), "context_exceeded"), 0, seconds, effort_applied=True)
-            raise BackendError(f"{self.base_url} model {model!r}: HTTP {response.status_code}: {response.text[:300]}")
+            raise BackendError(
+                f"{self._shown} model {model!r}: HTTP {response.status_code}: {self._excerpt(response, 300)}"
+            )
         try:
             doc = response.json()
             choice = doc["choices"][0]
             answer = parse_message(choice["message"], choice.get("finish_reason"))
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise _Retry(f"malformed response ({type(exc).__name__}: {exc}): {response.text[:200]}") from None
+            raise _Retry(f"malformed response ({type(exc).__name__}: {exc}): {self._excerpt(response, 200)}") from None
         tokens = int(((doc.get("usage") or {}).get("completion_tokens")) or 0)
         return Completion(answer, tokens, seconds, effort_applied=True)
 
@@ -185,7 +207,12 @@ class OpenAIBackend:
             response.raise_for_status()
             return [m["id"] for m in response.json()["data"]]
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            raise BackendError(f"{self.base_url}/models: cannot list models: {exc}") from None
+            raise BackendError(
+                f"{self._shown}/models: cannot list models: {_scrubbed(str(exc), self._secrets)}"
+            ) from None
+
+    def _excerpt(self, response: httpx.Response, limit: int) -> str:
+        return _scrubbed(response.text, self._secrets)[:limit]
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -238,19 +265,23 @@ class LiteLLMBackend:
             errors.InternalServerError,
             errors.ServiceUnavailableError,
         ) as exc:
-            raise _Retry(f"{type(exc).__name__}: {exc}") from None
+            raise _Retry(f"{type(exc).__name__}: {self._shown(exc)}") from None
         except (errors.BadRequestError, errors.UnsupportedParamsError) as exc:
             if effort is not None and "reasoning" in str(exc).lower():
                 raise _EffortRejected() from None
-            raise BackendError(f"litellm {self.litellm_model!r}: {type(exc).__name__}: {exc}") from None
+            raise BackendError(f"litellm {self.litellm_model!r}: {type(exc).__name__}: {self._shown(exc)}") from None
         except errors.APIError as exc:
-            raise BackendError(f"litellm {self.litellm_model!r}: {type(exc).__name__}: {exc}") from None
+            raise BackendError(f"litellm {self.litellm_model!r}: {type(exc).__name__}: {self._shown(exc)}") from None
         seconds = time.perf_counter() - started
         doc = response.model_dump()
         choice = doc["choices"][0]
         answer = parse_message(choice["message"], choice.get("finish_reason"))
         tokens = int(((doc.get("usage") or {}).get("completion_tokens")) or 0)
         return Completion(answer, tokens, seconds, effort_applied=True)
+
+    def _shown(self, exc: Exception) -> str:
+        """An error's message without the route's key (a provider may quote the key it got)."""
+        return redact(_scrubbed(str(exc), _secrets(self.api_key)))
 
     async def list_models(self) -> list[str]:
         return [self.litellm_model]

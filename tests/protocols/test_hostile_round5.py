@@ -33,17 +33,26 @@ in-process wrappers, `gatekeeper.adapters.openai_sdk` / `.anthropic_sdk`) to a r
   by the `name` put on it (`{"type": "computer_20250124", "name": "computer_notes"}` passed
   `computer: large`). A listed tool is judged by its typed identity in any protocol's shape
   (gating.listed_tool_id); an MCP server or a namespace in a flat list is RequestInvalid.
+- A lazy measurement against an upstream that quotes the credential it got (`Incorrect API key
+  provided: Bearer sk-...`) wrote the operator's `upstream.api_key` into every
+  `measurement_failed` / `measurement_not_landed` / `backend_retry` log line (round 4 scrubbed
+  it from the errors relayed to clients, not from the measurement's own). The backends scrub
+  their credentials from what they quote, before it is cut.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import anthropic
 import openai
 import pytest
+import structlog
 from anthropic.types import ToolUseBlock
+from conftest import TOOLS, running_proxy, settings_for, wait_until
 from openai.types.responses import ResponseFunctionToolCall, ResponseToolSearchOutputItem
+from scripted import RawAnswer, RawUpstream
 from upstreams import NativeServer
 
 from gatekeeper import Gatekeeper, ToolRegistry
@@ -208,7 +217,6 @@ def test_the_registry_applies_a_reloaded_rule_at_once(tmp_path):
 
 async def test_gate_agent_judges_hosted_tools_by_type_and_server(upstream, store_path, default_suite):
     from agents import Agent, HostedMCPTool, LocalShellTool, OpenAIResponsesModel, Runner, set_tracing_disabled
-    from conftest import settings_for
 
     set_tracing_disabled(True)  # traces would be exported to OpenAI
     rules = {"required_tier": {"shell": "large", "github.delete_*": "large"}}
@@ -236,8 +244,6 @@ FAMILY_RULES = {"required_tier": {"web_search": "large", "shell": "large", "comp
 
 
 def test_filter_tools_applies_built_in_families(upstream, store_path, default_suite):
-    from conftest import settings_for
-
     gk = Gatekeeper(settings_for(upstream.base_url, store_path, pins={"m": "small"}, tools=FAMILY_RULES))
     try:
         read = {"type": "function", "function": {"name": "read_file"}}
@@ -250,8 +256,6 @@ def test_filter_tools_applies_built_in_families(upstream, store_path, default_su
 
 
 async def test_gated_judges_a_typed_tool_by_its_type(upstream, store_path, default_suite):
-    from conftest import settings_for
-
     gk = Gatekeeper(settings_for(upstream.base_url, store_path, pins={"m": "small"}, tools=FAMILY_RULES))
     try:
         read = {"name": "read_file", "input_schema": {"type": "object"}}
@@ -267,3 +271,28 @@ async def test_gated_judges_a_typed_tool_by_its_type(upstream, store_path, defau
         assert await gated(gk, list_for_llm)("m") == [read]
     finally:
         gk.close()
+
+
+# -- no operator credential in a measurement's log lines ---------------------------------------------
+
+OPERATOR_KEY = "sk-operator-Secret-5151"
+
+
+def test_a_measurement_never_logs_the_key_an_upstream_quotes(store_path):
+    with RawUpstream() as upstream:
+
+        def echoing(body: dict) -> RawAnswer:
+            quoted = {"message": f"Incorrect API key provided: {upstream.headers[-1].get('authorization')}"}
+            return RawAnswer(json.dumps({"error": quoted}).encode(), status=401)
+
+        upstream.answer = echoing
+        settings = settings_for(
+            upstream.base_url, store_path, upstream={"base_url": upstream.base_url, "api_key": OPERATOR_KEY}
+        )
+        with running_proxy(settings) as proxy, structlog.testing.capture_logs() as lines:
+            with pytest.raises(openai.AuthenticationError):  # the client's own request, after the measurement started
+                proxy.client.chat.completions.create(model="new-model", messages=HI, tools=TOOLS)
+            failed = wait_until(lambda: [line for line in lines if line["event"] == "measurement_failed"], "a failure")
+    assert any(h.get("authorization") == f"Bearer {OPERATOR_KEY}" for h in upstream.headers)  # sent, and quoted
+    assert "Incorrect API key provided: Bearer ***" in failed[0]["error"]
+    assert OPERATOR_KEY not in repr(lines)
