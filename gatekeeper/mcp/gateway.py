@@ -51,10 +51,13 @@ _NOTIFY_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class Binding:
-    """Who a request speaks for: the model (`None`: no model named, the unknown tier)."""
+    """Who a request speaks for: the model (`None`: no model named, the unknown tier), and the
+    client's drift identity (gatekeeper.drift.identity), so a demotion of the model for that
+    client applies at this door as it does at the proxy (None: everyone's demotions only)."""
 
     model: str | None
     effort: str | None
+    client: str | None = None
 
     @property
     def shown(self) -> str:
@@ -182,7 +185,7 @@ class McpGateway:
         """The tools `binding` would be shown now."""
         # The tier as it stands, without waiting for or starting a measurement: this loop serves
         # every session, and the client's own tools/list that follows resolves as usual.
-        found = self.gk.lookup(binding.model, binding.effort) if binding.model is not None else None
+        found = self.gk.lookup(binding.model, binding.effort, binding.client) if binding.model is not None else None
         resolution = found or Resolution(self.gk.settings.unknown_tier, "unmeasured", binding.shown)
         policy = self.gk.policy_for(resolution)
         return frozenset(t.name for t, rule, _ in catalogue if policy.allows(resolution.tier, rule))
@@ -205,7 +208,7 @@ class McpGateway:
             # No model named: the unknown tier, and nothing to measure.
             return Resolution(self.gk.settings.unknown_tier, "unmeasured", "(no model)")
         try:
-            return await self.gk.aresolve(binding.model, binding.effort)
+            return await self.gk.aresolve(binding.model, binding.effort, binding.client)
         except NotMeasured as exc:  # unknown_models: reject
             raise MCPError(types.INVALID_REQUEST, str(exc)) from None
 

@@ -32,6 +32,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from gatekeeper import logs
+from gatekeeper.drift.identity import client_identity
 from gatekeeper.errors import RequestInvalid
 from gatekeeper.mcp.gateway import BINDING, Binding
 from gatekeeper.peers import bearer_form
@@ -120,7 +121,10 @@ class McpEndpoint:
         raw = path if path is not None else (named[0] if named else None)
         if raw is not None and (len(raw) > _MAX_MODEL or not _PRINTABLE.match(raw)):
             return _error(400, f"not a model name (visible ASCII, at most {_MAX_MODEL} characters)")
-        binding = _bind(raw)
+        # Whose demotions apply: the proxy's identity rule (a trusted front proxy's
+        # `drift.client_header`, else the credential), so one client's demotion reaches its agent here.
+        client = client_identity(request.headers, settings, request.client.host if request.client else None)
+        binding = _bind(raw, client)
         if raw is not None and binding.model is None:
             return _error(400, f"expected MODEL or MODEL@EFFORT, got {raw!r}")
         if binding.effort is not None:
@@ -148,13 +152,13 @@ def _shown(model: str) -> str:
     return repr(clip(model, 80))
 
 
-def _bind(raw: str | None) -> Binding:
+def _bind(raw: str | None, client: str) -> Binding:
     if raw is None:
-        return Binding(None, None)
+        return Binding(None, None, client)
     model, effort = split_key(raw) if "@" in raw else (raw, None)
     if not model or (effort is not None and not effort):
-        return Binding(None, None)
-    return Binding(model, effort)
+        return Binding(None, None, client)
+    return Binding(model, effort, client)
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
