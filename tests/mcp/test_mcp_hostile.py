@@ -15,6 +15,10 @@ What got through, and what happens now:
   own message). Now `-32602` naming the cursor.
 - A server's JSON-RPC error or tool error quoting what it was given (its `headers`, `env`) was
   relayed to the client as it was. Now those values read `***`.
+- A model demoted by the proxy for one client (drift, that client's own traffic) was served at
+  its measured tier to that client's agent at the door: the door asked for everyone's demotions
+  only. Now it asks for the client's own too, by the proxy's identity rule (`drift.client_header`
+  from a trusted front proxy, else the credential).
 - A session was bound to its key's place in `mcp.api_keys`: after a reload removed an earlier key,
   the key's own sessions answered 404 and the key that moved into its place could use them. Now a
   session is bound to the key itself.
@@ -477,3 +481,55 @@ async def test_lookalike_tool_names_are_each_their_own_tool_ruled_by_their_own_n
                 assert "not forwarded" in refused.value.message, name
             assert (await session.call_tool("tricky__read__x", {})).content[0].text == "ran read__x"
         assert calls(notes_dir) == ["read__x"]
+
+
+# -- the tier: the proxy's own demotions ------------------------------------------------------------
+
+DRIFTED = [
+    {"name": "read_file", "arguments": '{"path": 5}'},  # wrong type
+    {"name": "read_file", "arguments": '{"path": NaN}'},  # not JSON
+    {"name": "format_disk", "arguments": "{}"},  # never offered
+]
+
+
+async def test_a_client_s_own_demotion_reaches_its_agent_at_the_door(tmp_path, default_suite, notes_dir):
+    import openai
+    from scripted import ScriptedServer
+
+    read_file = {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    }
+    # Ceilings of 5% (the drift tests' QUICK): a demotion after a few dozen drifted answers.
+    ceilings = {"large": {"not_offered": 0.05, "invalid_json": 0.05, "invalid_args": 0.05}}
+    drift = {"client_header": "x-user", "ceilings": ceilings}
+    with ScriptedServer(lambda body: {"content": None, "tool_calls": DRIFTED}) as model:
+        servers = {"notes": toy("notes", notes_dir)}
+        with gateway(tmp_path, default_suite, servers, upstream={"base_url": model.base_url}, drift=drift) as proxy:
+            proxy.gk.store.save([make_profile("agent-model", Tier.LARGE, default_suite)])
+            await wait_listed(proxy.url + "/mcp/agent-model", NOTES_ALL)
+            alice = openai.OpenAI(
+                base_url=proxy.url + "/v1", api_key="k", max_retries=0, default_headers={"x-user": "alice"}
+            )
+
+            def served_to_alice() -> dict[str, str] | None:
+                """One more drifted answer to alice; the headers once the proxy serves her demoted
+                (the monitor judges in the background, so the demotion lands a few answers late)."""
+                asked = alice.chat.completions.with_raw_response.create(
+                    model="agent-model", messages=[{"role": "user", "content": "read it"}], tools=[read_file]
+                )
+                return dict(asked.headers) if asked.headers["x-gatekeeper-profile"] == "demoted" else None
+
+            headers = await await_until(served_to_alice, "alice's traffic to demote the model for her", timeout_s=60)
+            assert headers["x-gatekeeper-tier"] == "medium"
+            async with connect(proxy.url + "/mcp/agent-model", headers={"x-user": "alice"}) as session:
+                assert sorted(await tool_names(session)) == sorted(["notes__write_note", *NOTES_SMALL])
+                with pytest.raises(MCPError) as refused:
+                    await session.call_tool("notes__progress_steps", {"n": 1})
+            assert "needs tier large" in refused.value.message and "(demoted)" in refused.value.message
+            async with connect(proxy.url + "/mcp/agent-model", headers={"x-user": "bob"}) as session:
+                assert await tool_names(session) == NOTES_ALL  # her demotion is hers
+        assert calls(notes_dir) == []
