@@ -98,7 +98,10 @@ class Exchange:
                 raise AnswerInvalid("upstream answer must be a JSON object")
             doc = self.translator.from_chat(doc, request)
         enforced = self.codec.enforce(doc, offered)
-        return orjson.dumps(doc), enforced
+        try:
+            return orjson.dumps(doc), enforced
+        except orjson.JSONEncodeError as exc:  # nested deeper than orjson writes (254 levels)
+            raise AnswerInvalid(f"upstream answer cannot be relayed: {exc}") from None
 
     def stream_filter(self, offered: Allowed, request: dict[str, Any]) -> StreamFilter:
         """Per-stream state: upstream events in, the client's (translated, enforced) events out."""

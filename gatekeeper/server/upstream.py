@@ -334,7 +334,12 @@ class PooledUpstream:
         unreachable."""
         url = self.url(request.path)
         headers = self.request_headers(request.headers, json_body=request.body is not None)
-        content = None if request.body is None else orjson.dumps(request.body)
+        try:
+            content = None if request.body is None else orjson.dumps(request.body)
+        except orjson.JSONEncodeError as exc:  # orjson reads 1024 levels of nesting, writes 254
+            raise ProxyError(
+                400, f"request body cannot be forwarded (nested over 254 levels?): {exc}", "invalid_body"
+            ) from None
         try:
             try:
                 response = await self._request(request.method, url, headers, content)

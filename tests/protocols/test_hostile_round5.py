@@ -38,6 +38,10 @@ in-process wrappers, `gatekeeper.adapters.openai_sdk` / `.anthropic_sdk`) to a r
   `measurement_failed` / `measurement_not_landed` / `backend_retry` log line (round 4 scrubbed
   it from the errors relayed to clients, not from the measurement's own). The backends scrub
   their credentials from what they quote, before it is cut.
+- A body nested deeper than 254 levels (orjson reads 1024, writes 254), in a tool's parameters
+  schema, was read, gated and then failed to be written for the upstream: a 500 "internal
+  error" with a traceback logged. It is a 400 naming why now; an upstream answer nested that
+  deep (with a call marker, so it is re-written after enforcement) a 502 `upstream_invalid`.
 """
 
 from __future__ import annotations
@@ -296,3 +300,26 @@ def test_a_measurement_never_logs_the_key_an_upstream_quotes(store_path):
     assert any(h.get("authorization") == f"Bearer {OPERATOR_KEY}" for h in upstream.headers)  # sent, and quoted
     assert "Incorrect API key provided: Bearer ***" in failed[0]["error"]
     assert OPERATOR_KEY not in repr(lines)
+
+
+# -- nesting orjson cannot write ----------------------------------------------------------------------
+
+
+def nested(levels: int) -> dict:
+    schema: dict = {"type": "object"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+def test_a_body_nested_too_deep_to_forward_is_a_400_and_an_answer_a_502(store_path):
+    deep_answer = {"choices": [{"index": 0, "message": {"role": "assistant", "tool_calls": []}}], "x": nested(300)}
+    with RawUpstream(RawAnswer(json.dumps(deep_answer).encode())) as upstream:
+        with running_proxy(settings_for(upstream.base_url, store_path, pins={"m": "small"})) as proxy:
+            deep_tool = {"type": "function", "function": {"name": "read_file", "parameters": nested(300)}}
+            with pytest.raises(openai.BadRequestError, match="nested over 254 levels"):
+                proxy.client.chat.completions.create(model="m", messages=HI, tools=[deep_tool])
+            assert upstream.requests == []
+            with pytest.raises(openai.InternalServerError) as answer:
+                proxy.client.chat.completions.create(model="m", messages=HI, tools=TOOLS[:1])
+    assert answer.value.status_code == 502 and "cannot be relayed" in str(answer.value)
