@@ -31,7 +31,7 @@ from gatekeeper.core.resolver import Resolution, Source, TierResolver
 from gatekeeper.core.router import Route, Router
 from gatekeeper.drift.monitor import DemotionBoard, DriftMonitor
 from gatekeeper.errors import ConfigError, MeasurementFailed, NotMeasured, SuiteError
-from gatekeeper.gating import Gated, ToolId, ToolPolicy, listed_tool_id, tool_name
+from gatekeeper.gating import Gated, ToolId, ToolPolicy, listed_tool_id
 from gatekeeper.measuring.backends import Backend
 from gatekeeper.measuring.runner import Progress
 from gatekeeper.measuring.scheduler import Limits, MeasurementScheduler
@@ -308,20 +308,21 @@ class Gatekeeper:
     # -- capability routing (routing:) ---------------------------------------------------------
 
     def route(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> Route:
-        """Which pair should serve a request for `model@effort` offering `tools` (OpenAI tool
-        schemas), and why: `Route.model`, `.effort`, `.reason` (escalated | economized | fallback |
+        """Which pair should serve a request for `model@effort` offering `tools` (a flat list in any
+        protocol's shape, as `filter_tools` takes), and why: `Route.model`, `.effort`, `.reason` (escalated | economized | fallback |
         none), `.resolution` (the tier of the pair used) and `.policy` to gate with. Without a
         `routing:` section, or without tools, it is the asked pair (reason "none"). Resolves the
         asked pair like `resolve` (so it may wait under `unknown_models: wait`); candidates are
         never waited for: an unmeasured one is measured lazily and used once measured."""
         snap = self._snapshot
-        names = [tool_name(t, f"tools[{i}]") for i, t in enumerate(tools)]
+        # By identity, as filter_tools: a built-in by its type and family, any protocol's shape.
+        names = [listed_tool_id(t, f"tools[{i}]") for i, t in enumerate(tools)]
         return self._route(snap, self._resolve(snap, model, effort), model, effort, names)
 
     async def aroute(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> Route:
         """`route` for async code."""
         snap = self._snapshot
-        names = [tool_name(t, f"tools[{i}]") for i, t in enumerate(tools)]
+        names = [listed_tool_id(t, f"tools[{i}]") for i, t in enumerate(tools)]
         return self._route(snap, await self._aresolve(snap, model, effort), model, effort, names)
 
     def route_resolved(

@@ -19,7 +19,11 @@ What was wrong, and what happens now:
 3. A `routing:` key with nothing under it (YAML null: the example config's keys left commented
    out) silently meant no routing at all, where every other section rejects null. Now it is a
    config error naming `routing` and saying how to write the defaults (`routing: {}`).
-4. `gatekeeper tools MODEL` and the console said only "hidden" for the row of every tool the
+4. `Gatekeeper.route` read a flat list's tools by their chat name: a built-in by its bare type
+   (`web_search_preview` escaped a `web_search: large` rule, so the request was not routed and
+   the tool was hidden after all) and a Responses or Messages tool refused, where `filter_tools`
+   and the proxy judge each by its identity. Now it reads them as `filter_tools` does.
+5. `gatekeeper tools MODEL` and the console said only "hidden" for the row of every tool the
    config does not name (`tools.default_tier`), not which requirement hides it. Now they say
    `tier small < medium` there too.
 
@@ -645,6 +649,52 @@ def test_gatekeeper_route_and_the_registry_agree_with_the_proxy(writing, store_p
             assert in_registry == (via_proxy[0], via_proxy[2]), case
             if route.routed:
                 assert (sent["model"], sent.get("reasoning_effort") or "default") == (route.model, route.effort), case
+
+
+BUILTINS = {"required_tier": {"web_search": "large", "computer": "large", "write_file": "medium"}}
+
+
+@pytest.mark.parametrize(
+    ("protocol", "listed"),
+    [
+        ("responses", {"type": "web_search_preview"}),  # the web_search family
+        (
+            "messages",
+            {"type": "computer_20250124", "name": "computer", "display_width_px": 1024, "display_height_px": 768},
+        ),
+        ("responses", {"type": "function", "name": "write_file", "parameters": {"type": "object"}}),
+        ("messages", {"name": "write_file", "input_schema": {"type": "object"}}),
+    ],
+    ids=["builtin-family", "builtin-typed", "responses-shape", "messages-shape"],
+)
+def test_gatekeeper_route_judges_a_listed_tool_by_its_identity_as_the_proxy_does(
+    writing, store_path, default_suite, protocol, listed
+):
+    seed_store(
+        store_path,
+        make_profile("m", Tier.SMALL, default_suite, effort="low"),
+        make_profile("m", Tier.LARGE, default_suite, effort="high"),
+    )
+    settings = native(quiet(writing.base_url, store_path, routing={}, tools=BUILTINS))
+    with running_proxy(settings) as proxy:
+        route = proxy.gk.route("m", "low", [listed])
+        path = f"/v1/{protocol}"
+        body: dict[str, Any] = {"model": "m", "tools": [listed]}
+        if protocol == "messages":
+            body |= {"max_tokens": 50, "messages": HI, "output_config": {"effort": "low"}}
+        else:
+            body |= {"input": "hi", "reasoning": {"effort": "low"}}
+        answer = httpx.post(
+            proxy.url + path,
+            json=body,
+            headers={"authorization": f"Bearer {KEY}", "anthropic-version": "2023-06-01"},
+            timeout=30,
+        )
+    # Was: a built-in judged by its bare type (no family rule: not routed, then hidden), and a
+    # Responses or Messages tool refused, where filter_tools and the proxy take them.
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-gatekeeper-routed"] == "m@high"
+    assert (route.pair, route.reason, route.resolution.tier) == ("m@high", "escalated", Tier.LARGE)
 
 
 # -- held: Messages, a thinking budget is an effort ----------------------------------------------
