@@ -14,6 +14,7 @@ session whose visible tools differ gets `notifications/tools/list_changed`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -29,6 +30,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
+from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 from gatekeeper import logs
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
@@ -108,6 +110,7 @@ class McpGateway:
             on_call_tool=self._call_tool,
             on_list_resources=self._list_resources,
             on_read_resource=self._read_resource,
+            on_list_resource_templates=self._list_resource_templates,
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
         )
@@ -117,6 +120,9 @@ class McpGateway:
         # list_changed hours later. Closed ones are pruned (gatekeeper.mcp.gateway._prune).
         self._watched: dict[str, _Watched] = {}
         self._resource_server: TTLCache[str, str] = TTLCache(maxsize=_RESOURCE_ROUTES, ttl=3600, timer=time.monotonic)
+        # URIs a tool result linked to, by the server whose result it was: a route only when no
+        # server lists the URI (a server cannot take over another's listed resource by linking it).
+        self._linked_resource: TTLCache[str, str] = TTLCache(maxsize=_RESOURCE_ROUTES, ttl=3600, timer=time.monotonic)
         # What the console shows, per (server, model): listed, hidden, refused. `model` is the
         # bounded metrics label, so this table is bounded too.
         self.tallies: dict[tuple[str, str], dict[str, int]] = {}
@@ -348,6 +354,10 @@ class McpGateway:
         except MCPError as exc:
             metrics.CALLS_FORWARDED.labels(label, model, "failed").inc()
             raise MCPError(exc.code, f"MCP server {label!r}: {exc.message}", exc.data) from None
+        for item in result.content:  # a resource a result links to is read from the server that linked it
+            if isinstance(item, (types.ResourceLink, types.EmbeddedResource)):
+                uri = item.uri if isinstance(item, types.ResourceLink) else item.resource.uri
+                self._linked_resource[str(uri)] = label
         metrics.CALLS_FORWARDED.labels(label, model, "tool_error" if result.is_error else "ok").inc()
         log.info("mcp_call", tool=name, model=binding.shown, tier=resolution.tier.value, is_error=result.is_error)
         return result
@@ -357,6 +367,10 @@ class McpGateway:
     async def _list_resources(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=await self._resource_list())
+
+    async def _resource_list(self) -> list[types.Resource]:
+        """Every up server's resources; each URI remembered with its server, for resources/read."""
         found: list[types.Resource] = []
         for label, upstream in self.upstreams.items():
             if upstream.session is None:
@@ -369,19 +383,66 @@ class McpGateway:
             for resource in resources:
                 self._resource_server[str(resource.uri)] = label
             found += resources
-        return types.ListResourcesResult(resources=found)
+        return found
 
     async def _read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
-        label = self._resource_server.get(uri)
-        if label is None:
-            raise MCPError(-32002, f"Resource not found: {uri[:300]} (list resources first)", {"uri": uri[:300]})
+        label = await self._resource_route(uri)
         try:
             return await self.upstreams[label].read_resource(uri)
         except ServerUnavailable as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
+
+    async def _resource_route(self, uri: str) -> str:
+        """The label of the server to read `uri` from: the one that lists it (asked again now if
+        nobody listed it lately), else the one server whose template matches it, else the one
+        whose tool result linked to it; refused when none (or several templates) say so."""
+        label = self._resource_server.get(uri)
+        if label is None:
+            await self._resource_list()
+            label = self._resource_server.get(uri)
+        if label is not None:
+            return label
+        owners = {owner for template, owner in await self._templates() if template.match(uri) is not None}
+        if len(owners) == 1:
+            return owners.pop()
+        linked = self._linked_resource.get(uri)
+        if linked is not None and not owners:
+            return linked
+        why = (
+            f"the templates of the servers {sorted(owners)} all match it"
+            if owners
+            else "no server lists it, has a template for it or linked to it"
+        )
+        raise MCPError(-32002, f"Resource not found: {clip(uri, 300)} ({why})", {"uri": clip(uri, 300)})
+
+    async def _list_resource_templates(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[t for t, _ in await self._template_list()])
+
+    async def _template_list(self) -> list[tuple[types.ResourceTemplate, str]]:
+        """Every up server's resource templates, with the label of the server that has each."""
+        found: list[tuple[types.ResourceTemplate, str]] = []
+        for label, upstream in self.upstreams.items():
+            if upstream.session is None:
+                continue
+            try:
+                found += [(template, label) for template in await upstream.list_resource_templates()]
+            except (ServerUnavailable, MCPError) as exc:
+                log.warning("mcp_resource_templates_unavailable", server=label, error=str(exc)[:300])
+        return found
+
+    async def _templates(self) -> list[tuple[UriTemplate, str]]:
+        """The servers' templates parsed, for routing a resources/read (one that does not parse is
+        no route)."""
+        parsed = []
+        for template, label in await self._template_list():
+            with contextlib.suppress(InvalidUriTemplate):
+                parsed.append((UriTemplate.parse(template.uri_template), label))
+        return parsed
 
     async def _list_prompts(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None

@@ -256,6 +256,21 @@ class Upstream:
                 break
         return found
 
+    async def list_resource_templates(self) -> list[types.ResourceTemplate]:
+        session = self._live()
+        found: list[types.ResourceTemplate] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+            page: types.ListResourceTemplatesResult = await self._deadline(
+                "resources/templates/list", session.list_resource_templates(params=params)
+            )
+            found += page.resource_templates
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return found
+
     async def read_resource(self, uri: str) -> types.ReadResourceResult:
         result: types.ReadResourceResult = await self._deadline("resources/read", self._live().read_resource(uri))
         return result
