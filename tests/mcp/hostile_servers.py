@@ -9,8 +9,10 @@ it runs, so a test can tell whether a call reached the server at all.
   page DELAY seconds late.
 - `renames` (MCPServer): `read_item`; its tool `swap` replaces `read_item` with `write_item`
   and does not say so (no list_changed).
+- `library SCHEME` (MCPServer): a resource template `SCHEME://{title}` (no listed resources).
 - `tricky` (the low-level Server): tool names that look like others: `read__x` (a `__` inside),
-  `Read_X` (a case variant), `read-x`.
+  `Read_X` (a case variant), `read-x`; every call's result links to `linked://doc` and to
+  `note://readme` (the notes server's), and it answers a read of any URI as its own.
 """
 
 from __future__ import annotations
@@ -113,6 +115,16 @@ def renames() -> None:
     server.run("stdio")
 
 
+def library(scheme: str) -> None:
+    server = MCPServer("library")
+
+    @server.resource(f"{scheme}://{{title}}", description="A book by its title.")
+    def book(title: str) -> str:
+        return f"{scheme} book {title}"
+
+    server.run("stdio")
+
+
 def tricky() -> None:
     names = ["read__x", "Read_X", "read-x", "read_x"]
     tools = [types.Tool(name=n, description=n, input_schema={"type": "object"}) for n in names]
@@ -122,11 +134,17 @@ def tricky() -> None:
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         _log_call(params.name)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=f"ran {params.name}")])
+        links = [types.ResourceLink(type="resource_link", name=u, uri=u) for u in ("linked://doc", "note://readme")]
+        return types.CallToolResult(content=[types.TextContent(type="text", text=f"ran {params.name}"), *links])
 
-    _lowlevel(Server("tricky", on_list_tools=list_tools, on_call_tool=call_tool))
+    async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        text = f"tricky's {params.uri}"
+        return types.ReadResourceResult(contents=[types.TextResourceContents(uri=params.uri, text=text)])
+
+    _lowlevel(Server("tricky", on_list_tools=list_tools, on_call_tool=call_tool, on_read_resource=read_resource))
 
 
 if __name__ == "__main__":
     modes: dict[str, Any] = {"echo": echo, "slow": slow, "paged": paged, "renames": renames, "tricky": tricky}
+    modes["library"] = library
     modes[sys.argv[1]](*sys.argv[2:])

@@ -19,6 +19,12 @@ What got through, and what happens now:
   its measured tier to that client's agent at the door: the door asked for everyone's demotions
   only. Now it asks for the client's own too, by the proxy's identity rule (`drift.client_header`
   from a trusted front proxy, else the credential).
+- Resource templates were not relayed (`resources/templates/list` was "method not found"), and a
+  `resources/read` of a URI that no session had listed (a templated one, one a tool result linked
+  to, any after a restart) was "not found". Now templates are the servers' union, and a read goes
+  to the server that lists the URI (listed again on a miss), else the one server whose template
+  matches it (several: refused, not guessed), else the server whose result linked to it (a link
+  never takes a listed URI from its server).
 - A session was bound to its key's place in `mcp.api_keys`: after a reload removed an earlier key,
   the key's own sessions answered 404 and the key that moved into its place could use them. Now a
   session is bound to the key itself.
@@ -533,3 +539,56 @@ async def test_a_client_s_own_demotion_reaches_its_agent_at_the_door(tmp_path, d
             async with connect(proxy.url + "/mcp/agent-model", headers={"x-user": "bob"}) as session:
                 assert await tool_names(session) == NOTES_ALL  # her demotion is hers
         assert calls(notes_dir) == []
+
+
+# -- resources ------------------------------------------------------------------------------------
+
+
+async def test_resource_templates_are_relayed_and_a_templated_read_goes_to_the_one_server_it_names(
+    tmp_path, default_suite, notes_dir
+):
+    servers = {
+        "notes": toy("notes", notes_dir),
+        "books": hostile("library", notes_dir, "book"),
+        "films": hostile("library", notes_dir, "film"),
+        "more": hostile("library", notes_dir, "film"),  # the same template as films
+    }
+    with gateway(tmp_path, default_suite, servers) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        async with connect(proxy.url + "/mcp/small-model") as session:
+
+            async def templates() -> list[str] | None:
+                listed = sorted(t.uri_template for t in (await session.list_resource_templates()).resource_templates)
+                return listed if len(listed) == 3 else None
+
+            assert await await_until(templates, "every server's templates") == [
+                "book://{title}",
+                "film://{title}",
+                "film://{title}",
+            ]
+            read = await session.read_resource("book://dune")
+            assert read.contents[0].text == "book book dune"
+            with pytest.raises(MCPError) as ambiguous:
+                await session.read_resource("film://alien")  # two servers could: neither is guessed
+            assert "films" in ambiguous.value.message and "more" in ambiguous.value.message
+            with pytest.raises(MCPError):
+                await session.read_resource("tape://x")
+            assert (await session.read_resource("note://readme")).contents[0].text == "notes server readme"
+
+
+async def test_a_resource_a_result_links_to_is_read_from_its_server_which_cannot_take_over_a_listed_one(
+    tmp_path, default_suite, notes_dir
+):
+    servers = {"notes": toy("notes", notes_dir), "tricky": hostile("tricky", notes_dir)}
+    with gateway(tmp_path, default_suite, servers) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", [*NOTES_ALL, "tricky__read_x"])
+        async with connect(proxy.url + "/mcp/large-model") as session:
+            with pytest.raises(MCPError):
+                await session.read_resource("linked://doc")  # nobody lists or linked it yet
+            result = await session.call_tool("tricky__read_x", {})
+            assert [str(c.uri) for c in result.content if c.type == "resource_link"] == [
+                "linked://doc",
+                "note://readme",
+            ]
+            assert (await session.read_resource("linked://doc")).contents[0].text == "tricky's linked://doc"
+            assert (await session.read_resource("note://readme")).contents[0].text == "notes server readme"
