@@ -17,7 +17,7 @@ from gatekeeper import logs
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import BackendError, GatekeeperError, RequestInvalid
 from gatekeeper.measuring.confidence import samples_to_reach, show
-from gatekeeper.measuring.runner import DEFAULT_EFFORTS, RunSettings, categories
+from gatekeeper.measuring.runner import DEFAULT_EFFORTS, RunSettings
 from gatekeeper.measuring.service import MeasurementService, ModelResult
 from gatekeeper.redact import redact, redact_url
 from gatekeeper.store import ProfileStore, open_store
@@ -170,7 +170,7 @@ def _print_results(results: list[ModelResult], service: MeasurementService) -> N
             continue
         out.print(_profile_table(result.profiles, title=result.model))
         for profile in result.profiles:
-            for line in _decision(profile, service.suite, run):
+            for line in _decision(profile, run):
                 out.print(line, highlight=False)
         line = f"recommended effort for {result.model}: [bold]{result.recommended}[/bold]"
         if result.note:
@@ -188,14 +188,13 @@ def _print_results(results: list[ModelResult], service: MeasurementService) -> N
             )
 
 
-def _decision(profile: Profile, suite: Suite, run: RunSettings) -> list[str]:
+def _decision(profile: Profile, run: RunSettings) -> list[str]:
     """Per category: the estimate, the bound the tier was decided on, and what the bound would need
     to certify the next tier up ("about N more samples would decide")."""
     tier, n = profile.tier, profile.samples or 1
     above = {Tier.SMALL: Tier.MEDIUM, Tier.MEDIUM: Tier.LARGE}.get(tier, Tier.LARGE)
     needs = run.thresholds.large if above == Tier.LARGE else run.thresholds.medium
     lines = [f"{profile.key}: certified {tier.value} at risk {run.risk:g} after {n} sample{'s' * (n != 1)}"]
-    found = categories(suite, run.thresholds)
     for c in CATEGORIES:
         mean = profile.scores.get(c, 0.0)
         low, high = (profile.score_intervals or {}).get(c, [mean, mean])
@@ -209,7 +208,7 @@ def _decision(profile: Profile, suite: Suite, run: RunSettings) -> list[str]:
                     f" < {threshold:.2f}: certified {tier.value}; upper bound {high:.2f}: {above.value} is out of reach"
                 )
             else:
-                more = samples_to_reach(found[c], n * (1 - mean), n, threshold, run.risk)
+                more = samples_to_reach(mean, n, threshold, run.risk)
                 line += f" < {threshold:.2f}: certified {tier.value}; " + (
                     f"about {more} more samples would decide"
                     if more

@@ -68,10 +68,13 @@ def certified_tier(bounds: dict[str, float], thresholds: Thresholds | None = Non
 # The defaults of the certification (`bench.risk`, `bench.samples`), here so that the config and
 # the measurement read one value; the arithmetic behind them is measuring/confidence.py's.
 # The score a model must have in every category to be certified `large` at least 90% of the
-# time with the default samples (docs/statistics.md): the exponents are tuned to it.
+# time with the default samples (docs/statistics.md): the bets and the out-of-reach rule are
+# tuned to it.
 DESIGN_SCORE = 0.98
 DEFAULT_RISK = 0.05
-# At most this many samples per level (the level stops as soon as the tier is settled): the cap
-# at which a model at 0.98 in every category is certified `large` >= 90% of the time at risk 0.05
-# (97% in scripts/simulate_confidence.py, docs/statistics.md); a perfect model stops after 8.
-DEFAULT_SAMPLES = 30
+# At most this many samples per level (a level stops as soon as its tier is settled or the next
+# tier is out of reach): the cap at which even a model at 0.98 whose failures come as whole
+# samples (the hardest way to be at 0.98) is certified `large` >= 90% of the time at risk 0.05
+# (about 97%; 120 would give about 94%, 100 about 89%: docs/statistics.md). A model passing every
+# check stops after 32 samples, most models at 0.98 after 40-60.
+DEFAULT_SAMPLES = 150

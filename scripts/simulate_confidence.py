@@ -1,13 +1,18 @@
 """How often a stored tier is too high, against a model whose true scores are known exactly.
 
-The model (tests/stochastic.py) passes each test run with a chosen probability and otherwise
-answers nothing, so every category's true score, and the true tier, are known. Each scenario is
-measured many times in-process (the real runner and bounds through a MockBackend) and a few
-dozen times through the real `gatekeeper bench` CLI against the model served over HTTP, at the
-default settings unless told otherwise. Printed per scenario: the true scores and tier, how
-often the stored tier was too high, how often `large` was certified, how often each stored lower
-bound sat at or under the true score (per category and all three at once), and the upstream
-calls one measurement of one level made.
+The models (tests/stochastic.py) fail in known ways, so every category's true score, and the
+true tier, are known exactly. The first four scenarios pass each test run with a chosen
+probability and otherwise answer nothing; the others are what a different checker would write:
+failures that cost only some checks (partial credit), failures concentrated on the heaviest
+test, failures decided by the drawn instance, failures correlated within a sample (every test
+of the k-th sample fails together), scores just under and just over a threshold, and a transport
+that errors (HTTP 500) and dawdles. Each scenario is measured many times in-process (the real
+runner and bounds through a MockBackend) and a few dozen times through the real
+`gatekeeper bench` CLI against the model served over HTTP, at the default settings unless told
+otherwise. Printed per scenario: the true scores and tier, how often the stored tier was too
+high (and too low), how often `large` was certified, how often each stored lower bound sat at or
+under the true score (per category and all three at once), and the upstream calls one
+measurement of one level made.
 
     .venv/bin/python scripts/simulate_confidence.py                    # 200 in-process + 30 CLI
     .venv/bin/python scripts/simulate_confidence.py --inprocess 50 --cli 0 --scenario chain
@@ -27,11 +32,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from stochastic import StochasticModel, pass_probabilities, true_scores  # noqa: E402
+from stochastic import Behaviour, FaultModel, StochasticModel, failing_score, pass_probabilities, true_scores  # noqa: E402
 
 from gatekeeper import logs  # noqa: E402
 from gatekeeper.config import Settings  # noqa: E402
@@ -40,6 +46,26 @@ from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Suite, load_s
 from gatekeeper.tiers import Tier, compute_tier  # noqa: E402
 
 Targets = Callable[[Suite], dict[str, float]]
+
+
+class Coins:
+    """The first scenarios' model (tests/stochastic.py's StochasticModel) with its true scores."""
+
+    def __init__(self, suite: Suite, probabilities: dict[str, float], seed: int = 0) -> None:
+        self.suite, self.probabilities, self.seed = suite, probabilities, seed
+        self.model = StochasticModel(suite, probabilities, seed)
+
+    def with_seed(self, seed: int) -> Coins:
+        return Coins(self.suite, self.probabilities, seed)
+
+    def true_scores(self) -> dict[str, float]:
+        return true_scores(self.suite, self.probabilities)
+
+    def backend(self) -> Any:
+        return self.model.backend()
+
+    def server(self, **transport: Any) -> Any:
+        return self.model.server()
 
 
 def per_category(instruction: float, json_: float, tool_calling: float) -> Targets:
@@ -51,11 +77,126 @@ def one_chain_coin_flip(suite: Suite) -> dict[str, float]:
     return {t.name: 0.5 if t.name == "tool_chain_distractor_ids" else 1.0 for t in suite.tests}
 
 
-SCENARIOS: dict[str, tuple[str, Targets]] = {
-    "medium": ("0.97/0.97/0.88 (every test at its category's score)", per_category(0.97, 0.97, 0.88)),
-    "chain": ("one weight-4 chain passing half the time (1/1/0.88)", one_chain_coin_flip),
-    "large99": ("clearly large: 0.99 everywhere", per_category(0.99, 0.99, 0.99)),
-    "large98": ("the power target: 0.98 everywhere", per_category(0.98, 0.98, 0.98)),
+def coins(targets: Targets) -> Callable[[Suite], Coins]:
+    return lambda suite: Coins(suite, pass_probabilities(suite, targets(suite)))
+
+
+def spread(mode: str, **by: float) -> Callable[[Suite], FaultModel]:
+    """Every test of a category that `mode` can fail fails with one probability, chosen so that
+    the category's true score is `by[category]` (instruction, json, toolCalling)."""
+
+    def make(suite: Suite) -> FaultModel:
+        behaviours = {}
+        for category, target in by.items():
+            tests = suite.by_category(category)
+            total = sum(t.weight for t in tests)
+            cost = {t.name: 1 - failing_score(suite, t.name, mode) for t in tests}
+            f = (1 - target) / sum(t.weight / total * cost[t.name] for t in tests)
+            if f > 1:
+                raise ValueError(f"{category}: {mode} failures cannot bring it down to {target}")
+            behaviours |= {t.name: Behaviour(f, mode) for t in tests if cost[t.name] > 0}
+        return FaultModel(suite, behaviours)
+
+    return make
+
+
+def heaviest(mode: str, **by: float) -> Callable[[Suite], FaultModel]:
+    """Only each category's heaviest test (the first of equals) fails, as often as it takes."""
+
+    def make(suite: Suite) -> FaultModel:
+        behaviours = {}
+        for category, target in by.items():
+            tests = suite.by_category(category)
+            total = sum(t.weight for t in tests)
+            heavy = max(tests, key=lambda t: t.weight)
+            cost = heavy.weight / total * (1 - failing_score(suite, heavy.name, mode))
+            behaviours[heavy.name] = Behaviour((1 - target) / cost, mode)
+        return FaultModel(suite, behaviours)
+
+    return make
+
+
+def by_instance(fraction: dict[str, float], mode: str = "empty") -> Callable[[Suite], FaultModel]:
+    """Every randomised test with a variable to read fails on the first `fraction[category]` of
+    that variable's values (fixed tests always pass): the instance decides, not a coin."""
+
+    def make(suite: Suite) -> FaultModel:
+        from stochastic import key_variable
+
+        behaviours = {
+            t.name: Behaviour(fraction[t.category], mode, by_instance=True)
+            for t in suite.tests
+            if key_variable(suite, t, mode) is not None and t.category in fraction
+        }
+        return FaultModel(suite, behaviours)
+
+    return make
+
+
+def correlated(tool_calling: float) -> Callable[[Suite], FaultModel]:
+    """Every test of the k-th sample fails together (empty answers) with one probability, chosen
+    so that toolCalling's true score is `tool_calling`; the other categories follow."""
+
+    def make(suite: Suite) -> FaultModel:
+        tests = suite.by_category("toolCalling")
+        total = sum(t.weight for t in tests)
+        lost = sum(t.weight / total * (1 - failing_score(suite, t.name, "empty")) for t in tests)
+        return FaultModel(suite, {}, bad_sample=(1 - tool_calling) / lost)
+
+    return make
+
+
+@dataclass(frozen=True)
+class Scenario:
+    label: str
+    make: Callable[[Suite], Any]  # -> a model with with_seed, true_scores, backend, server
+    transport: dict[str, Any] = field(default_factory=dict)  # FlakyServer's error_rate, latency_s
+    cli_only: bool = False  # the transport's trouble is met only over HTTP
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "medium": Scenario("0.97/0.97/0.88 (every test at its category's score)", coins(per_category(0.97, 0.97, 0.88))),
+    "chain": Scenario("one weight-4 chain passing half the time (1/1/0.88)", coins(one_chain_coin_flip)),
+    "large99": Scenario("clearly large: 0.99 everywhere", coins(per_category(0.99, 0.99, 0.99))),
+    "large98": Scenario("the power target: 0.98 everywhere", coins(per_category(0.98, 0.98, 0.98))),
+    "partial": Scenario(
+        "partial credit: one value wrong (0.97/0.97/0.88)",
+        spread("wrong_value", instruction=0.97, json=0.97, toolCalling=0.88),
+    ),
+    "partial98": Scenario(
+        "partial credit at 0.98: one value wrong", spread("wrong_value", instruction=0.98, json=0.98, toolCalling=0.98)
+    ),
+    "heavy98": Scenario(
+        "0.98 from the heaviest test of each category failing whole",
+        heaviest("empty", instruction=0.98, json=0.98, toolCalling=0.98),
+    ),
+    "stops98": Scenario(
+        "0.98 toolCalling from the weight-4 chain stopping after step one",
+        heaviest("first_step", toolCalling=0.98),
+    ),
+    "instance": Scenario(
+        "the instance decides: a fifth of each variable's values fail (tool), a tenth (others)",
+        by_instance({"instruction": 0.1, "json": 0.1, "toolCalling": 0.2}),
+    ),
+    "correlated": Scenario("whole samples fail together, toolCalling 0.88", correlated(0.88)),
+    "correlated98": Scenario("whole samples fail together, toolCalling 0.98", correlated(0.98)),
+    "under": Scenario("just under large in each category: 0.845/0.845/0.895", coins(per_category(0.845, 0.845, 0.895))),
+    "over": Scenario("just over large in each category: 0.855/0.855/0.905", coins(per_category(0.855, 0.855, 0.905))),
+    "under_medium": Scenario(
+        "just under medium: 0.9/0.495/0.595", spread("empty", instruction=0.9, json=0.495, toolCalling=0.595)
+    ),
+    "flaky98": Scenario(
+        "0.98 everywhere behind a transport: 10% HTTP 500, 0-20 ms latency",
+        spread("empty", instruction=0.98, json=0.98, toolCalling=0.98),
+        transport={"error_rate": 0.1, "latency_s": (0.0, 0.02)},
+        cli_only=True,
+    ),
+    "flaky": Scenario(
+        "0.97/0.97/0.88 behind the same transport",
+        spread("empty", instruction=0.97, json=0.97, toolCalling=0.88),
+        transport={"error_rate": 0.1, "latency_s": (0.0, 0.02)},
+        cli_only=True,
+    ),
 }
 
 
@@ -69,6 +210,7 @@ class Tally:
     all_under: int = 0
     calls: list[int] = field(default_factory=list)
     samples: list[int] = field(default_factory=list)
+    failed: int = 0  # measurements that stored nothing (the backend failed past its retries)
 
     def add(self, tier: Tier, intervals: dict[str, list[float]], truth: dict[str, float], calls: int, n: int) -> None:
         self.n += 1
@@ -83,6 +225,8 @@ class Tally:
         self.samples.append(n)
 
     def row(self, label: str) -> str:
+        if not self.n:
+            return f"  {label:<10} every measurement failed ({self.failed})"
         pct = lambda k: f"{100 * k / self.n:5.1f}%"  # noqa: E731
         unders = " ".join(f"{c[:4]} {pct(self.under[c])}" for c in CATEGORIES)
         return (
@@ -90,35 +234,36 @@ class Tally:
             f"large {pct(self.large)}  "
             f"bound <= truth: {unders}, all {pct(self.all_under)}  "
             f"calls {statistics.mean(self.calls):.0f} (max {max(self.calls)}), samples {statistics.mean(self.samples):.1f}"
+            + (f"; {self.failed} stored nothing (backend failed)" if self.failed else "")
         )
 
 
-def run_inprocess(suite: Suite, probabilities: dict[str, float], count: int, settings: RunSettings) -> Tally:
-    truth, tally = true_scores(suite, probabilities), Tally()
+def run_inprocess(model: Any, count: int, settings: RunSettings, suite: Suite) -> Tally:
+    truth, tally = model.true_scores(), Tally()
     for i in range(count):
-        model = StochasticModel(suite, probabilities, seed=i)
-        measured = asyncio.run(sweep(model.backend(), "m", suite, ["default"], settings, seed=i))
+        seeded = model.with_seed(i)
+        measured = asyncio.run(sweep(seeded.backend(), "m", suite, ["default"], settings, seed=i))
         (profile,) = measured.profiles
         tally.add(profile.tier, profile.score_intervals or {}, truth, measured.calls, profile.samples or 1)
     return tally
 
 
-def run_cli(suite: Suite, probabilities: dict[str, float], count: int, extra: list[str]) -> Tally:
-    truth, tally = true_scores(suite, probabilities), Tally()
-    model = StochasticModel(suite, probabilities, seed=12345)
-    with model.server() as server, tempfile.TemporaryDirectory() as tmp:
+def run_cli(model: Any, count: int, extra: list[str], transport: dict[str, Any]) -> Tally:
+    truth, tally = model.true_scores(), Tally()
+    with model.with_seed(12345).server(**transport) as server, tempfile.TemporaryDirectory() as tmp:
         for i in range(count):
             done = subprocess.run(
                 [sys.executable, "-m", "gatekeeper", "bench", "m", "--effort", "default", "--json"]
                 + ["--base-url", server.base_url, "--store", f"{tmp}/{i}.json", *extra],
                 capture_output=True,
                 text=True,
-                timeout=900,
+                timeout=1800,
                 cwd=ROOT,
                 env=os.environ | {"PYTHONPATH": str(ROOT)},
             )
             if done.returncode != 0:
-                raise SystemExit(f"bench failed: {done.stderr[-2000:]}")
+                tally.failed += 1  # nothing stored: counted, never as a tier
+                continue
             (result,) = json.loads(done.stdout)["results"]
             (profile,) = result["profiles"]
             tally.add(Tier(profile["tier"]), profile["scoreIntervals"], truth, result["calls"], profile["samples"])
@@ -144,18 +289,18 @@ def main() -> None:
         raise SystemExit("--risk applies in-process only (the CLI reads bench.risk from a config file): add --cli 0")
     print(f"suite {suite.hash} ({len(suite.tests)} tests), bench.samples {samples}, bench.risk {risk}")
     for name in args.scenario or list(SCENARIOS):
-        label, targets = SCENARIOS[name]
-        probabilities = pass_probabilities(suite, targets(suite))
-        truth = true_scores(suite, probabilities)
-        shown = "/".join(f"{truth[c]:.3f}" for c in CATEGORIES)
-        print(f"{name}: {label}; true instruction/json/toolCalling {shown} -> {compute_tier(truth).value}")
+        scenario = SCENARIOS[name]
+        model = scenario.make(suite)
+        truth = model.true_scores()
+        shown = "/".join(f"{truth[c]:.4f}" for c in CATEGORIES)
+        print(f"{name}: {scenario.label}; true instruction/json/toolCalling {shown} -> {compute_tier(truth).value}")
         for where, count in (("in-process", args.inprocess), ("CLI", args.cli)):
-            if count:
+            if count and not (where == "in-process" and scenario.cli_only):
                 started = time.perf_counter()
                 if where == "CLI":
-                    tally = run_cli(suite, probabilities, count, extra)
+                    tally = run_cli(model, count, extra, scenario.transport)
                 else:
-                    tally = run_inprocess(suite, probabilities, count, settings)
+                    tally = run_inprocess(model, count, settings, suite)
                 print(tally.row(where) + f"  ({time.perf_counter() - started:.0f} s)", flush=True)
 
 

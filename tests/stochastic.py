@@ -17,13 +17,19 @@ same answers however the calls of one sample interleave over HTTP.
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import json
+import math
 import random
+import re
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import answers
 from scripted import ScriptedServer, SuiteScript
+from starlette.responses import JSONResponse
 
 from gatekeeper.measuring.backends import BackendRequest, MockBackend
 from gatekeeper.measuring.runner import score_test
@@ -107,3 +113,296 @@ class StochasticModel:
 
     def server(self) -> ScriptedServer:
         return ScriptedServer(lambda body: self.message(body["messages"]))
+
+
+# --- models a different checker would write: partial credit, heavy tests, instance-dependent
+# and correlated failures, a flaky transport -------------------------------------------------
+#
+# A `FaultModel` answers like `StochasticModel`, but a failing run answers in one of three ways
+# (`MODES`): `empty` as above; `first_step`, the first step perfect and nothing after (a chain
+# that stops after step one); `wrong_value`, perfect except the last step, whose answer has one
+# value changed (valid JSON with a wrong number, a tool call with a wrong argument, a sentence
+# with a word too many). Each costs only some checks of the test: the score a failing run gets,
+# `failing_score`, is played as the runner plays it on hundreds of instances and must be the same
+# on all of them (else the true score would not be exact, and the model refuses the test).
+#
+# Whether a run fails: a coin per run (`Behaviour.fail`), or the instance itself
+# (`by_instance`: the run fails exactly when the test's key variable, an integer or the first
+# declared choice, drawn uniformly by the suite, takes one of the first ceil(fail * size) values
+# of its range: the probability is that count over the size, exactly). And, with probability
+# `bad_sample`, the k-th run of every test (of `bad_categories`) fails together, in `bad_mode`:
+# the runner's k-th sample, so failures within a sample are correlated while samples stay
+# independent. The true score of test t is then exactly
+#
+#     mu_t = b_t * S_t(bad_mode) + (1 - b_t) * (f_t * S_t(mode_t) + (1 - f_t))
+#
+# with f_t the failure probability (the coin, or the instance fraction) and S_t a failing score.
+# Transport trouble (`server(error_rate=..., latency_s=...)`): a call answered with HTTP 500
+# (or delayed) is decided before the model sees it, so it never changes an answer: the runner
+# retries it (bench.max_retries) and the true scores stay those of the answers.
+
+MODES = ("empty", "first_step", "wrong_value")
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How one test's runs fail: how often (`fail`), how (`mode`), and whether the instance decides."""
+
+    fail: float = 0.0
+    mode: str = "empty"
+    by_instance: bool = False
+
+
+def _as_answer(message: dict) -> Answer:
+    calls = tuple(
+        ToolCall(
+            f"call_{i}", c["name"], c["arguments"] if isinstance(c["arguments"], str) else json.dumps(c["arguments"])
+        )
+        for i, c in enumerate(message.get("tool_calls") or [])
+    )
+    return Answer(message.get("content") or "", calls)
+
+
+def _wrong(value: object) -> object:
+    """One value changed the way a model gets it wrong."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    return value
+
+
+def _change_first_leaf(doc: object) -> bool:
+    """Change the first number (else string) leaf of a JSON document in place; False if none."""
+    for wanted in ((int, float), (str,)):
+        stack = [doc]
+        while stack:
+            node = stack.pop(0)
+            items = (
+                list(node.items())
+                if isinstance(node, dict)
+                else list(enumerate(node))
+                if isinstance(node, list)
+                else []
+            )
+            for key, value in items:
+                if isinstance(value, wanted) and not isinstance(value, bool):
+                    node[key] = _wrong(value)  # type: ignore[index]
+                    return True
+                stack.append(value)
+    return False
+
+
+def wrong_value(message: dict) -> dict:
+    """The message with one value changed: a tool call's last argument, a JSON answer's first
+    number (or string), else a word added to the text."""
+    message = copy.deepcopy(message)
+    if message.get("tool_calls"):
+        arguments = message["tool_calls"][0]["arguments"]
+        if arguments:
+            last = list(arguments)[-1]
+            arguments[last] = _wrong(arguments[last])
+        return message
+    content = message.get("content") or ""
+    try:
+        doc = json.loads(content)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict | list) and _change_first_leaf(doc):
+        message["content"] = json.dumps(doc, ensure_ascii=False)
+    else:
+        message["content"] = content + " extra"
+    return message
+
+
+def failing_step(test: BenchTest, mode: str) -> int:
+    """The first step at which a failing run's answer differs from the perfect one."""
+    return {"empty": 0, "first_step": 1, "wrong_value": len(test.all_steps) - 1}[mode]
+
+
+def mode_answer(test: BenchTest, step: int, mode: str) -> dict:
+    if mode not in MODES:
+        raise ValueError(f"unknown failure mode {mode!r} (expected one of {MODES})")
+    if step < failing_step(test, mode):
+        return answers.perfect(test, step)
+    if mode == "wrong_value":
+        return wrong_value(answers.perfect(test, step))
+    return dict(EMPTY)
+
+
+def play(test: BenchTest, respond) -> float:
+    """A test's score for the answers `respond` gives, played as the runner plays them."""
+    played: list[Answer] = []
+    for i, step in enumerate(test.all_steps):
+        if i > 0 and step.tool_result is not None and not played[-1].tool_calls:
+            break  # the chain is broken
+        played.append(_as_answer(respond(i)))
+    return score_test(test, played)
+
+
+def _instances(suite: Suite, name: str, count: int = 300) -> list[BenchTest]:
+    if name not in suite.templates:
+        return [next(t for t in suite.tests if t.name == name)]
+    return [next(t for t in suite.instance(f"exact-{i}", 0) if t.name == name) for i in range(count)]  # type: ignore[arg-type]
+
+
+def failing_score(suite: Suite, name: str, mode: str) -> float:
+    """What a failing run in `mode` scores on test `name`: the same on every instance, or ValueError."""
+    if mode not in MODES:
+        raise ValueError(f"unknown failure mode {mode!r} (expected one of {MODES})")
+    scores = {round(play(t, lambda i, t=t: mode_answer(t, i, mode)), 12) for t in _instances(suite, name)}
+    if len(scores) != 1:
+        raise ValueError(f"{name}: mode {mode!r} scores {sorted(scores)} depending on the instance: not exact")
+    return scores.pop()
+
+
+def key_variable(suite: Suite, test: BenchTest, mode: str) -> tuple[str, list] | None:
+    """The variable an instance-dependent failure reads, and its values in order: the first
+    integer variable the conversation has shown by the failing step, else the first declared
+    variable if it is a choice shown by then (drawn uniformly: nothing was taken before it)."""
+    template = suite.templates.get(test.name)
+    if template is None:
+        return None
+    raw = template.raw
+    steps = raw.get("steps") or [{"prompt": raw.get("prompt")}]
+    shown = " ".join(
+        (s.get("prompt") or "") + " " + (s.get("toolResult") or "") for s in steps[: failing_step(test, mode) + 1]
+    )
+
+    def visible(name: str) -> bool:
+        return re.search(r"\{\{\s*" + name + r"\s*\}\}", shown) is not None
+
+    for name, spec in template.vars.items():
+        if spec.int_range is not None and visible(name):
+            lo, hi = spec.int_range
+            return name, list(range(lo, hi + 1))
+        if spec.is_int and spec.choice is not None and visible(name):
+            return name, list(spec.choice)
+    first, spec = next(iter(template.vars.items()))
+    if spec.choice is not None and visible(first):
+        return first, list(spec.choice)
+    return None
+
+
+def instance_failures(suite: Suite, test: BenchTest, behaviour: Behaviour) -> set:
+    """The key variable's values on which an instance-dependent run fails."""
+    found = key_variable(suite, test, behaviour.mode)
+    if found is None:
+        raise ValueError(f"{test.name}: no variable the failure could depend on exactly (a fixed test?)")
+    _, values = found
+    return set(values[: math.ceil(behaviour.fail * len(values) - 1e-9)])
+
+
+def failure_probability(suite: Suite, test: BenchTest, behaviour: Behaviour) -> float:
+    if not behaviour.by_instance:
+        return behaviour.fail
+    found = key_variable(suite, test, behaviour.mode)
+    assert found is not None
+    return len(instance_failures(suite, test, behaviour)) / len(found[1])
+
+
+class FaultModel:
+    """A model whose failures take the forms above; its true scores are `true_scores()`."""
+
+    def __init__(
+        self,
+        suite: Suite,
+        behaviours: Mapping[str, Behaviour],
+        *,
+        bad_sample: float = 0.0,
+        bad_categories: tuple[str, ...] = CATEGORIES,
+        bad_mode: str = "empty",
+        seed: int = 0,
+    ) -> None:
+        self.suite = suite
+        self.script = SuiteScript(suite)
+        self.behaviours = {t.name: behaviours.get(t.name, Behaviour()) for t in suite.tests}
+        self.bad_sample, self.bad_categories, self.bad_mode = bad_sample, bad_categories, bad_mode
+        self.seed = seed
+        # Checked once: every failing score is exact, every instance rule has its variable.
+        self._scores = {
+            (t.name, mode): failing_score(suite, t.name, mode)
+            for t in suite.tests
+            for mode in {self.behaviours[t.name].mode, bad_mode}
+        }
+        self._fails_on = {
+            t.name: instance_failures(suite, t, b) for t in suite.tests if (b := self.behaviours[t.name]).by_instance
+        }
+        self._runs: dict[str, int] = {}
+        self._decided: dict[tuple[str, str], str] = {}  # (test, first prompt) -> "pass" | "fail" | "bad"
+        self._lock = threading.Lock()
+
+    def with_seed(self, seed: int) -> FaultModel:
+        """The same model, fresh, drawing from another seed (the checks above are not redone)."""
+        clone = copy.copy(self)
+        clone.seed, clone._runs, clone._decided, clone._lock = seed, {}, {}, threading.Lock()
+        return clone
+
+    def true_scores(self) -> dict[str, float]:
+        scores = {}
+        for category in CATEGORIES:
+            tests = self.suite.by_category(category)
+            total = sum(t.weight for t in tests)
+            mean = 0.0
+            for t in tests:
+                behaviour = self.behaviours[t.name]
+                b = self.bad_sample if category in self.bad_categories else 0.0
+                f = failure_probability(self.suite, t, behaviour)
+                own = f * self._scores[(t.name, behaviour.mode)] + (1 - f)
+                mean += t.weight * (b * self._scores[(t.name, self.bad_mode)] + (1 - b) * own)
+            scores[category] = mean / total
+        return scores
+
+    def message(self, messages: list[dict]) -> dict:
+        test, step = self.script.locate({"messages": messages})
+        first = next(m["content"] for m in messages if m["role"] == "user")
+        behaviour = self.behaviours[test.name]
+        with self._lock:
+            if step == 0:
+                # One sample at a time per test (the runner's samples are sequential): the k-th
+                # run of every test belongs to the k-th sample.
+                k = self._runs[test.name] = self._runs.get(test.name, -1) + 1
+                bad = test.category in self.bad_categories and (
+                    random.Random(f"{self.seed}/bad-sample/{k}").random() < self.bad_sample
+                )
+                coin = random.Random(f"{self.seed}/{test.name}/{k}").random() < behaviour.fail
+                self._decided[(test.name, first)] = "bad" if bad else "fail" if coin else "pass"
+            decided = self._decided[(test.name, first)]
+        if decided == "bad":
+            return mode_answer(test, step, self.bad_mode)
+        if behaviour.by_instance:
+            found = key_variable(self.suite, test, behaviour.mode)
+            assert found is not None
+            fails = test.bindings[found[0]] in self._fails_on[test.name]
+        else:
+            fails = decided == "fail"
+        return mode_answer(test, step, behaviour.mode) if fails else answers.perfect(test, step)
+
+    def backend(self) -> MockBackend:
+        return MockBackend(lambda request: _as_answer(self.message(request.messages)))
+
+    def server(self, error_rate: float = 0.0, latency_s: tuple[float, float] = (0.0, 0.0)) -> FlakyServer:
+        return FlakyServer(lambda body: self.message(body["messages"]), error_rate, latency_s, self.seed)
+
+
+class FlakyServer(ScriptedServer):
+    """The scripted server with a transport that fails or dawdles: each call, before the model
+    sees it, is answered HTTP 500 with probability `error_rate`, and delayed uniformly within
+    `latency_s`. A failed call never reaches the model, so the true scores are unchanged."""
+
+    def __init__(self, responder, error_rate: float, latency_s: tuple[float, float], seed: int) -> None:
+        self.error_rate, self.latency_s = error_rate, latency_s
+        self._rng = random.Random(f"{seed}/transport")
+        self.errors = 0
+        super().__init__(responder)
+
+    async def _chat(self, request):
+        draw, pause = self._rng.random(), self._rng.uniform(*self.latency_s)
+        if pause:
+            await asyncio.sleep(pause)
+        if draw < self.error_rate:
+            self.errors += 1
+            return JSONResponse({"error": {"message": "scripted outage", "type": "server_error"}}, status_code=500)
+        return await super()._chat(request)

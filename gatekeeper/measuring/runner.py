@@ -2,8 +2,9 @@
 
 One measurement of a model runs one or more effort levels; each level runs the suite up to
 `samples` times (a sample = every test once, randomised tests on fresh instances), stopping
-early once the tier is settled (see `confidence.settled`). The tier is certified on lower
-bounds that stay valid whenever the level stops (`confidence`: P(tier too high) <= risk).
+early once the tier is settled or the next tier is out of reach (`confidence.settled`,
+`confidence.out_of_reach`). The tier is certified on lower bounds that stay valid whenever the
+level stops (`confidence`: P(tier too high) <= risk).
 Randomised tests are drawn from one seed per measurement, the same instances at every level, so
 levels are compared on identical prompts (and `effort.effort_ignored` can pair them).
 """
@@ -20,13 +21,7 @@ from typing import Any
 
 from gatekeeper import logs
 from gatekeeper.measuring.backends import Backend
-from gatekeeper.measuring.confidence import (
-    Estimate,
-    Strata,
-    estimate,
-    settled,
-    tier_of,
-)
+from gatekeeper.measuring.confidence import Estimate, estimate, out_of_reach, settled, tier_of
 from gatekeeper.measuring.effort import effort_ignored
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, TestResult
 from gatekeeper.suite.checks import run_check
@@ -71,7 +66,7 @@ class RunSettings:
     concurrency: int = 8
     system_prompt: str | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
-    samples: int = DEFAULT_SAMPLES  # at most this many runs of each test per level (stops when settled)
+    samples: int = DEFAULT_SAMPLES  # at most this many runs of each test per level (stops when decided)
     risk: float = DEFAULT_RISK  # P(certified tier > true tier) at most this, per profile
 
 
@@ -86,6 +81,13 @@ class TestRun:
     completion_tokens: int = 0
     seconds: float = 0.0
     effort_applied: bool = True
+    _score: float | None = field(default=None, repr=False)
+
+    def score(self) -> float:
+        """score_test of the answers, computed once: read after every sample, when the run is over."""
+        if self._score is None:
+            self._score = score_test(self.test, self.answers)
+        return self._score
 
 
 @dataclass
@@ -201,28 +203,23 @@ async def run_test(
     return run
 
 
-def categories(suite: Suite, thresholds: Thresholds) -> dict[str, Strata]:
-    """Each category's tests' shares and the bound's exponents, fixed before any data."""
-    found: dict[str, Strata] = {}
-    for c in CATEGORIES:
-        needs = [t for t in (thresholds.large.get(c), thresholds.medium.get(c)) if t is not None]
-        found[c] = Strata.of([t.weight for t in suite.by_category(c)], max(needs) if needs else None)
-    return found
+def failed_shares(samples: list[list[TestRun]], suite: Suite, category: str) -> list[float]:
+    """Z_i per sample: the weighted share of the category's checks that failed (confidence's docstring)."""
+    total = sum(t.weight for t in suite.by_category(category))
+    return [
+        sum(run.test.weight / total * (1 - run.score()) for run in sample if run.test.category == category)
+        for sample in samples
+    ]
 
 
 def estimates(samples: list[list[TestRun]], suite: Suite, settings: RunSettings) -> dict[str, Estimate]:
     """Every category's point estimate and bounds after these samples."""
-    found = {}
-    for c, category in categories(suite, settings.thresholds).items():
-        total = sum(t.weight for t in suite.by_category(c))
-        # F_n: each sample's failed share of the category, added up (confidence's docstring).
-        failures = sum(
-            run.test.weight / total * (1 - score_test(run.test, run.answers))
-            for sample in samples
-            for run in sample
-            if run.test.category == c
-        )
-        found[c] = estimate(category, failures, len(samples), settings.risk)
+    found: dict[str, Estimate] = {}
+    for c in CATEGORIES:
+        if not suite.by_category(c):
+            found[c] = Estimate(0.0, 0.0, 0.0, len(samples))  # a category with no tests scores 0 (fail closed)
+        else:
+            found[c] = estimate(failed_shares(samples, suite, c), settings.risk)
     return found
 
 
@@ -325,7 +322,17 @@ async def sweep(
             level.inconclusive = inconclusive_reason(level.samples[-1])
             if level.inconclusive:
                 return
-            if len(level.samples) < wanted and settled(estimates(level.samples, suite, settings), settings.thresholds):
+            if len(level.samples) >= wanted:
+                return
+            found = estimates(level.samples, suite, settings)
+            reason = (
+                "settled"
+                if settled(found, settings.thresholds)
+                else "out_of_reach"
+                if out_of_reach(found, settings.thresholds)
+                else None
+            )
+            if reason is not None:
                 calls = sum(len(run.answers) for sample in level.samples for run in sample)
                 level.calls_saved = round(calls / len(level.samples) * (wanted - len(level.samples)))
                 log.info(
@@ -335,6 +342,7 @@ async def sweep(
                     samples=len(level.samples),
                     of=wanted,
                     calls_saved=level.calls_saved,
+                    reason=reason,
                 )
                 return
 

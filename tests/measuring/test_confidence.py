@@ -9,10 +9,8 @@ import pytest
 
 from gatekeeper.measuring.confidence import (
     Estimate,
-    Strata,
-    _max_gain,
-    _min_cost,
     estimate,
+    out_of_reach,
     samples_to_reach,
     settled,
     show,
@@ -21,66 +19,81 @@ from gatekeeper.measuring.confidence import (
 from gatekeeper.measuring.effort import chi2_sf, friedman_p
 from gatekeeper.tiers import Thresholds
 
-TOOL_CALLING = Strata.of([4, 2, 2, 1, 2, 2, 4], 0.9)  # the default suite's toolCalling weights
+CHAIN = 4 / 17  # the default suite's weight-4 chains, as a share of toolCalling
 
 
 def test_agreeing_samples_keep_a_bound_below_a_perfect_score():
-    # The old Student-t interval had zero width here; the bound says how much 8 samples can tell.
-    found = estimate(TOOL_CALLING, 0.0, 8)
+    # The old Student-t interval had zero width here; the bound says how much 32 samples can tell.
+    found = estimate([0.0] * 32)
     assert found.mean == 1.0 and found.high == 1.0
-    assert 0.90 < found.low < 0.91
+    assert 0.90 < found.low < 0.901
+
+
+def test_no_bound_certifies_a_rate_that_clean_samples_cannot_rule_out():
+    # A model failing a whole sample with probability 0.1 passes n in a row with probability
+    # 0.9^n: at risk 0.05 no valid bound may certify 0.90 before 0.9^n <= 0.05, n = 29.
+    assert estimate([0.0] * 28).low < 0.9
 
 
 def test_fewer_samples_give_wider_bounds():
-    lows = [estimate(TOOL_CALLING, 0.0, n).low for n in (1, 2, 4, 8, 16, 30)]
-    assert lows == sorted(lows) and 0.5 < lows[0] < 0.51 and lows[-1] < 1.0
+    lows = [estimate([0.0] * n).low for n in (1, 2, 4, 8, 16, 32, 64)]
+    assert lows == sorted(lows) and lows[0] < 0.1 and lows[-1] < 1.0
 
 
 def test_the_bound_sits_below_the_estimate_and_the_upper_end_above():
-    for failures, n in ((0.3, 10), (2.35, 10), (5.0, 30), (0.0, 3)):
-        found = estimate(TOOL_CALLING, failures, n)
+    for failures in ([0.3, 0.0, 0.1], [CHAIN] * 5 + [0.0] * 5, [1.0, 0.0], [0.0] * 3, [0.5] * 40):
+        found = estimate(failures)
         assert found.low <= found.mean <= found.high
 
 
-def test_a_category_without_tests_scores_zero():
-    assert estimate(Strata.of([], 0.9), 0.0, 5) == Estimate(0.0, 0.0, 0.0, 5)
+def test_a_sample_that_fails_whole_costs_more_than_one_that_fails_a_little():
+    # The bound sees the failures' spread, not only their sum: 1.0 once is worse than 0.1 ten times.
+    once = estimate([1.0] + [0.0] * 59)
+    spread = estimate([0.1] * 10 + [0.0] * 50)
+    assert once.mean == pytest.approx(spread.mean) and once.low < spread.low
 
 
-def test_the_worst_spread_of_failures_is_found_in_closed_form():
-    # Against a brute-force search over two tests' failure rates with a_1 x_1 + a_2 x_2 = p.
-    shares, lam, p = (0.7, 0.3), 6.0, 0.2
-    grid = [i / 2000 for i in range(2001)]
-    costs, gains = [], []
-    for x2 in grid:  # x2 = 0 is on the grid: the optimum may sit on that edge
-        x1 = (p - shares[1] * x2) / shares[0]
-        if 0 <= x1 <= 1:
-            xs = (x1, x2)
-            costs.append(sum(-math.log(1 - x * -math.expm1(-lam * a)) for x, a in zip(xs, shares, strict=True)))
-            gains.append(sum(math.log1p(x * math.expm1(lam * a)) for x, a in zip(xs, shares, strict=True)))
-    assert _min_cost(lam, shares, p) == pytest.approx(min(costs), abs=1e-5)
-    assert _max_gain(lam, shares, p) == pytest.approx(max(gains), abs=1e-5)
+def test_no_samples_and_the_seeds_rule():
+    assert estimate([]) == Estimate(0.0, 0.0, 0.0, 0)
+    assert estimate([0.2, 0.0], risk=1) == Estimate(0.9, 0.9, 0.9, 2)  # risk 1: the point estimate
+
+
+def _covers(draw, runs: int, looks: int, seed: int) -> float:
+    """How often the lower bound stays at or under the true score at every look (risk 0.05)."""
+    rng, truth, bad = random.Random(seed), 1 - draw(None), 0
+    for _ in range(runs):
+        failures = []
+        for _ in range(looks):
+            failures.append(draw(rng))
+            if estimate(failures).low > truth:
+                bad += 1  # any look counts: the bound must hold whenever sampling stops
+                break
+    return 1 - bad / runs
 
 
 def test_a_heavy_test_that_fails_half_the_time_is_not_certified_above_its_true_score():
     # The issue's hard case: a weight-4 chain passing half the time (true toolCalling 0.882).
-    # Run many short measurements: the lower bound may exceed the truth in at most 5% of them.
-    rng = random.Random(7)
-    true_score = 1 - 0.5 * 4 / 17
-    above = 0
-    for _ in range(400):
-        failures = 0.0
-        for n in range(1, 16):
-            failures += (4 / 17) * (rng.random() < 0.5)
-            if estimate(TOOL_CALLING, failures, n).low > true_score:
-                above += 1  # any look counts: the bound must hold whenever sampling stops
-                break
-    assert above / 400 <= 0.05
+    def chain(rng):
+        return 0.5 * CHAIN if rng is None else CHAIN * (rng.random() < 0.5)
+
+    assert _covers(chain, 300, 40, seed=7) >= 0.95
+
+
+def test_whole_samples_failing_together_do_not_break_the_bound():
+    # Every test of a sample fails together with probability 0.12 (true score 0.88): the case a
+    # bound counting a sample's tests as independent evidence got wrong 40% of the time.
+    def whole(rng):
+        return 0.12 if rng is None else float(rng.random() < 0.12)
+
+    assert _covers(whole, 300, 60, seed=3) >= 0.95
 
 
 def test_samples_to_reach_says_how_many_more_would_decide():
-    assert samples_to_reach(TOOL_CALLING, 0.0, 4, 0.9, 0.05) == 4  # 8 samples certify 0.9
-    assert samples_to_reach(TOOL_CALLING, 0.0, 8, 0.9, 0.05) == 0
-    assert samples_to_reach(TOOL_CALLING, 1.2, 10, 0.9, 0.05) is None  # the estimate 0.88 is below 0.9
+    assert samples_to_reach(1.0, 16, 0.9, 0.05) == 16  # 32 clean samples certify 0.9
+    assert samples_to_reach(1.0, 32, 0.9, 0.05) == 0
+    assert samples_to_reach(0.88, 10, 0.9, 0.05) is None  # the estimate is below 0.9
+    more = samples_to_reach(0.97, 30, 0.9, 0.05)
+    assert more is not None and more > 2
 
 
 def test_the_tier_is_decided_on_lower_bounds():
@@ -100,6 +113,30 @@ def test_sampling_settles_when_no_threshold_that_matters_lies_inside_the_bounds(
     # toolCalling clearly below medium's 0.6: json around large's 0.85 cannot matter.
     hopeless = dict(straddling, toolCalling=Estimate(0.3, 0.2, 0.4, 9))
     assert settled(hopeless, Thresholds())
+
+
+def test_sampling_stops_when_the_next_tier_is_out_of_reach():
+    # Certified medium; large needs toolCalling 0.90, whose upper bound 0.93 is under halfway
+    # from 0.90 to the design score 0.98 (0.94): no budget sized for 0.98 models would decide.
+    found = {
+        "toolCalling": Estimate(0.89, 0.8, 0.93, 60),
+        "instruction": Estimate(1, 0.95, 1, 60),
+        "json": Estimate(1, 0.95, 1, 60),
+    }
+    assert not settled(found, Thresholds()) and out_of_reach(found, Thresholds())
+    hopeful = dict(found, toolCalling=Estimate(0.95, 0.88, 0.97, 60))
+    assert not out_of_reach(hopeful, Thresholds())
+
+
+def test_the_bound_is_the_smallest_rate_the_wealth_cannot_rule_out():
+    # Against the definition, evaluated directly: K_n(m) = sum_j w_j prod_i (1 + c_j (m - Z_i) / (1 - m)).
+    failures = [0.0] * 20 + [CHAIN, 1.0, 0.3]
+    low = estimate(failures).low
+
+    def wealth(m: float) -> float:
+        return sum(0.5 * math.prod(1 + c * (m - z) / (1 - m) for z in failures) for c in (0.95, 0.8))
+
+    assert wealth(1 - low + 1e-6) >= 20 > wealth(1 - low - 1e-6)
 
 
 def test_scores_are_shown_with_the_bound_they_were_decided_on():
