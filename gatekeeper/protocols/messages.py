@@ -477,8 +477,10 @@ def _gate_messages(body: dict[str, Any], g: _Gate) -> None:
             raise RequestInvalid(f"{where}.role must be one of {sorted(F.MESSAGES_MESSAGE)}")
         F.check(message, F.MESSAGES_MESSAGE[role], where, g.unknown)
         content = message.get("content")
-        if not isinstance(content, list):
+        if isinstance(content, str):
             continue
+        if not isinstance(content, list):  # a tuple of blocks (in process) is an array on the wire
+            raise RequestInvalid(f"{where}.content must be a string or an array of content blocks")
         out = []
         for j, block in enumerate(content):
             kept = _gate_block(block, f"{where}.content[{j}]", g)
@@ -498,7 +500,9 @@ def _gate_block(block: Any, where: str, g: _Gate) -> Any:
         return block if g.admits(_tool_id(tool, tool_kind, f"{where}.tool")) else None
     if kind == "compaction":
         changes = block.get("tool_changes")
-        for k, change in enumerate(changes if isinstance(changes, list) else []):
+        if changes is not None and not isinstance(changes, list):
+            raise RequestInvalid(f"{where}.tool_changes must be an array")
+        for k, change in enumerate(changes or []):
             here = f"{where}.tool_changes[{k}]"
             change_kind = F.check_typed(change, _TOOL_CHANGES, here, g.unknown)
             if change_kind == "tool_addition":

@@ -11,7 +11,9 @@ in-process wrappers, `gatekeeper.adapters.openai_sdk` / `.anthropic_sdk`) to a r
   on the wire: the model was offered `execute_command`. The wrappers now read every argument as
   the SDK sends it (iterables as lists, models dumped as the SDK dumps them), so an answer's
   `content` blocks or `output` items passed back (the SDKs' canonical tool loops) are gated like
-  dicts; they were refused ("must be an object, got ToolUseBlock") before.
+  dicts; they were refused ("must be an object, got ToolUseBlock") before. `gatekeeper.gate_body`
+  itself skipped a Messages `content` that was a tuple (and a compaction's `tool_changes`):
+  a content that is neither a string nor an array is a 400 now.
 - Resources the wrappers did not route were the SDK's own, ungated: openai's
   `beta.chat.completions` and `beta.responses` (the same endpoints), anthropic's
   `beta.messages.tool_runner`, `beta.messages.thread` and `messages.batches.create` (each batch
@@ -59,7 +61,7 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseToolSearchO
 from scripted import RawAnswer, RawUpstream
 from upstreams import NativeServer
 
-from gatekeeper import Gatekeeper, ToolRegistry
+from gatekeeper import Gatekeeper, ToolRegistry, gate_body
 from gatekeeper.adapters import anthropic_sdk, openai_sdk
 from gatekeeper.errors import RequestInvalid, ToolNotAllowed
 from gatekeeper.inprocess.wrap import gate_agent, gated
@@ -155,6 +157,27 @@ def test_the_sdks_tool_loops_pass_answer_objects_back(upstream, gk):
     output = {"type": "function_call_output", "call_id": "c_1", "output": "text of a"}
     gated_openai(upstream, gk).responses.create(model="small-model", tools=[RESPONSES_READ], input=[*HI, item, output])
     assert upstream.responses_requests[-1]["input"][1]["name"] == "read_file"
+
+
+def test_gate_body_refuses_content_it_cannot_read(gk):
+    addition = {"type": "tool_addition", "tool": CLAUDE_TOOL}
+    with pytest.raises(RequestInvalid, match=r"messages\[0\]\.content must be a string or an array"):
+        gate_body(
+            gk,
+            "messages",
+            {"model": "small-model", "max_tokens": 5, "messages": [{"role": "user", "content": (addition,)}]},
+        )
+    compaction = {
+        "type": "compaction",
+        "content": "...",
+        "tool_changes": ({"type": "tool_addition", "tool": CLAUDE_TOOL},),
+    }
+    with pytest.raises(RequestInvalid, match=r"tool_changes must be an array"):
+        gate_body(
+            gk,
+            "messages",
+            {"model": "small-model", "max_tokens": 5, "messages": [{"role": "user", "content": [compaction]}]},
+        )
 
 
 # -- a gated resource is closed ---------------------------------------------------------------
