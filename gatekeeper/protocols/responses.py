@@ -438,26 +438,26 @@ def _gate_approvals(items: list[Any], g: RequestGate) -> None:
     """An `mcp_approval_response` that approves a request the same input carries is the client
     saying "run this call": refused when the call's tool is hidden at the tier (the server runs an
     approved call itself). One approving a request held in server state cannot be judged here."""
-    asked = {
-        item["id"]: item
-        for item in items
-        if isinstance(item, dict) and item.get("type") == "mcp_approval_request" and isinstance(item.get("id"), str)
-    }
+    # Every request of an id: two of one id (a hidden call and an admitted one) leave it to the
+    # server which one the approval names, so each is judged.
+    asked: dict[str, list[dict[str, Any]]] = {}
+    for item in items:
+        if isinstance(item, dict) and item.get("type") == "mcp_approval_request" and isinstance(item.get("id"), str):
+            asked.setdefault(item["id"], []).append(item)
     for i, item in enumerate(items):
         if not (isinstance(item, dict) and item.get("type") == "mcp_approval_response" and item.get("approve")):
             continue
-        request = asked.get(item.get("approval_request_id"))
-        if request is None:
-            continue
-        label, name = request.get("server_label"), request.get("name")
-        if not isinstance(label, str) or not isinstance(name, str):
-            raise RequestInvalid(f"the mcp_approval_request input[{i}] approves has no string server_label / name")
-        tool = g.mcp(label, name)
-        if not g.policy.allows(g.tier, tool):
-            raise RequestInvalid(
-                f"input[{i}] approves a call to {F.shown(str(tool))!r}, which needs tier "
-                f"{g.policy.required_tier(tool).value!r}; this model's tier is {g.tier.value!r}"
-            )
+        approved = item.get("approval_request_id")
+        for request in asked.get(approved, []) if isinstance(approved, str) else []:
+            label, name = request.get("server_label"), request.get("name")
+            if not isinstance(label, str) or not isinstance(name, str):
+                raise RequestInvalid(f"the mcp_approval_request input[{i}] approves has no string server_label / name")
+            tool = g.mcp(label, name)
+            if not g.policy.allows(g.tier, tool):
+                raise RequestInvalid(
+                    f"input[{i}] approves a call to {F.shown(str(tool))!r}, which needs tier "
+                    f"{g.policy.required_tier(tool).value!r}; this model's tier is {g.tier.value!r}"
+                )
 
 
 def _blocked(tool: ToolId | str, tier: Tier, policy: ToolPolicy) -> ToolChoiceBlocked:
