@@ -22,7 +22,9 @@ request at `default` may escalate to any ranked effort. Any other effort a clien
 
 Only pins and valid measurements are candidates (`known`). A candidate that is not known yet is
 listed in `Decision.measure` when it would have been preferred to the choice: the caller starts
-its lazy measurement and uses it on a later request, never waiting for it now.
+its lazy measurement and uses it on a later request, never waiting for it now. A candidate that
+admits the tools but that this request cannot be sent to (`reachable`: its upstream cannot carry
+what the request holds) is passed over for the next.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ _TIER_RANK = {t.value: i for i, t in enumerate(_TIERS)}
 
 Reason = Literal["escalated", "economized", "fallback", "none"]
 Known = Callable[[str, str], Capability | None]  # (model, effort) -> a pin's or a valid profile's capability
+Reachable = Callable[[str, str], bool]  # (model, effort) -> can this request be sent there
 
 
 def rank(effort: str) -> int | None:
@@ -126,12 +129,14 @@ def decide(
     rules: RoutingRules,
     known: Known,
     targets: Sequence[str] = RANKED_EFFORTS,
+    reachable: Reachable | None = None,
 ) -> Decision:
     """The pair a request for `model@effort` whose tools need `need` is sent to.
 
     `asked`: the asked pair's capability as the request would be gated today (its pin, profile,
     or the unknown tier while unmeasured). `targets`: the ranked efforts the client's protocol can
     carry (Anthropic's `output_config.effort` has no `none` or `minimal`), cheapest first.
+    `reachable`: asked only of a candidate that would be chosen (None: every pair is).
     """
     if need is None:
         return Decision(model, effort, "none")
@@ -142,7 +147,7 @@ def decide(
             found = known(m, e)
             if found is None:
                 unknown.append((m, e))
-            elif ok(found):
+            elif ok(found) and (reachable is None or reachable(m, e)):
                 return m, e, found
         return None
 

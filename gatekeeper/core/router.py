@@ -16,11 +16,13 @@ from typing import Any
 from gatekeeper import logs
 from gatekeeper.config import Settings
 from gatekeeper.core.resolver import Resolution, TierResolver
+from gatekeeper.errors import RequestInvalid
 from gatekeeper.gating import ToolId, ToolPolicy
+from gatekeeper.protocols import table as protocol_table
 from gatekeeper.protocols.base import Codec, RequestInfo
 from gatekeeper.protocols.routing import TARGETS, rerouted
 from gatekeeper.requirements import Capability, PairPolicy, Requirements, bounds_of
-from gatekeeper.routing import RANKED_EFFORTS, Decision, Need, Reason, RoutingRules, decide
+from gatekeeper.routing import RANKED_EFFORTS, Decision, Need, Reachable, Reason, RoutingRules, decide
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key
 from gatekeeper.tiers import Tier
 
@@ -139,10 +141,12 @@ class Router:
         *,
         measure: bool = True,
         client: str | None = None,
+        reachable: Reachable | None = None,
     ) -> Route:
         """Where a request for `model@effort` (already resolved: `asked`) whose tools need `need`
         goes. Never blocks on a measurement: it reads the resolver and may start one. `client`:
-        the caller's drift identity; a candidate demoted for it is judged at its demoted tier."""
+        the caller's drift identity; a candidate demoted for it is judged at its demoted tier.
+        `reachable(model, effort)`: whether the request can be sent there (None: anywhere)."""
         effort = effort or DEFAULT_EFFORT
         if self.rules is None or need is None:
             return Route(model, effort, "none", asked, self.policy_for(asked), asked)
@@ -157,7 +161,7 @@ class Router:
             found[(m, e)] = resolution
             return self.capability(resolution)
 
-        decision = decide(model, effort, need, self.capability(asked), self.rules, known, targets)
+        decision = decide(model, effort, need, self.capability(asked), self.rules, known, targets, reachable)
         if measure and decision.measure:
             self._measure_lazily(decision)
         if not decision.routed:
@@ -177,16 +181,40 @@ class Router:
         need = self.need_of_body(codec, body)
         if need is None:
             return None
-        route = self.route(asked, info.model, info.effort, need, TARGETS.get(codec.name, ()), client=client)
-        if not route.routed:
-            return route
-        rewritten = rerouted(codec, body, route.model, route.effort)
-        if rewritten is None:
-            log.warning("route_not_expressible", asked=asked.key, to=route.pair, protocol=codec.name)
-            return self.route(asked, info.model, info.effort, None)
-        body.clear()
-        body.update(rewritten)
+        rewritten: dict[tuple[str, str], dict[str, Any]] = {}
+
+        def reachable(model: str, effort: str) -> bool:
+            out = rerouted(codec, body, model, effort)
+            why = self._unservable(codec, out, model) if out is not None else "the protocol's fields cannot say it"
+            if out is None or why is not None:
+                log.info("route_not_taken", asked=asked.key, to=profile_key(model, effort), why=why)
+                return False
+            rewritten[(model, effort)] = out
+            return True
+
+        targets = TARGETS.get(codec.name, ())
+        route = self.route(asked, info.model, info.effort, need, targets, client=client, reachable=reachable)
+        if route.routed:
+            body.clear()
+            body.update(rewritten[(route.model, route.effort)])
         return route
+
+    def _unservable(self, codec: Codec, body: dict[str, Any], model: str) -> str | None:
+        """Why the upstream serving `model` cannot take this request (None: it can). A `models:`
+        route speaks chat only; a request of another protocol is translated, and what cannot be
+        translated (a built-in tool, server-held state) would make routing turn a request the
+        asked pair serves, with the tool hidden, into a 400."""
+        native = ("chat",) if self.settings.route(model) is not None else tuple(self.settings.upstream.protocols)
+        if codec.name in native:
+            return None
+        translator = protocol_table.translator(codec.name)
+        if translator is None:
+            return f"its upstream does not speak {codec.name}"
+        try:
+            translator.to_chat(body)
+        except RequestInvalid as exc:
+            return f"its upstream speaks chat only: {exc}"
+        return None
 
     def need_of_body(self, codec: Codec, body: dict[str, Any]) -> Need | None:
         """What the tools a request body offers need: the codec gates it with a policy that hides

@@ -22,7 +22,12 @@ def gk(store_path, default_suite):
         make_profile("big", Tier.LARGE, default_suite),
     )
     tools = {"required_tier": {"write_file": "medium", "execute_command": "large", "github.delete_*": "large"}}
-    settings = settings_for("http://127.0.0.1:9/v1", store_path, tools=tools, routing={"fallback": {"s*": ["big"]}})
+    # An upstream that speaks every protocol: a chat-only one cannot take an MCP tool, so routing
+    # would not send the request where that tool is kept (test_routing_hostile.py).
+    upstream = {"base_url": "http://127.0.0.1:9/v1", "protocols": ["chat", "responses", "messages"]}
+    settings = settings_for(
+        "http://127.0.0.1:9/v1", store_path, upstream=upstream, tools=tools, routing={"fallback": {"s*": ["big"]}}
+    )
     with Gatekeeper(settings) as gatekeeper:
         yield gatekeeper
 

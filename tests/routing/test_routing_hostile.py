@@ -23,7 +23,13 @@ What was wrong, and what happens now:
    (`web_search_preview` escaped a `web_search: large` rule, so the request was not routed and
    the tool was hidden after all) and a Responses or Messages tool refused, where `filter_tools`
    and the proxy judge each by its identity. Now it reads them as `filter_tools` does.
-5. `gatekeeper tools MODEL` and the console said only "hidden" for the row of every tool the
+5. A fallback model on a `models:` route (litellm, chat only) was chosen for a Responses or
+   Messages request carrying what only a native upstream takes (a built-in tool, server-held
+   state): its translation refused it, so routing turned a request the asked pair serves (with
+   the tool hidden) into a 400. Now a candidate the request cannot be sent to is passed over for
+   the next one (`decide(reachable=...)`, asked only of the pair that would be chosen), else the
+   request goes as asked.
+6. `gatekeeper tools MODEL` and the console said only "hidden" for the row of every tool the
    config does not name (`tools.default_tier`), not which requirement hides it. Now they say
    `tier small < medium` there too.
 
@@ -424,6 +430,76 @@ def test_a_fallback_on_a_litellm_route_gets_the_request_in_chat_with_the_routes_
     assert (sent["model"], sent["reasoning_effort"], auth) == ("big-upstream", "high", "Bearer route-key-0042")
     assert [t["function"]["name"] for t in sent["tools"]] == ["execute_command"]  # re-encoded as chat
     assert calls == ["execute_command"]  # rm_rf was never offered: removed
+
+
+def untranslatable(proxy: Proxy, protocol: str, stream: bool) -> httpx.Headers:
+    """A request carrying what only a native upstream takes: Responses' built-in web_search, a
+    Messages typed bash tool (each needs large under the rules below)."""
+    if protocol == "responses":
+        raw = proxy.client.responses.with_raw_response.create(
+            model="gemma-2b", input="hi", tools=[{"type": "web_search"}], stream=stream
+        )
+    else:
+        claude = anthropic.Anthropic(base_url=proxy.url, auth_token=KEY, max_retries=0)
+        raw = claude.messages.with_raw_response.create(
+            model="gemma-2b",
+            max_tokens=50,
+            messages=HI,
+            tools=[{"type": "bash_20250124", "name": "bash"}],
+            stream=stream,
+        )
+    _ = list(raw.parse()) if stream else raw.parse()
+    return raw.headers
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize("protocol", ["responses", "messages"])
+def test_a_fallback_whose_chat_only_route_cannot_carry_the_request_gives_way_to_the_next(
+    store_path, default_suite, protocol, stream
+):
+    seed_store(
+        store_path,
+        make_profile("gemma-2b", Tier.SMALL, default_suite),
+        make_profile("big-model", Tier.LARGE, default_suite),
+        make_profile("big-pool", Tier.LARGE, default_suite),
+    )
+    with NativeServer(lambda body: {"content": "ok"}) as pool, ScriptedServer() as routed:
+        route = {"name": "big-model", "litellm_model": "openai/big-upstream", "api_key": "route-key-0042"}
+        rules = {"required_tier": {"web_search": "large", "bash": "large"}}
+        for fallback, expected in ((["big-model", "big-pool"], "big-pool@default"), (["big-model"], None)):
+            settings = quiet(
+                pool.base_url,
+                store_path,
+                routing={"fallback": {"gemma-*": fallback}},
+                tools=rules,
+                models=[route | {"api_base": routed.base_url}],
+            )
+            with running_proxy(native(settings)) as proxy:
+                headers = untranslatable(proxy, protocol, stream)
+            # Was: sent to big-model's chat-only route, whose translation refused the tool: a 400
+            # (the SDK raises) for a request the asked pair serves, with the tool hidden.
+            assert headers.get("x-gatekeeper-routed") == expected
+            assert last_sent(pool, protocol)["model"] == (expected.split("@")[0] if expected else "gemma-2b")
+        assert routed.requests == []
+
+
+def test_no_escalation_to_where_a_chat_only_upstream_would_refuse_the_kept_tool(store_path, default_suite):
+    seed_store(
+        store_path,
+        make_profile("m", Tier.SMALL, default_suite, effort="low"),
+        make_profile("m", Tier.LARGE, default_suite, effort="high"),
+    )
+    with ScriptedServer() as chat_only:
+        settings = quiet(chat_only.base_url, store_path, routing={}, tools={"required_tier": {"web_search": "large"}})
+        with running_proxy(settings) as proxy:
+            raw = proxy.client.responses.with_raw_response.create(
+                model="m", input="hi", reasoning={"effort": "low"}, tools=[{"type": "web_search"}]
+            )
+            raw.parse()
+    # Was: escalated to m@high, where web_search is kept and cannot be translated: a 400. As asked,
+    # the tool is hidden and the request is answered.
+    assert "x-gatekeeper-routed" not in raw.headers and raw.headers["x-gatekeeper-tier"] == "small"
+    assert chat_only.requests[-1]["reasoning_effort"] == "low" and "tools" not in chat_only.requests[-1]
 
 
 # -- held: one settings snapshot per request, whatever a reload does meanwhile -------------------
