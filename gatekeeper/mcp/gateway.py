@@ -177,15 +177,21 @@ class McpGateway:
             # many sessions it has open.
             catalogue = self._catalogue()
             visible: dict[Binding, frozenset[str]] = {}
-            for session_id, watched in list(self._watched.items()):
-                names = visible.get(watched.binding)
-                if names is None:
-                    names = visible[watched.binding] = self._visible_now(watched.binding, catalogue)
-                try:
-                    await self._tell(watched, names)
-                except Exception as exc:  # noqa: BLE001 - the session is gone or stuck: forget it, tell the others
-                    log.info("mcp_session_gone", session=session_id[:12], error=type(exc).__name__)
-                    self._watched.pop(session_id, None)
+            # All at once: a session whose client does not read its stream costs its own
+            # timeout, not everyone's (one after the other, a hundred such cost 500 s per pass).
+            async with anyio.create_task_group() as tg:
+                for session_id, watched in list(self._watched.items()):
+                    names = visible.get(watched.binding)
+                    if names is None:
+                        names = visible[watched.binding] = self._visible_now(watched.binding, catalogue)
+                    tg.start_soon(self._tell_or_forget, session_id, watched, names)
+
+    async def _tell_or_forget(self, session_id: str, watched: _Watched, names: frozenset[str]) -> None:
+        try:
+            await self._tell(watched, names)
+        except Exception as exc:  # noqa: BLE001 - the session is gone or stuck: forget it, tell the others
+            log.info("mcp_session_gone", session=session_id[:12], error=type(exc).__name__)
+            self._watched.pop(session_id, None)
 
     def _visible_now(self, binding: Binding, catalogue: list[tuple[types.Tool, ToolId, str]]) -> frozenset[str]:
         """The tools `binding` would be shown now."""
