@@ -10,6 +10,7 @@ it runs, so a test can tell whether a call reached the server at all.
 - `renames` (MCPServer): `read_item`; its tool `swap` replaces `read_item` with `write_item`
   and does not say so (no list_changed).
 - `library SCHEME` (MCPServer): a resource template `SCHEME://{title}` (no listed resources).
+- `environ` (MCPServer): its tool `names` answers the names of its environment variables.
 - `tricky` (the low-level Server): tool names that look like others: `read__x` (a `__` inside),
   `Read_X` (a case variant), `read-x`; every call's result links to `linked://doc` and to
   `note://readme` (the notes server's), and it answers a read of any URI as its own.
@@ -125,6 +126,16 @@ def library(scheme: str) -> None:
     server.run("stdio")
 
 
+def environ() -> None:
+    server = MCPServer("environ")
+
+    @server.tool(description="The names of this process's environment variables.")
+    def names() -> list[str]:
+        return sorted(os.environ)
+
+    server.run("stdio")
+
+
 def tricky() -> None:
     names = ["read__x", "Read_X", "read-x", "read_x"]
     tools = [types.Tool(name=n, description=n, input_schema={"type": "object"}) for n in names]
@@ -147,4 +158,5 @@ def tricky() -> None:
 if __name__ == "__main__":
     modes: dict[str, Any] = {"echo": echo, "slow": slow, "paged": paged, "renames": renames, "tricky": tricky}
     modes["library"] = library
+    modes["environ"] = environ
     modes[sys.argv[1]](*sys.argv[2:])

@@ -11,6 +11,9 @@ What got through, and what happens now:
 - A session was watched for list_changed for 30 minutes from its last tools/list, however long it
   stayed open: an agent that lists once and then only calls stopped hearing of tier changes. Now
   it is watched as long as the SDK keeps it open.
+- Notifications went to one session after another, each waiting up to 5 s for a client that does
+  not read its stream: a hundred such sessions held everyone's list_changed for 500 s a pass.
+  Now all are told at once, each stuck one costing only its own wait.
 - A cursor of non-ASCII digits (`p²`) or of 5,000 digits was an internal error (code 0, Python's
   own message). Now `-32602` naming the cursor.
 - A server's JSON-RPC error or tool error quoting what it was given (its `headers`, `env`) was
@@ -37,11 +40,14 @@ JSON-RPC batches (refused whole, nothing forwarded); a cursor from a larger mode
 no hidden tool; a hanging tool call times out and costs nothing else; a server listing more than
 10,000 tools or paging past its deadline loses only its own tools, slow pages within it list
 whole; a tool the server renamed without saying so is refused under its new name; tool names with
-`__`, case variants and `-` are each their own tool, ruled by their own name.
+`__`, case variants and `-` are each their own tool, ruled by their own name; no server secret nor
+MCP key in a log line, a metric or the console; a stdio server's environment is the SDK's short
+list plus its own `env` (not the gateway's keys).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -592,3 +598,103 @@ async def test_a_resource_a_result_links_to_is_read_from_its_server_which_cannot
             ]
             assert (await session.read_resource("linked://doc")).contents[0].text == "tricky's linked://doc"
             assert (await session.read_resource("note://readme")).contents[0].text == "notes server readme"
+
+
+async def test_no_server_secret_nor_an_mcp_key_reaches_a_log_line_a_metric_or_the_console(
+    tmp_path, default_suite, notes_dir, caplog
+):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="gatekeeper")
+    token, in_path, in_query, wrong_header = (
+        "env-token-77c3e0",
+        "pathsecret0123456789",
+        "querysecret-5e2",
+        "wrong-hdr-1b7c9",
+    )
+    with ThreadedServer(echoing_server()) as echoes:
+        base = f"http://127.0.0.1:{echoes.port}"
+        servers = {
+            "http": {"url": f"{base}/mcp", "headers": {"Authorization": f"Bearer {SECRET}"}},
+            "stdio": hostile("echo", notes_dir, env={"TOY_DIR": str(notes_dir), "ECHO_TOKEN": token}),
+            # refused by the server (a wrong header), at a URL carrying its key in the path and query
+            "refused": {"url": f"{base}/s/{in_path}/mcp?token={in_query}", "headers": {"X-Key": wrong_header}},
+        }
+        with gateway(tmp_path, default_suite, servers, admin_key="console-key") as proxy:
+            await wait_listed(proxy.url + "/mcp/large-model", ["http__whoami", "stdio__rpc_error"])
+            async with connect(proxy.url + "/mcp/large-model") as session:
+                for name in ("http__whoami", "stdio__rpc_error", "stdio__tool_error"):
+                    with contextlib.suppress(MCPError):
+                        await session.call_tool(name, {})
+
+                async def refused_why() -> str | None:
+                    try:
+                        await session.call_tool("refused__anything", {})
+                    except MCPError as exc:
+                        return None if "not connected yet" in exc.message else exc.message
+                    return None
+
+                shown = [await await_until(refused_why, "the refused server's reason")]
+            with httpx.Client(base_url=proxy.url, timeout=10) as http:
+                near_miss = http.post(
+                    "/mcp/large-model", json=INIT, headers=ACCEPT | {"Authorization": f"Bearer {KEY}x"}
+                )
+                shown.append(near_miss.text)
+                shown.append(http.get("/metrics").text)
+                http.post("/admin/login", data={"key": "console-key"}, headers={"origin": proxy.url})
+                shown.append(http.get("/admin/").text)
+    shown += [record.getMessage() for record in caplog.records]
+    for secret in (SECRET, token, in_path, in_query, wrong_header, KEY):
+        assert not any(secret in text for text in shown), secret
+
+
+async def test_a_stdio_server_gets_a_short_environment_without_the_gateway_s_keys(
+    tmp_path, default_suite, notes_dir, monkeypatch
+):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-operator-secret")
+    monkeypatch.setenv("GATEKEEPER_MCP_KEY", KEY)
+    servers = {"env": hostile("environ", notes_dir, env={"TOY_DIR": str(notes_dir), "ONLY_THIS": "1"})}
+    with gateway(tmp_path, default_suite, servers) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", ["env__names"])
+        async with connect(proxy.url + "/mcp/large-model") as session:
+            names = (await session.call_tool("env__names", {})).structured_content["result"]
+    assert set(names) <= {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "TOY_DIR", "ONLY_THIS", "LC_CTYPE"}
+    assert "ONLY_THIS" in names
+
+
+async def test_a_session_that_does_not_read_its_stream_does_not_hold_up_the_others_list_changed(
+    tmp_path, default_suite, notes_dir, monkeypatch
+):
+    import anyio
+    from conftest import seed_store, settings_for
+
+    from gatekeeper.core.gatekeeper import Gatekeeper
+    from gatekeeper.mcp import gateway as gateway_module
+    from gatekeeper.server.app import create_app
+
+    class Stuck:
+        """A session whose client never reads: its notification waits until the timeout."""
+
+        async def send_tool_list_changed(self) -> None:
+            await anyio.sleep_forever()
+
+    monkeypatch.setattr(gateway_module, "_NOTIFY_TIMEOUT_S", 600)  # each stuck session's own wait
+    store = tmp_path / "profiles.json"
+    seed_store(store, make_profile("large-model", Tier.LARGE, default_suite))
+    mcp = {"api_keys": [KEY], "servers": {"notes": toy("notes", notes_dir)}}
+    tools = {"required_tier": {"notes.write_note": "medium", "notes.progress_steps": "large", "notes.crash": "large"}}
+    settings = settings_for("http://127.0.0.1:9/v1", store, mcp=mcp, tools=tools)
+    with Gatekeeper(settings) as gk:
+        app = create_app(gk)
+        with ThreadedServer(app) as server:
+            url = f"http://127.0.0.1:{server.port}/mcp/"
+            await wait_listed(url + "large-model", NOTES_ALL)
+            heard: list[object] = []
+            async with (
+                watched_session(url + "rising-model", []) as (stuck, stuck_id),
+                watched_session(url + "rising-model", heard) as (listening, _),
+            ):
+                assert await tool_names(stuck) == await tool_names(listening) == NOTES_SMALL
+                app.state.mcp._watched[stuck_id()].session = Stuck()  # listed first: told first
+                gk.store.save([make_profile("rising-model", Tier.LARGE, default_suite)])
+                await await_until(lambda: list_changed(heard) == 1, "list_changed beside a stuck session")
