@@ -112,11 +112,15 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
                 "fallbacks_not_gated",
             )
         try:
-            # LiteLLM's own bookkeeping keys are not request fields; `extra_body` (which LiteLLM
-            # merges into the provider's request) is checked. `metadata` is LiteLLM's too (its
-            # proxy fills it with the caller's key, headers, ...: litellm_pre_call_utils.py
-            # `get_metadata_variable_name`), not the protocol's map of strings.
-            foreign = unlisted_fields(protocol, data) | {"metadata"}
+            # LiteLLM's own keys (its bookkeeping, its request options) are not request fields;
+            # `extra_body` (which LiteLLM merges into the provider's request) is checked.
+            # `metadata` is LiteLLM's too (its proxy fills it with the caller's key, headers,
+            # ...: litellm_pre_call_utils.py `get_metadata_variable_name`), not the protocol's
+            # map of strings. Any other key is a request field, checked like the proxy checks
+            # it: LiteLLM sends every key it does not own on to the provider
+            # (litellm/utils.py `add_provider_specific_params_to_optional_params`), so a
+            # top-level `mcp_servers` on a chat call reached an Anthropic model ungated.
+            foreign = {k for k in unlisted_fields(protocol, data) if _litellm_owned(k)} | {"metadata", "extra_body"}
             resolution, gated = await agate_body(self.gk, protocol, data, foreign)
         except NotMeasured as exc:
             raise _http_error(503, str(exc), "model_not_measured") from None
@@ -136,6 +140,17 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
             tools_hidden=gated.hidden,
         )
         return data
+
+
+def _litellm_owned(key: str) -> bool:
+    """A key LiteLLM keeps for itself (its own options and bookkeeping), never sent to the provider."""
+    from litellm.types.utils import is_litellm_owned_kwarg
+
+    return key in _PROXY_KEYS or bool(is_litellm_owned_kwarg(key))
+
+
+# What LiteLLM's proxy adds to a request's data besides the kwargs litellm owns (its auth object).
+_PROXY_KEYS = frozenset({"user_api_key_dict"})
 
 
 def _http_error(status: int, message: str, code: str) -> Exception:

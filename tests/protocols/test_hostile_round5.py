@@ -48,6 +48,13 @@ in-process wrappers, `gatekeeper.adapters.openai_sdk` / `.anthropic_sdk`) to a r
   requests, but judged only the last `mcp_approval_request` of an id: two of one id, the first
   for `github.delete_repo` and the second for `github.list_repos`, passed, and which one the
   server runs is the server's guess. Every request of the approved id is judged now.
+- The LiteLLM hook set aside every key of a request that the protocol's table does not list
+  (to leave LiteLLM's own bookkeeping alone), and LiteLLM sends every key it does not own on to
+  the provider (`add_provider_specific_params_to_optional_params`): a chat call carrying a
+  top-level `mcp_servers` (or Gemini's `tool_config`, a Responses call's `messages`) reached the
+  provider ungated; for an Anthropic model that is an MCP server the model may use. Only keys
+  LiteLLM owns are set aside now; any other is checked as the proxy checks it (400 under
+  `unknown_fields: refuse`). Through a real LiteLLM proxy: the upstream received `mcp_servers`.
 """
 
 from __future__ import annotations
@@ -384,3 +391,39 @@ def test_an_approval_naming_two_requests_judges_both(store_path, default_suite):
             assert native.responses_requests == []
             proxy.client.responses.create(model="small-model", input=[request("list_repos"), yes], tools=[server])  # type: ignore[arg-type,list-item]
     assert native.responses_requests[-1]["input"][1]["approve"] is True
+
+
+# -- the LiteLLM hook: keys LiteLLM does not own reach the provider -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[openai.OpenAI, NativeServer]]:
+    """A real LiteLLM proxy with gatekeeper's hook, serving local-model (measured small)."""
+    import yaml
+    from conftest import ROOT, make_profile, seed_store
+    from serving import litellm_served
+
+    from gatekeeper.tiers import Tier
+
+    tmp = tmp_path_factory.mktemp("litellm")
+    store = tmp / "models_profile.json"
+    seed_store(store, make_profile("local-model", Tier.SMALL, default_suite))
+    with NativeServer(lambda body: {"content": "ok"}) as upstream:
+        config = yaml.safe_load((ROOT / "examples/litellm_config.yaml").read_text())
+        config["model_list"][0]["litellm_params"]["api_base"] = upstream.base_url
+        with litellm_served(config, upstream.base_url, store, tmp, timeout_s=180) as (url, key):
+            yield openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60), upstream
+
+
+def test_the_litellm_hook_checks_keys_litellm_would_pass_to_the_provider(litellm_proxy):
+    client, upstream = litellm_proxy
+    seen = len(upstream.requests)
+    github = {"type": "url", "name": "github", "url": "https://mcp.example/github"}
+    read = {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}
+    with pytest.raises(openai.BadRequestError, match="'mcp_servers' is not a field gatekeeper knows"):
+        client.chat.completions.create(
+            model="local-model", messages=HI, tools=[read], extra_body={"mcp_servers": [github]}
+        )
+    assert upstream.requests[seen:] == []
+    client.chat.completions.create(model="local-model", messages=HI, tools=[read], user="u1")  # known fields pass
+    assert [t["function"]["name"] for t in upstream.requests[-1]["tools"]] == ["read_file"]
