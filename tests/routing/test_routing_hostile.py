@@ -396,6 +396,43 @@ def test_a_protocol_is_routed_only_to_efforts_its_field_can_carry(writing, store
     assert sent_effort(last_sent(writing, protocol), protocol) == routed.partition("@")[2]
 
 
+MCP_URL = "https://mcp.example.com/mcp"
+
+
+@pytest.mark.parametrize("protocol", ["responses", "messages"])
+def test_an_mcp_tool_named_by_a_label_tool_rule_is_escalated_for_with_its_server(
+    writing, store_path, default_suite, protocol
+):
+    seed_store(
+        store_path,
+        make_profile("m", Tier.SMALL, default_suite, effort="low"),
+        make_profile("m", Tier.MEDIUM, default_suite, effort="medium"),
+    )
+    rules = {"required_tier": {"files.delete_file": "medium"}}
+    with running_proxy(native(quiet(writing.base_url, store_path, routing={}, tools=rules))) as proxy:
+        if protocol == "responses":
+            mcp = {"type": "mcp", "server_label": "files", "server_url": MCP_URL, "allowed_tools": ["delete_file"]}
+            raw = proxy.client.responses.with_raw_response.create(
+                model="m", input="hi", reasoning={"effort": "low"}, tools=[mcp | {"require_approval": "never"}]
+            )
+        else:
+            claude = anthropic.Anthropic(base_url=proxy.url, auth_token=KEY, max_retries=0)
+            server = {"type": "url", "name": "files", "url": MCP_URL}
+            server |= {"tool_configuration": {"allowed_tools": ["delete_file"]}}
+            raw = claude.beta.messages.with_raw_response.create(
+                model="m",
+                max_tokens=50,
+                messages=HI,
+                output_config={"effort": "low"},
+                mcp_servers=[server],
+                betas=["mcp-client-2025-04-04"],
+            )
+        raw.parse()
+    sent = last_sent(writing, protocol)
+    assert raw.headers["x-gatekeeper-routed"] == "m@medium" and sent_effort(sent, protocol) == "medium"
+    assert MCP_URL in json.dumps(sent)  # the server went with the request
+
+
 # -- held: a fallback model on another upstream route ---------------------------------------------
 
 
