@@ -445,9 +445,6 @@ def load_settings(path: str | Path) -> Settings:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
-    if "routing" in raw and raw["routing"] is None:
-        # `routing:` with its keys commented out: routing was asked for, and null would mean off.
-        raise ConfigError(f"{path}: routing: empty; write `routing: {{}}` for the defaults, or remove the section")
     try:
         settings = Settings.model_validate(_expand(raw, ""))
     except ConfigError as exc:

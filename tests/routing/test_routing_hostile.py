@@ -16,24 +16,26 @@ What was wrong, and what happens now:
    profile's bounds, and those were compared as if they had decided its tier); without
    `tools.requires` it did not. Now a pin is never economized from or to (`no_worse`), as the
    README says, whatever else the config holds.
-3. A `routing:` key with nothing under it (YAML null: the example config's keys left commented
-   out) silently meant no routing at all, where every other section rejects null. Now it is a
-   config error naming `routing` and saying how to write the defaults (`routing: {}`).
-4. `Gatekeeper.route` read a flat list's tools by their chat name: a built-in by its bare type
+3. `Gatekeeper.route` read a flat list's tools by their chat name: a built-in by its bare type
    (`web_search_preview` escaped a `web_search: large` rule, so the request was not routed and
    the tool was hidden after all) and a Responses or Messages tool refused, where `filter_tools`
    and the proxy judge each by its identity. Now it reads them as `filter_tools` does.
-5. A fallback model on a `models:` route (litellm, chat only) was chosen for a Responses or
+4. A fallback model on a `models:` route (litellm, chat only) was chosen for a Responses or
    Messages request carrying what only a native upstream takes (a built-in tool, server-held
    state): its translation refused it, so routing turned a request the asked pair serves (with
    the tool hidden) into a 400. Now a candidate the request cannot be sent to is passed over for
    the next one (`decide(reachable=...)`, asked only of the pair that would be chosen), else the
    request goes as asked.
+5. An error the proxy answered itself for a routed request (its upstream unreachable) carried
+   the routed pair's `x-gatekeeper-tier` but no `x-gatekeeper-routed`: the client could not tell
+   that tier was not its asked pair's. Now error answers carry it too.
 6. `gatekeeper tools MODEL` and the console said only "hidden" for the row of every tool the
    config does not name (`tools.default_tier`), not which requirement hides it. Now they say
    `tier small < medium` there too.
 
-What was tried and held is pinned here too: a fallback model on another upstream route (a
+What was tried and held is pinned here too: `routing:` with nothing under it is null, and null
+is no routing, as without the key (an error was tried and reverted: a dumped `Settings` writes
+`routing: null`, and such a file must load); a fallback model on another upstream route (a
 `models:` litellm route with its own key) gets the request re-encoded as chat for that route, at
 the cheapest effort that admits the tools, and the answer is enforced against the tools offered
 to the pair used; a reload that removes `routing:` while a request uploads leaves that request
@@ -59,6 +61,7 @@ from typing import Any
 import answers
 import anthropic
 import httpx
+import openai
 import pytest
 from conftest import (
     Proxy,
@@ -70,7 +73,7 @@ from conftest import (
     tool,
     wait_until,
 )
-from scripted import ScriptedServer, SuiteScript
+from scripted import ScriptedServer, SuiteScript, free_port
 from starlette.requests import Request
 from starlette.responses import Response
 from upstreams import NativeServer
@@ -79,7 +82,6 @@ from gatekeeper import ToolRegistry
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.drift.identity import client_identity
-from gatekeeper.errors import ConfigError
 from gatekeeper.protocols.base import Call
 from gatekeeper.suite.loader import Suite
 from gatekeeper.tiers import Tier
@@ -307,19 +309,20 @@ def test_economy_never_goes_to_or_from_a_pinned_pair(writing, store_path, defaul
     assert writing.requests[-1]["reasoning_effort"] == "xhigh"
 
 
-# -- 3. routing: with nothing under it -----------------------------------------------------------
+# -- held: routing: with nothing under it --------------------------------------------------------
 
 
-def test_an_empty_routing_section_is_a_config_error_naming_it(tmp_path):
+def test_an_empty_routing_key_is_no_routing_and_a_dumped_config_loads(tmp_path, store_path):
     config = tmp_path / "gk.yaml"
     config.write_text("routing:\n#  escalate_effort: true\n")
-    with pytest.raises(ConfigError, match=r"routing: .*routing: \{\}"):
-        load_settings(config)
+    assert load_settings(config).routing is None
     config.write_text("routing: {}\n")
     assert load_settings(config).routing is not None  # the defaults: escalate_effort on
+    config.write_text(json.dumps(quiet("http://127.0.0.1:9/v1", store_path).model_dump(mode="json")))  # JSON is YAML
+    assert load_settings(config).routing is None
 
 
-# -- 4. the requirement that hides a tool the config does not name ------------------------------
+# -- 3. the requirement that hides a tool the config does not name ------------------------------
 
 
 def test_the_tools_command_says_why_an_unnamed_tool_is_hidden(tmp_path, default_suite):
@@ -431,6 +434,23 @@ def test_an_mcp_tool_named_by_a_label_tool_rule_is_escalated_for_with_its_server
     sent = last_sent(writing, protocol)
     assert raw.headers["x-gatekeeper-routed"] == "m@medium" and sent_effort(sent, protocol) == "medium"
     assert MCP_URL in json.dumps(sent)  # the server went with the request
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_an_error_answer_to_a_routed_request_says_which_pair_its_tier_is(store_path, default_suite, protocol):
+    seed_store(
+        store_path,
+        make_profile("m", Tier.SMALL, default_suite, effort="low"),
+        make_profile("m", Tier.MEDIUM, default_suite, effort="medium"),
+    )
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens: the proxy answers 502 itself
+    with running_proxy(native(quiet(dead, store_path, routing={}))) as proxy:
+        with pytest.raises((openai.APIStatusError, anthropic.APIStatusError)) as raised:
+            ask(proxy, protocol, "m", "low", ["write_file"])
+    headers = raised.value.response.headers
+    # Was: the routed pair's tier, and nothing to say it was not the asked pair's.
+    assert raised.value.status_code == 502
+    assert (headers["x-gatekeeper-tier"], headers["x-gatekeeper-routed"]) == ("medium", "m@medium")
 
 
 # -- held: a fallback model on another upstream route ---------------------------------------------
