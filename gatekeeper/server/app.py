@@ -43,7 +43,7 @@ from gatekeeper.protocols.base import Codec
 from gatekeeper.redact import clip
 from gatekeeper.server.admin import admin_routes
 from gatekeeper.server.mounts import Upstreams
-from gatekeeper.server.pipeline import JSON, forward, model_call, read_json
+from gatekeeper.server.pipeline import JSON, forward, model_call, read_json, routed_header
 from gatekeeper.server.throttle import KeyThrottle, client_source
 from gatekeeper.server.upstream import Upstream
 
@@ -280,6 +280,8 @@ async def _on_error(request: Request, exc: Exception) -> Response:
     if "tier" in context:
         headers["x-gatekeeper-tier"] = context["tier"]
         headers["x-gatekeeper-profile"] = context["source"]
+    if "routed" in context:  # the tier above is the routed pair's: say which pair that is
+        headers["x-gatekeeper-routed"] = routed_header(context["routed"])
     if isinstance(exc, ToolChoiceBlocked):
         context_fields: dict[str, Any] = {"blocked_choice": exc.tool}
     else:

@@ -202,8 +202,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     if admitted.route is not None:
         metrics.ROUTED.labels(admitted.route.reason).inc()
         if admitted.route.routed:
-            # A model name may carry any printable character: encoded so the header stays ASCII.
-            headers["x-gatekeeper-routed"] = quote(admitted.route.pair, safe="_-.:/@+")
+            headers["x-gatekeeper-routed"] = routed_header(admitted.route.pair)
     upstreams: Upstreams = state.upstreams
     upstream = upstreams.mounts(snapshot.settings).for_model(admitted.info.model)
     call = ModelCall(
@@ -347,6 +346,12 @@ class ModelCall:
         status = response.status_code if response is not None else 200
         log.info("request", status=status, latency_ms=round((time.perf_counter() - self.started) * 1000, 2), **fields)
         return response  # type: ignore[return-value]
+
+
+def routed_header(pair: str) -> str:
+    """`x-gatekeeper-routed`: a model name may carry any printable character, so the pair is
+    percent-encoded outside a safe set and the header stays ASCII."""
+    return quote(pair, safe="_-.:/@+")
 
 
 _HEADER_NAMES, _HEADER_NAME_CHARS = 16, 64  # a header stays small: clients cap theirs (Node at 16 KB)
