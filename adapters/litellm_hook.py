@@ -102,7 +102,8 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
             )
         model = data.get("model")
         if not isinstance(model, str) or not model:
-            return data  # LiteLLM rejects it itself
+            # Refused, not passed on: what LiteLLM makes of it (a list of models?) was never gated.
+            raise _http_error(400, "'model' must be a non-empty string on a request with tools", "invalid_tools")
         rerouting = [k for k in _REROUTING if data.get(k)]
         if rerouting:
             raise _http_error(

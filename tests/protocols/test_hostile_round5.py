@@ -55,6 +55,7 @@ in-process wrappers, `gatekeeper.adapters.openai_sdk` / `.anthropic_sdk`) to a r
   provider ungated; for an Anthropic model that is an MCP server the model may use. Only keys
   LiteLLM owns are set aside now; any other is checked as the proxy checks it (400 under
   `unknown_fields: refuse`). Through a real LiteLLM proxy: the upstream received `mcp_servers`.
+  A request with tools whose `model` is not a string (a list) was passed on ungated; refused.
 """
 
 from __future__ import annotations
@@ -427,3 +428,13 @@ def test_the_litellm_hook_checks_keys_litellm_would_pass_to_the_provider(litellm
     assert upstream.requests[seen:] == []
     client.chat.completions.create(model="local-model", messages=HI, tools=[read], user="u1")  # known fields pass
     assert [t["function"]["name"] for t in upstream.requests[-1]["tools"]] == ["read_file"]
+
+
+async def test_the_litellm_hook_refuses_tools_for_a_model_that_is_no_name(gk):
+    from fastapi import HTTPException
+
+    from gatekeeper.adapters.litellm_hook import GatekeeperHook
+
+    data = {"model": ["small-model", "large-model"], "messages": HI, "tools": [CHAT_TOOL]}
+    with pytest.raises(HTTPException, match="must be a non-empty string"):
+        await GatekeeperHook(gk).async_pre_call_hook(None, None, data, "acompletion")
