@@ -13,7 +13,10 @@ in-process wrappers, `gatekeeper.adapters.openai_sdk` / `.anthropic_sdk`) to a r
   `content` blocks or `output` items passed back (the SDKs' canonical tool loops) are gated like
   dicts; they were refused ("must be an object, got ToolUseBlock") before. `gatekeeper.gate_body`
   itself skipped a Messages `content` that was a tuple (and a compaction's `tool_changes`):
-  a content that is neither a string nor an array is a 400 now.
+  a content that is neither a string nor an array is a 400 now. And a call with a tool field but
+  no string `model` was passed on untouched: `responses.create(prompt={"id": ...})` (a stored
+  prompt brings its own tools; the proxy refuses `prompt`) reached the upstream ungated. It is
+  gated, and refused there, now.
 - Resources the wrappers did not route were the SDK's own, ungated: openai's
   `beta.chat.completions` and `beta.responses` (the same endpoints), anthropic's
   `beta.messages.tool_runner`, `beta.messages.thread` and `messages.batches.create` (each batch
@@ -169,6 +172,12 @@ def test_the_sdks_tool_loops_pass_answer_objects_back(upstream, gk):
     output = {"type": "function_call_output", "call_id": "c_1", "output": "text of a"}
     gated_openai(upstream, gk).responses.create(model="small-model", tools=[RESPONSES_READ], input=[*HI, item, output])
     assert upstream.responses_requests[-1]["input"][1]["name"] == "read_file"
+
+
+def test_a_call_without_a_model_is_gated_not_waved_through(upstream, gk):
+    with pytest.raises(RequestInvalid, match="'model' is required"):
+        gated_openai(upstream, gk).responses.create(prompt={"id": "pmpt_1"}, input="hi")
+    assert upstream.received() == []
 
 
 def test_gate_body_refuses_content_it_cannot_read(gk):
