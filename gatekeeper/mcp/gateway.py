@@ -31,6 +31,7 @@ from mcp.server.session import ServerSession
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from gatekeeper import logs
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
@@ -269,7 +270,10 @@ class McpGateway:
     def _watch(self, ctx: ServerRequestContext[Any], binding: Binding, names: frozenset[str]) -> None:
         request = ctx.request
         session_id = request.headers.get("mcp-session-id") if request is not None else None
-        if not session_id:  # sessionless requests (the 2026 single-exchange era) get no notifications
+        # Sessionless requests (the 2026 single-exchange era) get no notifications. Their
+        # `mcp-session-id` header is not checked by the SDK (it routes by protocol version):
+        # taken at its word, it let one client overwrite another's watch by naming its session.
+        if not session_id or ctx.session.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return
         if session_id not in self._watched and len(self._watched) >= _MAX_SESSIONS:
             self._prune()
