@@ -11,6 +11,9 @@ What got through, and what happens now:
 - A session was watched for list_changed for 30 minutes from its last tools/list, however long it
   stayed open: an agent that lists once and then only calls stopped hearing of tier changes. Now
   it is watched as long as the SDK keeps it open.
+- A request of the 2026 single-exchange protocol carrying an `mcp-session-id` header (which the
+  SDK does not check on that path) replaced that session's watch with its own model: whoever knew
+  a session's id could silence its list_changed. Now only handshake-era sessions are watched.
 - Notifications went to one session after another, each waiting up to 5 s for a client that does
   not read its stream: a hundred such sessions held everyone's list_changed for 500 s a pass.
   Now all are told at once, each stuck one costing only its own wait.
@@ -698,3 +701,25 @@ async def test_a_session_that_does_not_read_its_stream_does_not_hold_up_the_othe
                 app.state.mcp._watched[stuck_id()].session = Stuck()  # listed first: told first
                 gk.store.save([make_profile("rising-model", Tier.LARGE, default_suite)])
                 await await_until(lambda: list_changed(heard) == 1, "list_changed beside a stuck session")
+
+
+async def test_a_sessionless_request_naming_another_s_session_id_does_not_take_over_its_notifications(
+    tmp_path, default_suite, notes_dir
+):
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        heard: list[object] = []
+        async with watched_session(proxy.url + "/mcp/rising-model", heard) as (victim, victim_id):
+            assert await tool_names(victim) == NOTES_SMALL
+            # The 2026 single-exchange protocol, carrying the victim's session id as a header.
+            claimed = {"Authorization": f"Bearer {KEY}", "mcp-session-id": victim_id()}
+            async with (
+                httpx2.AsyncClient(headers=claimed) as http,
+                streamable_http_client(proxy.url + "/mcp/large-model", http_client=http) as (read, write),
+                ClientSession(read, write) as sessionless,
+            ):
+                await sessionless.discover()
+                assert sessionless.protocol_version == "2026-07-28"
+                assert [t.name for t in (await sessionless.list_tools()).tools] == NOTES_ALL
+            proxy.gk.store.save([make_profile("rising-model", Tier.LARGE, default_suite)])
+            await await_until(lambda: list_changed(heard) == 1, "list_changed to the session's owner")
