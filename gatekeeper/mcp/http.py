@@ -93,7 +93,7 @@ class McpEndpoint:
         """The request's binding and principal, or the error response that refuses it."""
         settings = self.gateway.gk.settings  # read per request: a reload can rotate the keys
         origin = request.headers.get("origin")
-        if origin is not None and origin.lower() not in settings.mcp.allowed_origins:
+        if origin is not None and _origin(origin) not in {_origin(o) for o in settings.mcp.allowed_origins}:
             log.warning("mcp_origin_refused", origin=origin[:200])
             return _error(403, f"Origin {origin[:200]!r} is not allowed (mcp.allowed_origins)")
         source = self.source(request)
@@ -136,6 +136,16 @@ class McpEndpoint:
         # must not hand this key's sessions to whichever key moves into its place.
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
         return binding, f"key:{digest}|{binding.shown}"
+
+
+def _origin(origin: str) -> str:
+    """An origin as compared: lower case, without its scheme's default port (browsers never send
+    `:443` on https, so an allowed `https://app.example:443` matched nothing)."""
+    origin = origin.lower()
+    for scheme, port in (("https://", ":443"), ("http://", ":80")):
+        if origin.startswith(scheme) and origin.endswith(port):
+            return origin.removesuffix(port)
+    return origin
 
 
 def _key(header: str, keys: list[str]) -> str | None:
