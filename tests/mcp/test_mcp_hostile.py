@@ -31,6 +31,8 @@ What got through, and what happens now:
   to the server that lists the URI (listed again on a miss), else the one server whose template
   matches it (several: refused, not guessed), else the server whose result linked to it (a link
   never takes a listed URI from its server).
+- An allowed origin written with its scheme's default port (`https://app.example:443`) matched
+  nothing: browsers never send that port. Now default ports are dropped before comparing.
 - A session was bound to its key's place in `mcp.api_keys`: after a reload removed an earlier key,
   the key's own sessions answered 404 and the key that moved into its place could use them. Now a
   session is bound to the key itself.
@@ -200,6 +202,17 @@ def test_an_origin_that_is_not_exactly_an_allowed_one_is_a_403(tmp_path, default
                 assert refused.status_code == 403, origin
             assert http.post(url, json=INIT, headers=SIGNED | {"Origin": "HTTP://APP.EXAMPLE:3000"}).status_code == 200
             assert http.post(url, json=INIT, headers=SIGNED).status_code == 200  # not a browser
+
+
+def test_an_allowed_origin_with_its_default_port_matches_what_browsers_send(tmp_path, default_suite, notes_dir):
+    mcp = {"allowed_origins": ["https://app.example:443", "http://plain.example"]}
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}, mcp=mcp) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        with httpx.Client(timeout=10) as http:
+            for origin in ("https://app.example", "https://app.example:443", "http://plain.example:80"):
+                assert http.post(url, json=INIT, headers=SIGNED | {"Origin": origin}).status_code == 200, origin
+            for origin in ("https://app.example:8443", "http://app.example", "http://plain.example:8080"):
+                assert http.post(url, json=INIT, headers=SIGNED | {"Origin": origin}).status_code == 403, origin
 
 
 def test_the_path_and_the_header_naming_different_models_is_a_400(tmp_path, default_suite, notes_dir):
