@@ -309,11 +309,12 @@ class Gatekeeper:
 
     def route(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> Route:
         """Which pair should serve a request for `model@effort` offering `tools` (a flat list in any
-        protocol's shape, as `filter_tools` takes), and why: `Route.model`, `.effort`, `.reason` (escalated | economized | fallback |
-        none), `.resolution` (the tier of the pair used) and `.policy` to gate with. Without a
-        `routing:` section, or without tools, it is the asked pair (reason "none"). Resolves the
-        asked pair like `resolve` (so it may wait under `unknown_models: wait`); candidates are
-        never waited for: an unmeasured one is measured lazily and used once measured."""
+        protocol's shape, as `filter_tools` takes), and why: `Route.model`, `.effort`, `.reason`
+        (escalated | economized | fallback | none), `.resolution` (the tier of the pair used) and
+        `.policy` to gate with. Without a `routing:` section, or without tools, it is the asked
+        pair (reason "none"). Resolves the asked pair like `resolve` (so it may wait under
+        `unknown_models: wait`); candidates are never waited for: an unmeasured one is measured
+        lazily and used once measured."""
         snap = self._snapshot
         # By identity, as filter_tools: a built-in by its type and family, any protocol's shape.
         names = [listed_tool_id(t, f"tools[{i}]") for i, t in enumerate(tools)]
