@@ -83,6 +83,8 @@ from gatekeeper.config import Settings, load_settings
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.drift.identity import client_identity
 from gatekeeper.protocols.base import Call
+from gatekeeper.requirements import Capability
+from gatekeeper.routing import Need, RoutingRules, decide
 from gatekeeper.suite.loader import Suite
 from gatekeeper.tiers import Tier
 
@@ -557,6 +559,30 @@ def test_no_escalation_to_where_a_chat_only_upstream_would_refuse_the_kept_tool(
     # the tool is hidden and the request is answered.
     assert "x-gatekeeper-routed" not in raw.headers and raw.headers["x-gatekeeper-tier"] == "small"
     assert chat_only.requests[-1]["reasoning_effort"] == "low" and "tools" not in chat_only.requests[-1]
+
+
+def test_reachable_is_asked_only_of_the_pair_that_would_be_chosen_and_passes_it_over():
+    pairs = {("m", "medium"): Capability(Tier.MEDIUM), ("m", "high"): Capability(Tier.LARGE)}
+    pairs |= {("big", "default"): Capability(Tier.LARGE), ("bigger", "default"): Capability(Tier.LARGE)}
+    asked: list[tuple[str, str]] = []
+
+    def reachable(model: str, effort: str) -> bool:
+        asked.append((model, effort))
+        return model != "big" and effort != "high"
+
+    rules = RoutingRules(fallback=(("m", ("big", "bigger")),))
+    decision = decide(
+        "m",
+        "low",
+        Need(Tier.LARGE),
+        Capability(Tier.SMALL),
+        rules,
+        lambda m, e: pairs.get((m, e)),
+        ("medium", "high"),
+        reachable,
+    )
+    assert (decision.model, decision.effort, decision.reason) == ("bigger", "default", "fallback")
+    assert asked == [("m", "high"), ("big", "default"), ("bigger", "default")]  # m@medium admits nothing
 
 
 # -- held: one settings snapshot per request, whatever a reload does meanwhile -------------------
