@@ -12,6 +12,9 @@ tool runner, a thread, a batch, a websocket, a compaction, a method the SDK adds
 raises `RequestInvalid` when called, since it would send tools the gate never saw. Everything
 outside the gated resources is the client's own attribute, untouched.
 
+Answers are enforced as the proxy enforces them (gatekeeper.inprocess.answers, in the SDK
+client's HTTP transport): a call to a tool the request did not offer never reaches the SDK.
+
 The keyword arguments are read as the SDK will send them (`given`): its "not given" markers
 removed, any iterable (a tuple, a generator) a list, a pydantic model (an earlier answer's
 output item or content block, passed back) the dict the SDK dumps it as; the gated call then
@@ -25,7 +28,7 @@ from typing import Any
 
 import pydantic
 
-from gatekeeper import Gatekeeper, RequestInvalid, agate_body, gate_body, tool_carriers
+from gatekeeper import Gatekeeper, RequestInvalid, agate_body, gate_body, gating_http_client, tool_carriers
 
 GATED_CALLS = frozenset({"create", "parse", "stream", "count_tokens"})
 _VIEWS = frozenset({"with_raw_response", "with_streaming_response"})
@@ -48,11 +51,13 @@ class GatedClient:
         path: tuple[str, ...] = (),
         streaming: bool = False,
         passed: Mapping[tuple[str, ...], frozenset[str]] | None = None,
+        http: Callable[[Any], Any] | None = None,
     ) -> None:
         # streaming: reached through with_streaming_response, whose async calls open a context.
         self._target, self._gk, self._routes = target, gk, routes
         self._gate, self._agate, self._async, self._path, self._streaming = gate, agate, is_async, path, streaming
         self._passed = passed or {}
+        self._http = http  # the SDK's HTTP client -> one that enforces answers (gatekeeper.inprocess.answers)
 
     def _wrap(self, target: Any, path: tuple[str, ...], streaming: bool | None = None) -> GatedClient:
         return GatedClient(
@@ -65,6 +70,7 @@ class GatedClient:
             path,
             self._streaming if streaming is None else streaming,
             self._passed,
+            self._http,
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -72,7 +78,7 @@ class GatedClient:
         if name in _VIEWS:
             return self._wrap(attr, self._path, name == "with_streaming_response")
         if name in _COPIES and callable(attr):
-            return lambda *args, **kwargs: self._wrap(attr(*args, **kwargs), self._path)
+            return lambda *args, **kwargs: self._wrap(attr(*args, **self._answers_kept(kwargs)), self._path)
         protocol = self._routes.get(self._path)
         if protocol is not None and name in GATED_CALLS:
             return self._gated_call(attr, protocol, name)
@@ -82,6 +88,12 @@ class GatedClient:
         if protocol is not None and not name.startswith("_") and name not in self._passed.get(self._path, ()):
             return _Refused(".".join(path))  # a gated resource is closed: see the module docstring
         return attr
+
+    def _answers_kept(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A copy's options: an HTTP client of its own still has its answers enforced."""
+        if self._http is not None and kwargs.get("http_client") is not None:
+            return kwargs | {"http_client": self._http(kwargs["http_client"])}
+        return kwargs
 
     def _gated_call(self, call: Callable[..., Any], protocol: str, name: str) -> Callable[..., Any]:
         if not self._async:
@@ -216,3 +228,13 @@ async def agate_kwargs(protocol: str, gk: Gatekeeper, kwargs: dict[str, Any]) ->
     if _carries_tools(protocol, body):
         await agate_body(gk, protocol, body, SDK_ARGUMENTS)
     return body
+
+
+def gated_sdk_client(client: Any, gk: Gatekeeper, is_async: bool) -> tuple[Any, Callable[[Any], Any]]:
+    """A copy of an SDK client whose HTTP client enforces answers, and the function that wraps
+    an HTTP client so (for copies made later with an `http_client` of their own)."""
+
+    def http(inner: Any) -> Any:
+        return gating_http_client(gk, inner, is_async)
+
+    return client.with_options(http_client=http(client._client)), http

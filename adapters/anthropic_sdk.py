@@ -4,7 +4,7 @@
     client.messages.create(model="m", max_tokens=1024, messages=[...], tools=TOOLS)
 
 `messages` and `beta.messages` (`create`, `stream`, `parse`, `count_tokens`; also through
-`with_raw_response`, `with_streaming_response` and `with_options`) get the proxy's request
+`with_raw_response`, `with_streaming_response` and `with_options`) get the proxy's request and answer
 semantics for the Messages API (gatekeeper/protocols/messages.py): tools and MCP servers above
 the model's tier are removed, `tool_choice` forcing a hidden tool (or `any` with every tool
 hidden) raises `gatekeeper.errors.ToolChoiceBlocked`, effort is `output_config.effort` or the
@@ -21,7 +21,7 @@ from typing import Any
 import anthropic
 
 from gatekeeper import Gatekeeper
-from gatekeeper.adapters._sdk import GatedClient, agate_kwargs, gate_kwargs
+from gatekeeper.adapters._sdk import GatedClient, agate_kwargs, gate_kwargs, gated_sdk_client
 
 _ROUTES = {("messages",): "messages", ("beta", "messages"): "messages"}
 # Nothing else of `messages` passes: `batches` (each request of a batch carries its own tools),
@@ -33,4 +33,5 @@ _PASSED: dict[tuple[str, ...], frozenset[str]] = {}
 def gate_client(client: anthropic.Anthropic | anthropic.AsyncAnthropic, gk: Gatekeeper) -> Any:
     """Return `client` with its messages gated by `gk`; the original client is unchanged."""
     is_async = isinstance(client, anthropic.AsyncAnthropic)
-    return GatedClient(client, gk, _ROUTES, gate_kwargs, agate_kwargs, is_async, passed=_PASSED)
+    target, http = gated_sdk_client(client, gk, is_async)
+    return GatedClient(target, gk, _ROUTES, gate_kwargs, agate_kwargs, is_async, passed=_PASSED, http=http)

@@ -5,7 +5,7 @@
     client.responses.create(model="m", input="...", tools=TOOLS, reasoning={"effort": "low"})
 
 `chat.completions` and `responses`, also reached through `beta` (`create`, `parse`, `stream`; also
-through `with_raw_response`, `with_streaming_response` and `with_options`) get the proxy's request semantics: the tools above
+through `with_raw_response`, `with_streaming_response` and `with_options`) get the proxy's request and answer semantics: the tools above
 the model's tier are removed, tool fields are dropped when none remain, and a `tool_choice`
 forcing a hidden tool raises `gatekeeper.errors.ToolChoiceBlocked`. A call without tool fields is
 passed on untouched (and starts no measurement); tool fields smuggled through `extra_body` are
@@ -23,7 +23,7 @@ from typing import Any
 import openai
 
 from gatekeeper import Gatekeeper
-from gatekeeper.adapters._sdk import GatedClient, agate_kwargs, gate_kwargs
+from gatekeeper.adapters._sdk import GatedClient, agate_kwargs, gate_kwargs, gated_sdk_client
 
 _ROUTES = {
     ("chat", "completions"): "chat",
@@ -47,4 +47,5 @@ _PASSED = {
 def gate_client(client: openai.OpenAI | openai.AsyncOpenAI, gk: Gatekeeper) -> Any:
     """Return `client` with its chat completions and responses gated by `gk`; the original is unchanged."""
     is_async = isinstance(client, openai.AsyncOpenAI)
-    return GatedClient(client, gk, _ROUTES, gate_kwargs, agate_kwargs, is_async, passed=_PASSED)
+    target, http = gated_sdk_client(client, gk, is_async)
+    return GatedClient(target, gk, _ROUTES, gate_kwargs, agate_kwargs, is_async, passed=_PASSED, http=http)

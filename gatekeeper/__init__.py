@@ -37,6 +37,7 @@ from gatekeeper.errors import (
     ToolNotAllowed,
     WriteFenced,
 )
+from gatekeeper.inprocess.answers import gating_http_client
 from gatekeeper.inprocess.registry import RegisteredTool, RoutedTools, ToolRegistry, function_schema
 from gatekeeper.inprocess.wrap import agate_body, gate_body, gated, tool_carriers, unlisted_fields
 from gatekeeper.store import JsonFileStore, ProfileStore
@@ -59,6 +60,7 @@ __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     "agate_body",
     "unlisted_fields",
     "tool_carriers",
+    "gating_http_client",  # ... and its answer side, in an SDK's HTTP client
     # settings, suite, profiles
     "Settings",
     "load_settings",

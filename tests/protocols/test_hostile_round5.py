@@ -17,6 +17,12 @@ in-process wrappers, `gatekeeper.adapters.openai_sdk` / `.anthropic_sdk`) to a r
   no string `model` was passed on untouched: `responses.create(prompt={"id": ...})` (a stored
   prompt brings its own tools; the proxy refuses `prompt`) reached the upstream ungated. It is
   gated, and refused there, now.
+- The wrappers gated only what a call sends: a model that called a tool it was never offered
+  (a hallucination, or a prompt naming the hidden tool) had the call reach the SDK, plain or
+  streamed, and an agent framework runs any call its own (ungated) tool list has: the Agents
+  SDK ran `execute_command` for a small model through a gated client. The wrappers now enforce
+  answers as the proxy does, in the SDK client's HTTP transport (gatekeeper.inprocess.answers),
+  whatever method made the call (`create`, `stream`, `with_raw_response`, the stream helpers).
 - Resources the wrappers did not route were the SDK's own, ungated: openai's
   `beta.chat.completions` and `beta.responses` (the same endpoints), anthropic's
   `beta.messages.tool_runner`, `beta.messages.thread` and `messages.batches.create` (each batch
@@ -447,3 +453,78 @@ async def test_the_litellm_hook_refuses_tools_for_a_model_that_is_no_name(gk):
     data = {"model": ["small-model", "large-model"], "messages": HI, "tools": [CHAT_TOOL]}
     with pytest.raises(HTTPException, match="must be a non-empty string"):
         await GatekeeperHook(gk).async_pre_call_hook(None, None, data, "acompletion")
+
+
+# -- the wrappers enforce answers ----------------------------------------------------------------------
+
+
+def hidden_call(body: dict) -> dict:
+    """An upstream whose model calls execute_command whatever it was offered."""
+    return {"content": None, "tool_calls": [{"name": "execute_command", "arguments": {"command": "rm -rf /"}}]}
+
+
+@pytest.fixture
+def calling() -> Iterator[NativeServer]:
+    with NativeServer(hidden_call) as server:
+        yield server
+
+
+def test_a_hidden_call_in_a_wrapped_answer_never_reaches_the_sdk(calling, gk):
+    client = gated_openai(calling, gk)
+    READ_CHAT = {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}
+    chat = client.chat.completions.create(model="small-model", messages=HI, tools=[READ_CHAT])
+    assert chat.choices[0].message.tool_calls is None and chat.choices[0].finish_reason == "stop"
+    raw = client.chat.completions.with_raw_response.create(model="small-model", messages=HI, tools=[READ_CHAT])
+    assert "execute_command" not in raw.http_response.text
+    with client.chat.completions.stream(model="small-model", messages=HI, tools=[READ_CHAT]) as stream:
+        assert stream.get_final_completion().choices[0].message.tool_calls is None
+    response = client.responses.create(model="small-model", input="hi", tools=[RESPONSES_READ])
+    assert [item.type for item in response.output] == []
+    with client.responses.stream(model="small-model", input="hi", tools=[RESPONSES_READ]) as stream:
+        assert [item.type for item in stream.get_final_response().output] == []
+    claude = gated_claude(calling, gk)
+    message = claude.messages.create(model="small-model", max_tokens=5, messages=HI, tools=[CLAUDE_READ])
+    assert message.content == [] and message.stop_reason == "end_turn"
+    with claude.beta.messages.stream(model="small-model", max_tokens=5, messages=HI, tools=[CLAUDE_READ]) as stream:
+        assert stream.get_final_message().content == []
+    # the tool was offered to none of them, and the upstream did call it
+    assert "execute_command" not in received_text(calling)
+
+
+async def test_a_hidden_call_never_reaches_an_async_wrapped_sdk(calling, gk):
+    client = openai_sdk.gate_client(openai.AsyncOpenAI(base_url=calling.base_url, api_key="x", max_retries=0), gk)
+    stream = await client.responses.create(model="small-model", input="hi", tools=[RESPONSES_READ], stream=True)
+    kinds = [event.type async for event in stream]
+    assert "response.completed" in kinds and "response.function_call_arguments.delta" not in kinds
+    base = calling.base_url.removesuffix("/v1")
+    claude = anthropic_sdk.gate_client(anthropic.AsyncAnthropic(base_url=base, api_key="x", max_retries=0), gk)
+    async with claude.messages.stream(model="small-model", max_tokens=5, messages=HI, tools=[CLAUDE_READ]) as events:
+        assert (await events.get_final_message()).content == []
+
+
+async def test_an_agent_framework_no_longer_runs_a_hidden_tool_through_a_gated_client(store_path, default_suite):
+    """The Agents SDK runs any call its own tool list has: the gated request offered only
+    read_file, the model called execute_command anyway, and it ran."""
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)  # traces would be exported to OpenAI
+    ran: list[str] = []
+    answers = iter([hidden_call({}), {"content": "done"}])
+    with NativeServer(lambda body: next(answers)) as upstream:
+        gk = Gatekeeper(
+            settings_for(upstream.base_url, store_path, pins={"small-model": "small"}, blocked_calls="explain")
+        )
+        try:
+            client = openai_sdk.gate_client(
+                openai.AsyncOpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), gk
+            )
+            tools = [
+                function_tool(lambda: ran.append("read_file") or "text", name_override="read_file"),
+                function_tool(lambda command: ran.append("execute_command") or "ran", name_override="execute_command"),
+            ]
+            agent = Agent(name="a", model=OpenAIResponsesModel("small-model", client), tools=tools)
+            result = await Runner.run(agent, "hi")
+        finally:
+            gk.close()
+    assert ran == []
+    assert "execute_command" in str(result.final_output) and "needs tier large" in str(result.final_output)

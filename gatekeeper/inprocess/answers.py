@@ -1,0 +1,237 @@
+"""The proxy's answer side for the in-process SDK wrappers (`gatekeeper.adapters.openai_sdk`,
+`.anthropic_sdk`), over the SDK client's own HTTP client.
+
+The wrappers gate what a call sends (adapters/_sdk.py); this gates what comes back. A model may
+call a tool it was never offered (a hallucination, or a prompt naming a hidden tool), and an
+agent framework runs any call whose name it has a tool for: its own tool list is not the gated
+one. So, as the proxy does, a call reaches the SDK only when it calls a tool the request offered
+under the same kind (the codec's `enforce` / stream filter, `blocked_calls` explained or
+stripped), and an answer the codec cannot read is an error, never a call.
+
+It sits in the SDK client's HTTP transport, so every model call the SDK makes is read, whatever
+method made it (`create`, `parse`, `stream`, `with_raw_response`, `with_streaming_response`):
+
+    POST .../chat/completions | .../responses | .../messages  (the request body: the gated one)
+      -> the SDK's own HTTP client (its pool, proxies, timeouts) -> the upstream
+      -> a plain answer: enforced and re-written; a stream: filtered event by event
+      -> the SDK, which parses what it gets
+
+The module works with `httpx` and with `httpx2` (the SDKs' fork): both have the same transport API.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import orjson
+
+from gatekeeper.core.admit import Admitted, aadmit, admit
+from gatekeeper.core.gatekeeper import Gatekeeper
+from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, GatekeeperError
+from gatekeeper.protocols import table as protocols
+from gatekeeper.protocols.base import Allowed, Codec, Offered, StreamFilter, may_carry_calls
+from gatekeeper.protocols.chat import loads
+from gatekeeper.server.sse import SSEParser, encode
+
+_ENDPOINTS = (("/chat/completions", "chat"), ("/responses", "responses"), ("/messages", "messages"))
+# Headers of the upstream's answer that describe bytes the client no longer gets as they were.
+_REWRITTEN = frozenset({"content-length", "content-encoding", "transfer-encoding"})
+
+
+def endpoint(method: str, path: str) -> str | None:
+    """The protocol of a model call (None: not one: a stored object, a count, a list)."""
+    if method != "POST":
+        return None
+    return next((protocol for suffix, protocol in _ENDPOINTS if path.endswith(suffix)), None)
+
+
+def offers_tools(codec: Codec, body: Any) -> bool:
+    """Whether the request as sent (already gated) offers any tool. One that offers none may
+    receive no call, and costs no tier lookup (nor a measurement)."""
+    return isinstance(body, dict) and bool(codec.offered(body).tools)
+
+
+def allowed(gk: Gatekeeper, codec: Codec, body: Any, admitted: Admitted | None) -> Allowed:
+    """What the answer to `body` may carry: the tools it offers at the tier `admitted` found."""
+    explain = gk.settings.blocked_calls == "explain"
+    if admitted is None:
+        return Allowed(Offered(), explain=explain)
+    return Allowed(codec.offered(body), admitted.resolution.tier, admitted.policy, explain, admitted.gated.servers)
+
+
+def _copy(body: dict[str, Any]) -> dict[str, Any]:
+    copied: dict[str, Any] = orjson.loads(orjson.dumps(body))  # the gate works in place
+    return copied
+
+
+def enforce_plain(codec: Codec, raw: bytes, allowed: Allowed) -> bytes:
+    """A plain answer as the client may read it (the proxy's `Exchange.plain`, native)."""
+    if not may_carry_calls(raw, codec.markers, codec.plain_types):
+        return raw
+    doc = loads(raw, "upstream answer")
+    codec.enforce(doc, allowed)
+    return orjson.dumps(doc)
+
+
+class AnswerStream:
+    """A streamed answer, filtered chunk by chunk; ends in the protocol's error event when the
+    filter cannot read it (as the proxy's relay does)."""
+
+    def __init__(self, stream_filter: StreamFilter) -> None:
+        self._filter, self._parser, self._failed = stream_filter, SSEParser(), False
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._failed:
+            return b""
+        try:
+            return b"".join(encode(kept) for event in self._parser.feed(chunk) for kept in self._filter.feed(event))
+        except AnswerInvalid as exc:
+            return self._error(str(exc), "upstream_invalid")
+
+    def finish(self) -> bytes:
+        if self._failed:
+            return b""
+        try:
+            out = [encode(kept) for event in self._parser.finish() for kept in self._filter.feed(event)]
+            out += [encode(kept) for kept in self._filter.finish()]
+            return b"".join(out)
+        except AnswerIncomplete as exc:
+            return self._error(str(exc), "upstream_incomplete")
+        except AnswerInvalid as exc:
+            return self._error(str(exc), "upstream_invalid")
+
+    def _error(self, message: str, code: str) -> bytes:
+        self._failed = True
+        return b"\n" + encode(self._filter.error(message, "upstream_error", code))
+
+
+def _httpx_of(client: Any) -> Any:
+    """The httpx package (`httpx` or `httpx2`) an SDK's HTTP client is built on."""
+    for kind in type(client).__mro__:
+        package = kind.__module__.partition(".")[0]
+        if package in ("httpx", "httpx2"):
+            return importlib.import_module(package)
+    raise GatekeeperError(f"cannot gate the answers of {type(client).__name__}: not an httpx client")
+
+
+def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
+    """An HTTP client for the SDK that sends every request through `inner` (the SDK's own) and
+    enforces the answers of model calls."""
+    httpx = _httpx_of(inner)
+
+    def request_of(request: Any) -> tuple[Codec, Any] | None:
+        """The codec and body of a model call (the request as sent: gated once already, so
+        gating a copy again finds its tier and rules), or None."""
+        protocol = endpoint(request.method, request.url.path)
+        codec = protocols.codec(protocol) if protocol is not None else None
+        if codec is None:
+            return None
+        try:
+            body = orjson.loads(request.content)
+        except orjson.JSONDecodeError:
+            body = None
+        return codec, (_copy(body) if offers_tools(codec, body) else None)
+
+    def judge(request: Any) -> tuple[Codec, Allowed] | None:
+        found = request_of(request)
+        if found is None:
+            return None
+        codec, body = found
+        return codec, allowed(gk, codec, body, admit(gk, codec, body) if body is not None else None)
+
+    async def ajudge(request: Any) -> tuple[Codec, Allowed] | None:
+        found = request_of(request)
+        if found is None:
+            return None
+        codec, body = found
+        return codec, allowed(gk, codec, body, await aadmit(gk, codec, body) if body is not None else None)
+
+    def headers_of(response: Any) -> list[tuple[str, str]]:
+        return [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _REWRITTEN]
+
+    def streamed(response: Any) -> bool:
+        return str(response.headers.get("content-type", "")).lower().startswith("text/event-stream")
+
+    if not is_async:
+
+        class _Chunks(httpx.SyncByteStream):  # type: ignore[misc,name-defined]
+            def __init__(self, response: Any, answer: AnswerStream) -> None:
+                self._response, self._answer = response, answer
+
+            def __iter__(self) -> Iterator[bytes]:
+                for chunk in self._response.iter_bytes():
+                    if out := self._answer.feed(chunk):
+                        yield out
+                if out := self._answer.finish():
+                    yield out
+
+            def close(self) -> None:
+                self._response.close()
+
+        class _Transport(httpx.BaseTransport):  # type: ignore[misc,name-defined]
+            def handle_request(self, request: Any) -> Any:
+                judged = judge(request)
+                response = inner.send(request, stream=True)
+                if judged is None or response.status_code >= 300:
+                    return response
+                codec, allowed = judged
+                if streamed(response):
+                    answer = AnswerStream(codec.stream_filter(allowed))
+                    return httpx.Response(
+                        response.status_code, headers=headers_of(response), stream=_Chunks(response, answer)
+                    )
+                try:
+                    raw = response.read()
+                finally:
+                    response.close()
+                return _plain(httpx, response, codec, raw, allowed, headers_of(response))
+
+        return httpx.Client(transport=_Transport())  # closing it leaves `inner` (the SDK's) open
+
+    class _AsyncChunks(httpx.AsyncByteStream):  # type: ignore[misc,name-defined]
+        def __init__(self, response: Any, answer: AnswerStream) -> None:
+            self._response, self._answer = response, answer
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            async for chunk in self._response.aiter_bytes():
+                if out := self._answer.feed(chunk):
+                    yield out
+            if out := self._answer.finish():
+                yield out
+
+        async def aclose(self) -> None:
+            await self._response.aclose()
+
+    class _AsyncTransport(httpx.AsyncBaseTransport):  # type: ignore[misc,name-defined]
+        async def handle_async_request(self, request: Any) -> Any:
+            judged = await ajudge(request)
+            response = await inner.send(request, stream=True)
+            if judged is None or response.status_code >= 300:
+                return response
+            codec, allowed = judged
+            if streamed(response):
+                answer = AnswerStream(codec.stream_filter(allowed))
+                return httpx.Response(
+                    response.status_code, headers=headers_of(response), stream=_AsyncChunks(response, answer)
+                )
+            try:
+                raw = await response.aread()
+            finally:
+                await response.aclose()
+            return _plain(httpx, response, codec, raw, allowed, headers_of(response))
+
+    return httpx.AsyncClient(transport=_AsyncTransport())
+
+
+def _plain(
+    httpx: Any, response: Any, codec: Codec, raw: bytes, allowed: Allowed, headers: list[tuple[str, str]]
+) -> Any:
+    """A plain answer's enforced response; one that cannot be read is a 502 in the protocol's shape."""
+    try:
+        content = enforce_plain(codec, raw, allowed)
+    except AnswerInvalid as exc:
+        body = codec.error_body(502, f"gatekeeper: {exc}", "upstream_error", "upstream_invalid")
+        return httpx.Response(502, json=body)
+    return httpx.Response(response.status_code, headers=headers, content=content)
