@@ -289,6 +289,22 @@ def test_a_demoted_pair_meets_no_category_minimum_when_routing_looks_for_one(wri
     assert calls == ["write_file"]
 
 
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_economy_reaches_the_upstream_at_the_cheaper_effort_in_every_protocol(
+    writing, store_path, default_suite, protocol, stream
+):
+    seed_store(
+        store_path,
+        make_profile("m", Tier.LARGE, default_suite, effort="low", score_intervals=SURE),
+        make_profile("m", Tier.LARGE, default_suite, effort="xhigh", score_intervals=SURE),
+    )
+    with running_proxy(native(quiet(writing.base_url, store_path, routing={"economize_effort": True}))) as proxy:
+        headers, calls = ask(proxy, protocol, "m", "xhigh", ["write_file"], stream)
+    assert headers["x-gatekeeper-routed"] == "m@low" and headers["x-gatekeeper-tier"] == "large"
+    assert sent_effort(last_sent(writing, protocol), protocol) == "low" and calls == ["write_file"]
+
+
 # -- 2. economize: never from or to a pin -------------------------------------------------------
 
 
