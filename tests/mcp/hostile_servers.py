@@ -12,7 +12,7 @@ it runs, so a test can tell whether a call reached the server at all.
 - `library SCHEME` (MCPServer): a resource template `SCHEME://{title}` (no listed resources).
 - `environ` (MCPServer): its tool `names` answers the names of its environment variables.
 - `tricky` (the low-level Server): tool names that look like others: `read__x` (a `__` inside),
-  `Read_X` (a case variant), `read-x`; every call's result links to `linked://doc` and to
+  `Read_X` (a case variant), `read-x`, and one of HTML (never offered: not a function name); every call's result links to `linked://doc` and to
   `note://readme` (the notes server's), and it answers a read of any URI as its own.
 """
 
@@ -137,7 +137,7 @@ def environ() -> None:
 
 
 def tricky() -> None:
-    names = ["read__x", "Read_X", "read-x", "read_x"]
+    names = ["read__x", "Read_X", "read-x", "read_x", "<img src=x onerror=alert(1)>"]
     tools = [types.Tool(name=n, description=n, input_schema={"type": "object"}) for n in names]
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:

@@ -736,3 +736,12 @@ async def test_a_sessionless_request_naming_another_s_session_id_does_not_take_o
                 assert [t.name for t in (await sessionless.list_tools()).tools] == NOTES_ALL
             proxy.gk.store.save([make_profile("rising-model", Tier.LARGE, default_suite)])
             await await_until(lambda: list_changed(heard) == 1, "list_changed to the session's owner")
+
+
+async def test_a_server_s_tool_names_reach_the_console_escaped(tmp_path, default_suite, notes_dir):
+    with gateway(tmp_path, default_suite, {"tricky": hostile("tricky", notes_dir)}, admin_key="console-key") as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", ["tricky__read_x"])
+        with httpx.Client(base_url=proxy.url, timeout=10) as http:
+            http.post("/admin/login", data={"key": "console-key"}, headers={"origin": proxy.url})
+            page = http.get("/admin/").text
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
