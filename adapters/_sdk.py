@@ -9,8 +9,11 @@ the protocol its calls speak. Reaching a resource through `with_raw_response`,
 besides its gated calls, only the names `passed` lists for it (reading, listing, deleting stored
 objects: calls that send no model request) reach the SDK; any other method or sub-resource (a
 tool runner, a thread, a batch, a websocket, a compaction, a method the SDK adds next year)
-raises `RequestInvalid` when called, since it would send tools the gate never saw. Everything
-outside the gated resources is the client's own attribute, untouched.
+raises `RequestInvalid` when called, since it would send tools the gate never saw. The other
+resources of the client are closed the same way: only those `open_resources` names (files,
+models, embeddings, ...: APIs that run no model with tools) pass; assistants, threads, realtime,
+batches, evals, managed agents and any resource the SDK adds next year raise when called.
+Everything else (the client's settings, `base_url`, `close`, ...) is the client's own, untouched.
 
 Answers are enforced as the proxy enforces them (gatekeeper.inprocess.answers, in the SDK
 client's HTTP transport): a call to a tool the request did not offer never reaches the SDK.
@@ -52,12 +55,14 @@ class GatedClient:
         streaming: bool = False,
         passed: Mapping[tuple[str, ...], frozenset[str]] | None = None,
         http: Callable[[Any], Any] | None = None,
+        open_resources: frozenset[tuple[str, ...]] = frozenset(),
     ) -> None:
         # streaming: reached through with_streaming_response, whose async calls open a context.
         self._target, self._gk, self._routes = target, gk, routes
         self._gate, self._agate, self._async, self._path, self._streaming = gate, agate, is_async, path, streaming
         self._passed = passed or {}
         self._http = http  # the SDK's HTTP client -> one that enforces answers (gatekeeper.inprocess.answers)
+        self._open = open_resources  # resources (and theirs) that make no model call with tools
 
     def _wrap(self, target: Any, path: tuple[str, ...], streaming: bool | None = None) -> GatedClient:
         return GatedClient(
@@ -71,6 +76,7 @@ class GatedClient:
             self._streaming if streaming is None else streaming,
             self._passed,
             self._http,
+            self._open,
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -87,6 +93,8 @@ class GatedClient:
             return self._wrap(attr, path)
         if protocol is not None and not name.startswith("_") and name not in self._passed.get(self._path, ()):
             return _Refused(".".join(path))  # a gated resource is closed: see the module docstring
+        if protocol is None and _is_resource(attr) and not any(path[: len(p)] == p for p in self._open):
+            return _Refused(".".join(path))  # another API that runs models with tools (assistants, realtime, ...)
         return attr
 
     def _answers_kept(self, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -109,6 +117,11 @@ class GatedClient:
 
     def __repr__(self) -> str:
         return f"<gated {self._target!r}>"
+
+
+def _is_resource(attr: Any) -> bool:
+    """An SDK API resource (both SDKs build them on `SyncAPIResource` / `AsyncAPIResource`)."""
+    return any(kind.__name__ in ("SyncAPIResource", "AsyncAPIResource") for kind in type(attr).__mro__)
 
 
 class _Refused:

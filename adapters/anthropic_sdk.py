@@ -28,10 +28,19 @@ _ROUTES = {("messages",): "messages", ("beta", "messages"): "messages"}
 # `beta.messages.tool_runner` and `.thread` (they send requests the gate never sees) raise
 # RequestInvalid through a gated client.
 _PASSED: dict[tuple[str, ...], frozenset[str]] = {}
+# The client's other resources that run no model with tools (the rest raise RequestInvalid when
+# called: `beta.agents`, `.sessions`, `.deployments`, ... run managed agents with tools of their own).
+_SAFE = ("files", "models", "organization", "skills", "user_profiles")
+_OPEN = frozenset(
+    [(name,) for name in _SAFE]
+    + [("beta", name) for name in (*_SAFE, "compliance", "memory_stores", "tunnels", "vaults", "webhooks")]
+)
 
 
 def gate_client(client: anthropic.Anthropic | anthropic.AsyncAnthropic, gk: Gatekeeper) -> Any:
     """Return `client` with its messages gated by `gk`; the original client is unchanged."""
     is_async = isinstance(client, anthropic.AsyncAnthropic)
     target, http = gated_sdk_client(client, gk, is_async)
-    return GatedClient(target, gk, _ROUTES, gate_kwargs, agate_kwargs, is_async, passed=_PASSED, http=http)
+    return GatedClient(
+        target, gk, _ROUTES, gate_kwargs, agate_kwargs, is_async, passed=_PASSED, http=http, open_resources=_OPEN
+    )

@@ -36,6 +36,17 @@ _ROUTES = {
 # websocket): refused, as the proxy does not serve them either.
 _CHAT_STORED = frozenset({"retrieve", "update", "list", "delete", "messages"})
 _RESPONSES_STORED = frozenset({"retrieve", "delete", "cancel", "input_items", "input_tokens"})
+# The client's other resources that run no model with tools (the rest raise RequestInvalid when
+# called: `batches` and `evals` run chat requests with tools, `beta.assistants` / `.threads` and
+# `realtime` carry tools of their own, and so may whatever the SDK adds next).
+_OPEN = frozenset(
+    (name,)
+    for name in (
+        "admin", "audio", "completions", "containers", "content_provenance_checks", "conversations",
+        "embeddings", "files", "fine_tuning", "images", "models", "moderations", "skills", "uploads",
+        "vector_stores", "videos", "webhooks",
+    )
+)  # fmt: skip
 _PASSED = {
     ("chat", "completions"): _CHAT_STORED,
     ("beta", "chat", "completions"): _CHAT_STORED,
@@ -48,4 +59,6 @@ def gate_client(client: openai.OpenAI | openai.AsyncOpenAI, gk: Gatekeeper) -> A
     """Return `client` with its chat completions and responses gated by `gk`; the original is unchanged."""
     is_async = isinstance(client, openai.AsyncOpenAI)
     target, http = gated_sdk_client(client, gk, is_async)
-    return GatedClient(target, gk, _ROUTES, gate_kwargs, agate_kwargs, is_async, passed=_PASSED, http=http)
+    return GatedClient(
+        target, gk, _ROUTES, gate_kwargs, agate_kwargs, is_async, passed=_PASSED, http=http, open_resources=_OPEN
+    )

@@ -28,7 +28,10 @@ in-process wrappers, `gatekeeper.adapters.openai_sdk` / `.anthropic_sdk`) to a r
   `beta.messages.tool_runner`, `beta.messages.thread` and `messages.batches.create` (each batch
   request carries its own tools). A gated resource is closed now: the gated calls, and calls on
   stored objects (retrieve, list, delete, ...), pass; anything else (those, `responses.compact`,
-  `responses.connect`) raises RequestInvalid when called.
+  `responses.connect`) raises RequestInvalid when called. So does every other resource of the
+  client but those that run no model with tools (files, models, embeddings, ...): openai's
+  `beta.assistants` / `.threads` (tools on assistants and runs), `realtime`, `batches`, `evals`,
+  anthropic's managed `beta.agents` / `.sessions` / `.deployments` went ungated.
 - `ToolRegistry` read a tool's rule once, at registration: after a reload that raised
   `execute_command` to large (SIGHUP, `POST /admin/reload`, `Gatekeeper.reload`), a small model
   was still offered it and `registry.call` still ran it. The rule is read from the settings in
@@ -233,6 +236,18 @@ def test_calls_the_gate_cannot_see_through_are_refused(upstream, gk):
     with pytest.raises(RequestInvalid, match=r"responses\.compact is not gated"):
         gated_openai(upstream, gk).responses.with_raw_response.compact(model="small-model", input="hi")
     assert upstream.received() == []
+
+
+def test_other_apis_that_run_models_with_tools_are_refused(upstream, gk):
+    client = gated_openai(upstream, gk)
+    with pytest.raises(RequestInvalid, match=r"beta\.assistants\.create is not gated"):
+        client.beta.assistants.create(model="small-model", tools=[CHAT_TOOL])  # type: ignore[list-item]
+    with pytest.raises(RequestInvalid, match=r"batches\.create is not gated"):
+        client.batches.create(input_file_id="file_1", endpoint="/v1/chat/completions", completion_window="24h")
+    with pytest.raises(RequestInvalid, match=r"beta\.agents\.create is not gated"):
+        gated_claude(upstream, gk).beta.agents.create(model="small-model", name="a")  # type: ignore[call-arg]
+    assert upstream.received() == []
+    assert [m.id for m in client.models.list()] == list(upstream.models)  # a tool-free resource passes
 
 
 def test_calls_on_stored_objects_still_pass(upstream, gk):
