@@ -745,3 +745,16 @@ async def test_a_server_s_tool_names_reach_the_console_escaped(tmp_path, default
             http.post("/admin/login", data={"key": "console-key"}, headers={"origin": proxy.url})
             page = http.get("/admin/").text
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+async def test_under_unknown_models_reject_an_unknown_model_lists_and_calls_nothing(tmp_path, default_suite, notes_dir):
+    servers = {"notes": toy("notes", notes_dir)}
+    with gateway(tmp_path, default_suite, servers, unknown_models="reject") as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
+        async with connect(proxy.url + "/mcp/stranger-model") as session:
+            with pytest.raises(MCPError) as listing:
+                await session.list_tools()
+            with pytest.raises(MCPError) as calling:
+                await session.call_tool("notes__read_note", {"name": "x"})
+        assert "stranger-model" in listing.value.message and "stranger-model" in calling.value.message
+        assert calls(notes_dir) == []
