@@ -136,6 +136,12 @@ class Routing(_Section):
         for pattern, models in value.items():
             if not models:
                 raise ValueError(f"{pattern!r}: expected a list of model names to try, got an empty list")
+            for model in models:
+                name, at, effort = model.rpartition("@")
+                if at and effort in EFFORTS:  # a fallback is tried at its cheapest effort that admits the tools
+                    raise ValueError(
+                        f"{pattern!r}: {model!r}: expected a model name, not model@effort (write {name!r})"
+                    )
         return value
 
 

@@ -39,6 +39,10 @@ def test_the_issue_example_reads_as_written(tmp_path):
         ("routing:\n  max_effort: default\n", "routing.max_effort: Input should be 'none', 'minimal'"),
         ("routing:\n  fallback:\n    'gemma-*': []\n", "routing.fallback: 'gemma-*': expected a list of model names"),
         ("routing:\n  fallback:\n    'gemma-*': big-model\n", "routing.fallback.gemma-*: Input should be a valid list"),
+        (
+            "routing:\n  fallback:\n    '*': [big@high]\n",
+            "'big@high': expected a model name, not model@effort (write 'big')",
+        ),
         ("routing:\n  escalate: true\n", "routing.escalate: unknown key"),
         ("routing:\n  economize_effort: sometimes\n", "routing.economize_effort: Input should be a valid boolean"),
     ],
