@@ -54,7 +54,16 @@ _TOOL_FIELDS = ("tools", "tool_choice", "functions", "function_call", "mcp_serve
 # Request keys with which LiteLLM's router sends the call to other models when the asked one
 # fails (a request's own lists replace the configured ones): the tools were gated for the asked
 # model's tier only.
-_REROUTING = ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks")
+# `router_settings_override` carries the same lists (LiteLLM's proxy applies it from the request
+# body), and `user_config` a router of the client's own, its model list and fallbacks (LiteLLM bans
+# it from request bodies, unless its admin lets clients send credentials).
+_REROUTING = (
+    "fallbacks",
+    "context_window_fallbacks",
+    "content_policy_fallbacks",
+    "router_settings_override",
+    "user_config",
+)
 
 
 class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type-checked (pyproject)

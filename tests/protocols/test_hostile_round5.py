@@ -68,6 +68,10 @@ in-process wrappers, `gatekeeper.adapters.openai_sdk` / `.anthropic_sdk`) to a r
   LiteLLM owns are set aside now; any other is checked as the proxy checks it (400 under
   `unknown_fields: refuse`). Through a real LiteLLM proxy: the upstream received `mcp_servers`.
   A request with tools whose `model` is not a string (a list) was passed on ungated; refused.
+  And round 2's refusal of `fallbacks` with tools missed the same lists in
+  `router_settings_override`, which LiteLLM's proxy applies from the body: big-model's large-tier
+  tools went to local-model when big-model failed. Refused with tools now (as is `user_config`,
+  a router of the client's own, should a LiteLLM admin let clients send one).
 """
 
 from __future__ import annotations
@@ -429,7 +433,8 @@ def test_an_approval_naming_two_requests_judges_both(store_path, default_suite):
 
 @pytest.fixture(scope="module")
 def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[openai.OpenAI, NativeServer]]:
-    """A real LiteLLM proxy with gatekeeper's hook, serving local-model (measured small)."""
+    """A real LiteLLM proxy with gatekeeper's hook: local-model (measured small) and big-model
+    (measured large, its upstream overloaded), one upstream."""
     import yaml
     from conftest import ROOT, make_profile, seed_store
     from serving import litellm_served
@@ -438,10 +443,21 @@ def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[openai.Open
 
     tmp = tmp_path_factory.mktemp("litellm")
     store = tmp / "models_profile.json"
-    seed_store(store, make_profile("local-model", Tier.SMALL, default_suite))
-    with NativeServer(lambda body: {"content": "ok"}) as upstream:
+    seed_store(
+        store,
+        make_profile("local-model", Tier.SMALL, default_suite),
+        make_profile("big-model", Tier.LARGE, default_suite),
+    )
+
+    def overloaded_big_model(body: dict) -> dict:
+        return {"status": 503, "error": "overloaded"} if body["model"] == "big-model" else {"content": "ok"}
+
+    with NativeServer(overloaded_big_model) as upstream:
         config = yaml.safe_load((ROOT / "examples/litellm_config.yaml").read_text())
-        config["model_list"][0]["litellm_params"]["api_base"] = upstream.base_url
+        local = config["model_list"][0]
+        local["litellm_params"]["api_base"] = upstream.base_url
+        big = {"model_name": "big-model", "litellm_params": dict(local["litellm_params"], model="openai/big-model")}
+        config["model_list"].append(big)
         with litellm_served(config, upstream.base_url, store, tmp, timeout_s=180) as (url, key):
             yield openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60), upstream
 
@@ -543,3 +559,13 @@ async def test_an_agent_framework_no_longer_runs_a_hidden_tool_through_a_gated_c
             gk.close()
     assert ran == []
     assert "execute_command" in str(result.final_output) and "needs tier large" in str(result.final_output)
+
+
+def test_fallbacks_by_another_key_never_carry_a_large_tier_s_tools(litellm_proxy):
+    client, upstream = litellm_proxy
+    rerouting = {"router_settings_override": {"fallbacks": [{"big-model": ["local-model"]}]}}
+    seen = len(upstream.requests)
+    big_tool = {"type": "function", "function": {"name": "execute_command", "parameters": {"type": "object"}}}
+    with pytest.raises(openai.BadRequestError, match="another model"):
+        client.chat.completions.create(model="big-model", messages=HI, tools=[big_tool], extra_body=rerouting)
+    assert upstream.requests[seen:] == []
