@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,12 @@ class Binding:
         if self.model is None:
             return "(no model)"
         return f"{self.model}@{self.effort}" if self.effort else self.model
+
+
+def key_digest(key: str) -> str:
+    """What the gateway remembers of an `mcp.api_keys` key: enough to tell keys apart, nothing
+    that gives the key back."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -124,6 +131,9 @@ class McpGateway:
         # URIs a tool result linked to, by the server whose result it was: a route only when no
         # server lists the URI (a server cannot take over another's listed resource by linking it).
         self._linked_resource: TTLCache[str, str] = TTLCache(maxsize=_RESOURCE_ROUTES, ttl=3600, timer=time.monotonic)
+        # Requests in flight by the digest of their key (a GET stream lasts as long as its client
+        # keeps it): a reload that removes the key ends them, so a revoked key hears nothing more.
+        self._in_flight: dict[str, set[anyio.CancelScope]] = {}
         # What the console shows, per (server, model): listed, hidden, refused. `model` is the
         # bounded metrics label, so this table is bounded too.
         self.tallies: dict[tuple[str, str], dict[str, int]] = {}
@@ -174,6 +184,7 @@ class McpGateway:
                 self._servers_started = self.gk.settings.mcp.servers  # said once per change
                 log.warning("mcp_servers_changed", detail="mcp.servers takes effect at the next restart")
             self._prune()
+            self._end_revoked()
             # Sessions of one model see the same tools: judged once per model and pass, however
             # many sessions it has open.
             catalogue = self._catalogue()
@@ -280,6 +291,29 @@ class McpGateway:
             if len(self._watched) >= _MAX_SESSIONS:  # only if the SDK's own bound was raised
                 self._watched.pop(next(iter(self._watched)))
         self._watched[session_id] = _Watched(ctx.session, binding, names)
+
+    @contextlib.contextmanager
+    def in_flight(self, digest: str) -> Iterator[None]:
+        """Serve one request of the key `digest` in a scope that a revocation of the key ends."""
+        scope = anyio.CancelScope()
+        self._in_flight.setdefault(digest, set()).add(scope)
+        try:
+            with scope:
+                yield
+        finally:
+            scopes = self._in_flight.get(digest, set())
+            scopes.discard(scope)
+            if not scopes:
+                self._in_flight.pop(digest, None)
+
+    def _end_revoked(self) -> None:
+        """End the requests in flight (GET streams too) of keys no longer in `mcp.api_keys`."""
+        kept = {key_digest(key) for key in self.gk.settings.mcp.keys}
+        for digest, scopes in list(self._in_flight.items()):
+            if digest not in kept:
+                log.warning("mcp_key_revoked", requests_ended=len(scopes))
+                for scope in scopes:
+                    scope.cancel()
 
     def forget_session(self, session_id: str) -> None:
         self._watched.pop(session_id, None)

@@ -17,7 +17,6 @@ Every request passes, in this order:
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from starlette.types import Message, Receive, Scope, Send
 from gatekeeper import logs
 from gatekeeper.drift.identity import client_identity
 from gatekeeper.errors import RequestInvalid
-from gatekeeper.mcp.gateway import BINDING, Binding
+from gatekeeper.mcp.gateway import BINDING, Binding, key_digest
 from gatekeeper.peers import bearer_form
 from gatekeeper.redact import clip
 from gatekeeper.store.profile import check_effort, split_key
@@ -70,7 +69,8 @@ class McpEndpoint:
         if isinstance(admitted, Response):
             await admitted(scope, receive, send)
             return
-        binding, principal = admitted
+        binding, digest = admitted
+        principal = f"key:{digest}|{binding.shown}"
         scope[BINDING] = binding
         # The SDK binds a session to the principal that opened it: here, the key and the model.
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=principal, scopes=[]))
@@ -82,7 +82,8 @@ class McpEndpoint:
                 status = message["status"]
             await send(message)
 
-        await self.gateway.manager.handle_request(scope, receive, watch)
+        with self.gateway.in_flight(digest):  # ended if a reload removes the key
+            await self.gateway.manager.handle_request(scope, receive, watch)
         session_id = request.headers.get("mcp-session-id")
         # Closed by its client: no more notifications. Only a DELETE the SDK accepted: one it
         # refused (another key's or model's session, a 404) must not silence the owner's session.
@@ -90,7 +91,7 @@ class McpEndpoint:
             self.gateway.forget_session(session_id)
 
     def _admit(self, request: Request) -> Response | tuple[Binding, str]:
-        """The request's binding and principal, or the error response that refuses it."""
+        """The request's binding and its key's digest, or the error response that refuses it."""
         settings = self.gateway.gk.settings  # read per request: a reload can rotate the keys
         origin = request.headers.get("origin")
         if origin is not None and _origin(origin) not in {_origin(o) for o in settings.mcp.allowed_origins}:
@@ -134,8 +135,7 @@ class McpEndpoint:
                 return _error(400, str(exc))
         # The key by its digest, not its place in the list: a reload that removes another key
         # must not hand this key's sessions to whichever key moves into its place.
-        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-        return binding, f"key:{digest}|{binding.shown}"
+        return binding, key_digest(key)
 
 
 def _origin(origin: str) -> str:
