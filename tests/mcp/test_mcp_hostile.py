@@ -31,6 +31,8 @@ What got through, and what happens now:
   to the server that lists the URI (listed again on a miss), else the one server whose template
   matches it (several: refused, not guessed), else the server whose result linked to it (a link
   never takes a listed URI from its server).
+- A reload that removed a key left that key's open GET streams (and in-flight requests) running:
+  a revoked key kept hearing its sessions' notifications. Now they are ended.
 - An allowed origin written with its scheme's default port (`https://app.example:443`) matched
   nothing: browsers never send that port. Now default ports are dropped before comparing.
 - A session was bound to its key's place in `mcp.api_keys`: after a reload removed an earlier key,
@@ -758,3 +760,49 @@ async def test_under_unknown_models_reject_an_unknown_model_lists_and_calls_noth
                 await session.call_tool("notes__read_note", {"name": "x"})
         assert "stranger-model" in listing.value.message and "stranger-model" in calling.value.message
         assert calls(notes_dir) == []
+
+
+async def test_a_reload_that_removes_a_key_ends_that_key_s_open_streams(tmp_path, default_suite, notes_dir):
+    import anyio
+    import yaml
+
+    from gatekeeper.core.gatekeeper import Gatekeeper
+    from gatekeeper.server.app import create_app
+
+    kept, revoked = "mcp-key-kept-0001", "mcp-key-revoked-0002"
+    config = tmp_path / "gatekeeper.yaml"
+    doc = {
+        "upstream": {"base_url": "http://127.0.0.1:9/v1"},
+        "store": str(tmp_path / "profiles.json"),
+        "mcp": {"api_keys": [kept, revoked], "servers": {"notes": toy("notes", notes_dir)}},
+    }
+    config.write_text(yaml.safe_dump(doc))
+    with Gatekeeper.from_config(config) as gk, ThreadedServer(create_app(gk)) as server:
+        url = f"http://127.0.0.1:{server.port}/mcp/some-model"
+        async with httpx2.AsyncClient(timeout=30) as http:
+            signed = ACCEPT | {"Authorization": f"Bearer {revoked}"}
+            opened = await http.post(url, json=INIT, headers=signed)
+            session = signed | {
+                "mcp-session-id": opened.headers["mcp-session-id"],
+                "mcp-protocol-version": "2025-11-25",
+            }
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            opened, ended = anyio.Event(), anyio.Event()
+
+            async def hold_the_stream() -> None:
+                async with http.stream("GET", url, headers=session | {"Accept": "text/event-stream"}) as stream:
+                    assert stream.status_code == 200
+                    opened.set()
+                    with contextlib.suppress(httpx2.HTTPError):
+                        async for _ in stream.aiter_bytes():
+                            pass
+                ended.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(hold_the_stream)
+                await opened.wait()  # it ends only when the server ends it
+                config.write_text(yaml.safe_dump(doc | {"mcp": doc["mcp"] | {"api_keys": [kept]}}))
+                gk.reload()
+                await await_until(ended.is_set, "the revoked key's stream to end")
+            again = await http.post(url, json={"jsonrpc": "2.0", "id": 3, "method": "ping"}, headers=session)
+            assert again.status_code == 401
