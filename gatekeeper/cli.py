@@ -16,7 +16,7 @@ from rich.table import Table
 from gatekeeper import logs
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import BackendError, GatekeeperError, RequestInvalid
-from gatekeeper.measuring.confidence import samples_to_reach, show
+from gatekeeper.measuring.confidence import category_risk, samples_to_reach, show
 from gatekeeper.measuring.runner import DEFAULT_EFFORTS, RunSettings
 from gatekeeper.measuring.service import MeasurementService, ModelResult
 from gatekeeper.redact import redact, redact_url
@@ -208,7 +208,7 @@ def _decision(profile: Profile, run: RunSettings) -> list[str]:
                     f" < {threshold:.2f}: certified {tier.value}; upper bound {high:.2f}: {above.value} is out of reach"
                 )
             else:
-                more = samples_to_reach(mean, n, threshold, run.risk)
+                more = samples_to_reach(mean, n, threshold, category_risk(run.risk, len(CATEGORIES)))
                 line += f" < {threshold:.2f}: certified {tier.value}; " + (
                     f"about {more} more samples would decide"
                     if more

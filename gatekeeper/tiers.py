@@ -75,6 +75,6 @@ DEFAULT_RISK = 0.05
 # At most this many samples per level (a level stops as soon as its tier is settled or the next
 # tier is out of reach): the cap at which even a model at 0.98 whose failures come as whole
 # samples (the hardest way to be at 0.98) is certified `large` >= 90% of the time at risk 0.05
-# (about 97%; 120 would give about 94%, 100 about 89%: docs/statistics.md). A model passing every
-# check stops after 32 samples, most models at 0.98 after 40-60.
-DEFAULT_SAMPLES = 150
+# (about 98%; 150 would give about 95%: docs/statistics.md). A model passing every check stops
+# after 44 samples, most models at 0.98 after 50-80.
+DEFAULT_SAMPLES = 200

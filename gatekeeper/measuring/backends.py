@@ -30,7 +30,7 @@ class RequestSettings:
     temperature: float | None = 0.0
     max_tokens: int | None = 512
     timeout_s: float = 120.0
-    max_retries: int = 3
+    max_retries: int = 6  # config.BenchSettings.max_retries says why
     backoff_s: float = 0.5
 
 

@@ -49,7 +49,7 @@ fails whole multiplies it by about 1 - c. The bets: c = 0.95, near the best for 
 rarely fails, and c = 0.8 = 1 - p1 / m, the Kelly bet (the growth-optimal lam = (m - p1) /
 (m (1 - m))) for a model at the design score (p1 = 0.02) whose failures come as whole samples,
 tested at toolCalling's threshold (m = 0.1); equal weights. A model passing every check is then
-certified `large` after 32 samples. The mirror's bets (0.1, 0.3, 0.6: the Kelly bet for a rate
+certified `large` after 32 samples at level 0.05, 44 at 0.05 / 3 (below). The mirror's bets (0.1, 0.3, 0.6: the Kelly bet for a rate
 p1 above m is (p1 - m) / (1 - m), small for rates near the cut) make a model clearly below a
 threshold settle in a few dozen samples.
 
@@ -58,6 +58,14 @@ independent evidence (8 clean samples certified `large`), which is false when fa
 a sample are correlated: a model failing every test of a sample with probability 0.12 (true
 toolCalling 0.89, `medium`) was certified `large` in 40 of 100 measurements.
 
+Each category's bounds are computed at level risk / 3 (`category_risk`): the three lower bounds
+then hold together with probability >= 1 - risk (Bonferroni), which is what a reader of the
+stored `scoreIntervals` takes them to say. Per category the bound is nearly tight when failures
+come as whole samples (measured: it ever rose above the truth in 3.8-4.7% of runs at risk 0.05,
+and the three categories' misses come together), so at level risk each the three would
+hold together less often than 1 - risk. The price: a model passing every check is certified
+`large` after 44 samples instead of 32.
+
 Why the tier is too high with probability <= risk
 -------------------------------------------------
 The tier is certified on the lower bounds (`tiers.certified_tier`: the highest tier whose
@@ -65,7 +73,8 @@ thresholds, and every lower tier's, the bounds meet). If it exceeds the true tie
 meet the thresholds of the tier just above T, which the true scores do not (else `compute_tier`
 would give at least that tier): some category c, fixed by the true scores alone, has
 mu_c < theta_c <= low_c. So P(tier too high) <= P(low_c > mu_c) <= risk, one category at a time:
-a per-category bound at level `risk` suffices, and no correction over categories is needed.
+a per-category bound at level `risk` suffices for the tier; the split over categories above is
+for the bounds as stored, and makes the tier's risk at most risk / 3.
 """
 
 from __future__ import annotations
@@ -82,6 +91,12 @@ from gatekeeper.tiers import DEFAULT_RISK, DESIGN_SCORE, Thresholds, Tier, certi
 _BETS = ((0.95, 0.5), (0.8, 0.5))
 _MIRROR_BETS = ((0.1, 1 / 3), (0.3, 1 / 3), (0.6, 1 / 3))
 _BISECTIONS = 40  # of m in [0, 1]: far finer than the 4 decimals a bound is stored with
+
+
+def category_risk(risk: float, categories: int = 3) -> float:
+    """The level of each category's bounds: the stored bounds hold together at level `risk`.
+    `risk` 1 stays 1 (the seed's rule: the point estimates)."""
+    return risk if risk >= 1 else risk / categories
 
 
 @dataclass(frozen=True)

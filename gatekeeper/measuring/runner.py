@@ -21,7 +21,7 @@ from typing import Any
 
 from gatekeeper import logs
 from gatekeeper.measuring.backends import Backend
-from gatekeeper.measuring.confidence import Estimate, estimate, out_of_reach, settled, tier_of
+from gatekeeper.measuring.confidence import Estimate, category_risk, estimate, out_of_reach, settled, tier_of
 from gatekeeper.measuring.effort import effort_ignored
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, TestResult
 from gatekeeper.suite.checks import run_check
@@ -219,7 +219,7 @@ def estimates(samples: list[list[TestRun]], suite: Suite, settings: RunSettings)
         if not suite.by_category(c):
             found[c] = Estimate(0.0, 0.0, 0.0, len(samples))  # a category with no tests scores 0 (fail closed)
         else:
-            found[c] = estimate(failed_shares(samples, suite, c), settings.risk)
+            found[c] = estimate(failed_shares(samples, suite, c), category_risk(settings.risk, len(CATEGORIES)))
     return found
 
 

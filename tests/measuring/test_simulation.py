@@ -14,10 +14,11 @@ import sys
 import pytest
 from conftest import ROOT
 from stochastic import StochasticModel, pass_probabilities, true_scores, true_tier
+from structlog.testing import capture_logs
 
-from gatekeeper.measuring.runner import RunSettings, sweep
+from gatekeeper.measuring.runner import RunSettings, run_test, sweep
 from gatekeeper.suite.loader import CATEGORIES, Suite
-from gatekeeper.tiers import Tier
+from gatekeeper.tiers import Tier, compute_tier
 
 
 def coin_flip_chain(suite: Suite) -> dict[str, float]:
@@ -65,3 +66,59 @@ def test_a_clearly_large_model_is_certified_large_through_the_cli(default_suite,
     # Every sample calls each test's first step, and its second unless the run failed there.
     steps = sum(len(t.all_steps) for t in default_suite.tests)
     assert profile["samples"] * len(default_suite.tests) <= result["calls"] <= profile["samples"] * steps
+
+
+# -- the models a different checker would write (tests/stochastic.py's FaultModel) ----------
+
+
+def test_a_failing_run_scores_the_same_on_every_instance(default_suite):
+    # Partial credit: the chain that stops after step one keeps its first step's checks.
+    from stochastic import failing_score
+
+    assert failing_score(default_suite, "tool_chain_random_ids", "first_step") == pytest.approx(0.3)
+    assert failing_score(default_suite, "tool_chain_random_ids", "wrong_value") == pytest.approx(0.5)
+    assert failing_score(default_suite, "integer_argument", "empty") == 0.0
+
+
+def test_instance_dependent_failures_have_their_counted_probability(default_suite):
+    # integer_argument fails on n in 2..9 of 2..40 (8 of 39 values): the drawn instances agree.
+    from stochastic import Behaviour, FaultModel
+
+    model = FaultModel(default_suite, {"integer_argument": Behaviour(0.2, "empty", by_instance=True)})
+    truth = model.true_scores()["toolCalling"]
+    assert truth == pytest.approx(1 - 2 / 17 * 8 / 39)
+    backend, scores = model.backend(), []
+    for k in range(400):
+        (test,) = [t for t in default_suite.instance("check", k) if t.name == "integer_argument"]
+        run = asyncio.run(run_test(backend, "m", test, None, RunSettings()))
+        scores.append(run.score())
+    assert sum(scores) / len(scores) == pytest.approx(1 - 8 / 39, abs=0.06)  # about 4 standard errors
+
+
+def test_whole_samples_failing_together_are_not_certified_large(default_suite):
+    # Every test of a sample fails with probability 0.125 (true toolCalling 0.88, medium): the
+    # bound that counted a sample's tests as independent evidence certified it large 40% of the time.
+    from stochastic import FaultModel
+
+    model = FaultModel(default_suite, {}, bad_sample=0.125)
+    truth = model.true_scores()
+    assert compute_tier(truth) == Tier.MEDIUM
+    for seed in range(3):
+        measured = asyncio.run(sweep(model.with_seed(seed).backend(), "m", default_suite, ["default"], seed=seed))
+        (profile,) = measured.profiles
+        assert profile.tier != Tier.LARGE
+        assert all(profile.score_intervals[c][0] <= truth[c] for c in CATEGORIES)
+
+
+def test_a_level_stops_once_large_is_out_of_reach(default_suite):
+    # toolCalling about 0.89 (every tool test fails 12% of its runs): medium is certified early,
+    # and large (0.90, the upper bound falling under 0.94) is shown out of reach long before the
+    # 200-sample cap, while settling (the upper bound under 0.90) would take hundreds more.
+    from stochastic import Behaviour, FaultModel
+
+    tools = {t.name: Behaviour(0.12, "empty") for t in default_suite.by_category("toolCalling")}
+    model = FaultModel(default_suite, tools, seed=1)
+    with capture_logs() as logs:
+        (profile,) = asyncio.run(sweep(model.backend(), "m", default_suite, ["default"], seed=1)).profiles
+    assert profile.tier == Tier.MEDIUM and profile.samples < 100
+    assert any(e["event"] == "sampling_stopped" and e["reason"] == "out_of_reach" for e in logs)
