@@ -1,7 +1,9 @@
-"""The proxy's answer side for the in-process SDK wrappers (`gatekeeper.adapters.openai_sdk`,
-`.anthropic_sdk`), over the SDK client's own HTTP client.
+"""The proxy's request step and answer side for the in-process SDK wrappers
+(`gatekeeper.adapters.openai_sdk`, `.anthropic_sdk`), in the SDK client's own HTTP client.
 
-The wrappers gate what a call sends (adapters/_sdk.py); this gates what comes back. A model may
+The wrappers gate a call's keyword arguments (adapters/_sdk.py: typed errors before anything is
+sent); this gates every model request the SDK sends once more, whatever sent it (a method the
+wrappers know, or the SDK's low-level `client.post`), and what comes back. A model may
 call a tool it was never offered (a hallucination, or a prompt naming a hidden tool), and an
 agent framework runs any call whose name it has a tool for: its own tool list is not the gated
 one. So, as the proxy does, a call reaches the SDK only when it calls a tool the request offered
@@ -11,7 +13,9 @@ stripped), and an answer the codec cannot read is an error, never a call.
 It sits in the SDK client's HTTP transport, so every model call the SDK makes is read, whatever
 method made it (`create`, `parse`, `stream`, `with_raw_response`, `with_streaming_response`):
 
-    POST .../chat/completions | .../responses | .../messages  (the request body: the gated one)
+    POST .../chat/completions | .../responses | .../messages
+      -> the proxy's request step (core/admit.py) on the body, as sent; refused: a 400 in the
+         protocol's shape, never sent
       -> the SDK's own HTTP client (its pool, proxies, timeouts) -> the upstream
       -> a plain answer: enforced and re-written; a stream: filtered event by event
       -> the SDK, which parses what it gets
@@ -29,7 +33,8 @@ import orjson
 
 from gatekeeper.core.admit import Admitted, aadmit, admit
 from gatekeeper.core.gatekeeper import Gatekeeper
-from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, GatekeeperError
+from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, GatekeeperError, NotMeasured, RequestInvalid
+from gatekeeper.protocols import fields
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Allowed, Codec, Offered, StreamFilter, may_carry_calls
 from gatekeeper.protocols.chat import loads
@@ -47,10 +52,11 @@ def endpoint(method: str, path: str) -> str | None:
     return next((protocol for suffix, protocol in _ENDPOINTS if path.endswith(suffix)), None)
 
 
-def offers_tools(codec: Codec, body: Any) -> bool:
-    """Whether the request as sent (already gated) offers any tool. One that offers none may
-    receive no call, and costs no tier lookup (nor a measurement)."""
-    return isinstance(body, dict) and bool(codec.offered(body).tools)
+def needs_gate(codec: Codec, body: dict[str, Any]) -> bool:
+    """Whether a model call has anything to gate: a field that offers (or could offer) tools, or
+    one the codec does not know (which the gate refuses). One with neither may receive no call
+    and costs no tier lookup (nor a measurement), as with the proxy's own request step."""
+    return bool(fields.carriers(codec.name, body)) or not body.keys() <= fields.REQUEST_TABLES[codec.name].keys()
 
 
 def allowed(gk: Gatekeeper, codec: Codec, body: Any, admitted: Admitted | None) -> Allowed:
@@ -59,11 +65,6 @@ def allowed(gk: Gatekeeper, codec: Codec, body: Any, admitted: Admitted | None) 
     if admitted is None:
         return Allowed(Offered(), explain=explain)
     return Allowed(codec.offered(body), admitted.resolution.tier, admitted.policy, explain, admitted.gated.servers)
-
-
-def _copy(body: dict[str, Any]) -> dict[str, Any]:
-    copied: dict[str, Any] = orjson.loads(orjson.dumps(body))  # the gate works in place
-    return copied
 
 
 def enforce_plain(codec: Codec, raw: bytes, allowed: Allowed) -> bytes:
@@ -121,32 +122,61 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
     enforces the answers of model calls."""
     httpx = _httpx_of(inner)
 
-    def request_of(request: Any) -> tuple[Codec, Any] | None:
-        """The codec and body of a model call (the request as sent: gated once already, so
-        gating a copy again finds its tier and rules), or None."""
+    def model_call(request: Any, raw: bytes) -> tuple[Codec, dict[str, Any]] | None:
+        """The codec and body of a model call (None: another request, sent as it is)."""
         protocol = endpoint(request.method, request.url.path)
         codec = protocols.codec(protocol) if protocol is not None else None
         if codec is None:
             return None
         try:
-            body = orjson.loads(request.content)
+            body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = None
-        return codec, (_copy(body) if offers_tools(codec, body) else None)
+        if not isinstance(body, dict):
+            raise RequestInvalid(f"the body of a {protocol} call must be a JSON object")
+        return codec, body
 
-    def judge(request: Any) -> tuple[Codec, Allowed] | None:
-        found = request_of(request)
-        if found is None:
-            return None
-        codec, body = found
-        return codec, allowed(gk, codec, body, admit(gk, codec, body) if body is not None else None)
+    def rebuilt(request: Any, body: dict[str, Any]) -> Any:
+        """`request` with the gated body (the SDK's own headers, timeouts and URL)."""
+        headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
+        return httpx.Request(
+            request.method, request.url, headers=headers, content=orjson.dumps(body), extensions=request.extensions
+        )
 
-    async def ajudge(request: Any) -> tuple[Codec, Allowed] | None:
-        found = request_of(request)
+    def refused(codec: Codec, exc: GatekeeperError) -> Any:
+        """The proxy's answer to a request it refuses, in the protocol's shape (the SDK raises its
+        typed error: BadRequestError, or InternalServerError for a 503 under `reject`)."""
+        status = 503 if isinstance(exc, NotMeasured) else 400
+        kind = "service_unavailable" if status == 503 else "invalid_request_error"
+        return httpx.Response(status, json=codec.error_body(status, str(exc), kind, None))
+
+    def judge(request: Any) -> tuple[Any, tuple[Codec, Allowed] | None] | Any:
+        """What to send for `request` (gated) and what its answer may carry; or, for a refused
+        request, the response that says why."""
+        found = model_call(request, request.read())
         if found is None:
-            return None
+            return request, None
         codec, body = found
-        return codec, allowed(gk, codec, body, await aadmit(gk, codec, body) if body is not None else None)
+        if not needs_gate(codec, body):
+            return request, (codec, allowed(gk, codec, None, None))
+        try:
+            admitted = admit(gk, codec, body)
+        except GatekeeperError as exc:
+            return refused(codec, exc)
+        return rebuilt(request, body), (codec, allowed(gk, codec, body, admitted))
+
+    async def ajudge(request: Any) -> tuple[Any, tuple[Codec, Allowed] | None] | Any:
+        found = model_call(request, await request.aread())
+        if found is None:
+            return request, None
+        codec, body = found
+        if not needs_gate(codec, body):
+            return request, (codec, allowed(gk, codec, None, None))
+        try:
+            admitted = await aadmit(gk, codec, body)
+        except GatekeeperError as exc:
+            return refused(codec, exc)
+        return rebuilt(request, body), (codec, allowed(gk, codec, body, admitted))
 
     def headers_of(response: Any) -> list[tuple[str, str]]:
         return [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _REWRITTEN]
@@ -173,10 +203,13 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
         class _Transport(httpx.BaseTransport):  # type: ignore[misc,name-defined]
             def handle_request(self, request: Any) -> Any:
                 judged = judge(request)
+                if not isinstance(judged, tuple):
+                    return judged  # refused: never sent
+                request, judgement = judged
                 response = inner.send(request, stream=True)
-                if judged is None or response.status_code >= 300:
+                if judgement is None or response.status_code >= 300:
                     return response
-                codec, allowed = judged
+                codec, allowed = judgement
                 if streamed(response):
                     answer = AnswerStream(codec.stream_filter(allowed))
                     return httpx.Response(
@@ -207,10 +240,13 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
     class _AsyncTransport(httpx.AsyncBaseTransport):  # type: ignore[misc,name-defined]
         async def handle_async_request(self, request: Any) -> Any:
             judged = await ajudge(request)
+            if not isinstance(judged, tuple):
+                return judged  # refused: never sent
+            request, judgement = judged
             response = await inner.send(request, stream=True)
-            if judged is None or response.status_code >= 300:
+            if judgement is None or response.status_code >= 300:
                 return response
-            codec, allowed = judged
+            codec, allowed = judgement
             if streamed(response):
                 answer = AnswerStream(codec.stream_filter(allowed))
                 return httpx.Response(

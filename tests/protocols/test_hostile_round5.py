@@ -23,6 +23,9 @@ in-process wrappers, `gatekeeper.adapters.openai_sdk` / `.anthropic_sdk`) to a r
   SDK ran `execute_command` for a small model through a gated client. The wrappers now enforce
   answers as the proxy does, in the SDK client's HTTP transport (gatekeeper.inprocess.answers),
   whatever method made the call (`create`, `stream`, `with_raw_response`, the stream helpers).
+  The transport runs the proxy's request step too: the SDK's low-level `client.post(
+  "/chat/completions", body=...)` (public, for endpoints the SDK lacks) sent `execute_command`
+  ungated past every wrapped method.
 - Resources the wrappers did not route were the SDK's own, ungated: openai's
   `beta.chat.completions` and `beta.responses` (the same endpoints), anthropic's
   `beta.messages.tool_runner`, `beta.messages.thread` and `messages.batches.create` (each batch
@@ -520,6 +523,25 @@ def test_a_hidden_call_in_a_wrapped_answer_never_reaches_the_sdk(calling, gk):
         assert stream.get_final_message().content == []
     # the tool was offered to none of them, and the upstream did call it
     assert "execute_command" not in received_text(calling)
+
+
+def test_the_sdks_low_level_post_is_gated_too(upstream, gk):
+    import httpx
+
+    client = gated_openai(upstream, gk)
+    body = {"model": "small-model", "messages": HI, "tools": [CHAT_TOOL]}
+    client.post("/chat/completions", body=body, cast_to=httpx.Response)
+    force = {"type": "function", "function": {"name": "execute_command"}}
+    with pytest.raises(openai.BadRequestError, match="tool_choice forces tool 'execute_command'"):
+        client.post("/chat/completions", body=body | {"tool_choice": force}, cast_to=httpx.Response)
+    claude = gated_claude(upstream, gk)
+    claude.post(
+        "/v1/messages",
+        body={"model": "small-model", "max_tokens": 5, "messages": HI, "tools": [CLAUDE_TOOL]},
+        cast_to=object,
+    )
+    assert len(upstream.requests) == 1 and len(upstream.messages_requests) == 1
+    assert "execute_command" not in received_text(upstream)
 
 
 async def test_a_hidden_call_never_reaches_an_async_wrapped_sdk(calling, gk):
