@@ -11,6 +11,7 @@ must not show it to a client that never had it.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -308,17 +309,20 @@ class Upstream:
 # Shorter values are placeholders (EMPTY, none) more often than secrets, and replacing them
 # would mangle the error's own words (the proxy's rule for the operator's upstream key).
 _MIN_SECRET = 8
+_CREDENTIAL_NAME = re.compile(r"key|token|secret|pass|pwd|auth|credential|cookie|session|private|sig", re.IGNORECASE)
 _PATH_SECRET = 16  # a path segment this long is a key more likely than a word (`mcp`, `v1`, `sse`)
 
 
 def _secrets(config: McpServer) -> tuple[str, ...]:
     """What a server was given that no client may read back: its header values (and the token
-    after a scheme: `Bearer <token>`), its env values, its URL (whole, its password, its query
-    values, and its long path segments: hosted servers put the key in the path, `/s/<key>/mcp`)."""
+    after a scheme: `Bearer <token>`), the values of its env variables named like a credential
+    (`GITHUB_TOKEN`, `API_KEY`; not `NODE_ENV: production`, which would mangle every message
+    with that word), its URL (whole, its password, its query values, and its long path segments:
+    hosted servers put the key in the path, `/s/<key>/mcp`)."""
     found: list[str] = []
     for value in config.headers.values():
         found += [value, value.partition(" ")[2]]
-    found += config.env.values()
+    found += [value for name, value in config.env.items() if _CREDENTIAL_NAME.search(name)]
     if config.url is not None:
         parts = urlsplit(config.url)
         found += [config.url, parts.password or "", *(value for _, value in parse_qsl(parts.query))]
