@@ -50,7 +50,7 @@ def echo() -> None:
     @server.tool(description="Fails with a tool error quoting its credential.")
     def tool_error() -> str:
         _log_call("tool_error")
-        raise ToolError(f"401 for token={token}")
+        raise ToolError(f"401 for token={token} in {os.environ.get('ECHO_MODE', 'no')} mode")
 
     server.run("stdio")
 

@@ -412,7 +412,9 @@ async def test_a_server_s_echo_of_its_headers_or_env_never_reaches_the_client(tm
     with ThreadedServer(echoing_server()) as echoes:
         servers = {
             "http": {"url": f"http://127.0.0.1:{echoes.port}/mcp", "headers": {"Authorization": f"Bearer {SECRET}"}},
-            "stdio": hostile("echo", notes_dir, env={"TOY_DIR": str(notes_dir), "ECHO_TOKEN": token}),
+            "stdio": hostile(
+                "echo", notes_dir, env={"TOY_DIR": str(notes_dir), "ECHO_TOKEN": token, "ECHO_MODE": "production"}
+            ),
         }
         with gateway(tmp_path, default_suite, servers) as proxy:
             await wait_listed(proxy.url + "/mcp/large-model", ["http__whoami", "stdio__rpc_error", "stdio__tool_error"])
@@ -424,7 +426,8 @@ async def test_a_server_s_echo_of_its_headers_or_env_never_reaches_the_client(tm
                 tool_error = await session.call_tool("stdio__tool_error", {})
     shown = [from_http.value.message, str(from_http.value.data), from_stdio.value.message, str(from_stdio.value.data)]
     shown.append(tool_error.content[0].text)
-    assert "lacks the scope" in shown[0] and "401 for token=***" in shown[4] and tool_error.is_error
+    assert "lacks the scope" in shown[0] and tool_error.is_error
+    assert "401 for token=*** in production mode" in shown[4]  # a credential's env value, not any value
     assert all(SECRET not in text and token not in text for text in shown), shown
 
 
