@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from gatekeeper import logs
 from gatekeeper.core.admit import Admitted, aadmit, admit
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, GatekeeperError, NotMeasured, RequestInvalid
@@ -160,7 +161,8 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
         if not needs_gate(codec, body):
             return request, (codec, allowed(gk, codec, None, None))
         try:
-            admitted = admit(gk, codec, body)
+            with logs.request_scope():  # what the step binds to the log context is not the caller's
+                admitted = admit(gk, codec, body)
         except GatekeeperError as exc:
             return refused(codec, exc)
         return rebuilt(request, body), (codec, allowed(gk, codec, body, admitted))
@@ -173,7 +175,8 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
         if not needs_gate(codec, body):
             return request, (codec, allowed(gk, codec, None, None))
         try:
-            admitted = await aadmit(gk, codec, body)
+            with logs.request_scope():
+                admitted = await aadmit(gk, codec, body)
         except GatekeeperError as exc:
             return refused(codec, exc)
         return rebuilt(request, body), (codec, allowed(gk, codec, body, admitted))

@@ -525,6 +525,13 @@ def test_a_hidden_call_in_a_wrapped_answer_never_reaches_the_sdk(calling, gk):
     assert "execute_command" not in received_text(calling)
 
 
+def test_the_transport_leaves_the_callers_log_context_as_it_was(upstream, gk):
+    structlog.contextvars.clear_contextvars()
+    with structlog.contextvars.bound_contextvars(job="mine"):
+        gated_openai(upstream, gk).chat.completions.create(model="small-model", messages=HI, tools=[CHAT_TOOL])
+        assert structlog.contextvars.get_contextvars() == {"job": "mine"}
+
+
 def test_the_sdks_low_level_post_is_gated_too(upstream, gk):
     import httpx
 
