@@ -130,9 +130,9 @@ class StochasticModel:
 # (`by_instance`: the run fails exactly when the test's key variable, an integer or the first
 # declared choice, drawn uniformly by the suite, takes one of the first ceil(fail * size) values
 # of its range: the probability is that count over the size, exactly). And, with probability
-# `bad_sample`, the k-th run of every test (of `bad_categories`) fails together, in `bad_mode`:
-# the runner's k-th sample, so failures within a sample are correlated while samples stay
-# independent. The true score of test t is then exactly
+# `bad_sample`, every test (of `bad_categories`) of the j-th sample fails together, in
+# `bad_mode`, so failures within a sample are correlated while samples stay independent (one
+# effort level at a time: the j-th group of first calls is the j-th sample). The true score of test t is then exactly
 #
 #     mu_t = b_t * S_t(bad_mode) + (1 - b_t) * (f_t * S_t(mode_t) + (1 - f_t))
 #
@@ -331,6 +331,7 @@ class FaultModel:
             t.name: instance_failures(suite, t, b) for t in suite.tests if (b := self.behaviours[t.name]).by_instance
         }
         self._runs: dict[str, int] = {}
+        self._firsts = 0  # first-step calls answered (a measurement's samples are sequential)
         self._decided: dict[tuple[str, str], str] = {}  # (test, first prompt) -> "pass" | "fail" | "bad"
         self._lock = threading.Lock()
 
@@ -338,6 +339,7 @@ class FaultModel:
         """The same model, fresh, drawing from another seed (the checks above are not redone)."""
         clone = copy.copy(self)
         clone.seed, clone._runs, clone._decided, clone._lock = seed, {}, {}, threading.Lock()
+        clone._firsts = 0
         return clone
 
     def true_scores(self) -> dict[str, float]:
@@ -361,11 +363,15 @@ class FaultModel:
         behaviour = self.behaviours[test.name]
         with self._lock:
             if step == 0:
-                # One sample at a time per test (the runner's samples are sequential): the k-th
-                # run of every test belongs to the k-th sample.
+                # The runner's samples are sequential and each starts every test once, so the
+                # j-th group of len(tests) first calls is the j-th sample: its latent is drawn
+                # from j. (Not from each test's own run count: sentence_counted_random can draw
+                # exactly sentence_seven_words' prompt, and a count per located test would then
+                # shift one test's latent onto the next sample, making samples dependent.)
                 k = self._runs[test.name] = self._runs.get(test.name, -1) + 1
+                j, self._firsts = self._firsts // len(self.suite.tests), self._firsts + 1
                 bad = test.category in self.bad_categories and (
-                    random.Random(f"{self.seed}/bad-sample/{k}").random() < self.bad_sample
+                    random.Random(f"{self.seed}/bad-sample/{j}").random() < self.bad_sample
                 )
                 coin = random.Random(f"{self.seed}/{test.name}/{k}").random() < behaviour.fail
                 self._decided[(test.name, first)] = "bad" if bad else "fail" if coin else "pass"
