@@ -39,7 +39,7 @@ from gatekeeper.protocols import fields
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Allowed, Codec, Offered, StreamFilter, may_carry_calls
 from gatekeeper.protocols.chat import loads
-from gatekeeper.server.sse import SSEParser, encode
+from gatekeeper.protocols.sse import SSEParser, encode
 
 _ENDPOINTS = (("/chat/completions", "chat"), ("/responses", "responses"), ("/messages", "messages"))
 # Headers of the upstream's answer that describe bytes the client no longer gets as they were.

@@ -46,8 +46,8 @@ from gatekeeper.protocols.base import (
     may_carry_calls,
 )
 from gatekeeper.protocols.chat import loads
+from gatekeeper.protocols.sse import encode
 from gatekeeper.server.mounts import Upstreams
-from gatekeeper.server.sse import encode
 from gatekeeper.server.upstream import (
     TransferError,
     UpstreamAnswer,

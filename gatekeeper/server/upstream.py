@@ -37,8 +37,8 @@ from gatekeeper import logs, metrics
 from gatekeeper.config import Upstream as UpstreamSettings
 from gatekeeper.errors import ProxyError
 from gatekeeper.protocols.base import Event
+from gatekeeper.protocols.sse import SSEParser
 from gatekeeper.redact import redact_url, scrub
-from gatekeeper.server.sse import SSEParser
 
 # Headers that describe one hop, or that the client library recomputes: never copied across the
 # proxy, either way. `x-request-id` stays here too: some servers (llama.cpp's) reject ids that

@@ -22,6 +22,7 @@ import ast
 import random
 import re
 import string
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -196,9 +197,17 @@ _OPS: dict[type, Callable[[int, int], int]] = {
 }
 
 
+# CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state: two threads
+# parsing at once can raise "SystemError: AST constructor recursion depth mismatch" (python/cpython
+# gh-106905, pytest-dev/pytest#10763; seen here when a suite loaded in a proxy's thread while
+# another loaded in the test's), so this module's parses take turns.
+_AST_LOCK = threading.Lock()
+
+
 def _parse(expression: str, where: str) -> ast.expr:
     try:
-        tree = ast.parse(expression.strip(), mode="eval").body
+        with _AST_LOCK:
+            tree = ast.parse(expression.strip(), mode="eval").body
     except SyntaxError:
         raise TemplateError(f"{where}: cannot read template '{{{{{expression}}}}}'") from None
     for node in ast.walk(tree):

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scripted import RawAnswer, RawUpstream
 
-from gatekeeper.server.sse import SSEParser
+from gatekeeper.protocols.sse import SSEParser
 from gatekeeper.tiers import Tier
 
 OFFERED = {"read_file"}

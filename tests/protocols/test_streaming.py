@@ -9,7 +9,7 @@ import pytest
 from gatekeeper.errors import AnswerInvalid
 from gatekeeper.protocols.base import Event
 from gatekeeper.protocols.chat import ChatCodec, ChatStreamFilter
-from gatekeeper.server.sse import SSEParser, encode
+from gatekeeper.protocols.sse import SSEParser, encode
 
 
 def parse_all(raw: bytes, step: int | None = None) -> list[Event]:
