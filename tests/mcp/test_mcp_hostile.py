@@ -716,9 +716,13 @@ async def test_a_session_that_does_not_read_its_stream_does_not_hold_up_the_othe
                 watched_session(url + "rising-model", heard) as (listening, _),
             ):
                 assert await tool_names(stuck) == await tool_names(listening) == NOTES_SMALL
+                # First both are heard (so the listening client's event stream is surely open:
+                # a notification sent before the client opened it would be lost, stuck or not).
+                gk.store.save([make_profile("rising-model", Tier.MEDIUM, default_suite)])
+                await await_until(lambda: list_changed(heard) == 1, "list_changed before any session is stuck")
                 app.state.mcp._watched[stuck_id()].session = Stuck()  # listed first: told first
                 gk.store.save([make_profile("rising-model", Tier.LARGE, default_suite)])
-                await await_until(lambda: list_changed(heard) == 1, "list_changed beside a stuck session")
+                await await_until(lambda: list_changed(heard) == 2, "list_changed beside a stuck session")
 
 
 async def test_a_sessionless_request_naming_another_s_session_id_does_not_take_over_its_notifications(
