@@ -332,8 +332,13 @@ def _secrets(config: McpServer) -> tuple[str, ...]:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        return _describe(exc.exceptions[0])
+    if isinstance(exc, BaseExceptionGroup):
+        # A timeout inside the SDK's task group may come with what it caused (a cancelled read,
+        # a closed stream): the timeout is the cause, whichever the group lists first.
+        if exc.subgroup(lambda e: isinstance(e, TimeoutError)) is not None:
+            return "it did not answer in time"
+        if len(exc.exceptions) == 1:
+            return _describe(exc.exceptions[0])
     if isinstance(exc, TimeoutError):
         return "it did not answer in time"
     text = str(exc).strip()
