@@ -86,6 +86,7 @@ import anthropic
 import openai
 import pytest
 import structlog
+import test_hostile_litellm
 from anthropic.types import ToolUseBlock
 from conftest import TOOLS, running_proxy, settings_for, wait_until
 from openai.types.responses import ResponseFunctionToolCall, ResponseToolSearchOutputItem
@@ -434,35 +435,9 @@ def test_an_approval_naming_two_requests_judges_both(store_path, default_suite):
 # -- the LiteLLM hook: keys LiteLLM does not own reach the provider -----------------------------------
 
 
-@pytest.fixture(scope="module")
-def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[openai.OpenAI, NativeServer]]:
-    """A real LiteLLM proxy with gatekeeper's hook: local-model (measured small) and big-model
-    (measured large, its upstream overloaded), one upstream."""
-    import yaml
-    from conftest import ROOT, make_profile, seed_store
-    from serving import litellm_served
-
-    from gatekeeper.tiers import Tier
-
-    tmp = tmp_path_factory.mktemp("litellm")
-    store = tmp / "models_profile.json"
-    seed_store(
-        store,
-        make_profile("local-model", Tier.SMALL, default_suite),
-        make_profile("big-model", Tier.LARGE, default_suite),
-    )
-
-    def overloaded_big_model(body: dict) -> dict:
-        return {"status": 503, "error": "overloaded"} if body["model"] == "big-model" else {"content": "ok"}
-
-    with NativeServer(overloaded_big_model) as upstream:
-        config = yaml.safe_load((ROOT / "examples/litellm_config.yaml").read_text())
-        local = config["model_list"][0]
-        local["litellm_params"]["api_base"] = upstream.base_url
-        big = {"model_name": "big-model", "litellm_params": dict(local["litellm_params"], model="openai/big-model")}
-        config["model_list"].append(big)
-        with litellm_served(config, upstream.base_url, store, tmp, timeout_s=180) as (url, key):
-            yield openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60), upstream
+# LiteLLM serving big-model (large, overloaded) and local-model (small): the same proxy as
+# test_hostile_litellm.py's, started once more for this module.
+litellm_proxy = test_hostile_litellm.litellm_proxy
 
 
 def test_the_litellm_hook_checks_keys_litellm_would_pass_to_the_provider(litellm_proxy):
