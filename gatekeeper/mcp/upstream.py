@@ -15,7 +15,7 @@ import re
 import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 import anyio
@@ -40,6 +40,7 @@ HEALTH_INTERVAL_S = 10.0
 # Reconnection backoff: doubles from the first delay up to the last; a connection that served
 # its listing resets it.
 BACKOFF_S = (0.5, 30.0)
+T = TypeVar("T")  # an item of a relayed list
 # Bounds on what one listing may hold: a server that pages forever is misbehaving.
 MAX_PAGES = 100
 MAX_TOOLS = 10_000
@@ -244,29 +245,24 @@ class Upstream:
 
     async def list_resources(self) -> list[types.Resource]:
         session = self._live()
-        found: list[types.Resource] = []
-        cursor: str | None = None
-        for _ in range(MAX_PAGES):
-            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-            page: types.ListResourcesResult = await self._deadline(
-                "resources/list", session.list_resources(params=params)
-            )
-            found += page.resources
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        return found
+        return await self._every_page("resources/list", session.list_resources, lambda page: page.resources)
 
     async def list_resource_templates(self) -> list[types.ResourceTemplate]:
         session = self._live()
-        found: list[types.ResourceTemplate] = []
+        return await self._every_page(
+            "resources/templates/list", session.list_resource_templates, lambda page: page.resource_templates
+        )
+
+    async def _every_page(
+        self, method: str, fetch: Callable[..., Awaitable[Any]], items: Callable[[Any], list[T]]
+    ) -> list[T]:
+        """What a relayed list returns over its pages, each within the deadline (at most MAX_PAGES)."""
+        found: list[T] = []
         cursor: str | None = None
         for _ in range(MAX_PAGES):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-            page: types.ListResourceTemplatesResult = await self._deadline(
-                "resources/templates/list", session.list_resource_templates(params=params)
-            )
-            found += page.resource_templates
+            page = await self._deadline(method, fetch(params=params))
+            found += items(page)
             cursor = page.next_cursor
             if cursor is None:
                 break
@@ -278,16 +274,7 @@ class Upstream:
 
     async def list_prompts(self) -> list[types.Prompt]:
         session = self._live()
-        found: list[types.Prompt] = []
-        cursor: str | None = None
-        for _ in range(MAX_PAGES):
-            params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
-            page: types.ListPromptsResult = await self._deadline("prompts/list", session.list_prompts(params=params))
-            found += page.prompts
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        return found
+        return await self._every_page("prompts/list", session.list_prompts, lambda page: page.prompts)
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
         result: types.GetPromptResult = await self._deadline("prompts/get", self._live().get_prompt(name, arguments))
