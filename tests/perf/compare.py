@@ -483,7 +483,15 @@ def run_load(
 async def measure_stream(url: str, n: int, body: bytes | None = None) -> tuple[float, float, int]:
     """Median time to first event and to the end, over n streamed requests on one connection."""
     host, port, raw = loadgen.request_bytes(url, body if body is not None else request_body(stream=True))
-    reader, writer = await asyncio.open_connection(host, port)
+
+    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        for _ in range(10):  # a process just resumed from SIGSTOP may reset the first connection
+            with contextlib.suppress(ConnectionError):
+                return await asyncio.open_connection(host, port)
+            await asyncio.sleep(0.5)
+        return await asyncio.open_connection(host, port)
+
+    reader, writer = await connect()
     ttfb, total, errors = [], [], 0
     try:
         for i in range(n + 3):
@@ -492,7 +500,7 @@ async def measure_stream(url: str, n: int, body: bytes | None = None) -> tuple[f
             except (TimeoutError, RuntimeError, asyncio.IncompleteReadError, ConnectionError):
                 errors += 1
                 writer.close()
-                reader, writer = await asyncio.open_connection(host, port)
+                reader, writer = await connect()
                 continue
             if i >= 3:  # warm-up
                 ttfb.append(first)
