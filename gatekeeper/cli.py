@@ -28,7 +28,8 @@ from gatekeeper.tiers import Tier
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure models; gate the tools they see.")
 suite_app = typer.Typer(no_args_is_help=True, help="Check the benchmark suite.")
 app.add_typer(suite_app, name="suite")
-err = Console(stderr=True)
+# soft_wrap: an error stays one line ("FILE: why") at any terminal width, as scripts grep it.
+err = Console(stderr=True, soft_wrap=True)
 
 if TYPE_CHECKING:
     from gatekeeper.core.gatekeeper import Gatekeeper

@@ -21,8 +21,29 @@ class Tier(StrEnum):
         """True when a model at this tier may see a tool that requires `required`."""
         return _RANK[self] >= _RANK[required]
 
+    # Ordered by trust (small < medium < large), not as the strings compare ("large" < "small"):
+    # outside code sorts and compares tiers, and the string order would rank large lowest.
+    def __lt__(self, other: object) -> bool:
+        return self.rank < _rank_of(other)
+
+    def __le__(self, other: object) -> bool:
+        return self.rank <= _rank_of(other)
+
+    def __gt__(self, other: object) -> bool:
+        return self.rank > _rank_of(other)
+
+    def __ge__(self, other: object) -> bool:
+        return self.rank >= _rank_of(other)
+
 
 _RANK = {Tier.SMALL: 0, Tier.MEDIUM: 1, Tier.LARGE: 2}
+
+
+def _rank_of(other: object) -> int:
+    """A tier's rank; a tier's name ("medium") compares as that tier, anything else cannot."""
+    if isinstance(other, str) and other in _RANK:
+        return _RANK[Tier(other)]
+    raise TypeError(f"a Tier compares with a Tier or 'small' | 'medium' | 'large', not {other!r}")
 
 
 def lowest(*tiers: Tier) -> Tier:
