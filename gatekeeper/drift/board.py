@@ -24,12 +24,10 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from gatekeeper import logs
 from gatekeeper.redact import redact_url
-from gatekeeper.store.redis import listen
+from gatekeeper.store.redis import connect, listen
 
 log = logs.get_logger("gatekeeper.drift.window")
 
@@ -46,14 +44,7 @@ class RedisDemotionBoard:
     def __init__(self, url: str, *, timeout_s: float = 1.0) -> None:
         self.location = redact_url(url)  # what logs show: never the password
         self.origin = uuid.uuid4().hex[:12]
-        # Short timeouts, no retries: the worker thread must never hang on Redis.
-        self._redis = redis.Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            health_check_interval=5,
-        )
+        self._redis = connect(url, timeout_s)  # fails fast: the worker thread never hangs on Redis
         self._pending: list[tuple[str, Any]] = []  # ("demoted", record) | ("ended", (slot, why)) while down
         self._lock = threading.Lock()
         self._writing = threading.Lock()

@@ -101,15 +101,7 @@ class RedisStore:
 
     def __init__(self, url: str, *, listen: bool = True, timeout_s: float = 1.0) -> None:
         self.location = redact_url(url)  # what logs, errors and pages show: never the password
-        # Few retries and short timeouts: a request must never hang on Redis; the listener
-        # thread, not the caller, does the reconnecting.
-        self._redis = redis.Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            health_check_interval=5,
-        )
+        self._redis = connect(url, timeout_s)
         self._listen = listen
         self._lock = threading.Lock()
         self._data = StoreData()
@@ -486,6 +478,18 @@ def _quietly(close: Callable[[], T]) -> None:
     # Closing a broken connection may fail; there is nothing to do about it.
     with contextlib.suppress(Exception):
         close()
+
+
+def connect(url: str, timeout_s: float) -> redis.Redis:
+    """A client that fails fast (short timeouts, no retries): no caller may hang on Redis; the
+    listener threads, not the callers, do the reconnecting."""
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=5,
+    )
 
 
 def listen(

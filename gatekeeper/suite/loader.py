@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
@@ -52,22 +52,9 @@ CheckType = Literal[
     "tool_arg_regex",
 ]
 
-_NEEDS_VALUE = {
-    "word_count",
-    "line_count",
-    "first_word",
-    "last_word",
-    "contains",
-    "not_contains",
-    "regex",
-    "not_regex",
-    "json_path_equals",
-    "json_path_type",
-    "json_path_length",
-    "tool_called",
-    "tool_arg_equals",
-    "tool_arg_regex",
-}
+# Every check type names what it expects (`value`) but these three, which judge the answer alone
+# (tool_not_called without a value: no tool called at all).
+_NEEDS_VALUE = set(get_args(CheckType)) - {"not_empty", "json_valid", "tool_not_called"}
 _NEEDS_PATH = {"json_path_equals", "json_path_type", "json_path_length"}
 _NEEDS_ARG = {"tool_arg_equals", "tool_arg_regex"}
 _REGEX = {"regex", "not_regex", "tool_arg_regex"}
