@@ -20,12 +20,14 @@ from importlib import metadata
 from pathlib import Path
 
 import answers
+import httpx
 import pytest
-from conftest import ROOT
+from conftest import ROOT, make_profile, seed_store, tool, wait_serving
 from packaging.requirements import Requirement
-from scripted import ScriptedServer, SuiteScript
+from scripted import ScriptedServer, SuiteScript, free_port
 
 from gatekeeper.suite.loader import suite_hash
+from gatekeeper.tiers import Tier
 
 # What a wheel build reads: everything else in the checkout (tests, .venv, build/) stays out.
 SOURCES = ("pyproject.toml", "README.md", "gatekeeper", "adapters", "benchmarks")
@@ -200,3 +202,43 @@ def test_the_installed_command_measures_a_model_with_the_shipped_suite(venv, tmp
     assert profile["tier"] == "large" and profile["testsHash"] == suite_hash(ROOT / "benchmarks")
     assert json.loads(store.read_text())["profiles"]["scripted@default"]["tier"] == "large"
     assert upstream.requests, "the measurement went through the scripted upstream"
+
+
+def test_the_installed_command_without_extras_helps_and_serves_the_proxy(venv, tmp_path, default_suite):
+    """`pip install gatekeeper` alone: `--help` works and `serve` gates a request (no redis, mcp,
+    otel or local model in this venv: only the wheel's own dependencies)."""
+    missing = _run(
+        venv / "bin" / "python",
+        "-c",
+        "import importlib.util as u; print([m for m in ('redis', 'mcp', 'opentelemetry', 'llama_cpp') if u.find_spec(m)])",
+        env=_clean_env(),
+    )
+    assert missing.strip() == "[]"
+    assert "serve" in _run(venv / "bin" / "gatekeeper", "--help", cwd=tmp_path, env=_clean_env())
+    store = tmp_path / "models_profile.json"
+    seed_store(store, make_profile("m", Tier.SMALL, default_suite))
+    with ScriptedServer() as upstream:
+        config = tmp_path / "gatekeeper.yaml"
+        config.write_text(
+            f"upstream:\n  base_url: {upstream.base_url}\nstore: {store}\n"
+            "tools:\n  required_tier:\n    execute_command: large\n"
+        )
+        port = free_port()
+        command = [venv / "bin" / "gatekeeper", "serve", "--config", config, "--port", str(port)]
+        process = subprocess.Popen([str(c) for c in command], cwd=tmp_path, env=_clean_env(), stderr=subprocess.PIPE)
+        try:
+            wait_serving(f"http://127.0.0.1:{port}/healthz", process)
+            answer = httpx.post(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                json={
+                    "model": "m",
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "tools": [tool("read_file"), tool("execute_command")],
+                },
+                timeout=30,
+            )
+        finally:
+            process.terminate()
+            process.communicate(timeout=20)
+    assert answer.status_code == 200 and answer.headers["x-gatekeeper-tier"] == "small"
+    assert [t["function"]["name"] for t in upstream.requests[-1]["tools"]] == ["read_file"]
