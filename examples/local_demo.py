@@ -375,7 +375,8 @@ def send_agent_request(
         if measuring:
             event = proxy.last_event()
             last = f" · proxy: {event.get('event')}" if event else ""
-            update(f"{min(answered, suite_calls)}/{suite_calls} suite calls answered{last}")
+            sample, done = divmod(answered, suite_calls)  # a measurement runs the suite once per sample
+            update(f"sample {sample + 1}: {done}/{suite_calls} suite calls answered{last}")
         else:
             update("waiting for the answer")
     if "error" in outcome:
