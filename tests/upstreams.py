@@ -76,9 +76,11 @@ class NativeServer(ScriptedServer):
         return output + list(reply.get("items") or [])
 
     @staticmethod
-    def _response(body: dict[str, Any], output: list[dict[str, Any]], status: str = "completed") -> dict[str, Any]:
+    def _response(
+        body: dict[str, Any], output: list[dict[str, Any]], status: str = "completed", response_id: str = "resp_native"
+    ) -> dict[str, Any]:
         return {
-            "id": "resp_native",
+            "id": response_id,
             "object": "response",
             "created_at": 0,
             "status": status,
@@ -111,11 +113,15 @@ class NativeServer(ScriptedServer):
                 status_code=reply["status"],
             )
         output = self._output(reply)
+        # Each answer its own id, as a real upstream's: LangGraph merges messages that share one.
+        response_id = f"resp_{uuid.uuid4().hex[:8]}"
         if body.get("stream"):
-            return StreamingResponse(self._responses_stream(body, output), media_type="text/event-stream")
-        return JSONResponse(self._response(body, output))
+            return StreamingResponse(self._responses_stream(body, output, response_id), media_type="text/event-stream")
+        return JSONResponse(self._response(body, output, response_id=response_id))
 
-    async def _responses_stream(self, body: dict[str, Any], output: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    async def _responses_stream(
+        self, body: dict[str, Any], output: list[dict[str, Any]], response_id: str
+    ) -> AsyncIterator[bytes]:
         sequence = 0
 
         def event(kind: str, **fields: Any) -> bytes:
@@ -123,8 +129,8 @@ class NativeServer(ScriptedServer):
             sequence += 1
             return _sse(kind, {"type": kind, "sequence_number": sequence - 1, **fields}, self.newline)
 
-        yield event("response.created", response=self._response(body, [], "in_progress"))
-        yield event("response.in_progress", response=self._response(body, [], "in_progress"))
+        yield event("response.created", response=self._response(body, [], "in_progress", response_id))
+        yield event("response.in_progress", response=self._response(body, [], "in_progress", response_id))
         for index, item in enumerate(output):
             if item["type"] == "message":
                 text = item["content"][0]["text"]
@@ -188,7 +194,7 @@ class NativeServer(ScriptedServer):
             else:
                 yield event("response.output_item.added", output_index=index, item=item)
             yield event("response.output_item.done", output_index=index, item=item)
-        yield event("response.completed", response=self._response(body, output))
+        yield event("response.completed", response=self._response(body, output, response_id=response_id))
 
     # -- Messages --------------------------------------------------------------------------
 
@@ -217,11 +223,14 @@ class NativeServer(ScriptedServer):
             )
         content = self._content(reply)
         stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
+        message_id = f"msg_{uuid.uuid4().hex[:8]}"
         if body.get("stream"):
-            return StreamingResponse(self._messages_stream(body, content, stop), media_type="text/event-stream")
+            return StreamingResponse(
+                self._messages_stream(body, content, stop, message_id), media_type="text/event-stream"
+            )
         return JSONResponse(
             {
-                "id": "msg_native",
+                "id": message_id,
                 "type": "message",
                 "role": "assistant",
                 "model": body["model"],
@@ -233,7 +242,7 @@ class NativeServer(ScriptedServer):
         )
 
     async def _messages_stream(
-        self, body: dict[str, Any], content: list[dict[str, Any]], stop: str
+        self, body: dict[str, Any], content: list[dict[str, Any]], stop: str, message_id: str
     ) -> AsyncIterator[bytes]:
         def event(kind: str, **fields: Any) -> bytes:
             return _sse(kind, {"type": kind, **fields}, self.newline)
@@ -241,7 +250,7 @@ class NativeServer(ScriptedServer):
         yield event(
             "message_start",
             message={
-                "id": "msg_native",
+                "id": message_id,
                 "type": "message",
                 "role": "assistant",
                 "model": body["model"],
