@@ -81,7 +81,7 @@ def _run_codex(codex: Path, proxy: Proxy, tmp_path: Path) -> subprocess.Complete
     )
 
 
-def _translated_proxy(upstream: NativeServer, store_path: Path, suite: Any, web_search: str) -> Any:
+def _translated_proxy(upstream: NativeServer, store_path: Path, suite: Any, web_search: str, **changes: Any) -> Any:
     rules = {"exec_command": "large", "write_stdin": "large", "web_search": web_search}
     return small_model_proxy(
         upstream.base_url,
@@ -89,6 +89,7 @@ def _translated_proxy(upstream: NativeServer, store_path: Path, suite: Any, web_
         suite,
         upstream={"base_url": upstream.base_url, "protocols": ["chat"]},
         tools={"default_tier": "small", "required_tier": rules},
+        **changes,
     )
 
 
@@ -115,3 +116,15 @@ def test_codex_web_search_the_tier_admits_is_refused_not_dropped(codex, store_pa
     assert done.returncode != 0
     assert "web_search" in done.stderr and "chat-only upstream" in done.stderr
     assert upstream.requests == []
+
+
+def test_codex_through_a_chat_only_upstream_runs_no_hidden_call(codex, store_path, default_suite, tmp_path):
+    """The model calls the hidden shell tool; under `blocked_calls: explain` (the default) Codex
+    reads the explanation instead of the call, runs nothing and ends its turn."""
+    with NativeServer(lambda body: ANSWER) as upstream:
+        with _translated_proxy(upstream, store_path, default_suite, "large", blocked_calls="explain") as proxy:
+            done = _run_codex(codex, proxy, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # `codex exec` prints the turn's last message: the explanation, which follows the model's text
+    assert "A call to the tool `exec_command` was removed: it needs tier large" in done.stdout
+    assert len(upstream.requests) == 1  # no tool ran, so no second turn with its output
