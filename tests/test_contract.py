@@ -90,11 +90,17 @@ def test_suite_validate_fails_with_file_colon_why_on_one_line(tmp_path, text, wh
     (tmp_path / "10_good.json").write_text(_test_file("good"))
     (tmp_path / "20_bad.json").write_text(text)
     done = cli("suite", "validate", tmp_path)
-    assert done.returncode != 0
+    assert done.returncode == 1
     # One line, whatever the terminal's width: scripts grep for "FILE: why".
     line = next(line for line in done.stderr.splitlines() if "20_bad.json" in line)
     assert "20_bad.json: " in line and why in line.split("20_bad.json: ", 1)[1]
     assert cli("suite", "validate", tmp_path / "missing").returncode != 0
+
+
+def test_a_bad_invocation_exits_2_naming_what_is_wrong():
+    done = cli("bench")
+    assert done.returncode == 2 and "MODEL" in done.stderr
+    assert cli("bench", "m", "--effort", "low,low").returncode == 2
 
 
 def test_suite_validate_accepts_a_valid_suite_with_exit_0(tmp_path):
@@ -174,7 +180,7 @@ def test_bench_exits_non_zero_and_stores_nothing_when_the_backend_fails(tmp_path
     with ScriptedServer(lambda body: {"status": 500, "error": "down"}) as upstream:
         config = _point_estimate_config(tmp_path, upstream, store)
         done = cli("bench", "m-a", "--config", config, "--effort", "low", "--samples", "1", "--json")
-    assert done.returncode != 0
+    assert done.returncode == 1
     assert not store.exists() or json.loads(store.read_text())["profiles"] == {}
 
 
@@ -252,7 +258,7 @@ def test_the_documented_defaults(tmp_path):
 )
 def test_serve_refuses_a_bad_config_at_start_naming_the_key(tmp_path, doc, path):
     done = cli("serve", "--config", config_file(tmp_path, **doc), "--port", "1", timeout=60)
-    assert done.returncode != 0
+    assert done.returncode == 2
     assert path in " ".join(done.stderr.split())
 
 
@@ -510,3 +516,49 @@ def test_tiers_are_ordered_by_trust():
     assert sorted([Tier.LARGE, Tier.SMALL, Tier.MEDIUM]) == [Tier.SMALL, Tier.MEDIUM, Tier.LARGE]
     assert Tier.SMALL < Tier.MEDIUM < Tier.LARGE and max(Tier) == Tier.LARGE
     assert Tier.LARGE >= "medium" and Tier("small") == "small"
+
+
+def test_a_model_name_may_contain_at_and_the_effort_is_keyed_as_sent(upstream, store_path, default_suite):
+    seed_store(store_path, make_profile("org/m@v2", Tier.MEDIUM, default_suite, effort="low"))
+    with running_proxy(settings_for(upstream.base_url, store_path)) as running:
+        raw = running.client.chat.completions.with_raw_response.create(
+            model="org/m@v2", reasoning_effort="low", messages=[{"role": "user", "content": "hi"}], tools=TOOLS
+        )
+        assert (raw.headers["x-gatekeeper-tier"], raw.headers["x-gatekeeper-profile"]) == ("medium", "measured")
+        assert _agent_request(upstream)["reasoning_effort"] == "low"  # forwarded as sent
+        # no effort: the key org/m@v2@default, not measured
+        raw = running.client.chat.completions.with_raw_response.create(
+            model="org/m@v2", messages=[{"role": "user", "content": "hi"}], tools=TOOLS
+        )
+        assert raw.headers["x-gatekeeper-tier"] == "small" and raw.headers["x-gatekeeper-profile"] != "measured"
+        assert "reasoning_effort" not in _agent_request(upstream)
+
+
+def test_a_safe_client_request_id_is_kept(proxy):
+    answer = httpx.post(
+        proxy.url + "/v1/chat/completions",
+        json={"model": "small-model", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"x-request-id": "req-contract-1"},
+    )
+    assert answer.status_code == 200 and answer.headers["x-request-id"] == "req-contract-1"
+
+
+def test_unknown_models_reject_is_a_503_and_nothing_is_forwarded(upstream, store_path):
+    with running_proxy(settings_for(upstream.base_url, store_path, unknown_models="reject")) as running:
+        with pytest.raises(openai.APIStatusError) as refused:
+            running.client.chat.completions.create(model="never-seen", messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.status_code == 503
+    assert not [b for b in upstream.requests if b["messages"][-1].get("content") == "hi"]
+
+
+def test_unknown_models_wait_serves_the_measured_tier(store_path, default_suite):
+    with measuring_upstream(default_suite) as upstream:
+        settings = settings_for(
+            upstream.base_url, store_path, unknown_models="wait", bench={"risk": 1, "samples": 1, "max_retries": 0}
+        )
+        with running_proxy(settings) as running:
+            raw = running.client.chat.completions.with_raw_response.create(
+                model="fresh-model", messages=[{"role": "user", "content": "hi"}], tools=TOOLS
+            )
+    assert (raw.headers["x-gatekeeper-tier"], raw.headers["x-gatekeeper-profile"]) == ("large", "measured")
+    assert "fresh-model@default" in JsonFileStore(store_path).load().profiles
