@@ -113,6 +113,11 @@ _EVENTS = frozenset(
 _DELTAS = frozenset(
     {"text_delta", "input_json_delta", "citations_delta", "thinking_delta", "signature_delta", "compaction_delta"}
 )
+# What a message_delta / message_stop event may say (anthropic/types/beta/beta_raw_message_delta_event.py,
+# beta_raw_message_stop_event.py): the content arrives in content_block events only, so anything
+# else in these (a `content` list with a tool_use, a whole `message`) is removed, never relayed.
+_MESSAGE_DELTA = frozenset({"type", "delta", "usage", "context_management"})
+_DELTA_FIELDS = frozenset({"stop_reason", "stop_sequence", "stop_details", "container"})
 
 # Thinking budget -> effort (see the module docstring).
 _BUDGET_EFFORT = ((16384, "high"), (4096, "medium"), (0, "low"))
@@ -693,6 +698,10 @@ class MessagesStreamFilter:
                 raise AnswerInvalid("a message_delta event has no 'delta' object")
             if delta.get("stop_reason") == "tool_use" and self.result.removed and not self._tool_uses_kept:
                 delta["stop_reason"] = "end_turn"
+            docs = [{k: v for k, v in doc.items() if k in _MESSAGE_DELTA}]
+            docs[0]["delta"] = {k: v for k, v in delta.items() if k in _DELTA_FIELDS}
+        elif kind == "message_stop":
+            docs = [{"type": "message_stop"}]
         elif "index" in doc or "content_block" in doc:
             raise AnswerInvalid(f"a {kind!r} event carries a content block index it should not")
         self._ended = kind in _TERMINAL
