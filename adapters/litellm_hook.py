@@ -15,25 +15,36 @@ semantics as gatekeeper's own proxy:
     `output_config.effort` or the thinking budget's mapping.
 Any other call type that carries a tool field (`tools`, `tool_choice`, `functions`, `mcp_servers`)
 is refused with a 400: gatekeeper cannot tell how it carries tools, so it never passes ungated.
+
+Answers are enforced as the proxy enforces them (LiteLLM's post-call hooks): a model may call a
+tool it was never offered (a hallucination, or a prompt naming a hidden tool), so a call is kept
+only for a tool the gated request offered under the same kind. A plain answer has such a call
+removed (or explained, `blocked_calls`); a streamed one is cut with an error at the chunk that
+starts it (LiteLLM's chunks are its own objects, which the hook cannot rewrite faithfully).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator
 from typing import Any
 
 import structlog
 from litellm.integrations.custom_logger import CustomLogger
 
 from gatekeeper import (
+    AnswerGate,
+    AnswerInvalid,
     ConfigError,
     Gatekeeper,
     GatekeeperError,
     NotMeasured,
     RequestInvalid,
+    StreamJudge,
     ToolChoiceBlocked,
-    agate_body,
+    agate_call,
     tool_carriers,
     unlisted_fields,
 )
@@ -77,6 +88,11 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
         super().__init__(**kwargs)
         self._gk = gk
         self._lock = threading.Lock()
+        # Each gated request's answer side, until its answer comes back (by the request dict's
+        # identity: LiteLLM hands the post-call hooks the dict the pre-call hook returned). A
+        # call that fails never comes back, so the table is bounded: the oldest entry goes first,
+        # and an answer whose entry is gone is judged as offered nothing (fail closed).
+        self._answers: OrderedDict[int, tuple[dict[str, Any], AnswerGate]] = OrderedDict()
 
     @property
     def gk(self) -> Gatekeeper:
@@ -102,6 +118,7 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
             carried = list(dict.fromkeys(tool_carriers(protocol, data) + carried))
         if not carried:
             return data  # nothing to gate; and no measurement started for tool-less traffic
+            # (its answer may carry no call: judged as offered nothing, post_call below)
         if protocol is None:
             raise _http_error(
                 400,
@@ -131,7 +148,7 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
             # (litellm/utils.py `add_provider_specific_params_to_optional_params`), so a
             # top-level `mcp_servers` on a chat call reached an Anthropic model ungated.
             foreign = {k for k in unlisted_fields(protocol, data) if _litellm_owned(k)} | {"metadata", "extra_body"}
-            resolution, gated = await agate_body(self.gk, protocol, data, foreign)
+            resolution, gated, answers = await agate_call(self.gk, protocol, data, foreign)
         except NotMeasured as exc:
             raise _http_error(503, str(exc), "model_not_measured") from None
         except RequestInvalid as exc:
@@ -149,7 +166,87 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
             tools_kept=gated.kept,
             tools_hidden=gated.hidden,
         )
+        with self._lock:
+            self._answers[id(data)] = (data, answers)
+            while len(self._answers) > _PENDING_ANSWERS:
+                self._answers.popitem(last=False)
         return data
+
+    def _answer_gate(self, data: Any, protocol: str) -> AnswerGate:
+        """The answer side of the request `data` (offered nothing when it was not gated)."""
+        with self._lock:
+            entry = self._answers.pop(id(data), None)
+        if entry is not None and entry[0] is data:
+            return entry[1]
+        return AnswerGate.of(self.gk, protocol)
+
+    async def async_post_call_success_hook(self, data: dict[str, Any], user_api_key_dict: Any, response: Any) -> Any:
+        protocol = _answer_protocol(response)
+        if protocol is None:
+            return response  # embeddings, images, files, ...: no tool calls
+        gate = self._answer_gate(data, protocol)
+        doc = response if isinstance(response, dict) else response.model_dump(mode="json")
+        try:
+            enforced = gate.enforce(doc)
+        except AnswerInvalid as exc:
+            raise _http_error(502, f"gatekeeper: {exc}", "upstream_invalid") from None
+        if not enforced.removed:
+            return response
+        log.info("litellm_calls_removed", protocol=protocol, calls=enforced.removed[:16])
+        if isinstance(response, dict):
+            return doc
+        rebuilt = type(response)(**doc)
+        for private in ("_hidden_params", "_response_headers"):  # what LiteLLM's proxy reads for its headers
+            if hasattr(response, private):
+                setattr(rebuilt, private, getattr(response, private))
+        return rebuilt
+
+    async def async_post_call_streaming_iterator_hook(
+        self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        judge: StreamJudge | None = None
+        async for chunk in response:
+            protocol = _answer_protocol(chunk)
+            if protocol is not None:
+                judge = judge or self._answer_gate(request_data, protocol).judge_stream()
+                doc = chunk.model_dump(mode="json", exclude_none=True) if hasattr(chunk, "model_dump") else chunk
+                try:
+                    removed = judge.feed(doc)
+                except AnswerInvalid as exc:
+                    raise _http_error(502, f"gatekeeper: {exc}", "upstream_invalid") from None
+                if removed:
+                    # The chunk is LiteLLM's own object, which the hook cannot rewrite: the stream ends here.
+                    log.info("litellm_stream_refused", protocol=protocol, calls=removed[:16])
+                    raise _http_error(
+                        502,
+                        f"gatekeeper: the model called {removed[0][:64]!r}, which this request may not use",
+                        "tool_not_allowed",
+                    )
+            yield chunk
+
+
+_PENDING_ANSWERS = 10_000  # gated requests whose answer is awaited (each entry: the request and its gate)
+
+
+def _answer_protocol(answer: Any) -> str | None:
+    """The protocol of a LiteLLM answer or stream chunk (None: not a model answer with calls)."""
+    from litellm.types.llms.openai import ResponsesAPIResponse, ResponsesAPIStreamingResponse
+    from litellm.types.utils import ModelResponse, ModelResponseStream
+
+    if isinstance(answer, (ModelResponse, ModelResponseStream)):
+        return "chat"
+    if isinstance(answer, ResponsesAPIResponse) or _is_responses_event(answer, ResponsesAPIStreamingResponse):
+        return "responses"
+    if isinstance(answer, (bytes, str)) or (isinstance(answer, dict) and answer.get("type") == "message"):
+        return "messages"  # LiteLLM relays the Messages API as the provider's dict, or its SSE bytes
+    return None
+
+
+def _is_responses_event(answer: Any, union: Any) -> bool:
+    from typing import get_args
+
+    kinds = tuple(k for k in get_args(getattr(union, "__origin__", union)) or get_args(union) if isinstance(k, type))
+    return bool(kinds) and isinstance(answer, kinds)
 
 
 def _litellm_owned(key: str) -> bool:

@@ -37,9 +37,9 @@ from gatekeeper.errors import (
     ToolNotAllowed,
     WriteFenced,
 )
-from gatekeeper.inprocess.answers import gating_http_client
+from gatekeeper.inprocess.answers import AnswerGate, StreamJudge, gating_http_client
 from gatekeeper.inprocess.registry import RegisteredTool, RoutedTools, ToolRegistry, function_schema
-from gatekeeper.inprocess.wrap import agate_body, gate_body, gated, tool_carriers, unlisted_fields
+from gatekeeper.inprocess.wrap import agate_body, agate_call, gate_body, gated, tool_carriers, unlisted_fields
 from gatekeeper.store import JsonFileStore, ProfileStore
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import Suite, load_suite
@@ -61,6 +61,9 @@ __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     "unlisted_fields",
     "tool_carriers",
     "gating_http_client",  # ... and its answer side, in an SDK's HTTP client
+    "agate_call",  # agate_body and the call's answer side (an AnswerGate), for the LiteLLM hook
+    "AnswerGate",
+    "StreamJudge",
     # settings, suite, profiles
     "Settings",
     "load_settings",

@@ -37,7 +37,7 @@ from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, GatekeeperError, NotMeasured, RequestInvalid
 from gatekeeper.protocols import fields
 from gatekeeper.protocols import table as protocols
-from gatekeeper.protocols.base import Allowed, Codec, Offered, StreamFilter, may_carry_calls
+from gatekeeper.protocols.base import Allowed, Codec, Enforced, Event, Offered, StreamFilter, may_carry_calls
 from gatekeeper.protocols.chat import loads
 from gatekeeper.protocols.sse import SSEParser, encode
 
@@ -46,10 +46,20 @@ _ENDPOINTS = (("/chat/completions", "chat"), ("/responses", "responses"), ("/mes
 _REWRITTEN = frozenset({"content-length", "content-encoding", "transfer-encoding"})
 
 
+# Top-level fields that offer tools: a POST carrying one to a path that is not a model call is
+# refused (whatever endpoint it is, it is not one the gate can read), but for token counts (the
+# wrappers gate their arguments; no model runs).
+_TOOL_FIELDS = frozenset({"tools", "functions", "tool_choice", "function_call", "mcp_servers"})
+_COUNTS = ("/count_tokens", "/input_tokens")
+
+
 def endpoint(method: str, path: str) -> str | None:
-    """The protocol of a model call (None: not one: a stored object, a count, a list)."""
-    if method != "POST":
+    """The protocol of a model call (None: not one: a stored object, a count, a list). The path
+    is compared as servers route it: many ignore a trailing slash (Express) or case, and
+    Starlette's redirect of `/chat/completions/` was followed below the gate."""
+    if method.upper() != "POST":
         return None
+    path = path.rstrip("/").lower()
     return next((protocol for suffix, protocol in _ENDPOINTS if path.endswith(suffix)), None)
 
 
@@ -66,6 +76,58 @@ def allowed(gk: Gatekeeper, codec: Codec, body: Any, admitted: Admitted | None) 
     if admitted is None:
         return Allowed(Offered(), explain=explain)
     return Allowed(codec.offered(body), admitted.resolution.tier, admitted.policy, explain, admitted.gated.servers)
+
+
+class AnswerGate:
+    """The answer side of one gated model call, for front ends that get the answer as an object
+    rather than bytes (the LiteLLM hook): `enforce` a plain answer (as the protocol's JSON, in
+    place), or feed a stream's events through `stream_filter()`."""
+
+    __slots__ = ("allowed", "codec")
+
+    def __init__(self, codec: Codec, allowed: Allowed) -> None:
+        self.codec, self.allowed = codec, allowed
+
+    @classmethod
+    def of(cls, gk: Gatekeeper, protocol: str, body: Any = None, admitted: Admitted | None = None) -> AnswerGate:
+        """For `body` gated as `admitted`; without them, for a call that offered no tools (so
+        every call in its answer is removed: a model may call a tool it was never offered)."""
+        codec = protocols.codec(protocol)
+        if codec is None:
+            raise ValueError(f"unknown protocol {protocol!r}: expected one of {protocols.served()}")
+        return cls(codec, allowed(gk, codec, body, admitted))
+
+    def enforce(self, doc: Any) -> Enforced:
+        return self.codec.enforce(doc, self.allowed)
+
+    def stream_filter(self) -> StreamFilter:
+        return self.codec.stream_filter(self.allowed)
+
+    def judge_stream(self) -> StreamJudge:
+        return StreamJudge(self.stream_filter())
+
+
+class StreamJudge:
+    """A stream's calls judged chunk by chunk, for a front end that relays chunks it cannot
+    rewrite: `feed` (SSE bytes, or one event as the protocol's JSON object) returns the names of
+    the calls the chunk started that the request may not receive; the caller then refuses the
+    rest of the stream. Raises AnswerInvalid for a chunk the codec cannot read."""
+
+    __slots__ = ("_filter", "_parser")
+
+    def __init__(self, stream_filter: StreamFilter) -> None:
+        self._filter, self._parser = stream_filter, SSEParser()
+
+    def feed(self, chunk: bytes | str | dict[str, Any]) -> list[str]:
+        if isinstance(chunk, dict):
+            kind = chunk.get("type")
+            events = [Event(data=orjson.dumps(chunk).decode(), event=kind if isinstance(kind, str) else None)]
+        else:
+            events = self._parser.feed(chunk.encode() if isinstance(chunk, str) else chunk)
+        before = len(self._filter.result.removed)
+        for event in events:
+            self._filter.feed(event)
+        return self._filter.result.removed[before:]
 
 
 def enforce_plain(codec: Codec, raw: bytes, allowed: Allowed) -> bytes:
@@ -128,6 +190,11 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
         protocol = endpoint(request.method, request.url.path)
         codec = protocols.codec(protocol) if protocol is not None else None
         if codec is None:
+            counts = request.url.path.rstrip("/").lower().endswith(_COUNTS)
+            if request.method.upper() == "POST" and not counts and _carries_tools(raw):
+                raise RequestInvalid(
+                    f"POST {request.url.path[:128]} is not a model call gatekeeper gates, and its body offers tools"
+                )
             return None
         try:
             body = orjson.loads(raw)
@@ -159,7 +226,8 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
             return request, None
         codec, body = found
         if not needs_gate(codec, body):
-            return request, (codec, allowed(gk, codec, None, None))
+            # Sent as read: the raw bytes may say more than the gate read (a duplicate key).
+            return rebuilt(request, body), (codec, allowed(gk, codec, None, None))
         try:
             with logs.request_scope():  # what the step binds to the log context is not the caller's
                 admitted = admit(gk, codec, body)
@@ -173,7 +241,7 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
             return request, None
         codec, body = found
         if not needs_gate(codec, body):
-            return request, (codec, allowed(gk, codec, None, None))
+            return rebuilt(request, body), (codec, allowed(gk, codec, None, None))
         try:
             with logs.request_scope():
                 admitted = await aadmit(gk, codec, body)
@@ -209,7 +277,7 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
                 if not isinstance(judged, tuple):
                     return judged  # refused: never sent
                 request, judgement = judged
-                response = inner.send(request, stream=True)
+                response = inner.send(request, stream=True, follow_redirects=False)
                 if judgement is None or response.status_code >= 300:
                     return response
                 codec, allowed = judgement
@@ -224,7 +292,11 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
                     response.close()
                 return _plain(httpx, response, codec, raw, allowed, headers_of(response))
 
-        return httpx.Client(transport=_Transport())  # closing it leaves `inner` (the SDK's) open
+        # Redirects are followed here, above the gate, as the SDK's own client would: each hop is
+        # judged (inner followed them below it: a POST to `/chat/completions/` that the upstream
+        # redirected to `/chat/completions` reached the model ungated). Closing this client
+        # leaves `inner` (the SDK's) open.
+        return httpx.Client(transport=_Transport(), follow_redirects=inner.follow_redirects)
 
     class _AsyncChunks(httpx.AsyncByteStream):  # type: ignore[misc,name-defined]
         def __init__(self, response: Any, answer: AnswerStream) -> None:
@@ -246,7 +318,7 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
             if not isinstance(judged, tuple):
                 return judged  # refused: never sent
             request, judgement = judged
-            response = await inner.send(request, stream=True)
+            response = await inner.send(request, stream=True, follow_redirects=False)
             if judgement is None or response.status_code >= 300:
                 return response
             codec, allowed = judgement
@@ -261,7 +333,18 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
                 await response.aclose()
             return _plain(httpx, response, codec, raw, allowed, headers_of(response))
 
-    return httpx.AsyncClient(transport=_AsyncTransport())
+    return httpx.AsyncClient(transport=_AsyncTransport(), follow_redirects=inner.follow_redirects)
+
+
+def _carries_tools(raw: bytes) -> bool:
+    """Whether a request body is a JSON object with a top-level tool field."""
+    if not any(name.encode() in raw for name in _TOOL_FIELDS):
+        return False  # the fast path: most other POSTs (files, embeddings) cannot name one
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(body, dict) and any(body.get(k) is not None for k in _TOOL_FIELDS)
 
 
 def _plain(

@@ -35,6 +35,7 @@ from gatekeeper import logs
 from gatekeeper.core.admit import Decision, aadmit, adecide, admit, decide
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Snapshot
 from gatekeeper.gating import BUILTIN_FAMILIES, Gated, ToolId, listed_tool_id, tool_name
+from gatekeeper.inprocess.answers import AnswerGate
 from gatekeeper.protocols import fields
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
@@ -202,6 +203,16 @@ async def agate_body(
     with _set_aside(snapshot, codec, body, foreign):
         admitted = await aadmit(gk, codec, body, snapshot)
     return admitted.resolution, admitted.gated
+
+
+async def agate_call(
+    gk: Gatekeeper, protocol: str, body: dict[str, Any], foreign: Iterable[str] = ()
+) -> tuple[Resolution, Gated, AnswerGate]:
+    """`agate_body`, and the answer side of the call: what its answer may carry, to enforce."""
+    codec, snapshot = _codec(protocol), gk.snapshot()
+    with _set_aside(snapshot, codec, body, foreign):
+        admitted = await aadmit(gk, codec, body, snapshot)
+    return admitted.resolution, admitted.gated, AnswerGate.of(gk, protocol, body, admitted)
 
 
 # -- pydantic-ai ----------------------------------------------------------------------------

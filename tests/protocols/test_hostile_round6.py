@@ -1,0 +1,293 @@
+"""What the sixth red-team round (issue 20, on the main of 2026-12-01 after round 5) got through,
+each sent by the official client (through the real proxy on a real port, through the in-process
+wrappers, or through a real LiteLLM proxy with the hook) to a real upstream (tests/upstreams.py,
+tests/scripted.py); what the upstream received, and what the client read, is the evidence.
+
+- The SDK wrappers' HTTP transport (gatekeeper.inprocess.answers) knew a model call by its
+  path's ending, exactly: the SDK's low-level `client.post("/chat/completions/", body=...)` was
+  "not a model call" and sent as it was, and the SDK's own HTTP client, below the gate, followed
+  the upstream's redirect (Starlette's and FastAPI's servers answer `/chat/completions/` with a
+  307 to `/chat/completions`): the model was offered `execute_command` and its call reached the
+  caller. A path is compared as servers route it now (trailing slashes and case ignored), the
+  redirects are followed above the gate (each hop judged), and a POST that offers tools to a
+  path that is no model call is refused. A model call whose body offered nothing to gate was
+  sent as its raw bytes, which may say more than the gate read (a duplicate key: the gate read
+  the last one): it is sent as read.
+- The LiteLLM hook gated requests only: a model's call of a tool the request never offered (a
+  hallucination, or a prompt naming a hidden tool) reached the LiteLLM client, plain or
+  streamed, in chat, Responses and Messages. The hook enforces answers now, in LiteLLM's
+  post-call hooks: a plain answer has the call removed (or explained, `blocked_calls`); a stream
+  is cut with an error at the chunk that starts the call (LiteLLM's chunks are its own objects,
+  which the hook cannot rewrite faithfully). A request that offered no tools offers nothing, as
+  at the proxy.
+- Messages streams: a `message_delta` (or `message_stop`) carrying a `content` list or a whole
+  `message` with a `tool_use` block of a hidden tool was relayed as sent (the filter judged only
+  content_block events). The SDKs build the message from content_block events, but a client that
+  reads the final event's message would run the call. Both events keep only the fields the API
+  defines for them now.
+- `gate_agent` (Agents SDK) did not gate handoffs: a handoff is offered to the model as a function
+  tool (`transfer_to_<agent>`), and the agent handed to ran its own tools ungated. A handoff is
+  judged by its tool name at each turn now (a rule may name it: `transfer_to_*: medium`), and the
+  agent it hands to is gated the same way (by its own model's tier).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import litellm
+import openai
+import pytest
+import yaml
+from conftest import ROOT, make_profile, running_proxy, seed_store, settings_for
+from scripted import RawAnswer, RawUpstream
+from serving import litellm_served
+from upstreams import NativeServer
+
+from gatekeeper import RequestInvalid
+from gatekeeper.adapters import anthropic_sdk, openai_sdk
+from gatekeeper.adapters.litellm_hook import GatekeeperHook
+from gatekeeper.tiers import Tier
+
+# Under settings_for's rules (conftest): read_file small, execute_command large.
+OBJECT = {"type": "object", "properties": {}}
+CHAT_TOOLS = [
+    {"type": "function", "function": {"name": n, "parameters": OBJECT}} for n in ("read_file", "execute_command")
+]
+RESPONSES_TOOLS = [{"type": "function", "name": n, "parameters": OBJECT} for n in ("read_file", "execute_command")]
+CLAUDE_TOOLS = [{"name": n, "input_schema": OBJECT} for n in ("read_file", "execute_command")]
+HI = [{"role": "user", "content": "hi"}]
+BOTH_CALLS = {
+    "content": None,
+    "tool_calls": [{"name": "execute_command", "arguments": "{}"}, {"name": "read_file", "arguments": "{}"}],
+}
+
+
+@pytest.fixture
+def upstream() -> Iterator[NativeServer]:  # overrides conftest's: the seeded `gk` fixture uses it
+    with NativeServer(lambda body: BOTH_CALLS) as server:
+        yield server
+
+
+def received_text(upstream: NativeServer) -> str:
+    return repr(upstream.received())
+
+
+# -- the wrappers' transport knows a model call however its path is written -----------------------
+
+
+@pytest.mark.parametrize("path", ["/chat/completions/", "/chat/completions//"])
+def test_a_model_call_on_a_redirected_path_is_gated(upstream, gk, path):
+    client = openai_sdk.gate_client(openai.OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), gk)
+    answer = client.post(
+        path, body={"model": "small-model", "messages": HI, "tools": CHAT_TOOLS}, cast_to=httpx.Response
+    )
+    assert len(upstream.requests) == 1  # the upstream's redirect was followed, once, through the gate
+    assert [t["function"]["name"] for t in upstream.requests[0]["tools"]] == ["read_file"]
+    calls = answer.json()["choices"][0]["message"]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["read_file"]
+
+
+async def test_a_redirected_messages_call_is_gated_async(upstream, gk):
+    base = upstream.base_url.removesuffix("/v1")
+    claude = anthropic_sdk.gate_client(anthropic.AsyncAnthropic(base_url=base, api_key="x", max_retries=0), gk)
+    body = {"model": "small-model", "max_tokens": 5, "messages": HI, "tools": CLAUDE_TOOLS}
+    answer = await claude.post("/v1/messages/", body=body, cast_to=dict[str, Any])
+    assert [t["name"] for t in upstream.messages_requests[0]["tools"]] == ["read_file"]
+    assert [b["name"] for b in answer["content"] if b["type"] == "tool_use"] == ["read_file"]
+
+
+def test_tools_posted_to_a_path_that_is_no_model_call_are_refused(upstream, gk):
+    client = openai_sdk.gate_client(openai.OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), gk)
+    with pytest.raises(RequestInvalid, match=r"POST /v1/chat/completions\.json is not a model call"):
+        client.post(
+            "/chat/completions.json", body={"model": "small-model", "tools": CHAT_TOOLS}, cast_to=httpx.Response
+        )
+    assert upstream.received() == []
+
+
+# -- Messages stream events carry only what the API defines ------------------------------------------
+
+
+def _sse(*docs: dict) -> bytes:
+    return b"".join(f"event: {d['type']}\ndata: {json.dumps(d)}\n\n".encode() for d in docs)
+
+
+def _message(content: list) -> dict:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "small-model",
+        "content": content,
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
+
+
+def test_message_delta_and_stop_carry_no_content(store_path, default_suite):
+    hidden = {"type": "tool_use", "id": "toolu_1", "name": "execute_command", "input": {}}
+    stream = _sse(
+        {"type": "message_start", "message": _message([])},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None, "content": [hidden]},
+            "usage": {"output_tokens": 1},
+            "content": [hidden],
+        },
+        {"type": "message_stop", "message": _message([hidden])},
+    )
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    with RawUpstream(RawAnswer(stream, content_type="text/event-stream")) as raw:
+        settings = settings_for(
+            raw.base_url, store_path, upstream={"base_url": raw.base_url, "protocols": ["messages"]}
+        )
+        with running_proxy(settings) as proxy:
+            claude = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
+            with claude.messages.stream(model="small-model", max_tokens=5, messages=HI, tools=CLAUDE_TOOLS) as events:
+                seen = [event.model_dump() for event in events]
+                assert events.get_final_message().content == []
+            assert "execute_command" not in repr(seen)
+            body = {"model": "small-model", "max_tokens": 5, "stream": True, "messages": HI, "tools": CLAUDE_TOOLS}
+            relayed = httpx.post(f"{proxy.url}/v1/messages", json=body, timeout=10).text
+    assert "execute_command" not in relayed
+    assert 'data: {"type":"message_stop"}' in relayed
+
+
+# -- the LiteLLM hook enforces answers -----------------------------------------------------------------
+
+
+@pytest.fixture
+def hook(gk) -> GatekeeperHook:
+    return GatekeeperHook(gk)
+
+
+async def gated_data(hook: GatekeeperHook, call_type: str, **body) -> dict:
+    return await hook.async_pre_call_hook(None, None, {"model": "small-model", **body}, call_type)
+
+
+async def drained(hook: GatekeeperHook, stream, data: dict) -> list:
+    return [chunk async for chunk in hook.async_post_call_streaming_iterator_hook(None, stream, data)]
+
+
+async def test_the_hook_removes_a_hidden_call_from_a_chat_answer(upstream, hook):
+    data = await gated_data(hook, "acompletion", messages=HI, tools=CHAT_TOOLS)
+    answer = await litellm.acompletion(
+        model="openai/small-model", api_base=upstream.base_url, api_key="x", messages=HI, tools=data["tools"]
+    )
+    answer = await hook.async_post_call_success_hook(data, None, answer)
+    assert [c.function.name for c in answer.choices[0].message.tool_calls] == ["read_file"]
+
+
+async def test_the_hook_removes_a_hidden_call_from_responses_and_messages_answers(upstream, hook):
+    data = await gated_data(hook, "aresponses", input="hi", tools=RESPONSES_TOOLS)
+    answer = await litellm.aresponses(
+        model="openai/small-model", api_base=upstream.base_url, api_key="x", input="hi", tools=data["tools"]
+    )
+    answer = await hook.async_post_call_success_hook(data, None, answer)
+    assert [item.name for item in answer.output] == ["read_file"]
+    data = await gated_data(hook, "aanthropic_messages", max_tokens=5, messages=HI, tools=CLAUDE_TOOLS)
+    message = await litellm.anthropic.messages.acreate(
+        model="anthropic/small-model",
+        api_base=upstream.base_url.removesuffix("/v1"),
+        api_key="x",
+        max_tokens=5,
+        messages=HI,
+        tools=data["tools"],
+    )
+    message = await hook.async_post_call_success_hook(data, None, message)
+    assert [b["name"] for b in message["content"] if b["type"] == "tool_use"] == ["read_file"]
+
+
+async def test_a_call_in_the_answer_to_a_request_without_tools_is_removed(upstream, hook):
+    data = await gated_data(hook, "acompletion", messages=HI)
+    answer = await litellm.acompletion(model="openai/small-model", api_base=upstream.base_url, api_key="x", messages=HI)
+    answer = await hook.async_post_call_success_hook(data, None, answer)
+    assert not answer.choices[0].message.tool_calls
+
+
+@pytest.mark.parametrize("protocol", ["chat", "responses", "messages"])
+async def test_the_hook_cuts_a_stream_at_a_hidden_call(upstream, hook, protocol):
+    if protocol == "chat":
+        data = await gated_data(hook, "acompletion", messages=HI, tools=CHAT_TOOLS, stream=True)
+        stream = await litellm.acompletion(
+            model="openai/small-model",
+            api_base=upstream.base_url,
+            api_key="x",
+            messages=HI,
+            tools=data["tools"],
+            stream=True,
+        )
+    elif protocol == "responses":
+        data = await gated_data(hook, "aresponses", input="hi", tools=RESPONSES_TOOLS, stream=True)
+        stream = await litellm.aresponses(
+            model="openai/small-model",
+            api_base=upstream.base_url,
+            api_key="x",
+            input="hi",
+            tools=data["tools"],
+            stream=True,
+        )
+    else:
+        data = await gated_data(hook, "aanthropic_messages", max_tokens=5, messages=HI, tools=CLAUDE_TOOLS, stream=True)
+        stream = await litellm.anthropic.messages.acreate(
+            model="anthropic/small-model",
+            api_base=upstream.base_url.removesuffix("/v1"),
+            api_key="x",
+            max_tokens=5,
+            messages=HI,
+            tools=data["tools"],
+            stream=True,
+        )
+    with pytest.raises(Exception, match="the model called 'execute_command'"):
+        await drained(hook, stream, data)
+
+
+async def test_a_stream_of_offered_calls_passes_the_hook(hook):
+    with NativeServer(
+        lambda body: {"content": None, "tool_calls": [{"name": "read_file", "arguments": "{}"}]}
+    ) as server:
+        data = await gated_data(hook, "acompletion", messages=HI, tools=CHAT_TOOLS, stream=True)
+        stream = await litellm.acompletion(
+            model="openai/small-model",
+            api_base=server.base_url,
+            api_key="x",
+            messages=HI,
+            tools=data["tools"],
+            stream=True,
+        )
+        chunks = await drained(hook, stream, data)
+    names = [c.function.name for chunk in chunks for c in chunk.choices[0].delta.tool_calls or [] if c.function.name]
+    assert names == ["read_file"]
+
+
+@pytest.fixture(scope="module")
+def litellm_calling(tmp_path_factory, default_suite) -> Iterator[tuple[openai.OpenAI, NativeServer]]:
+    """A real LiteLLM proxy with the hook, local-model measured small, an upstream that calls both tools."""
+    tmp = tmp_path_factory.mktemp("litellm")
+    store = tmp / "models_profile.json"
+    seed_store(store, make_profile("local-model", Tier.SMALL, default_suite))
+    with NativeServer(lambda body: BOTH_CALLS) as server:
+        config = yaml.safe_load((ROOT / "examples/litellm_config.yaml").read_text())
+        config["model_list"][0]["litellm_params"]["api_base"] = server.base_url
+        with litellm_served(config, server.base_url, store, tmp, timeout_s=180) as (url, key):
+            yield openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60), server
+
+
+def test_a_hidden_call_never_reaches_a_litellm_proxy_client(litellm_calling):
+    client, _ = litellm_calling
+    tools = [
+        {"type": "function", "function": {"name": n, "parameters": OBJECT}} for n in ("read_file", "execute_command")
+    ]
+    answer = client.chat.completions.create(model="local-model", messages=HI, tools=tools)  # type: ignore[arg-type]
+    assert [c.function.name for c in answer.choices[0].message.tool_calls or []] == ["read_file"]
+    streamed = []
+    with pytest.raises(openai.APIError):
+        for chunk in client.chat.completions.create(model="local-model", messages=HI, tools=tools, stream=True):  # type: ignore[arg-type]
+            streamed += [c.function.name for c in chunk.choices[0].delta.tool_calls or [] if chunk.choices]
+    assert "execute_command" not in streamed
