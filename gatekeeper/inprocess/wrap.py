@@ -34,11 +34,13 @@ from typing import Any, TypeVar
 from gatekeeper import logs
 from gatekeeper.core.admit import Decision, aadmit, adecide, admit, decide
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Snapshot
+from gatekeeper.errors import ToolNotAllowed
 from gatekeeper.gating import BUILTIN_FAMILIES, Gated, ToolId, listed_tool_id, tool_name
 from gatekeeper.inprocess.answers import AnswerGate
 from gatekeeper.protocols import fields
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
+from gatekeeper.redact import clip
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -247,11 +249,24 @@ def gate_agent(gk: Gatekeeper, agent: Any) -> Any:
     its hosted tools are gated once, here, as the proxy gates them: a built-in (web search, code
     interpreter, local shell, ...) by its type and family, a `HostedMCPTool` by its server and
     each of its tools (narrowed, or RequestInvalid when a rule hides some of a server offered
-    without a tool list); any other tool by its name."""
+    without a tool list); any other tool by its name.
+
+    Its handoffs are tools too (the model sees `transfer_to_<agent>` functions): each is enabled
+    only when the tier allows its tool name (a rule may name it: `transfer_to_*: medium`), and the
+    agent it hands to is gated the same way, by its own model. The tools of its MCP servers
+    (`mcp_servers`, listed at each turn) are listed and called only when the tier allows
+    `<server name>.<tool>`."""
+    return _gate_agent(gk, agent, {})
+
+
+def _gate_agent(gk: Gatekeeper, agent: Any, gated_agents: dict[int, Any]) -> Any:
+    """`gate_agent`, with the agents already gated on this walk (handoffs may form a cycle)."""
     import dataclasses
 
-    from agents import FunctionTool  # the Agents SDK: only needed by this form
+    from agents import Agent, FunctionTool, Handoff, handoff  # the Agents SDK: only needed by this form
 
+    if id(agent) in gated_agents:
+        return gated_agents[id(agent)]
     model = agent.model if isinstance(agent.model, str) else getattr(agent.model, "model", None)
     if not isinstance(model, str) or not model:
         raise TypeError(f"gate_agent: agent {agent.name!r} needs a model name (agent.model)")
@@ -276,7 +291,61 @@ def gate_agent(gk: Gatekeeper, agent: Any) -> Any:
             tools.append(dataclasses.replace(tool, is_enabled=enabled(tool.name, tool.is_enabled)))
         else:
             tools += _hosted(tool, model, decision)
-    return agent.clone(tools=tools)
+    servers = [_GatedMCPServer(gk, server, model, effort) for server in agent.mcp_servers]
+    clone = gated_agents[id(agent)] = agent.clone(tools=tools, mcp_servers=servers)
+    handoffs = []
+    for item in agent.handoffs:
+        if isinstance(item, Agent):
+            item = handoff(_gate_agent(gk, item, gated_agents))
+        elif isinstance(item, Handoff):
+            item = _gated_handoff(gk, item)
+        else:
+            raise TypeError(f"gate_agent: cannot gate handoff {item!r} of agent {agent.name!r}")
+        gated = dataclasses.replace(item, is_enabled=enabled(item.tool_name, item.is_enabled))
+        gated._agent_ref = item._agent_ref  # not an init field: the SDK reads the target through it
+        handoffs.append(gated)
+    clone.handoffs = handoffs
+    return clone
+
+
+def _gated_handoff(gk: Gatekeeper, item: Any) -> Any:
+    """A handoff built by the caller: the agent it returns when invoked is gated."""
+    import asyncio
+    import dataclasses
+
+    invoke = item.on_invoke_handoff
+
+    async def on_invoke_handoff(ctx: Any, arguments: str) -> Any:
+        # gate_agent resolves tiers synchronously (under `wait` it may block): off the event loop.
+        return await asyncio.to_thread(gate_agent, gk, await invoke(ctx, arguments))
+
+    gated = dataclasses.replace(item, on_invoke_handoff=on_invoke_handoff)
+    gated._agent_ref = item._agent_ref
+    return gated
+
+
+class _GatedMCPServer:
+    """An Agents SDK MCP server as a gated agent sees it: its tools listed, and called, only
+    when the tier of the agent's model allows `<server name>.<tool>` (a label the client chose:
+    the rules of every server it may be apply, gating.ToolPolicy). Anything else is the server's."""
+
+    def __init__(self, gk: Gatekeeper, server: Any, model: str, effort: str | None) -> None:
+        self._gk, self._server, self._model, self._effort = gk, server, model, effort
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)
+
+    async def _allows(self, tool: str) -> bool:
+        decision = await adecide(self._gk, self._model, self._effort)
+        return decision.allows(ToolId.mcp(self._server.name, tool))
+
+    async def list_tools(self, run_context: Any = None, agent: Any = None) -> list[Any]:
+        return [t for t in await self._server.list_tools(run_context, agent) if await self._allows(t.name)]
+
+    async def call_tool(self, tool_name: str, arguments: dict[str, Any] | None, meta: Any = None) -> Any:
+        if not await self._allows(tool_name):  # a call of a tool it never listed: a hallucination
+            raise ToolNotAllowed(f"tool {clip(self._server.name)}.{clip(tool_name)} is hidden from {clip(self._model)}")
+        return await self._server.call_tool(tool_name, arguments, meta)
 
 
 def _hosted(tool: Any, model: str, decision: Decision) -> list[Any]:

@@ -48,9 +48,10 @@ from scripted import RawAnswer, RawUpstream
 from serving import litellm_served
 from upstreams import NativeServer
 
-from gatekeeper import RequestInvalid
+from gatekeeper import Gatekeeper, RequestInvalid
 from gatekeeper.adapters import anthropic_sdk, openai_sdk
 from gatekeeper.adapters.litellm_hook import GatekeeperHook
+from gatekeeper.inprocess.wrap import gate_agent
 from gatekeeper.tiers import Tier
 
 # Under settings_for's rules (conftest): read_file small, execute_command large.
@@ -291,3 +292,81 @@ def test_a_hidden_call_never_reaches_a_litellm_proxy_client(litellm_calling):
         for chunk in client.chat.completions.create(model="local-model", messages=HI, tools=tools, stream=True):  # type: ignore[arg-type]
             streamed += [c.function.name for c in chunk.choices[0].delta.tool_calls or [] if chunk.choices]
     assert "execute_command" not in streamed
+
+
+# -- gate_agent gates handoffs and the agents handed to, and its MCP servers' tools ------------------
+
+
+def _agents_model(upstream: NativeServer):
+    from agents import OpenAIChatCompletionsModel
+
+    return OpenAIChatCompletionsModel("m", openai.AsyncOpenAI(base_url=upstream.base_url, api_key="x", max_retries=0))
+
+
+def _function_tool(name: str):
+    from agents import function_tool
+
+    def run() -> str:
+        return f"{name} ran"
+
+    run.__name__ = name
+    return function_tool(run)
+
+
+async def test_gate_agent_gates_handoffs_and_the_agent_handed_to(store_path, default_suite):
+    from agents import Agent, Runner, handoff, set_tracing_disabled
+
+    set_tracing_disabled(True)  # traces would be exported to OpenAI
+
+    def hand_off_once(body: dict) -> dict:
+        offered = [t["function"]["name"] for t in body.get("tools", [])]
+        if "transfer_to_worker" in offered:
+            return {"content": None, "tool_calls": [{"name": "transfer_to_worker", "arguments": "{}"}]}
+        return {"content": "done"}
+
+    with NativeServer(hand_off_once) as server:
+        rules = {"required_tier": {"execute_command": "large", "transfer_to_admin": "large"}}
+        gk = Gatekeeper(settings_for(server.base_url, store_path, pins={"m": "small"}, tools=rules))
+        try:
+            model = _agents_model(server)
+            worker = Agent(
+                name="worker", model=model, tools=[_function_tool("execute_command"), _function_tool("read_file")]
+            )
+            admin = Agent(name="admin", model=model)
+            custom = handoff(worker, tool_name_override="transfer_to_admin")  # a handoff object named by a rule
+            triage = Agent(name="triage", model=model, handoffs=[worker, admin, custom])
+            result = await Runner.run(gate_agent(gk, triage), "hi", max_turns=4)
+            assert result.final_output == "done"
+            first, second = server.requests[0], server.requests[1]
+            assert [t["function"]["name"] for t in first["tools"]] == ["transfer_to_worker"]
+            assert [t["function"]["name"] for t in second["tools"]] == ["read_file"]  # the worker is gated too
+        finally:
+            gk.close()
+
+
+async def test_gate_agent_gates_the_tools_of_its_mcp_servers(store_path, default_suite, tmp_path):
+    import sys
+
+    from agents import Agent, ModelBehaviorError, Runner, set_tracing_disabled
+    from agents.mcp import MCPServerStdio
+
+    set_tracing_disabled(True)
+
+    def call_write_note(body: dict) -> dict:
+        return {"content": None, "tool_calls": [{"name": "write_note", "arguments": '{"name": "a", "text": "b"}'}]}
+
+    toy = ROOT / "tests" / "mcp" / "toy_server.py"
+    params = {"command": sys.executable, "args": [str(toy), "notes"], "env": {"TOY_DIR": str(tmp_path)}}
+    with NativeServer(call_write_note) as server:
+        rules = {"required_tier": {"notes.write_note": "large"}}
+        gk = Gatekeeper(settings_for(server.base_url, store_path, pins={"m": "small"}, tools=rules))
+        try:
+            async with MCPServerStdio(params=params, name="notes") as notes:  # type: ignore[arg-type]
+                agent = gate_agent(gk, Agent(name="a", model=_agents_model(server), mcp_servers=[notes]))
+                with pytest.raises(ModelBehaviorError, match="Tool write_note not found"):  # the SDK's word for it
+                    await Runner.run(agent, "write a note", max_turns=3)
+            offered = [t["function"]["name"] for t in server.requests[0]["tools"]]
+            assert "read_note" in offered and "write_note" not in offered
+            assert not (tmp_path / "calls.log").exists()  # the model's write_note never reached the server
+        finally:
+            gk.close()
