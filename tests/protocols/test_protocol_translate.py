@@ -197,6 +197,13 @@ def test_messages_typed_tool_cannot_be_translated():
         MT.to_chat({"model": "m", "messages": [], "tools": [{"type": "bash_20250124", "name": "bash"}]})
 
 
+@pytest.mark.parametrize("thread", [{"type": "create"}, {"type": "continue", "previous_message_id": "msg_1"}])
+def test_messages_thread_cannot_be_translated(thread):
+    """A continued thread carries only its new turn: chat would get a conversation without its start."""
+    with pytest.raises(RequestInvalid, match="'thread' needs server-side state"):
+        MT.to_chat({"model": "m", "messages": [], "thread": thread})
+
+
 def test_messages_answer_from_chat():
     doc = MT.from_chat(chat_answer("hi", [("read_file", '{"path": "a"}')], "tool_calls"), {"model": "m"})
     assert doc["content"] == [

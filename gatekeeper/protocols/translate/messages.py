@@ -32,6 +32,14 @@ _STOP = {
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("mcp_servers"):
         raise RequestInvalid("'mcp_servers' cannot be sent to a chat-only upstream")
+    if body.get("thread"):
+        # A continued thread sends only the new turn (the server holds the rest): dropped, the chat
+        # upstream would get a conversation without its start. Refused from the first turn, which
+        # asks for the thread, so a client never runs half a conversation.
+        raise RequestInvalid(
+            "'thread' needs server-side state that a chat-only upstream does not keep "
+            "(Anthropic's tool runner: pass thread=False)"
+        )
     chat: dict[str, Any] = {
         k: body[k]
         for k in ("model", "temperature", "top_p", "top_k", "stream", "max_tokens")
