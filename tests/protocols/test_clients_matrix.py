@@ -139,6 +139,49 @@ def test_openai_node_sees_only_the_allowed_call(node_modules, proxy, upstream):
     only_the_allowed_tool_was_offered(upstream)
 
 
+# -- the Anthropic SDK's own agent loop (beta tool runner) through the proxy -------------------
+# In process it is refused (the wrapper cannot see the tools it sends); through the proxy it runs
+# gated. By default it keeps the conversation on the server (`thread`): each later turn sends only
+# its new messages, and no tools.
+
+
+def tool_runner(proxy: Proxy, ran: list[str], **options: Any) -> Any:
+    tools = [anthropic.beta_tool(recorder(ran)(n)) for n in NAMES]
+    client = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
+    return client.beta.messages.tool_runner(
+        model="small-model", max_tokens=100, messages=HI, tools=tools, max_iterations=4, **options
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_tool_runner_without_a_thread_runs_only_the_allowed_call(proxy, upstream, stream):
+    ran: list[str] = []
+    final = tool_runner(proxy, ran, stream=stream, thread=False).until_done()
+    assert ran == ["read_file"] and [block.text for block in final.content] == [FINAL]
+    only_the_allowed_tool_was_offered(upstream)
+
+
+def test_anthropic_tool_runner_in_a_thread_keeps_no_call_of_a_turn_that_offered_no_tool(proxy, upstream, mode):
+    """The model calls both tools every turn. The first turn offers the gated tools; a continued
+    turn offers none (the server holds the thread's, which a higher tier, or this model before a
+    demotion, may have given it), so none of its calls is kept. A chat-only upstream keeps no
+    thread: the first turn is a 400 naming it."""
+    upstream.responder = lambda body: BOTH
+    ran: list[str] = []
+    if mode == "chat-only":
+        with pytest.raises(anthropic.BadRequestError, match="'thread' needs server-side state"):
+            tool_runner(proxy, ran).until_done()
+        assert ran == [] and upstream.received() == []
+        return
+    final = tool_runner(proxy, ran).until_done()
+    first, continued = upstream.messages_requests
+    assert offered(first) == ["read_file"] and first["thread"] == {"type": "create"}
+    assert "tools" not in continued and continued["thread"]["type"] == "continue"
+    assert ran == ["read_file"]  # the first turn's call, once
+    text = " ".join(block.text for block in final.content)
+    assert "`read_file` was removed: this request did not offer it" in text and EXPLAINED in text
+
+
 # -- the Vercel AI SDK, translated (its native runs: tests/protocols/test_protocol_vercel.py) ---
 
 
@@ -149,7 +192,8 @@ def test_vercel_ai_sdk_through_a_chat_only_upstream(node_modules, upstream, stor
         upstream.base_url, store_path, default_suite, upstream=settings, blocked_calls="explain"
     ) as p:
         seen = node("vercel_ai.mjs", p.url, "small-model", provider)
-    assert seen["toolCalls"] == ["read_file"] and seen["text"].startswith("on it") and EXPLAINED in seen["text"]
+    assert seen["toolCalls"] == seen["ran"] == ["read_file"]
+    assert seen["text"].startswith("on it") and EXPLAINED in seen["text"]
     assert upstream.responses_requests == upstream.messages_requests == []  # translated to chat
     only_the_allowed_tool_was_offered(upstream)
 
@@ -157,8 +201,8 @@ def test_vercel_ai_sdk_through_a_chat_only_upstream(node_modules, upstream, stor
 # -- LangGraph's prebuilt agent over LangChain chat models ------------------------------------
 
 
-def run_langgraph(llm: Any) -> tuple[Any, list[str]]:
-    """LangGraph's ReAct agent with the three tools; returns its final state and what ran."""
+def langgraph_agent(llm: Any) -> tuple[Any, list[str]]:
+    """LangGraph's ReAct agent with the three tools, and the list of the tools it ran."""
     from langchain_core.tools import StructuredTool
     from langgraph.prebuilt import create_react_agent
 
@@ -166,8 +210,16 @@ def run_langgraph(llm: Any) -> tuple[Any, list[str]]:
     tools = [StructuredTool.from_function(recorder(ran)(n)) for n in NAMES]
     with warnings.catch_warnings():  # langgraph 1.x points at langchain.agents.create_agent, the same loop
         warnings.simplefilter("ignore", DeprecationWarning)
-        graph = create_react_agent(llm, tools)
-    return graph.invoke({"messages": [("user", "read a.txt")]}, {"recursion_limit": 8}), ran
+        return create_react_agent(llm, tools), ran
+
+
+ASK = ({"messages": [("user", "read a.txt")]}, {"recursion_limit": 8})
+
+
+def run_langgraph(llm: Any) -> tuple[Any, list[str]]:
+    """The agent run once; its final state and what ran."""
+    graph, ran = langgraph_agent(llm)
+    return graph.invoke(*ASK), ran
 
 
 def the_graph_completed(state: Any, ran: list[str]) -> None:
@@ -195,9 +247,11 @@ def test_langgraph_agent_through_the_proxy(proxy, upstream, mode, model_kind):
     only_the_allowed_tool_was_offered(upstream)
 
 
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
 @pytest.mark.parametrize("model_kind", ["chat", "responses"])
-def test_langgraph_agent_in_process_with_a_gating_http_client(upstream, gk, model_kind):
-    """ChatOpenAI takes the SDK's HTTP client: gatekeeper's gates every request and answer in it."""
+async def test_langgraph_agent_in_process_with_gating_http_clients(upstream, gk, model_kind, run):
+    """ChatOpenAI takes the SDK's HTTP clients, one per side: gatekeeper's gate every request and
+    answer in them (hand both: a side left out uses LangChain's own, ungated)."""
     from langchain_openai import ChatOpenAI
 
     llm = ChatOpenAI(
@@ -207,8 +261,11 @@ def test_langgraph_agent_in_process_with_a_gating_http_client(upstream, gk, mode
         max_retries=0,
         use_responses_api=model_kind == "responses" or None,
         http_client=gating_http_client(gk, httpx.Client(timeout=30), is_async=False),
+        http_async_client=gating_http_client(gk, httpx.AsyncClient(timeout=30), is_async=True),
     )
-    the_graph_completed(*run_langgraph(llm))
+    graph, ran = langgraph_agent(llm)
+    state = graph.invoke(*ASK) if run == "invoke" else await graph.ainvoke(*ASK)
+    the_graph_completed(state, ran)
     only_the_allowed_tool_was_offered(upstream)
 
 
