@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
 from gatekeeper.mcp_identity import ServerBindings, normalise_url
+from gatekeeper.redact import clip
 from gatekeeper.store.profile import EFFORT_NAME, EFFORTS
 from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Category
 from gatekeeper.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds, Tier
@@ -376,7 +377,7 @@ class Settings(_Section):
         except ValueError as exc:
             raise ValueError(f"bad port in Redis URL: {exc}") from None
         if not parsed.hostname:
-            raise ValueError("expected redis://[:password@]host:port/db, with a host")
+            raise ValueError("expected a redis URL with a host: redis://host:port/db")
         if parsed.path.strip("/") and not parsed.path.strip("/").isdigit():
             raise ValueError(f"the database in a Redis URL is a number, got {parsed.path.strip('/')!r}")
         return text
@@ -473,7 +474,9 @@ def load_settings(path: str | Path) -> Settings:
 def describe_errors(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"])
+        where = ".".join(str(p) for p in err["loc"] if p != "[key]")  # pydantic's marker of a bad dict key
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+        if err["type"] in ("literal_error", "enum") and isinstance(err["input"], str):
+            msg += f", got {clip(err['input'])!r}"  # a choice's value: never a secret, so it may be shown
         parts.append(f"{where}: {msg}")
     return "; ".join(parts)

@@ -106,7 +106,7 @@ def test_a_redis_url_is_kept_as_a_url(tmp_path, store, expected):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("store: redis:///0\n", "store: expected redis://"),
+        ("store: redis:///0\n", "store: expected a redis URL with a host"),
         ("store: redis://host:port/0\n", "store: bad port"),
         ("store: redis://host:6379/zero\n", "store: the database in a Redis URL is a number"),
         ("pins:\n  'm@': large\n", "pins: 'm@': expected MODEL, MODEL@EFFORT or MODEL@*"),

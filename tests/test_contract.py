@@ -254,12 +254,24 @@ def test_the_documented_defaults(tmp_path):
         ({"bench": {"risk": 0}}, "bench.risk"),
         ({"pins": {"m": "giant"}}, "pins"),
         ({"routing": {"max_effort": "ludicrous"}}, "routing.max_effort"),
+        ({"upstream": {"base_url": "http://x/v1", "unknown_fields": "maybe"}}, "upstream.unknown_fields: "),
+        ({"blocked_calls": "hide"}, "blocked_calls: "),
+        ({"drift": {"min_clients": 0}}, "drift.min_clients: "),
+        ({"drift": {"min_calls": 5}}, "drift.min_calls: unknown key"),  # gone this round
+        ({"tools": {"requires": {"emit_*": {"maths": 0.9}}}}, "tools.requires.emit_*.maths: "),
+        ({"mcp": {"servers": {"files": {}}}}, "mcp.servers.files: "),
+        ({"store": "redis://"}, "store: expected a redis URL with a host"),
     ],
 )
 def test_serve_refuses_a_bad_config_at_start_naming_the_key(tmp_path, doc, path):
     done = cli("serve", "--config", config_file(tmp_path, **doc), "--port", "1", timeout=60)
     assert done.returncode == 2
-    assert path in " ".join(done.stderr.split())
+    assert path in done.stderr  # on one line
+
+
+def test_a_bad_choice_names_the_value_given(tmp_path):
+    done = cli("serve", "--config", config_file(tmp_path, unknown_models="guess"), "--port", "1", timeout=60)
+    assert "unknown_models: Input should be 'fail_closed', 'wait' or 'reject', got 'guess'" in done.stderr
 
 
 def test_environment_variables_fill_the_config(tmp_path, monkeypatch):
@@ -562,3 +574,132 @@ def test_unknown_models_wait_serves_the_measured_tier(store_path, default_suite)
             )
     assert (raw.headers["x-gatekeeper-tier"], raw.headers["x-gatekeeper-profile"]) == ("large", "measured")
     assert "fresh-model@default" in JsonFileStore(store_path).load().profiles
+
+
+# -- the suite DSL, scored through the real command -------------------------------------------
+
+_WRITE_FILE = tool("write_file", path="string", n="integer")
+DSL_SUITE = {
+    "10_words.json": {
+        "name": "words",
+        "category": "instruction",
+        "prompt": "Say hello.",
+        "checks": [
+            {"type": "contains", "value": "HELLO"},  # case-insensitive by default: passes
+            {"type": "regex", "value": "HELLO", "weight": 2},  # no flags by default: fails
+            {"type": "regex", "value": "HELLO", "flags": "i"},
+            {"type": "word_count", "value": 2},
+        ],
+    },
+    "11_heavy.json": {
+        "name": "heavy",
+        "category": "instruction",
+        "weight": 3,
+        "prompt": "Say anything.",
+        "checks": [{"type": "not_empty"}],
+    },
+    "20_json.json": {
+        "name": "json",
+        "category": "json",
+        "prompt": "Give the total.",
+        "checks": [
+            {"type": "json_valid"},  # after a citation, with a trailing comma repaired
+            {"type": "json_path_equals", "path": "total", "value": 56},
+            {"type": "json_path_length", "path": "items", "value": 2},
+            {"type": "json_path_type", "path": "items[0]", "value": "number"},
+            {"type": "json_path_equals", "path": "total", "value": 57},  # fails
+        ],
+    },
+    "30_tool.json": {
+        "name": "tool",
+        "category": "toolCalling",
+        "tools": [_WRITE_FILE],
+        "steps": [
+            {
+                "prompt": "Write the log.",
+                "checks": [
+                    {"type": "tool_called", "value": "write_file"},
+                    {"type": "tool_arg_regex", "arg": "path", "value": "^server\\.log$"},  # flags i by default
+                    {"type": "tool_arg_equals", "arg": "n", "value": 3},
+                    {"type": "tool_not_called", "value": "delete_file"},
+                    {"type": "tool_arg_equals", "arg": "path", "value": "server.log"},  # exact: fails
+                ],
+            }
+        ],
+    },
+}
+DSL_ANSWERS = {
+    "Say hello.": {"content": "hello world"},
+    "Say anything.": {"content": "anything"},
+    "Give the total.": {"content": 'Note [1]: {"total": 56, "items": [1, 2,]}'},
+    "Write the log.": {
+        "content": None,
+        "tool_calls": [{"name": "write_file", "arguments": {"path": "Server.LOG", "n": 3}}],
+    },
+}
+
+
+def test_suite_files_score_as_the_seed_describes(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for name, doc in DSL_SUITE.items():
+        (suite / name).write_text(json.dumps(doc))
+    store = tmp_path / "p.json"
+    with ScriptedServer(lambda body: DSL_ANSWERS[body["messages"][-1]["content"]]) as upstream:
+        config = _point_estimate_config(tmp_path, upstream, store)
+        done = cli(
+            "bench", "m", "--config", config, "--suite", suite, "--effort", "default", "--samples", "1", "--json"
+        )
+    assert done.returncode == 0, done.stderr
+    (profile,) = json.loads(done.stdout)["results"][0]["profiles"]
+    tests = {t["name"]: t["score"] for t in profile["testResults"]}
+    # a test: the weighted fraction of its checks; a category: the weighted average of its tests
+    assert tests == pytest.approx({"words": 0.6, "heavy": 1.0, "json": 0.8, "tool": 0.8})
+    assert profile["scores"] == pytest.approx({"instruction": 0.9, "json": 0.8, "toolCalling": 0.8})
+    assert profile["tier"] == "medium"  # toolCalling 0.8 >= 0.6, json 0.8 >= 0.5; not >= 0.9 for large
+    assert profile["testsHash"] == cli("suite", "hash", suite).stdout.strip()
+
+
+def test_randomised_tests_draw_vars_with_arithmetic_and_store_the_seed(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    doc = {
+        "name": "adder",
+        "category": "instruction",
+        "vars": {"n": {"int": [2, 99]}, "word": {"choice": ["alpha", "beta"]}},
+        "prompt": "Add 3 to {{n}} and then say {{word}}.",
+        "checks": [{"type": "regex", "value": "^{{n + 3}} {{word}}$"}],
+    }
+    (suite / "10_adder.json").write_text(json.dumps(doc))
+    # fixed tests in the other categories, all passed: no tier is settled or out of reach in
+    # three samples at the default risk, so every sample runs
+    (suite / "20_json.json").write_text(_test_file("j", prompt="Give {}."))
+    tool_test = {"name": "t", "category": "toolCalling", "tools": [_WRITE_FILE], "prompt": "Call write_file."}
+    tool_test["checks"] = [{"type": "tool_called", "value": "write_file"}]
+    (suite / "30_tool.json").write_text(json.dumps(tool_test))
+
+    def adder(body: dict) -> dict:
+        prompt = body["messages"][-1]["content"]
+        if prompt == "Give {}.":
+            return {"content": "{}"}
+        if prompt == "Call write_file.":
+            return {"content": None, "tool_calls": [{"name": "write_file", "arguments": {"path": "a", "n": 1}}]}
+        words = prompt.rstrip(".").split()
+        return {"content": f"{int(words[3]) + 3} {words[-1]}"}
+
+    store = tmp_path / "p.json"
+    with ScriptedServer(adder) as upstream:
+        config = config_file(
+            tmp_path, upstream={"base_url": upstream.base_url}, store=str(store), bench={"max_retries": 0}
+        )
+        args = ("bench", "m", "--config", config, "--suite", suite, "--effort", "low", "--samples", "3", "--json")
+        done = cli(*args, "--seed", "1234")
+        prompts = [b["messages"][-1]["content"] for b in upstream.requests]
+    assert done.returncode == 0, done.stderr
+    (profile,) = json.loads(done.stdout)["results"][0]["profiles"]
+    assert profile["instanceSeed"] == 1234 and profile["samples"] == 3
+    assert profile["testResults"][0] == {"name": "adder", "category": "instruction", "score": 1.0}
+    drawn = [p for p in prompts if p.startswith("Add 3")]
+    assert len(drawn) == 3 and all("{{" not in p for p in drawn)
+    assert len(set(drawn)) > 1  # a fresh instance each sample
+    assert profile["testsHash"] == cli("suite", "hash", suite).stdout.strip()  # the file as written
