@@ -297,6 +297,64 @@ def test_litellm_responses_through_the_proxy(proxy, upstream):
     only_the_allowed_tool_was_offered(upstream)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_litellm_completion_of_an_anthropic_model_through_the_proxy(proxy, upstream, mode, stream):
+    """litellm speaks Messages to an `anthropic/` model: the proxy's /v1/messages."""
+    import litellm
+
+    where = {"model": "anthropic/small-model", "api_base": proxy.url, "api_key": "k", "max_retries": 0}
+    answer = litellm.completion(messages=HI, tools=CHAT_TOOLS, max_tokens=100, stream=stream, **where)
+    message = (litellm.stream_chunk_builder(list(answer), messages=HI) if stream else answer).choices[0].message
+    assert [c.function.name for c in message.tool_calls] == ["read_file"] and EXPLAINED in message.content
+    sent = upstream.messages_requests if mode == "native" else upstream.requests  # chat-only: translated
+    assert sent and len(sent) == len(upstream.received())
+    only_the_allowed_tool_was_offered(upstream)
+
+
+# -- agent frameworks streaming through the proxy ------------------------------------------------
+
+
+async def test_agents_sdk_streamed_run_through_the_proxy(proxy, upstream):
+    """`Runner.run_streamed` with the SDK's default model class (Responses), streamed events."""
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)  # traces would be exported to OpenAI
+    ran: list[str] = []
+    client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0)
+    agent = Agent(
+        name="a",
+        model=OpenAIResponsesModel("small-model", client),
+        tools=[function_tool(recorder(ran)(n)) for n in NAMES],
+    )
+    result = Runner.run_streamed(agent, "read a.txt")
+    async for _ in result.stream_events():
+        pass
+    assert result.final_output == FINAL and ran == ["read_file"]
+    assert all(body["stream"] is True for body in upstream.received())
+    only_the_allowed_tool_was_offered(upstream)
+
+
+@pytest.mark.parametrize("kind", ["chat", "responses"])
+async def test_pydantic_ai_streamed_run_through_the_proxy(proxy, upstream, kind):
+    """An `event_stream_handler` makes pydantic-ai stream every model request."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    provider = OpenAIProvider(base_url=proxy.url + "/v1", api_key="k")
+    model = (OpenAIChatModel if kind == "chat" else OpenAIResponsesModel)("small-model", provider=provider)
+    ran: list[str] = []
+    events: list[Any] = []
+
+    async def handler(context: Any, stream: Any) -> None:
+        events.extend([event async for event in stream])
+
+    result = await Agent(model, tools=[recorder(ran)(n) for n in NAMES]).run("read a.txt", event_stream_handler=handler)
+    assert result.output == FINAL and ran == ["read_file"] and events
+    assert all(body["stream"] is True for body in upstream.received())
+    only_the_allowed_tool_was_offered(upstream)
+
+
 # -- agent frameworks in process, handed a gated client, the model calling the hidden tool ----
 
 
