@@ -205,7 +205,7 @@ CHAT_REQUEST: Fields = {
     "max_completion_tokens": FORWARD,
     "max_tokens": FORWARD,
     "metadata": PLAIN_MAP,
-    "modalities": FORWARD,
+    "modalities": OneOf(frozenset({"text", "audio"})),  # what the answer is made of: a closed set
     "moderation": _MODERATION,
     "n": FORWARD,
     "prediction": Typed({"content": {"type": FORWARD, "content": _CHAT_TEXT_PARTS}}),

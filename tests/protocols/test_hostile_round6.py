@@ -370,3 +370,80 @@ async def test_gate_agent_gates_the_tools_of_its_mcp_servers(store_path, default
             assert not (tmp_path / "calls.log").exists()  # the model's write_note never reached the server
         finally:
             gk.close()
+
+
+# -- pydantic-ai's native (provider built-in) tools through the gated clients -----------------------
+
+
+@pytest.mark.parametrize("provider", ["openai-responses", "anthropic"])
+async def test_pydantic_ai_native_tools_are_judged_by_their_family(store_path, default_suite, provider):
+    from pydantic_ai import Agent
+    from pydantic_ai.capabilities import NativeTool
+    from pydantic_ai.native_tools import CodeExecutionTool, WebSearchTool
+
+    with NativeServer(lambda body: {"content": "ok"}) as server:
+        rules = {"required_tier": {"web_search": "large"}}
+        gk = Gatekeeper(settings_for(server.base_url, store_path, pins={"m": "small"}, tools=rules))
+        try:
+            if provider == "anthropic":
+                from pydantic_ai.models.anthropic import AnthropicModel
+                from pydantic_ai.providers.anthropic import AnthropicProvider
+
+                base = server.base_url.removesuffix("/v1")
+                client = anthropic_sdk.gate_client(
+                    anthropic.AsyncAnthropic(base_url=base, api_key="x", max_retries=0), gk
+                )
+                model = AnthropicModel("m", provider=AnthropicProvider(anthropic_client=client))
+            else:
+                from pydantic_ai.models.openai import OpenAIResponsesModel
+                from pydantic_ai.providers.openai import OpenAIProvider
+
+                client = openai_sdk.gate_client(
+                    openai.AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0), gk
+                )
+                model = OpenAIResponsesModel("m", provider=OpenAIProvider(openai_client=client))
+            agent = Agent(model, capabilities=[NativeTool(WebSearchTool()), NativeTool(CodeExecutionTool())])
+            assert (await agent.run("hi")).output == "ok"
+            sent = (server.messages_requests or server.responses_requests)[-1]["tools"]
+            kinds = [t["type"] for t in sent]
+            assert kinds and not any("web_search" in k for k in kinds), kinds
+            assert any("code_execution" in k or "code_interpreter" in k for k in kinds), kinds
+        finally:
+            gk.close()
+
+
+# -- closed sets of values ------------------------------------------------------------------------
+
+
+def test_chat_modalities_are_a_closed_set(store_path, default_suite):
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    with (
+        NativeServer(lambda body: {"content": "ok"}) as server,
+        running_proxy(settings_for(server.base_url, store_path)) as proxy,
+    ):
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+        client.chat.completions.create(model="small-model", messages=HI, modalities=["text"])
+        with pytest.raises(openai.BadRequestError, match=r"modalities"):
+            client.chat.completions.create(model="small-model", messages=HI, modalities=["text", "tools"])  # type: ignore[list-item]
+        assert [r.get("modalities") for r in server.requests] == [["text"]]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"output_config": {"effort": "turbo"}},
+        {"thinking": {"type": "disabled"}, "output_config": {"effort": "ultra"}},
+        {"thinking": {"type": "sometimes"}},
+    ],
+)
+def test_messages_effort_and_thinking_are_closed_sets(store_path, default_suite, extra):
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    with NativeServer(lambda body: {"content": "ok"}) as server:
+        settings = settings_for(
+            server.base_url, store_path, upstream={"base_url": server.base_url, "protocols": ["messages"]}
+        )
+        with running_proxy(settings) as proxy:
+            claude = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
+            with pytest.raises(anthropic.BadRequestError):
+                claude.messages.create(model="small-model", max_tokens=5, messages=HI, extra_body=extra)  # type: ignore[arg-type]
+            assert server.received() == []
