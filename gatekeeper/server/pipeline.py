@@ -367,7 +367,16 @@ def blocked_header(names: list[str]) -> str:
 
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The request body as a JSON object, at most `limit` bytes (413 past it, 400 when not JSON)."""
+    """The request body as a JSON object, at most `limit` bytes (413 past it, 400 when not JSON).
+    A compressed body is refused (415), never decoded: a decoder would be a second way to read
+    the body, and a bomb's size is known only after it is inflated."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise ProxyError(
+            415,
+            f"Content-Encoding {redact.clip(encoding, 64)!r} is not accepted: send the body uncompressed",
+            "unsupported_encoding",
+        )
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ProxyError(413, f"request body is {declared} bytes; the limit is {limit}", "body_too_large")

@@ -447,3 +447,95 @@ def test_messages_effort_and_thinking_are_closed_sets(store_path, default_suite,
             with pytest.raises(anthropic.BadRequestError):
                 claude.messages.create(model="small-model", max_tokens=5, messages=HI, extra_body=extra)  # type: ignore[arg-type]
             assert server.received() == []
+
+
+# -- request encodings ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
+def test_a_compressed_body_is_refused_not_forwarded_unread(store_path, default_suite, path):
+    import gzip
+
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    body = {"model": "small-model", "max_tokens": 5, "messages": HI, "input": "hi", "tools": CHAT_TOOLS}
+    with NativeServer(lambda b: {"content": "ok"}) as server:
+        settings = settings_for(
+            server.base_url,
+            store_path,
+            upstream={"base_url": server.base_url, "protocols": ["chat", "responses", "messages"]},
+        )
+        with running_proxy(settings) as proxy:
+            for encoding, content in [
+                ("gzip", gzip.compress(json.dumps(body).encode())),
+                ("br", json.dumps(body).encode()),
+            ]:
+                answer = httpx.post(
+                    proxy.url + path,
+                    content=content,
+                    headers={"content-type": "application/json", "content-encoding": encoding},
+                    timeout=10,
+                )
+                assert answer.status_code == 415
+                assert f"Content-Encoding '{encoding}' is not accepted" in answer.text
+        assert server.received() == []
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\xef\xbb\xbf" + json.dumps({"model": "small-model", "messages": HI}).encode(),  # a BOM
+        json.dumps({"model": "small-model", "messages": HI}).encode("utf-16"),
+    ],
+    ids=["bom", "utf-16"],
+)
+def test_a_body_that_is_not_plain_utf8_json_is_refused(store_path, default_suite, raw):
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    with (
+        NativeServer(lambda b: {"content": "ok"}) as server,
+        running_proxy(settings_for(server.base_url, store_path)) as proxy,
+    ):
+        answer = httpx.post(
+            proxy.url + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"}
+        )
+        assert answer.status_code == 400 and "not valid JSON" in answer.text
+        assert server.received() == []
+
+
+def test_duplicate_keys_reach_the_upstream_as_the_gate_read_them(store_path, default_suite):
+    """orjson keeps a key's last value; the upstream gets the body the gate read, re-written, so
+    a parser that keeps the first value (a hidden tool list first, an empty one last) sees none."""
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    hidden = json.dumps(CHAT_TOOLS[1:])
+    messages = '[{"role": "user", "content": "hi", "role": "user"}]'
+    raw = f'{{"model": "small-model", "tools": {hidden}, "messages": {messages}, "tools": []}}'.encode()
+    with BytesUpstream(RawAnswer(json.dumps({"choices": []}).encode())) as server:
+        with running_proxy(settings_for(server.base_url, store_path)) as proxy:
+            httpx.post(proxy.url + "/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+        assert len(server.raw) == 1 and b"execute_command" not in server.raw[0]
+        assert server.raw[0].count(b'"tools"') <= 1
+
+
+class BytesUpstream(RawUpstream):
+    """RawUpstream that also keeps the bytes of each body as received."""
+
+    def __init__(self, answer: RawAnswer) -> None:
+        self.raw: list[bytes] = []
+        super().__init__(answer)
+
+    async def _any(self, request):
+        self.raw.append(await request.body())
+        return await super()._any(request)
+
+
+def test_the_wrappers_send_a_body_as_the_gate_read_it(gk):
+    raw = (
+        b'{"model": "small-model", "tools": '
+        + json.dumps(CHAT_TOOLS[1:]).encode()
+        + b', "messages": [{"role": "user", "content": "hi"}], "tools": null}'
+    )
+    with BytesUpstream(RawAnswer(json.dumps({"choices": []}).encode())) as server:
+        client = openai_sdk.gate_client(openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0), gk)
+        client._client.post(
+            f"{server.base_url}/chat/completions", content=raw, headers={"content-type": "application/json"}
+        )
+        assert len(server.raw) == 1 and b"execute_command" not in server.raw[0]
