@@ -703,3 +703,38 @@ def test_randomised_tests_draw_vars_with_arithmetic_and_store_the_seed(tmp_path)
     assert len(drawn) == 3 and all("{{" not in p for p in drawn)
     assert len(set(drawn)) > 1  # a fresh instance each sample
     assert profile["testsHash"] == cli("suite", "hash", suite).stdout.strip()  # the file as written
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (502, b"<html>bad gateway</html>", "text/html", {}),
+        (400, b'{"detail": "nope"}', "application/json", {}),  # another server's error shape
+        (
+            429,
+            b'{"error": {"message": "slow down", "type": "rate_limit", "code": "rl"}}',
+            "application/json",
+            {"retry-after": "3"},
+        ),
+    ],
+    ids=["not JSON", "another shape", "rate limited"],
+)
+def test_upstream_errors_reach_each_client_in_its_own_error_shape(store_path, default_suite, answer):
+    from scripted import RawAnswer, RawUpstream
+
+    status, raw, content_type, headers = answer
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    with RawUpstream(RawAnswer(raw, status=status, content_type=content_type, headers=headers)) as upstream:
+        with running_proxy(settings_for(upstream.base_url, store_path)) as running:
+            chat = httpx.post(
+                running.url + "/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            )
+            message = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+            claude = httpx.post(running.url + "/v1/messages", json=message)
+    assert chat.status_code == claude.status_code == status
+    assert isinstance(chat.json()["error"]["message"], str) and "type" in chat.json()["error"]
+    assert claude.json()["type"] == "error" and isinstance(claude.json()["error"]["message"], str)
+    for relayed in (chat, claude):
+        assert relayed.headers.get("retry-after") == headers.get("retry-after")
+        assert relayed.headers["x-gatekeeper-tier"] == "small"

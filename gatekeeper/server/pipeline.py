@@ -111,17 +111,19 @@ class Exchange:
         return _Translated(self.translator.stream_from_chat(request), enforcer)
 
     def error(self, status: int, raw: bytes) -> bytes:
-        """An upstream error's body for the client: a JSON object in the client's own protocol
-        passes as it is; anything else (empty, not JSON, or a chat error for a translated
-        protocol) is re-shaped, keeping the upstream's message."""
+        """An upstream error's body for the client: an error in the client's own protocol passes
+        as it is; anything else (empty, not JSON, another server's shape such as `{"detail": ...}`,
+        or a chat error for a translated protocol) is re-shaped, keeping the upstream's message."""
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError:
             doc = None
-        if isinstance(doc, dict) and self.translator is None:
-            return raw
         error = doc.get("error") if isinstance(doc, dict) else None
         message = error.get("message") if isinstance(error, dict) else None
+        if isinstance(message, str) and self.translator is None:
+            return raw  # OpenAI's and Anthropic's error shapes both carry `error.message`
+        if message is None and isinstance(doc, dict):  # e.g. vLLM's {"object": "error", "message": ...}
+            message = doc.get("message") or doc.get("detail")
         if not isinstance(message, str):
             message = raw.decode("utf-8", "replace").strip()[:500] or "empty body"
         text = f"upstream answered HTTP {status}: {message}"
