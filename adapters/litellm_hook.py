@@ -92,7 +92,7 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
         # identity: LiteLLM hands the post-call hooks the dict the pre-call hook returned). A
         # call that fails never comes back, so the table is bounded: the oldest entry goes first,
         # and an answer whose entry is gone is judged as offered nothing (fail closed).
-        self._answers: OrderedDict[int, tuple[dict[str, Any], AnswerGate]] = OrderedDict()
+        self._answers: OrderedDict[int, tuple[Any, AnswerGate]] = OrderedDict()
 
     @property
     def gk(self) -> Gatekeeper:
@@ -166,17 +166,19 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
             tools_kept=gated.kept,
             tools_hidden=gated.hidden,
         )
+        token = _request_token(data)
         with self._lock:
-            self._answers[id(data)] = (data, answers)
+            self._answers[id(token)] = (token, answers)
             while len(self._answers) > _PENDING_ANSWERS:
                 self._answers.popitem(last=False)
         return data
 
     def _answer_gate(self, data: Any, protocol: str) -> AnswerGate:
         """The answer side of the request `data` (offered nothing when it was not gated)."""
+        token = _request_token(data)
         with self._lock:
-            entry = self._answers.pop(id(data), None)
-        if entry is not None and entry[0] is data:
+            entry = self._answers.pop(id(token), None)
+        if entry is not None and entry[0] is token:
             return entry[1]
         return AnswerGate.of(self.gk, protocol)
 
@@ -226,6 +228,18 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
 
 
 _PENDING_ANSWERS = 10_000  # gated requests whose answer is awaited (each entry: the request and its gate)
+
+
+def _request_token(data: dict[str, Any]) -> Any:
+    """What ties a request's post-call hooks to its pre-call hook: LiteLLM's logging object for
+    the call (one per request, made by LiteLLM's proxy, never by the client), else the request
+    itself. Not the request dict: the Responses route hands the post-call hooks a shallow copy of
+    it (every call of the answer was removed, the allowed ones too). Not `litellm_call_id`: a
+    client chooses it (`x-litellm-call-id`), and two requests sharing one would swap gates."""
+    from litellm.litellm_core_utils.litellm_logging import Logging
+
+    logging_obj = data.get("litellm_logging_obj")
+    return logging_obj if isinstance(logging_obj, Logging) else data
 
 
 def _answer_protocol(answer: Any) -> str | None:

@@ -25,6 +25,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+import yaml
 from conftest import ROOT, Proxy, make_profile, seed_store, settings_for, small_model_proxy
 from upstreams import NativeServer
 
@@ -309,6 +310,62 @@ def test_litellm_completion_of_an_anthropic_model_through_the_proxy(proxy, upstr
     sent = upstream.messages_requests if mode == "native" else upstream.requests  # chat-only: translated
     assert sent and len(sent) == len(upstream.received())
     only_the_allowed_tool_was_offered(upstream)
+
+
+# -- a LiteLLM proxy with gatekeeper's hook, the official clients ----------------------------------
+# (chat, and the request side of every protocol: test_protocol_litellm_proxy.py, test_hostile_round6.py)
+
+ALLOWED_ONLY = {"content": "only", "tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}
+CLAUDE_TOOLS = [{"name": n, "input_schema": PATH} for n in NAMES]
+
+
+@pytest.fixture(scope="module")
+def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[str, str, NativeServer]]:
+    from serving import litellm_served
+
+    tmp = tmp_path_factory.mktemp("litellm")
+    store = tmp / "models_profile.json"
+    seed_store(store, make_profile("local-model", Tier.SMALL, default_suite))
+    with NativeServer(lambda body: BOTH) as server:
+        config = yaml.safe_load((ROOT / "examples/litellm_config.yaml").read_text())
+        config["model_list"][0]["litellm_params"]["api_base"] = server.base_url
+        with litellm_served(config, server.base_url, store, tmp, timeout_s=180) as (url, key):
+            yield url, key, server
+
+
+@pytest.fixture
+def litellm_clients(litellm_proxy) -> Iterator[tuple[openai.OpenAI, anthropic.Anthropic, NativeServer]]:
+    url, key, server = litellm_proxy
+    server.responder = lambda body: BOTH
+    yield (
+        openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60),
+        anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=60),
+        server,
+    )
+
+
+def test_litellm_proxy_keeps_the_allowed_call_of_a_responses_and_a_messages_answer(litellm_clients):
+    """LiteLLM's Responses route hands the post-call hook a copy of the request: the hook found no
+    gate for it, and removed every call, the allowed one too."""
+    client, claude, _ = litellm_clients
+    response = client.responses.create(model="local-model", input="read a.txt", tools=RESPONSES_TOOLS)
+    assert [item.name for item in response.output if item.type == "function_call"] == ["read_file"]
+    message = claude.messages.create(model="local-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS)
+    assert [block.name for block in message.content if block.type == "tool_use"] == ["read_file"]
+
+
+def test_litellm_proxy_streams_an_allowed_call_to_every_client(litellm_clients):
+    client, claude, server = litellm_clients
+    server.responder = lambda body: ALLOWED_ONLY
+    with client.chat.completions.stream(model="local-model", messages=HI, tools=CHAT_TOOLS) as chat:
+        calls = chat.get_final_completion().choices[0].message.tool_calls or []
+    assert [c.function.name for c in calls] == ["read_file"]
+    with client.responses.stream(model="local-model", input="read a.txt", tools=RESPONSES_TOOLS) as events:
+        output = events.get_final_response().output
+    assert [item.name for item in output if item.type == "function_call"] == ["read_file"]
+    with claude.messages.stream(model="local-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS) as blocks:
+        content = blocks.get_final_message().content
+    assert [block.name for block in content if block.type == "tool_use"] == ["read_file"]
 
 
 # -- agent frameworks streaming through the proxy ------------------------------------------------
