@@ -35,6 +35,15 @@ if TYPE_CHECKING:
     from gatekeeper.core.gatekeeper import Gatekeeper
 
 
+def _stdout() -> Console:
+    """A table on a terminal fits its width; piped (a script, a file) it is never cut: rich's
+    default of 80 columns there cut `model@effort` keys to "m-a@…"."""
+    return Console() if sys.stdout.isatty() else Console(width=_PIPED_WIDTH)
+
+
+_PIPED_WIDTH = 1000  # wider than any row: a table takes only the width its cells need
+
+
 def _fail(message: str, code: int = 2) -> None:
     err.print(f"[red]error:[/red] {redact(message)}", highlight=False)
     raise typer.Exit(code)
@@ -164,7 +173,7 @@ async def _bench(
 
 
 def _print_results(results: list[ModelResult], service: MeasurementService) -> None:
-    out = Console()
+    out = _stdout()
     run = service.run_settings()
     for result in results:
         if result.error or not result.profiles:
@@ -373,11 +382,12 @@ def profiles(
         current = load_suite(settings.suite)
     except GatekeeperError:
         current = None
-    Console().print(_profile_table(list(data.profiles.values()), suite=current))
+    out = _stdout()
+    out.print(_profile_table(list(data.profiles.values()), suite=current))
     for model, level in data.recommendations.items():
-        Console().print(f"recommended effort for {model}: {level}")
+        out.print(f"recommended effort for {model}: {level}")
     if drift is not None:
-        Console().print(_drift_table(drift))
+        out.print(_drift_table(drift))
 
 
 def _live_drift(proxy: str, admin_key: str | None) -> dict[str, Any]:
@@ -469,7 +479,7 @@ def tools(
         except (OSError, ValueError, KeyError, TypeError) as exc:
             _fail(f"{tools_file}: expected a JSON array of OpenAI tools: {exc}")
     policy = PairPolicy(gk.policy, gk.requirements, gk.capability(resolution).bounds)
-    out = Console()
+    out = _stdout()
     out.print(f"{model}@{effort or 'default'}: tier [bold]{tier.value}[/bold] ({resolution.source})")
     table = Table()
     for column in ("tool", "requires", "visible"):

@@ -738,3 +738,21 @@ def test_upstream_errors_reach_each_client_in_its_own_error_shape(store_path, de
     for relayed in (chat, claude):
         assert relayed.headers.get("retry-after") == headers.get("retry-after")
         assert relayed.headers["x-gatekeeper-tier"] == "small"
+
+
+def test_piped_tables_keep_whole_keys_and_names(tmp_path, default_suite):
+    """Outside a terminal (a script reading stdout) rich's 80 columns cut keys to "m-a@…"."""
+    store = tmp_path / "p.json"
+    model = "organisation/a-rather-long-model-name-for-a-table"
+    seed_store(store, make_profile(model, Tier.MEDIUM, default_suite, effort="low"))
+    listed = cli("profiles", "--store", store)
+    assert listed.returncode == 0, listed.stderr
+    assert f"{model}@low" in listed.stdout
+    config = config_file(
+        tmp_path,
+        upstream={"base_url": "http://127.0.0.1:9/v1"},
+        store=str(store),
+        tools={"required_tier": {"a_tool_with_quite_a_long_name_indeed": "large"}},
+    )
+    shown = cli("tools", model, "--config", config, "--effort", "low")
+    assert "a_tool_with_quite_a_long_name_indeed" in shown.stdout and f"{model}@low: tier medium" in shown.stdout
