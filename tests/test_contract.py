@@ -357,8 +357,23 @@ def test_a_removed_call_is_named_in_x_gatekeeper_blocked_calls(store_path, defau
             raw = running.client.chat.completions.with_raw_response.create(
                 model="small-model", messages=[{"role": "user", "content": "hi"}], tools=TOOLS
             )
+            responses_tools = [{"type": "function", "name": t["function"]["name"], "parameters": {}} for t in TOOLS]
+            answer = running.client.responses.with_raw_response.create(
+                model="small-model", input="hi", tools=responses_tools
+            )
+            claude = anthropic.Anthropic(base_url=running.url, api_key="k", max_retries=0)
+            message = claude.messages.with_raw_response.create(
+                model="small-model",
+                max_tokens=64,
+                messages=[{"role": "user", "content": "hi"}],
+                tools=[{"name": t["function"]["name"], "input_schema": {"type": "object"}} for t in TOOLS],
+            )
     assert raw.headers["x-gatekeeper-blocked-calls"] == "execute_command"
     assert not raw.parse().choices[0].message.tool_calls
+    assert answer.headers["x-gatekeeper-blocked-calls"] == "execute_command"
+    assert not [item for item in answer.parse().output if item.type == "function_call"]
+    assert message.headers["x-gatekeeper-blocked-calls"] == "execute_command"
+    assert not [block for block in message.parse().content if block.type == "tool_use"]
 
 
 def test_an_unknown_field_is_refused_naming_it_in_the_openai_error_shape(proxy, upstream):
@@ -434,6 +449,13 @@ def test_the_admin_api_needs_the_key_and_lists_invalidates_and_measures(proxy, d
     auth = {"authorization": "Bearer " + "a" * 24}
     listed = httpx.get(proxy.url + "/admin/profiles", headers=auth)
     assert listed.status_code == 200 and "small-model@default" in listed.json()["profiles"]
+    entry = listed.json()["profiles"]["small-model@default"]
+    assert (entry["tier"], entry["model"], entry["valid"], entry["source"]) == (
+        "small",
+        "small-model",
+        True,
+        "measured",
+    )
     assert "recommendations" in listed.json()
     started = httpx.post(proxy.url + "/admin/profiles/other-model@low/benchmark", headers=auth)
     assert started.status_code == 202
@@ -756,3 +778,20 @@ def test_piped_tables_keep_whole_keys_and_names(tmp_path, default_suite):
     )
     shown = cli("tools", model, "--config", config, "--effort", "low")
     assert "a_tool_with_quite_a_long_name_indeed" in shown.stdout and f"{model}@low: tier medium" in shown.stdout
+
+
+def test_the_stored_tier_is_the_one_its_lower_bounds_certify(tmp_path, default_suite):
+    """Default settings (bench.risk 0.05): `scoreIntervals[c][0]` is the bound the tier was decided
+    on, `scores` the point estimate inside the interval."""
+    from gatekeeper.tiers import certified_tier
+
+    store = tmp_path / "p.json"
+    with measuring_upstream(default_suite, models=("m-a",)) as upstream:
+        config = config_file(tmp_path, upstream={"base_url": upstream.base_url}, store=str(store))
+        done = cli("bench", "m-a", "--config", config, "--effort", "low", "--json", timeout=600)
+    assert done.returncode == 0, done.stderr
+    (profile,) = json.loads(done.stdout)["results"][0]["profiles"]
+    lower = {c: low for c, (low, _) in profile["scoreIntervals"].items()}
+    assert profile["tier"] == certified_tier(lower).value == "large"  # a perfect model, certified
+    assert profile["samples"] > 1
+    assert all(lower[c] <= profile["scores"][c] <= profile["scoreIntervals"][c][1] for c in lower)
