@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -205,6 +206,14 @@ class ToolPolicy:
         self.servers = servers or ServerBindings()
         self._exact = {k: v for k, v in rules.items() if not any(c in k for c in _WILDCARDS)}
         self._patterns = [(k, v) for k, v in rules.items() if k not in self._exact]
+        # The same rules over folded names (fold_name): a name that only looks like a rule's
+        # name gets that rule too, when it is higher. Two rules that fold alike: the higher one.
+        self._folded_exact: dict[str, Tier] = {}
+        for rule, tier in self._exact.items():
+            known = self._folded_exact.get(fold_name(rule))
+            if known is None or tier.rank > known.rank:
+                self._folded_exact[fold_name(rule)] = tier
+        self._folded_patterns = [(fold_name(k), v) for k, v in self._patterns]
         # Groups the rules name (the literal server part of `github.delete_*`; also those of
         # `also_naming`, the tools.requires rules) or the config binds: their labels are taken at
         # their word. Any other group may be any of them.
@@ -221,11 +230,21 @@ class ToolPolicy:
         self._memo_lock = threading.Lock()
 
     def _rule(self, name: str) -> Tier | None:
-        """The tier of the first rule that matches `name` (exact, then patterns), or None."""
+        """The tier of the first rule that matches `name` (exact, then patterns), or None; and,
+        when `name` only looks like a rule's name (another case, a zero-width or control
+        character, a compatibility form: `EXECUTE_COMMAND`, `execute_command\u200b`), the higher
+        of that and the lookalike's rule. Names stay exact everywhere else (a call of
+        `read_file\u200b` is not a call of `read_file`); here the doubt goes to the higher tier."""
         found = self._exact.get(name)
-        if found is not None:
+        if found is None:
+            found = next((t for pattern, t in self._patterns if fnmatchcase(name, pattern)), None)
+        folded = fold_name(name)
+        alike = self._folded_exact.get(folded)
+        if alike is None:
+            alike = next((t for pattern, t in self._folded_patterns if fnmatchcase(folded, pattern)), None)
+        if alike is None or (found is not None and found.rank >= alike.rank):
             return found
-        return next((t for pattern, t in self._patterns if fnmatchcase(name, pattern)), None)
+        return alike
 
     def _lookup(self, tool: str | ToolId) -> Tier:
         if isinstance(tool, str):
@@ -242,7 +261,10 @@ class ToolPolicy:
             found = [self._rule(group) or self.default_tier]
             found += [t for t in (self._rule(tool.name), self._rule(bare)) if t is not None]
             if tool.kind is ToolKind.MCP and group not in self.named_groups:  # it may be any server
-                found += [t for part, t in self._any_group if fnmatchcase(bare, part)]
+                folded = fold_name(bare)
+                found += [
+                    t for part, t in self._any_group if fnmatchcase(bare, part) or fnmatchcase(folded, fold_name(part))
+                ]
             return max(found, key=lambda t: t.rank)
         return self._rule(tool.name) or self.default_tier
 
@@ -281,6 +303,21 @@ class ToolPolicy:
             ):
                 return rule
         return next((r for r in above if "." not in r and r != group), None)
+
+
+# Characters a tool name may carry that a reader (or a model's tokenizer) does not see: control
+# and format characters (NUL, zero-width spaces and joiners, the BOM, bidi marks) and separators.
+_INVISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
+def fold_name(name: str) -> str:
+    """`name` as a lookalike test reads it: compatibility forms folded (NFKC: fullwidth letters,
+    ligatures), invisible characters removed, case folded. ASCII names without spaces, the common
+    case, only lose their case."""
+    if name.isascii() and name.isprintable() and " " not in name:
+        return name.lower()
+    folded = unicodedata.normalize("NFKC", name)
+    return "".join(c for c in folded if unicodedata.category(c) not in _INVISIBLE).casefold()
 
 
 def named_groups(rules: Iterable[str]) -> frozenset[str]:

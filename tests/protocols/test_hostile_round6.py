@@ -539,3 +539,89 @@ def test_the_wrappers_send_a_body_as_the_gate_read_it(gk):
             f"{server.base_url}/chat/completions", content=raw, headers={"content-type": "application/json"}
         )
         assert len(server.raw) == 1 and b"execute_command" not in server.raw[0]
+
+
+# -- lookalike tool names ---------------------------------------------------------------------------
+
+LOOKALIKES = [
+    "EXECUTE_COMMAND",
+    "execute_command\u200b",
+    "execute_command\u0000",
+    "\ufeffexecute_command",
+    "ｅｘｅｃｕｔｅ_command",
+    "execute_command ",
+]
+
+
+@pytest.mark.parametrize("name", LOOKALIKES, ids=ascii)
+@pytest.mark.parametrize("protocols", [["chat", "responses", "messages"], ["chat"]], ids=["native", "translated"])
+def test_a_lookalike_of_a_hidden_tool_is_hidden_too(store_path, default_suite, name, protocols):
+    """A model (its tokenizer) may read `execute_command\\u200b` as `execute_command`: the name is
+    judged by the rule it looks like, when that one is higher."""
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    with NativeServer(lambda body: {"content": "ok"}) as server:
+        settings = settings_for(
+            server.base_url, store_path, upstream={"base_url": server.base_url, "protocols": protocols}
+        )
+        with running_proxy(settings) as proxy:
+            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+            client.chat.completions.create(
+                model="small-model",
+                messages=HI,
+                tools=[{"type": "function", "function": {"name": name, "parameters": OBJECT}}],
+            )
+            client.responses.create(
+                model="small-model", input="hi", tools=[{"type": "function", "name": name, "parameters": OBJECT}]
+            )
+            claude = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
+            claude.messages.create(
+                model="small-model", max_tokens=5, messages=HI, tools=[{"name": name, "input_schema": OBJECT}]
+            )
+        assert len(server.received()) == 3
+        assert all(not body.get("tools") for body in server.received()), server.received()
+
+
+@pytest.mark.parametrize("name", ["read_file\u200b", "read_file\u0000", "READ_FILE", "ｒead_file"], ids=ascii)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_of_a_lookalike_name_is_not_a_call_of_the_offered_tool(store_path, default_suite, name, stream):
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    reply = {"content": None, "tool_calls": [{"name": name, "arguments": "{}"}]}
+    with NativeServer(lambda body: reply) as server:
+        settings = settings_for(
+            server.base_url,
+            store_path,
+            upstream={"base_url": server.base_url, "protocols": ["chat", "responses", "messages"]},
+        )
+        with running_proxy(settings) as proxy:
+            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+            tools = CHAT_TOOLS[:1]
+            if stream:
+                chunks = client.chat.completions.create(model="small-model", messages=HI, tools=tools, stream=True)  # type: ignore[arg-type]
+                calls = [c for chunk in chunks if chunk.choices for c in chunk.choices[0].delta.tool_calls or []]
+                output = [
+                    i
+                    for e in client.responses.create(
+                        model="small-model", input="hi", tools=RESPONSES_TOOLS[:1], stream=True
+                    )
+                    if e.type == "response.output_item.added"
+                    for i in [e.item]
+                    if i.type == "function_call"
+                ]
+            else:
+                calls = (
+                    client.chat.completions.create(model="small-model", messages=HI, tools=tools)
+                    .choices[0]
+                    .message.tool_calls
+                    or []
+                )  # type: ignore[arg-type]
+                output = [
+                    i
+                    for i in client.responses.create(model="small-model", input="hi", tools=RESPONSES_TOOLS[:1]).output
+                    if i.type == "function_call"
+                ]
+            claude = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
+            blocks = claude.messages.create(
+                model="small-model", max_tokens=5, messages=HI, tools=CLAUDE_TOOLS[:1]
+            ).content
+    assert calls == [] and output == []
+    assert [b for b in blocks if b.type == "tool_use"] == []
