@@ -625,3 +625,33 @@ def test_a_call_of_a_lookalike_name_is_not_a_call_of_the_offered_tool(store_path
             ).content
     assert calls == [] and output == []
     assert [b for b in blocks if b.type == "tool_use"] == []
+
+
+# -- capability routing with the above ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["EXECUTE_COMMAND", "execute_command\u200b"], ids=ascii)
+def test_routing_judges_a_lookalike_by_the_rule_it_looks_like(store_path, default_suite, name):
+    """effortful@low is small, @high medium, @xhigh large. A request offering write_file
+    (medium) and a lookalike of execute_command (large) needs large: routed to @xhigh, not to
+    @high (where the lookalike was sent to a medium pair)."""
+    seed_store(
+        store_path,
+        make_profile("effortful", Tier.SMALL, default_suite, effort="low"),
+        make_profile("effortful", Tier.MEDIUM, default_suite, effort="high"),
+        make_profile("effortful", Tier.LARGE, default_suite, effort="xhigh"),
+    )
+    tools = [{"type": "function", "function": {"name": n, "parameters": OBJECT}} for n in ("write_file", name)]
+    with NativeServer(lambda body: {"content": "ok"}) as server:
+        settings = settings_for(server.base_url, store_path, routing={"escalate_effort": True})
+        with running_proxy(settings) as proxy:
+            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+            answer = client.chat.completions.with_raw_response.create(
+                model="effortful",
+                reasoning_effort="low",
+                messages=HI,
+                tools=tools,  # type: ignore[arg-type]
+            )
+        assert answer.headers.get("x-gatekeeper-routed") == "effortful@xhigh"
+        ours = [r for r in server.requests if r["messages"] == HI]  # not a lazy measurement's
+        assert [r["reasoning_effort"] for r in ours] == ["xhigh"]
