@@ -183,56 +183,38 @@ class MeasurementService:
     ) -> ModelResult:
         """A measurement under its OpenTelemetry span (`measure {model}`: what it found per level)."""
         with telemetry.span("measure", model, efforts=efforts) as span:
-            result = await self._measured(model, efforts, on_progress, seed, progress, lease)
-            span.set("gatekeeper.calls", result.calls)
-            for profile in result.profiles:
-                prefix = "gatekeeper" if len(efforts) == 1 else f"gatekeeper.{profile.reasoning_effort}"
-                span.set(f"{prefix}.tier", profile.tier.value)
-                for category, score in profile.scores.items():
-                    span.set(f"{prefix}.score.{category}", score)
-                    span.set(f"{prefix}.bound.{category}", profile.lower_bound(category))
-            return result
-
-    async def _measured(
-        self,
-        model: str,
-        efforts: list[str],
-        on_progress: ProgressFn | None,
-        seed: int | None,
-        progress: Progress | None = None,
-        lease: Lease | None = None,
-    ) -> ModelResult:
-        if seed is None:
-            seed = secrets.randbelow(2**31) if self.suite.randomised else 0
-        log.info("measurement_started", model=model, efforts=efforts, seed=seed if self.suite.randomised else None)
-        started = time.perf_counter()
-        backend = self.backend_for(model)
-        try:
-            measured = await sweep(
-                backend, model, self.suite, efforts, self.run_settings(), on_progress, seed, progress
+            if seed is None:
+                seed = secrets.randbelow(2**31) if self.suite.randomised else 0
+            log.info("measurement_started", model=model, efforts=efforts, seed=seed if self.suite.randomised else None)
+            started = time.perf_counter()
+            backend = self.backend_for(model)
+            try:
+                measured = await sweep(
+                    backend, model, self.suite, efforts, self.run_settings(), on_progress, seed, progress
+                )
+            except BaseException:
+                metrics.BENCHMARKS.labels(outcome="failed").inc()
+                raise
+            finally:
+                await backend.aclose()
+            result = ModelResult(
+                model,
+                measured.profiles,
+                effort_ignored=measured.effort_ignored,
+                inconclusive=measured.inconclusive,
+                calls=measured.calls,
+                calls_saved=measured.calls_saved,
+                seed=seed if self.suite.randomised else None,
             )
-        except BaseException:
-            metrics.BENCHMARKS.labels(outcome="failed").inc()
-            raise
-        finally:
-            await backend.aclose()
-        result = ModelResult(
-            model,
-            measured.profiles,
-            effort_ignored=measured.effort_ignored,
-            inconclusive=measured.inconclusive,
-            calls=measured.calls,
-            calls_saved=measured.calls_saved,
-            seed=seed if self.suite.randomised else None,
-        )
-        if measured.profiles:
-            result.recommended = self._save(model, measured.profiles, lease)
-        if measured.inconclusive:
-            metrics.BENCHMARKS.labels(outcome="inconclusive").inc(len(measured.inconclusive))
-        if measured.profiles:
-            metrics.BENCHMARKS.labels(outcome="ok").inc(len(measured.profiles))
-            metrics.BENCHMARK_SECONDS.observe(time.perf_counter() - started)
-        return result
+            if measured.profiles:
+                result.recommended = self._save(model, measured.profiles, lease)
+            if measured.inconclusive:
+                metrics.BENCHMARKS.labels(outcome="inconclusive").inc(len(measured.inconclusive))
+            if measured.profiles:
+                metrics.BENCHMARKS.labels(outcome="ok").inc(len(measured.profiles))
+                metrics.BENCHMARK_SECONDS.observe(time.perf_counter() - started)
+            _record(span, efforts, result)
+            return result
 
     def _save(self, model: str, profiles: list[Profile], lease: Lease | None = None) -> str | None:
         """Save the profiles and the model's recommendation over every valid level now known.
@@ -248,3 +230,14 @@ class MeasurementService:
         if not self.store.save(profiles, {model: best} if best else None, lease=lease):
             raise WriteFenced(f"{model}: lease lost while measuring; a newer measurement owns the result")
         return best
+
+
+def _record(span: telemetry.Span, efforts: list[str], result: ModelResult) -> None:
+    """What a measurement found, on its span: calls, and per level the tier, scores and bounds."""
+    span.set("gatekeeper.calls", result.calls)
+    for profile in result.profiles:
+        prefix = "gatekeeper" if len(efforts) == 1 else f"gatekeeper.{profile.reasoning_effort}"
+        span.set(f"{prefix}.tier", profile.tier.value)
+        for category, score in profile.scores.items():
+            span.set(f"{prefix}.score.{category}", score)
+            span.set(f"{prefix}.bound.{category}", profile.lower_bound(category))
