@@ -173,14 +173,16 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
                 self._answers.popitem(last=False)
         return data
 
-    def _answer_gate(self, data: Any, protocol: str) -> AnswerGate:
-        """The answer side of the request `data` (offered nothing when it was not gated)."""
+    def _gate_of(self, data: Any) -> AnswerGate | None:
+        """The answer side the pre-call hook left for the request `data` (None: it gated none)."""
         token = _request_token(data)
         with self._lock:
             entry = self._answers.pop(id(token), None)
-        if entry is not None and entry[0] is token:
-            return entry[1]
-        return AnswerGate.of(self.gk, protocol)
+        return entry[1] if entry is not None and entry[0] is token else None
+
+    def _answer_gate(self, data: Any, protocol: str) -> AnswerGate:
+        """The answer side of the request `data` (offered nothing when it was not gated)."""
+        return self._gate_of(data) or AnswerGate.of(self.gk, protocol)
 
     async def async_post_call_success_hook(self, data: dict[str, Any], user_api_key_dict: Any, response: Any) -> Any:
         protocol = _answer_protocol(response)
@@ -206,11 +208,14 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
     async def async_post_call_streaming_iterator_hook(
         self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
     ) -> AsyncIterator[Any]:
-        judge: StreamJudge | None = None
+        # A gated request's stream is judged chunk by chunk whatever LiteLLM's class for a chunk
+        # (the protocol is the request's); another's, from the first chunk that is a model answer.
+        gate = self._gate_of(request_data)
+        judge: StreamJudge | None = gate.judge_stream() if gate is not None else None
         async for chunk in response:
-            protocol = _answer_protocol(chunk)
+            protocol = gate.codec.name if gate is not None else _answer_protocol(chunk)
             if protocol is not None:
-                judge = judge or self._answer_gate(request_data, protocol).judge_stream()
+                judge = judge or AnswerGate.of(self.gk, protocol).judge_stream()
                 doc = chunk.model_dump(mode="json", exclude_none=True) if hasattr(chunk, "model_dump") else chunk
                 try:
                     removed = judge.feed(doc)
