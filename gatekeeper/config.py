@@ -220,6 +220,9 @@ class McpServer(_Section):
     headers: dict[str, str] = Field(default_factory=dict)
     # Every upstream MCP call (initialize, a listing page, a tool call, a health ping) ends by then.
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    # The largest message (a listing page, a result) taken from a stdio server: a line past it
+    # ends that server's connection (gatekeeper.mcp.stdio), so its output cannot fill our memory.
+    max_message_mb: float = Field(default=16.0, gt=0, le=1024)
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServer:
@@ -249,7 +252,7 @@ class McpSettings(_Section):
     @classmethod
     def _labels(cls, value: dict[str, McpServer]) -> dict[str, McpServer]:
         for label in value:
-            if not _MCP_LABEL.match(label) or len(label) > _MCP_LABEL_MAX:
+            if not _MCP_LABEL.fullmatch(label) or len(label) > _MCP_LABEL_MAX:
                 raise ValueError(
                     f"{label!r}: a label is a letter, then letters and digits joined by single "
                     f"underscores, at most {_MCP_LABEL_MAX} characters (e.g. files, github_enterprise)"

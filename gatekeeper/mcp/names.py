@@ -41,6 +41,6 @@ def split_exposed(name: str) -> tuple[str, str] | None:
 def unusable(label: str, tool: str) -> str | None:
     """Why the tool cannot be exposed under `<label>__<tool>`, or None when it can."""
     name = exposed_name(label, tool)
-    if not _FUNCTION_NAME.match(name):
+    if not _FUNCTION_NAME.fullmatch(name):  # not match: its `$` also matches before a final newline
         return f"{name!r} is not a valid function name (letters, digits, '_' and '-', at most 64 characters)"
     return None

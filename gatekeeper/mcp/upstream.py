@@ -11,6 +11,7 @@ must not show it to a client that never had it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import shutil
 import time
@@ -20,17 +21,19 @@ from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 import httpx2
-from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp import ClientSession, types
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
+from mcp_types import CONNECTION_CLOSED
 
 from gatekeeper import logs
 from gatekeeper.config import McpServer
 from gatekeeper.mcp.names import unusable
+from gatekeeper.mcp.stdio import bounded_stdio
 
 log = logs.get_logger("gatekeeper.mcp.upstream")
 
@@ -65,10 +68,16 @@ class Upstream:
         self.session: ClientSession | None = None
         self.tools: dict[str, types.Tool] = {}  # by the server's own tool name, in its order
         self.skipped: dict[str, str] = {}  # tools not offered: name -> why
+        # Each offered tool's definition as a digest: a session shown one definition is not
+        # served another under the same name (gatekeeper.mcp.gateway).
+        self.fingerprints: dict[str, str] = {}
+        self._listed: dict[str, types.Tool] = {}  # the last listing, kept across reconnections
         self.error: str | None = "not connected yet"
         self.connects = 0
         self.connected_since: float | None = None
         self._relist = anyio.Event()
+        self._ending: str | None = None  # why the transport is ending the connection, while it does
+        self._lists_tools = True
 
     @property
     def transport(self) -> str:
@@ -100,6 +109,12 @@ class Upstream:
             text = text.replace(secret, "***")
         return text
 
+    def _failing(self, why: str) -> None:
+        """The transport is ending the connection for `why`: its tools go now, and the calls it
+        ends say why."""
+        self._ending = why
+        self._down(why)
+
     def _down(self, error: str) -> None:
         was_up = self.session is not None or bool(self.tools)
         self.session, self.error = None, self.scrub(error)
@@ -109,6 +124,7 @@ class Upstream:
 
     async def _serve(self) -> None:
         timeout = self.config.timeout_s
+        self._ending = None
         async with self._connect() as (read, write), anyio.create_task_group() as tg:
             ended = anyio.Event()
             # The transport's stream is relayed so that its end (a stdio server that exited) is
@@ -127,8 +143,11 @@ class Upstream:
                 receive, write, read_timeout_seconds=timeout, message_handler=self._on_message
             ) as session:
                 with anyio.fail_after(timeout):
-                    await session.initialize()
+                    initialized = await session.initialize()
                 self.connects += 1
+                # A server of resources or prompts only has no tools/list to ask ("Method not
+                # found" marked it down): its tools are none.
+                self._lists_tools = initialized.capabilities.tools is not None
                 await self._list(session)
                 self.session, self.error = session, None
                 self.connected_since = time.monotonic()
@@ -151,11 +170,11 @@ class Upstream:
     @contextlib.asynccontextmanager
     async def _connect(self) -> AsyncIterator[tuple[Any, Any]]:
         if self.config.command is not None:
-            command, *args = self.config.command
+            command = self.config.command[0]
             if shutil.which(command) is None:  # the spawn's own error does not name the file
                 raise ServerUnavailable(f"cannot start {command!r}: no such executable")
-            params = StdioServerParameters(command=command, args=args, env=self.config.env or None)
-            async with stdio_client(params) as streams:
+            max_bytes = int(self.config.max_message_mb * 2**20)
+            async with bounded_stdio(self.config.command, self.config.env, max_bytes, self._failing) as streams:
                 yield streams
             return
         assert self.config.url is not None
@@ -178,6 +197,8 @@ class Upstream:
         cursor: str | None = None
         seen: set[str] = set()
         for _ in range(MAX_PAGES):
+            if not self._lists_tools:
+                break
             params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
             with anyio.fail_after(self.config.timeout_s):
                 page = await session.list_tools(params=params)
@@ -196,7 +217,13 @@ class Upstream:
         else:
             raise Misbehaving(f"its tools/list has more than {MAX_PAGES} pages")
         self.skipped = {name: why for name in tools if (why := unusable(self.label, name)) is not None}
-        self.tools = {name: tool for name, tool in tools.items() if name not in self.skipped}
+        kept = {name: tool for name, tool in tools.items() if name not in self.skipped}
+        fingerprints = {name: fingerprint(tool) for name, tool in kept.items()}
+        for name, was in self.fingerprints.items():
+            if fingerprints.get(name, was) != was:  # a "rug pull": the same name, another tool
+                changed = _differences(self._listed[name], kept[name])
+                log.warning("mcp_tool_changed", server=self.label, tool=name, changed=changed)
+        self.tools, self.fingerprints, self._listed = kept, fingerprints, kept
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -214,6 +241,8 @@ class Upstream:
                 f"MCP server {self.label!r} did not answer {what} within {self.config.timeout_s:g} s"
             ) from None
         except MCPError as exc:  # the server's own JSON-RPC error: relayed, without our secrets
+            if exc.code == CONNECTION_CLOSED and self._ending is not None:
+                raise ServerUnavailable(f"MCP server {self.label!r} failed {what}: {self._ending}") from None
             raise MCPError(exc.code, self.scrub(exc.message), self._scrub_data(exc.data)) from None
         except Exception as exc:  # noqa: BLE001 - a broken transport or a garbled answer: say which
             raise ServerUnavailable(self.scrub(f"MCP server {self.label!r} failed {what}: {_describe(exc)}")) from None
@@ -316,6 +345,16 @@ def _secrets(config: McpServer) -> tuple[str, ...]:
         found += [segment for segment in parts.path.split("/") if len(segment) >= _PATH_SECRET]
     # Longest first, so a value is never half-replaced through a shorter one it contains.
     return tuple(sorted({s for s in found if len(s) >= _MIN_SECRET}, key=len, reverse=True))
+
+
+def fingerprint(tool: types.Tool) -> str:
+    """A digest of everything a client is shown of a tool (description, schemas, annotations, ...)."""
+    return hashlib.sha256(tool.model_dump_json(by_alias=True, exclude_none=True).encode()).hexdigest()[:32]
+
+
+def _differences(was: types.Tool, now: types.Tool) -> list[str]:
+    before, after = was.model_dump(by_alias=True, exclude_none=True), now.model_dump(by_alias=True, exclude_none=True)
+    return sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
 
 
 def _describe(exc: BaseException) -> str:
