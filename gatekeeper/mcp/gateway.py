@@ -51,6 +51,13 @@ PAGE_SIZE = 100  # tools per tools/list page
 _MAX_SESSIONS = 10_000  # the SDK's default limit on open sessions; watched sessions are bounded alike
 _RESOURCE_ROUTES = 10_000  # resource URIs remembered for resources/read routing
 _NOTIFY_TIMEOUT_S = 5.0
+# A resources/read of a URI no server listed lists them again (and their templates), but at
+# most this often: a client looping over made-up URIs must not make every server list per read.
+_ROUTE_REFRESH_S = 5.0
+
+
+# An offered tool: (the tool as exposed, the identity rules judge, its label, its fingerprint).
+_Offered = tuple[types.Tool, ToolId, str, str]
 
 
 @dataclass(frozen=True)
@@ -78,11 +85,13 @@ def key_digest(key: str) -> str:
 
 @dataclass
 class _Watched:
-    """An open session that listed tools, and the names it was last shown."""
+    """An open session that listed tools: the tools (name, definition's fingerprint) it was last
+    told of, and those its last tools/list returned (what its model was shown)."""
 
     session: ServerSession
     binding: Binding
-    shown: frozenset[str]
+    shown: frozenset[tuple[str, str]]
+    listed: dict[str, str]
 
 
 class _Server(Server[Any]):
@@ -131,6 +140,9 @@ class McpGateway:
         # URIs a tool result linked to, by the server whose result it was: a route only when no
         # server lists the URI (a server cannot take over another's listed resource by linking it).
         self._linked_resource: TTLCache[str, str] = TTLCache(maxsize=_RESOURCE_ROUTES, ttl=3600, timer=time.monotonic)
+        self._resources_listed_at = -_ROUTE_REFRESH_S
+        self._parsed_templates: tuple[float, list[tuple[UriTemplate, str]]] = (-_ROUTE_REFRESH_S, [])
+        self._routing = anyio.Lock()  # one refresh at a time: the reads that wait for it use it
         # Requests in flight by the digest of their key (a GET stream lasts as long as its client
         # keeps it): a reload that removes the key ends them, so a revoked key hears nothing more.
         self._in_flight: dict[str, set[anyio.CancelScope]] = {}
@@ -188,7 +200,7 @@ class McpGateway:
             # Sessions of one model see the same tools: judged once per model and pass, however
             # many sessions it has open.
             catalogue = self._catalogue()
-            visible: dict[Binding, frozenset[str]] = {}
+            visible: dict[Binding, frozenset[tuple[str, str]]] = {}
             # All at once: a session whose client does not read its stream costs its own
             # timeout, not everyone's (one after the other, a hundred such cost 500 s per pass).
             async with anyio.create_task_group() as tg:
@@ -198,23 +210,24 @@ class McpGateway:
                         names = visible[watched.binding] = self._visible_now(watched.binding, catalogue)
                     tg.start_soon(self._tell_or_forget, session_id, watched, names)
 
-    async def _tell_or_forget(self, session_id: str, watched: _Watched, names: frozenset[str]) -> None:
+    async def _tell_or_forget(self, session_id: str, watched: _Watched, names: frozenset[tuple[str, str]]) -> None:
         try:
             await self._tell(watched, names)
         except Exception as exc:  # noqa: BLE001 - the session is gone or stuck: forget it, tell the others
             log.info("mcp_session_gone", session=session_id[:12], error=type(exc).__name__)
             self._watched.pop(session_id, None)
 
-    def _visible_now(self, binding: Binding, catalogue: list[tuple[types.Tool, ToolId, str]]) -> frozenset[str]:
-        """The tools `binding` would be shown now."""
+    def _visible_now(self, binding: Binding, catalogue: list[_Offered]) -> frozenset[tuple[str, str]]:
+        """The tools `binding` would be shown now, with their fingerprints (a definition that
+        changes is a change to tell, as a tool that comes or goes is)."""
         # The tier as it stands, without waiting for or starting a measurement: this loop serves
         # every session, and the client's own tools/list that follows resolves as usual.
         found = self.gk.lookup(binding.model, binding.effort, binding.client) if binding.model is not None else None
         resolution = found or Resolution(self.gk.settings.unknown_tier, "unmeasured", binding.shown)
         policy = self.gk.policy_for(resolution)
-        return frozenset(t.name for t, rule, _ in catalogue if policy.allows(resolution.tier, rule))
+        return frozenset((t.name, fp) for t, rule, _, fp in catalogue if policy.allows(resolution.tier, rule))
 
-    async def _tell(self, watched: _Watched, names: frozenset[str]) -> None:
+    async def _tell(self, watched: _Watched, names: frozenset[tuple[str, str]]) -> None:
         """Send list_changed to one session if the tools it would be shown now differ."""
         binding = watched.binding
         if names == watched.shown:
@@ -236,14 +249,14 @@ class McpGateway:
         except NotMeasured as exc:  # unknown_models: reject
             raise MCPError(types.INVALID_REQUEST, str(exc)) from None
 
-    def _catalogue(self) -> list[tuple[types.Tool, ToolId, str]]:
-        """Every offered tool: (the tool as exposed, the identity rules judge, its label)."""
+    def _catalogue(self) -> list[_Offered]:
+        """Every offered tool: (the tool as exposed, the identity rules judge, its label, the
+        fingerprint of its definition)."""
         found = []
         for label, upstream in self.upstreams.items():
             for name, tool in upstream.tools.items():
-                found.append(
-                    (tool.model_copy(update={"name": exposed_name(label, name)}), ToolId.mcp(label, name), label)
-                )
+                exposed = tool.model_copy(update={"name": exposed_name(label, name)})
+                found.append((exposed, ToolId.mcp(label, name), label, upstream.fingerprints[name]))
         return found
 
     @staticmethod
@@ -259,12 +272,14 @@ class McpGateway:
         resolution = await self._resolve(binding)
         policy = self.gk.policy_for(resolution)
         shown: list[types.Tool] = []
+        fingerprints: dict[str, str] = {}
         counts: dict[str, list[int]] = {label: [0, 0] for label in self.upstreams}
-        for tool, rule, label in self._catalogue():
+        for tool, rule, label, fp in self._catalogue():
             allowed = policy.allows(resolution.tier, rule)
             counts[label][0 if allowed else 1] += 1
             if allowed:
                 shown.append(tool)
+                fingerprints[tool.name] = fp
         start = _offset(params.cursor if params is not None else None, len(shown))
         if start == 0:  # one listing counts once, however many pages it is read in
             model = self._model_label(resolution)
@@ -272,25 +287,21 @@ class McpGateway:
                 metrics.TOOLS_LISTED.labels(label, model).inc(listed)
                 metrics.TOOLS_HIDDEN.labels(label, model).inc(hidden)
                 self._tally(label, model, listed=listed, hidden=hidden)
-        self._watch(ctx, binding, frozenset(tool.name for tool in shown))
+        self._watch(ctx, binding, fingerprints)
         page = shown[start : start + PAGE_SIZE]
         more = start + PAGE_SIZE < len(shown)
         log.debug("mcp_tools_listed", model=binding.shown, tier=resolution.tier.value, shown=len(shown))
         return types.ListToolsResult(tools=page, next_cursor=f"p{start + PAGE_SIZE}" if more else None)
 
-    def _watch(self, ctx: ServerRequestContext[Any], binding: Binding, names: frozenset[str]) -> None:
-        request = ctx.request
-        session_id = request.headers.get("mcp-session-id") if request is not None else None
-        # Sessionless requests (the 2026 single-exchange era) get no notifications. Their
-        # `mcp-session-id` header is not checked by the SDK (it routes by protocol version):
-        # taken at its word, it let one client overwrite another's watch by naming its session.
-        if not session_id or ctx.session.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+    def _watch(self, ctx: ServerRequestContext[Any], binding: Binding, listed: dict[str, str]) -> None:
+        session_id = _session_id(ctx)
+        if session_id is None:
             return
         if session_id not in self._watched and len(self._watched) >= _MAX_SESSIONS:
             self._prune()
             if len(self._watched) >= _MAX_SESSIONS:  # only if the SDK's own bound was raised
                 self._watched.pop(next(iter(self._watched)))
-        self._watched[session_id] = _Watched(ctx.session, binding, names)
+        self._watched[session_id] = _Watched(ctx.session, binding, frozenset(listed.items()), listed)
 
     @contextlib.contextmanager
     def in_flight(self, digest: str) -> Iterator[None]:
@@ -386,6 +397,22 @@ class McpGateway:
                     "reason": "requirements_unmet" if tier_ok else "tier_too_low",
                 },
             )
+        session_id = _session_id(ctx)
+        watched = self._watched.get(session_id) if session_id is not None else None
+        listed = watched.listed.get(name) if watched is not None else None
+        if listed is not None and listed != upstream.fingerprints[tool]:
+            # A "rug pull": the server redefined the tool after this session's model was shown
+            # it; the arguments were written for the definition the model saw. The session was
+            # told (list_changed) and is served again once it has listed the new one.
+            metrics.CALLS_REFUSED.labels(label, model).inc()
+            self._tally(label, model, refused=1)
+            log.warning("mcp_call_refused", tool=name, model=binding.shown, reason="tool_changed")
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"Tool {name!r} was redefined by its server since this session listed it (its description, "
+                "schema or annotations changed); list the tools again before calling it; the call was not forwarded",
+                {"tool": name, "reason": "tool_changed"},
+            )
 
         async def relay_progress(progress: float, total: float | None, message: str | None) -> None:
             await ctx.session.report_progress(progress, total, message)  # a no-op unless the client asked
@@ -415,6 +442,7 @@ class McpGateway:
 
     async def _resource_list(self) -> list[types.Resource]:
         """Every up server's resources; each URI remembered with its server, for resources/read."""
+        self._resources_listed_at = time.monotonic()
         found: list[types.Resource] = []
         for label, upstream in self.upstreams.items():
             if upstream.session is None:
@@ -445,7 +473,9 @@ class McpGateway:
         whose tool result linked to it; refused when none (or several templates) say so."""
         label = self._resource_server.get(uri)
         if label is None:
-            await self._resource_list()
+            async with self._routing:
+                if time.monotonic() - self._resources_listed_at >= _ROUTE_REFRESH_S:
+                    await self._resource_list()
             label = self._resource_server.get(uri)
         if label is not None:
             return label
@@ -481,12 +511,17 @@ class McpGateway:
 
     async def _templates(self) -> list[tuple[UriTemplate, str]]:
         """The servers' templates parsed, for routing a resources/read (one that does not parse is
-        no route)."""
-        parsed = []
-        for template, label in await self._template_list():
-            with contextlib.suppress(InvalidUriTemplate):
-                parsed.append((UriTemplate.parse(template.uri_template), label))
-        return parsed
+        no route), listed again at most every _ROUTE_REFRESH_S."""
+        async with self._routing:
+            listed_at, parsed = self._parsed_templates
+            if time.monotonic() - listed_at < _ROUTE_REFRESH_S:
+                return parsed
+            parsed = []
+            for template, label in await self._template_list():
+                with contextlib.suppress(InvalidUriTemplate):
+                    parsed.append((UriTemplate.parse(template.uri_template), label))
+            self._parsed_templates = (time.monotonic(), parsed)
+            return parsed
 
     async def _list_prompts(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -529,6 +564,18 @@ class McpGateway:
     def open_sessions(self) -> int:
         self._prune()
         return len(self._watched)
+
+
+def _session_id(ctx: ServerRequestContext[Any]) -> str | None:
+    """The id of the handshake-era session the request belongs to, or None."""
+    request = ctx.request
+    session_id = request.headers.get("mcp-session-id") if request is not None else None
+    # Sessionless requests (the 2026 single-exchange era) have none. Their `mcp-session-id`
+    # header is not checked by the SDK (it routes by protocol version): taken at its word, it
+    # let one client overwrite another's watch by naming its session.
+    if not session_id or ctx.session.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None
+    return str(session_id)
 
 
 def _binding(ctx: ServerRequestContext[Any]) -> Binding:

@@ -1,0 +1,230 @@
+"""A second hostile review of the MCP door (issue 23, after tests/mcp/test_mcp_hostile.py): a real
+proxy on a real port, real MCP servers started by the tests (tests/mcp/round2_servers.py,
+tests/mcp/toy_server.py: the SDK's MCPServer and low-level Server over stdio) and the official
+`mcp` client.
+
+What got through, and what happens now:
+- A stdio server writing one endless line (no newline) grew the gateway's memory without limit,
+  and the SDK's reader re-split the whole line on every 64 KB read, on the loop every session
+  needs. Now a message over `max_message_mb` (16 by default) ends that server's connection: its
+  calls in flight fail naming the bound, it is restarted with backoff, the others keep serving.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import await_until
+from gateway_helpers import connect, gateway, tool_names, toy
+from mcp import ClientSession, types
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+from test_mcp_hostile import calls, list_changed, wait_listed, watched_session
+
+from gatekeeper.config import McpSettings
+
+SERVERS = Path(__file__).with_name("round2_servers.py")
+MB = 2**20
+
+
+def r2(mode: str, folder: Path, *args: str, **extra: Any) -> dict[str, Any]:
+    config = {"command": [sys.executable, str(SERVERS), mode, *args], "env": {"TOY_DIR": str(folder)}, "timeout_s": 10}
+    return config | extra
+
+
+def logged(folder: Path) -> list[dict[str, Any]]:
+    """What reached the servers writing to `folder`'s calls.log, in order."""
+    log = folder / "calls.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.fixture
+def notes_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    return folder
+
+
+async def answers(session: ClientSession, tool: str, arguments: dict[str, Any] | None = None) -> bool:
+    """Whether a call of `tool` is served now (not refused, its server not down)."""
+    try:
+        return not (await session.call_tool(tool, arguments or {})).is_error
+    except MCPError:
+        return False
+
+
+@contextmanager
+def peak_rss_growth() -> Iterator[list[float]]:
+    """How far above its level at the start this process's resident memory rose while the block
+    ran (MB, in the list yielded, filled in at the end): sampled every 10 ms."""
+
+    def rss() -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096 / MB
+
+    start, peak, done = rss(), [0.0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.01):
+            peak[0] = max(peak[0], rss() - start)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    grown: list[float] = []
+    try:
+        yield grown
+    finally:
+        done.set()
+        sampler.join()
+        grown.append(peak[0])
+
+
+# -- the size of what a server writes --------------------------------------------------------
+
+
+async def test_a_100_mb_line_without_a_newline_ends_only_its_server_s_connection(tmp_path, default_suite, notes_dir):
+    servers = {"flood": r2("flood", notes_dir), "notes": toy("notes", notes_dir)}
+    with gateway(tmp_path, default_suite, servers) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        await wait_listed(url, ["flood__quick", "notes__read_note"])
+        async with connect(url) as session:
+            with peak_rss_growth() as grown:
+                with pytest.raises(MCPError) as ended:
+                    await session.call_tool("flood__endless_line", {"mb": 100})
+                assert (await session.call_tool("notes__read_note", {"name": "x"})).is_error is False
+            assert grown[0] < 64, f"the gateway's memory grew {grown[0]:.0f} MB"
+            assert "over 16 MiB (max_message_mb)" in ended.value.error.message
+            await await_until(lambda: answers(session, "flood__quick"), "flood restarted after its backoff")
+        assert [c for c in calls(notes_dir) if c != "read_note"] == ["endless_line", "quick"]
+
+
+# -- names -------------------------------------------------------------------------------------
+
+
+async def test_a_call_reaches_exactly_the_server_and_tool_its_listed_name_means(tmp_path, default_suite, notes_dir):
+    lookalikes = ["b__c", "x", "x\n", "X", "\uff58", "x\u0301", "_x"]
+    servers = {
+        "a": r2("names", notes_dir, json.dumps(lookalikes), env={"TOY_DIR": str(notes_dir), "SERVER_NAME": "a"}),
+        "a_b": r2("names", notes_dir, json.dumps(["c"]), env={"TOY_DIR": str(notes_dir), "SERVER_NAME": "a_b"}),
+    }
+    with gateway(tmp_path, default_suite, servers) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        await wait_listed(url, ["a__b__c", "a_b__c"])
+        async with connect(url) as session:
+            listed = await tool_names(session)
+            # `x\n` passed the function-name check (`$` matches before a final newline): a name
+            # every model API refuses, next to `x`. Not a function name, so not offered.
+            assert sorted(listed) == sorted(["a___x", "a__X", "a__b__c", "a__x", "a_b__c"])
+            for name in listed:
+                assert (await session.call_tool(name, {})).content[0].text == {
+                    "a___x": "a:_x",
+                    "a__X": "a:X",
+                    "a__b__c": "a:b__c",
+                    "a__x": "a:x",
+                    "a_b__c": "a_b:c",
+                }[name]
+            for name in ("a__x\n", "a__\uff58", "A__x", "a_b__b__c", "a__b_c", "a___b__c"):
+                with pytest.raises(MCPError, match="Unknown tool"):
+                    await session.call_tool(name, {})
+    assert sorted((c["server"], c["tool"]) for c in logged(notes_dir)) == sorted(
+        [("a", "_x"), ("a", "X"), ("a", "b__c"), ("a", "x"), ("a_b", "c")]
+    )
+
+
+def test_a_label_that_could_be_read_two_ways_is_refused_by_the_config(tmp_path):
+    for label in ("a__b", "a_", "_a", "a\n", "\uff41"):
+        with pytest.raises(ValidationError, match="a label is a letter"):
+            McpSettings.model_validate({"api_keys": ["k"], "servers": {label: {"url": "http://127.0.0.1:1/mcp"}}})
+
+
+# -- a server that redefines a tool ("rug pull") -----------------------------------------------
+
+
+async def test_a_tool_redefined_after_listing_is_told_and_refused_until_listed_again(tmp_path, default_suite, notes_dir):
+    with gateway(tmp_path, default_suite, {"docs": r2("rugpull", notes_dir)}) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        await wait_listed(url, ["docs__read_doc"])
+        heard: list[object] = []
+        async with watched_session(url, heard) as (session, _):
+            (honest, _pull) = (await session.list_tools()).tools
+            assert honest.description == "Reads a document."
+            await session.call_tool("docs__pull", {})  # the server redefines read_doc, same name
+            await await_until(lambda: list_changed(heard) >= 1, "list_changed for the redefined tool")
+            with pytest.raises(MCPError) as refused:
+                await session.call_tool("docs__read_doc", {"name": "a", "destination": "evil.example"})
+            assert refused.value.error.data == {"tool": "docs__read_doc", "reason": "tool_changed"}
+            assert "list the tools again" in refused.value.error.message
+            pulled = (await session.list_tools()).tools[0]
+            assert "id_rsa" in pulled.description  # relayed as the server has it: the client judges it
+            assert "destination" in pulled.input_schema["properties"]
+            assert (await session.call_tool("docs__read_doc", {"name": "a"})).is_error is False
+        async with connect(url) as fresh:  # a session that never saw the old one is served
+            assert (await fresh.call_tool("docs__read_doc", {"name": "b"})).is_error is False
+    assert [c["tool"] for c in logged(notes_dir)] == ["pull", "read_doc", "read_doc"]
+
+
+# -- resources ---------------------------------------------------------------------------------
+
+
+async def test_reads_of_made_up_uris_do_not_make_every_server_list_its_resources_each_time(
+    tmp_path, default_suite, notes_dir
+):
+    servers = {"docs": r2("resources", notes_dir), "notes": toy("notes", notes_dir)}
+    with gateway(tmp_path, default_suite, servers) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        await wait_listed(url, ["notes__read_note"])
+        async with connect(url) as session:
+            assert (await session.read_resource("doc://one")).contents[0].text == "one"
+            for i in range(30):
+                with pytest.raises(MCPError, match="Resource not found"):
+                    await session.read_resource(f"doc://made-up-{i}")
+            assert (await session.read_resource("doc://one")).contents[0].text == "one"
+    listings = [c["tool"] for c in logged(notes_dir) if c["tool"] != "resources/read"]
+    # Each was asked once per read (30 + 1 of each); now once per 5 s at most.
+    assert listings.count("resources/list") <= 3, listings
+    assert listings.count("resources/templates/list") <= 3, listings
+
+
+# -- what is not relayed -----------------------------------------------------------------------
+
+
+async def test_a_server_s_requests_to_the_client_are_answered_not_supported_and_its_call_completes(
+    tmp_path, default_suite, notes_dir
+):
+    with gateway(tmp_path, default_suite, {"flood": r2("flood", notes_dir)}) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        await wait_listed(url, ["flood__ask"])
+        async with connect(url) as session:
+            for kind in ("sampling", "elicitation", "roots"):
+                answer = (await session.call_tool("flood__ask", {"kind": kind})).content[0].text
+                assert answer.startswith(f"{kind} refused: MCPError:"), answer
+                assert "not supported" in answer, answer
+            assert (await session.call_tool("flood__quick", {})).is_error is False
+
+
+async def test_completion_subscriptions_and_log_levels_are_method_not_found_and_the_session_goes_on(
+    tmp_path, default_suite, notes_dir
+):
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        await wait_listed(url, ["notes__read_note"])
+        async with connect(url) as session:
+            prompt = types.PromptReference(type="ref/prompt", name="notes__summarize")
+            attempts = [
+                lambda: session.complete(prompt, {"name": "topic", "value": "a"}),
+                lambda: session.subscribe_resource("note://readme"),
+                lambda: session.unsubscribe_resource("note://readme"),
+                lambda: session.set_logging_level("debug"),
+            ]
+            for attempt in attempts:
+                with pytest.raises(MCPError) as refused:
+                    await attempt()
+                assert refused.value.error.code == types.METHOD_NOT_FOUND
+            assert (await session.call_tool("notes__read_note", {"name": "x"})).is_error is False
