@@ -8,6 +8,27 @@ What got through, and what happens now:
   and the SDK's reader re-split the whole line on every 64 KB read, on the loop every session
   needs. Now a message over `max_message_mb` (16 by default) ends that server's connection: its
   calls in flight fail naming the bound, it is restarted with backoff, the others keep serving.
+- A tool named `x\n` passed the function-name check (`re.match` with `$` matches before a final
+  newline) and was offered as `a__x\n` beside `a__x`: a name model APIs refuse, which broke the
+  whole tool list of the client's next model request. Now names are checked whole (fullmatch),
+  labels too.
+- A server that redefined a tool under the same name (a "rug pull": a new description asking to
+  send a key somewhere, a new `destination` argument) went unnoticed: no list_changed (the
+  names had not changed), and calls written for the old definition ran under the new one. Now
+  sessions are told, the change is logged, and a session that listed the old definition has its
+  calls refused (`tool_changed`, never forwarded) until it lists again.
+- Each resources/read of a URI no server listed made every server list its resources and
+  templates again: a client looping over made-up URIs multiplied its requests by the servers.
+  Now at most once every 5 s.
+- A server of resources only (no tools capability) was marked down: the gateway asked it for
+  tools/list, "Method not found". Now its tools are none and its resources are served.
+
+What held (pinned here so it stays so): labels that could be read two ways (`a__b`, `a_`, `_a`,
+non-ASCII) are config errors; `a__b__c` (server `a`, tool `b__c`) and `a_b__c` (server `a_b`,
+tool `c`) each reach their own server and tool, and case or Unicode lookalikes are unknown tools;
+a server's sampling, elicitation and roots requests are answered "not supported" at once and its
+tool call completes; completion, resource subscriptions and log levels are "Method not found"
+and the session goes on.
 """
 
 from __future__ import annotations
@@ -147,7 +168,9 @@ def test_a_label_that_could_be_read_two_ways_is_refused_by_the_config(tmp_path):
 # -- a server that redefines a tool ("rug pull") -----------------------------------------------
 
 
-async def test_a_tool_redefined_after_listing_is_told_and_refused_until_listed_again(tmp_path, default_suite, notes_dir):
+async def test_a_tool_redefined_after_listing_is_told_and_refused_until_listed_again(
+    tmp_path, default_suite, notes_dir
+):
     with gateway(tmp_path, default_suite, {"docs": r2("rugpull", notes_dir)}) as proxy:
         url = proxy.url + "/mcp/large-model"
         await wait_listed(url, ["docs__read_doc"])
