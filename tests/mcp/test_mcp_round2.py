@@ -36,20 +36,24 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx
 import pytest
-from conftest import await_until
-from gateway_helpers import connect, gateway, tool_names, toy
+from conftest import await_until, make_profile
+from gateway_helpers import KEY, connect, gateway, tool_names, toy
 from mcp import ClientSession, types
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
-from test_mcp_hostile import calls, list_changed, wait_listed, watched_session
+from test_mcp_hostile import ACCEPT, INIT, NOTES_ALL, SIGNED, calls, list_changed, wait_listed, watched_session
 
 from gatekeeper.config import McpSettings
+from gatekeeper.tiers import Tier
 
 SERVERS = Path(__file__).with_name("round2_servers.py")
 MB = 2**20
@@ -250,4 +254,186 @@ async def test_completion_subscriptions_and_log_levels_are_method_not_found_and_
                 with pytest.raises(MCPError) as refused:
                     await attempt()
                 assert refused.value.error.code == types.METHOD_NOT_FOUND
+            assert (await session.call_tool("notes__read_note", {"name": "x"})).is_error is False
+
+
+# -- many clients, many calls ------------------------------------------------------------------
+
+
+async def test_clients_whose_progress_tokens_collide_each_hear_only_their_own_progress_and_result(
+    tmp_path, default_suite, notes_dir
+):
+    with gateway(tmp_path, default_suite, {"flood": r2("flood", notes_dir)}) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        await wait_listed(url, ["flood__echo"])
+        heard: dict[str, list[str]] = {"alpha": [], "beta": []}
+
+        async def call(text: str) -> str:
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                heard[text].append(message or "")
+
+            async with connect(url) as session:  # each session numbers its requests from the same start:
+                # the official client's progress token is the request id, so the two collide
+                result = await session.call_tool("flood__echo", {"text": text, "steps": 20}, progress_callback=progress)
+                return result.content[0].text
+
+        async with anyio.create_task_group() as tg:
+            answers: dict[str, str] = {}
+            for text in heard:
+                tg.start_soon(lambda t=text: _keep(answers, t, call(t)))
+        assert answers == {"alpha": "alpha", "beta": "beta"}
+        for text, messages in heard.items():
+            assert messages == [f"{text} {i}" for i in range(1, 21)]
+
+
+async def _keep(into: dict[str, str], key: str, value: Awaitable[str]) -> None:
+    into[key] = await value
+
+
+async def test_a_hundred_concurrent_calls_on_one_session_each_get_their_own_result(tmp_path, default_suite, notes_dir):
+    with gateway(tmp_path, default_suite, {"flood": r2("flood", notes_dir)}) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        await wait_listed(url, ["flood__echo"])
+        async with connect(url) as session:
+            heard: dict[str, list[str]] = {f"call-{i}": [] for i in range(100)}
+            answers: dict[str, str] = {}
+
+            async def call(text: str) -> str:
+                async def progress(done: float, total: float | None, message: str | None) -> None:
+                    heard[text].append(message or "")
+
+                result = await session.call_tool("flood__echo", {"text": text, "steps": 3}, progress_callback=progress)
+                return result.content[0].text
+
+            async with anyio.create_task_group() as tg:
+                for text in heard:
+                    tg.start_soon(lambda t=text: _keep(answers, t, call(t)))
+        assert answers == {text: text for text in heard}
+        assert all(messages == [f"{text} {i}" for i in range(1, 4)] for text, messages in heard.items())
+
+
+async def test_a_call_that_starts_after_a_demotion_landed_is_refused(tmp_path, default_suite, notes_dir):
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
+        proxy.gk.store.save([make_profile("falling-model", Tier.LARGE, default_suite)])
+        url = proxy.url + "/mcp/falling-model"
+        await wait_listed(url, NOTES_ALL)
+        landed: list[float] = []
+        outcomes: list[tuple[float, bool]] = []  # (when the call started, whether it was served)
+
+        async def caller(session: ClientSession, n: int) -> None:
+            while not landed or len([o for o in outcomes if o[0] > landed[0]]) < 20:
+                started = time.monotonic()
+                try:
+                    await session.call_tool("notes__write_note", {"name": f"n{n}", "text": "x"})
+                    outcomes.append((started, True))
+                except MCPError as exc:
+                    assert "needs tier medium" in exc.error.message
+                    outcomes.append((started, False))
+
+        async def demote() -> None:
+            await await_until(lambda: len(outcomes) >= 10, "calls served before the demotion")
+            proxy.gk.store.save([make_profile("falling-model", Tier.SMALL, default_suite)])
+            await await_until(lambda: proxy.gk.resolve("falling-model").tier is Tier.SMALL, "the demotion")
+            landed.append(time.monotonic())
+
+        async with connect(url) as first, connect(url) as second, anyio.create_task_group() as tg:
+            for n, session in enumerate((first, second, first, second)):
+                tg.start_soon(caller, session, n)
+            tg.start_soon(demote)
+        assert any(served for started, served in outcomes if started < landed[0])
+        assert not any(served for started, served in outcomes if started > landed[0])
+
+
+def test_a_session_id_is_no_use_under_another_key_or_model_and_a_guessed_one_is_unknown(
+    tmp_path, default_suite, notes_dir
+):
+    other = "mcp-other-key-0002"
+    mcp = {"api_keys": [KEY, other]}
+    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}, mcp=mcp) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        with httpx.Client(timeout=10) as http:
+            opened = http.post(url, json=INIT, headers=SIGNED)
+            session_id = opened.headers["mcp-session-id"]
+            own = {"mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"}
+            ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+            as_other = ACCEPT | own | {"Authorization": f"Bearer {other}"}
+            assert http.post(url, json=ping, headers=as_other).status_code == 404
+            assert http.get(url, headers=as_other).status_code == 404
+            assert http.delete(url, headers=as_other).status_code == 404
+            small = proxy.url + "/mcp/small-model"
+            assert http.post(small, json=ping, headers=SIGNED | own).status_code == 404
+            for guessed in (session_id[:-1] + ("0" if session_id[-1] != "0" else "1"), "1", "", "../" + session_id):
+                guess = SIGNED | {"mcp-session-id": guessed, "mcp-protocol-version": "2025-11-25"}
+                assert http.post(url, json=ping, headers=guess).status_code in (400, 404), guessed
+            assert http.post(url, json=ping, headers=SIGNED | own).status_code == 200  # still its owner's
+
+
+# -- a server that floods ----------------------------------------------------------------------
+
+
+async def test_a_server_listing_a_hundred_thousand_tools_costs_only_its_own(tmp_path, default_suite, notes_dir):
+    servers = {"many": r2("many", notes_dir, "100000"), "notes": toy("notes", notes_dir)}
+    with gateway(tmp_path, default_suite, servers) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        await wait_listed(url, NOTES_ALL)
+        async with connect(url) as session:
+
+            async def refusal() -> str | None:
+                try:
+                    await session.call_tool("many__tool_1", {})
+                except MCPError as exc:
+                    return None if "not connected yet" in exc.error.message else exc.error.message
+                pytest.fail("a tool of a listing over the bound was served")
+
+            why = await await_until(refusal, "many's listing refused", timeout_s=60)
+            assert "more than 10000 tools" in why
+            assert await tool_names(session) == NOTES_ALL
+            assert (await session.call_tool("notes__read_note", {"name": "x"})).is_error is False
+
+
+async def test_a_flood_of_notifications_reaches_no_one_else_and_tells_no_session_anything(
+    tmp_path, default_suite, notes_dir
+):
+    servers = {"flood": r2("flood", notes_dir), "notes": toy("notes", notes_dir)}
+    with gateway(tmp_path, default_suite, servers) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        await wait_listed(url, ["flood__chatter", "notes__read_note"])
+        heard: list[object] = []
+        async with watched_session(url, heard) as (watcher, _), connect(url) as caller:
+            await tool_names(watcher)
+            answers: dict[str, str] = {}
+
+            async def chatter() -> str:
+                return (await caller.call_tool("flood__chatter", {"n": 3000})).content[0].text
+
+            async def read() -> str:
+                return (await watcher.call_tool("notes__read_note", {"name": "x"})).content[0].text
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: _keep(answers, "chatter", chatter()))
+                tg.start_soon(lambda: _keep(answers, "read", read()))
+            assert answers == {"chatter": "done", "read": ""}
+            # 3,000 list_changed from the server: it was listed again, nothing changed, no session told
+            assert list_changed(heard) == 0
+            assert not [
+                m for m in heard if isinstance(m, (types.LoggingMessageNotification, types.ProgressNotification))
+            ]
+
+
+async def test_a_50_mb_result_fails_its_call_by_default_and_is_relayed_under_a_higher_bound(
+    tmp_path, default_suite, notes_dir
+):
+    servers = {
+        "flood": r2("flood", notes_dir),
+        "roomy": r2("flood", notes_dir, max_message_mb=64),
+        "notes": toy("notes", notes_dir),
+    }
+    with gateway(tmp_path, default_suite, servers) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        await wait_listed(url, ["flood__big_result", "roomy__big_result", "notes__read_note"])
+        async with connect(url) as session:
+            with pytest.raises(MCPError, match=r"over 16 MiB \(max_message_mb\)"):
+                await session.call_tool("flood__big_result", {"mb": 50})
+            big = await session.call_tool("roomy__big_result", {"mb": 50})
+            assert len(big.content[0].text) == 50 * MB
             assert (await session.call_tool("notes__read_note", {"name": "x"})).is_error is False
