@@ -8,6 +8,9 @@ What got through, and what happens now:
   and the SDK's reader re-split the whole line on every 64 KB read, on the loop every session
   needs. Now a message over `max_message_mb` (16 by default) ends that server's connection: its
   calls in flight fail naming the bound, it is restarted with backoff, the others keep serving.
+- A Streamable HTTP server's JSON answer was read whole, however large (the SDK's client bounds
+  only event-stream events, at 1 MiB, so a 5 MB result by event stream failed). Now both are
+  bounded at `max_message_mb`, and past it only that call fails.
 - A tool named `x\n` passed the function-name check (`re.match` with `$` matches before a final
   newline) and was offered as `a__x\n` beside `a__x`: a name model APIs refuse, which broke the
   whole tool list of the client's next model request. Now names are checked whole (fullmatch),
@@ -28,7 +31,13 @@ non-ASCII) are config errors; `a__b__c` (server `a`, tool `b__c`) and `a_b__c` (
 tool `c`) each reach their own server and tool, and case or Unicode lookalikes are unknown tools;
 a server's sampling, elicitation and roots requests are answered "not supported" at once and its
 tool call completes; completion, resource subscriptions and log levels are "Method not found"
-and the session goes on.
+and the session goes on; two clients whose progress tokens collide (the official client's token
+is its request id) each hear only their own progress and result, and so do 100 concurrent calls
+on one session; a call that starts after a demotion landed is refused; a session id is 404 under
+another key or model, and a guessed one unknown; a server listing 100,000 tools on one page
+loses only its own tools; 3,000 log, progress and list_changed notifications from a server
+reach no other call and tell no session anything (nothing changed); a 50 MB result fails its
+call by default and is relayed under a higher `max_message_mb`.
 """
 
 from __future__ import annotations
@@ -37,19 +46,23 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
+import httpx2
 import pytest
 from conftest import await_until, make_profile
 from gateway_helpers import KEY, connect, gateway, tool_names, toy
 from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
+from scripted import ThreadedServer
 from test_mcp_hostile import ACCEPT, INIT, NOTES_ALL, SIGNED, calls, list_changed, wait_listed, watched_session
 
 from gatekeeper.config import McpSettings
@@ -83,6 +96,18 @@ async def answers(session: ClientSession, tool: str, arguments: dict[str, Any] |
         return not (await session.call_tool(tool, arguments or {})).is_error
     except MCPError:
         return False
+
+
+@asynccontextmanager
+async def roomy_client(url: str) -> AsyncIterator[ClientSession]:
+    """An official client session taking events of any size (the SDK's client cuts each at 1 MiB)."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=httpx2.Timeout(60, read=300)) as http,
+        streamable_http_client(url, http_client=http, max_sse_event_size=None) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 @contextmanager
@@ -425,15 +450,51 @@ async def test_a_50_mb_result_fails_its_call_by_default_and_is_relayed_under_a_h
 ):
     servers = {
         "flood": r2("flood", notes_dir),
-        "roomy": r2("flood", notes_dir, max_message_mb=64),
+        "roomy": r2("flood", notes_dir, max_message_mb=128),  # MCPServer sends a str result twice (text and structured)
         "notes": toy("notes", notes_dir),
     }
     with gateway(tmp_path, default_suite, servers) as proxy:
         url = proxy.url + "/mcp/large-model"
         await wait_listed(url, ["flood__big_result", "roomy__big_result", "notes__read_note"])
-        async with connect(url) as session:
+        async with roomy_client(url) as session:
             with pytest.raises(MCPError, match=r"over 16 MiB \(max_message_mb\)"):
                 await session.call_tool("flood__big_result", {"mb": 50})
             big = await session.call_tool("roomy__big_result", {"mb": 50})
             assert len(big.content[0].text) == 50 * MB
             assert (await session.call_tool("notes__read_note", {"name": "x"})).is_error is False
+
+
+def big_answers_app(json_response: bool) -> Any:
+    """The SDK's MCPServer over Streamable HTTP: `big_result(mb)` answers `mb` MB, `quick` at once."""
+    server = MCPServer("big")
+
+    @server.tool(description="Answers mb MB of text.")
+    def big_result(mb: int) -> str:
+        return "y" * (mb * MB)
+
+    @server.tool(description="Answers at once.")
+    def quick() -> str:
+        return "quick"
+
+    return server.streamable_http_app(json_response=json_response)
+
+
+async def test_an_http_server_s_answer_over_the_bound_fails_that_call_alone(tmp_path, default_suite, notes_dir):
+    with ThreadedServer(big_answers_app(json_response=True)) as plain, ThreadedServer(big_answers_app(False)) as sse:
+        servers = {
+            "plain": {"url": f"http://127.0.0.1:{plain.port}/mcp"},
+            "sse": {"url": f"http://127.0.0.1:{sse.port}/mcp"},
+        }
+        with gateway(tmp_path, default_suite, servers) as proxy:
+            url = proxy.url + "/mcp/large-model"
+            await wait_listed(url, ["plain__quick", "sse__quick"])
+            async with roomy_client(url) as session:
+                # The SDK read a JSON answer whole, unbounded; it cut an event stream at 1 MiB.
+                for label in ("plain", "sse"):
+                    with pytest.raises(MCPError) as refused:
+                        await session.call_tool(f"{label}__big_result", {"mb": 20})
+                    said = {"plain": "over 16 MiB (max_message_mb)", "sse": "exceeded the 16777216 byte limit"}
+                    assert said[label] in refused.value.error.message
+                    five = await session.call_tool(f"{label}__big_result", {"mb": 5})
+                    assert len(five.content[0].text) == 5 * MB
+                    assert (await session.call_tool(f"{label}__quick", {})).content[0].text == "quick"
