@@ -220,8 +220,10 @@ class McpServer(_Section):
     headers: dict[str, str] = Field(default_factory=dict)
     # Every upstream MCP call (initialize, a listing page, a tool call, a health ping) ends by then.
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
-    # The largest message (a listing page, a result) taken from a stdio server: a line past it
-    # ends that server's connection (gatekeeper.mcp.stdio), so its output cannot fill our memory.
+    # The largest message (a listing page, a result) taken from the server, so what it sends
+    # cannot fill our memory: a stdio line past it ends that server's connection
+    # (gatekeeper.mcp.stdio); an HTTP answer or event past it fails that request
+    # (gatekeeper.mcp.bounded_http).
     max_message_mb: float = Field(default=16.0, gt=0, le=1024)
 
     @model_validator(mode="after")

@@ -24,7 +24,6 @@ import httpx2
 from mcp import ClientSession, types
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
@@ -32,6 +31,7 @@ from mcp_types import CONNECTION_CLOSED
 
 from gatekeeper import logs
 from gatekeeper.config import McpServer
+from gatekeeper.mcp.bounded_http import BoundedTransport
 from gatekeeper.mcp.names import unusable
 from gatekeeper.mcp.stdio import bounded_stdio
 
@@ -169,19 +169,23 @@ class Upstream:
 
     @contextlib.asynccontextmanager
     async def _connect(self) -> AsyncIterator[tuple[Any, Any]]:
+        max_bytes = int(self.config.max_message_mb * 2**20)
         if self.config.command is not None:
             command = self.config.command[0]
             if shutil.which(command) is None:  # the spawn's own error does not name the file
                 raise ServerUnavailable(f"cannot start {command!r}: no such executable")
-            max_bytes = int(self.config.max_message_mb * 2**20)
             async with bounded_stdio(self.config.command, self.config.env, max_bytes, self._failing) as streams:
                 yield streams
             return
         assert self.config.url is not None
         timeout = httpx2.Timeout(self.config.timeout_s, read=max(self.config.timeout_s, 300.0))
+        # The SDK's client (create_mcp_http_client) with each answer bounded (gatekeeper.mcp.bounded_http).
+        http = httpx2.AsyncClient(
+            headers=dict(self.config.headers), timeout=timeout, transport=BoundedTransport(max_bytes)
+        )
         async with (
-            create_mcp_http_client(headers=dict(self.config.headers), timeout=timeout) as client,
-            streamable_http_client(self.config.url, http_client=client) as streams,
+            http as client,
+            streamable_http_client(self.config.url, http_client=client, max_sse_event_size=max_bytes) as streams,
         ):
             yield streams
 
