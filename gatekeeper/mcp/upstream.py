@@ -43,6 +43,10 @@ HEALTH_INTERVAL_S = 10.0
 # Reconnection backoff: doubles from the first delay up to the last; a connection that served
 # its listing resets it.
 BACKOFF_S = (0.5, 30.0)
+# A server's tools/list_changed is answered by listing it again, at most once per this pause: a
+# server that says so after every listing (10,000 tools a time) made the gateway parse its
+# listing back to back, on the loop every other server and session needs.
+RELIST_PAUSE_S = 1.0
 T = TypeVar("T")  # an item of a relayed list
 # Bounds on what one listing may hold: a server that pages forever is misbehaving.
 MAX_PAGES = 100
@@ -162,6 +166,7 @@ class Upstream:
                         self._relist = anyio.Event()
                         await self._list(session)
                         self._changed()
+                        await anyio.sleep(RELIST_PAUSE_S)  # what comes meanwhile is one listing, next
                     else:
                         with anyio.fail_after(timeout):
                             await session.send_ping()

@@ -8,6 +8,8 @@ acts, so a test can tell what the gateway forwarded.
   `elicitation` or `roots` and answers what came back; `echo(text, steps)` reports `steps`
   progress notifications naming `text`, then answers `text`.
 - `many N` (the low-level Server): N tools on one tools/list page.
+- `relisting N` (the low-level Server): N tools (each tools/list logged); any call `{"n": k}`
+  sends tools/list_changed k times, 10 ms apart, then answers.
 - `names JSON` (the low-level Server): the tools named in the JSON list; a call answers
   `<$SERVER_NAME>:<tool>`.
 - `rugpull` (the low-level Server): `read_doc`, described "Reads a document."; its tool `pull`
@@ -123,6 +125,27 @@ def many(count: str) -> None:
     _lowlevel(Server("many", on_list_tools=list_tools))
 
 
+def relisting(count: str) -> None:
+    """`count` tools; its tool `spin(n)` sends tools/list_changed n times, 10 ms apart. Each
+    tools/list it answers is logged."""
+    tools = [
+        types.Tool(name=f"tool_{i}", description="one of many", input_schema={"type": "object"})
+        for i in range(int(count))
+    ]
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        _log("tools/list")
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        for _ in range(int((params.arguments or {}).get("n", 0))):
+            await ctx.session.send_tool_list_changed()
+            await anyio.sleep(0.01)
+        return types.CallToolResult(content=[types.TextContent(type="text", text="spun")])
+
+    _lowlevel(Server("relisting", on_list_tools=list_tools, on_call_tool=call_tool))
+
+
 def names(listed: str) -> None:
     tools = [types.Tool(name=n, description=n, input_schema={"type": "object"}) for n in json.loads(listed)]
     me = os.environ["SERVER_NAME"]
@@ -190,4 +213,5 @@ def resources() -> None:
 
 if __name__ == "__main__":
     modes: dict[str, Any] = {"flood": flood, "many": many, "names": names, "rugpull": rugpull, "resources": resources}
+    modes["relisting"] = relisting
     modes[sys.argv[1]](*sys.argv[2:])

@@ -66,6 +66,7 @@ from scripted import ThreadedServer
 from test_mcp_hostile import ACCEPT, INIT, NOTES_ALL, SIGNED, calls, list_changed, wait_listed, watched_session
 
 from gatekeeper.config import McpSettings
+from gatekeeper.mcp.upstream import RELIST_PAUSE_S
 from gatekeeper.tiers import Tier
 
 SERVERS = Path(__file__).with_name("round2_servers.py")
@@ -498,3 +499,20 @@ async def test_an_http_server_s_answer_over_the_bound_fails_that_call_alone(tmp_
                     five = await session.call_tool(f"{label}__big_result", {"mb": 5})
                     assert len(five.content[0].text) == 5 * MB
                     assert (await session.call_tool(f"{label}__quick", {})).content[0].text == "quick"
+
+
+async def test_a_server_saying_list_changed_without_pause_is_listed_again_at_most_once_a_second(
+    tmp_path, default_suite, notes_dir
+):
+    servers = {"busy": r2("relisting", notes_dir, "5000"), "notes": toy("notes", notes_dir)}
+    with gateway(tmp_path, default_suite, servers) as proxy:
+        url = proxy.url + "/mcp/large-model"
+        await wait_listed(url, ["busy__tool_0", "notes__read_note"])
+        async with connect(url) as session:
+            started = time.monotonic()
+            assert (await session.call_tool("busy__tool_0", {"n": 300})).content[0].text == "spun"
+            spun_s = time.monotonic() - started
+            assert (await session.call_tool("notes__read_note", {"name": "x"})).is_error is False
+        listings = [c for c in logged(notes_dir) if c["tool"] == "tools/list"]
+        # Back to back, a 5,000-tool listing after each of 300 notifications; now one a second.
+        assert len(listings) <= 2 + spun_s / RELIST_PAUSE_S, (len(listings), spun_s)
