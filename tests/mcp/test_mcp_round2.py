@@ -23,6 +23,9 @@ What got through, and what happens now:
 - Each resources/read of a URI no server listed made every server list its resources and
   templates again: a client looping over made-up URIs multiplied its requests by the servers.
   Now at most once every 5 s.
+- A server sending tools/list_changed without pause (300 in 3 s, 5,000 tools a listing) was
+  listed again back to back, each 5,000-tool listing parsed on the loop every other server and
+  session needs. Now at most one listing a second.
 - A server of resources only (no tools capability) was marked down: the gateway asked it for
   tools/list, "Method not found". Now its tools are none and its resources are served.
 
