@@ -649,11 +649,21 @@ def _enforce_message(message: dict[str, Any], allow: Allowed, result: Enforced) 
     if content is None:
         return
     kept = enforce_items(content, "content", _Judge(allow), result, _stand_in, allow)
+    for block in content if kept is None and isinstance(content, list) else kept or ():
+        _known_citations(block)
     if kept is None:
         return
     message["content"] = kept
     if message.get("stop_reason") == "tool_use" and not any(b.get("type") == "tool_use" for b in kept):
         message["stop_reason"] = "end_turn"
+
+
+def _known_citations(block: Any) -> None:
+    """Remove a text block's citations of types the API does not define (a client reads each by
+    its type: a call-shaped object there is not one the codec judged)."""
+    citations = block.get("citations") if isinstance(block, dict) else None
+    if isinstance(citations, list):
+        block["citations"] = [c for c in citations if isinstance(c, dict) and c.get("type") in _CITATIONS]
 
 
 class MessagesStreamFilter:
@@ -720,6 +730,10 @@ class MessagesStreamFilter:
         delta = doc.get("delta")
         if kind == "content_block_delta" and not (isinstance(delta, dict) and delta.get("type") in _DELTAS):
             return []  # a delta of a type this codec does not know: dropped
+        if isinstance(delta, dict) and delta.get("type") == "citations_delta":
+            citation = delta.get("citation")
+            if not (isinstance(citation, dict) and citation.get("type") in _CITATIONS):
+                return []  # a citation of a type the API does not define: removed
         if index in self._arguments and isinstance(delta, dict) and delta.get("type") == "input_json_delta":
             part = delta.get("partial_json")
             if isinstance(part, str):
@@ -741,6 +755,7 @@ class MessagesStreamFilter:
         block = doc.get("content_block")
         if not isinstance(block, dict):
             raise AnswerInvalid("a content_block_start event has no 'content_block' object")
+        _known_citations(block)
         self._open.add(index)
         verdict = self._judge(block)
         if verdict is not True and verdict is not False:

@@ -613,6 +613,26 @@ def _enforce_response(response: dict[str, Any], allow: Allowed, result: Enforced
     kept = enforce_items(output, "output", _Judge(allow), result, _stand_in, allow)
     if kept is not None:
         response["output"] = kept
+    for item in response["output"] if isinstance(response["output"], list) else ():
+        _known_annotations(item)
+
+
+# Output text annotations the API defines (openai/types/responses/response_output_text.py): a
+# client reads each by its type, so one of another type (a call-shaped object) is removed.
+_ANNOTATIONS = frozenset({"url_citation", "file_citation", "container_file_citation", "file_path"})
+
+
+def _known_annotations(item: Any) -> None:
+    """Remove the annotations of unknown types from a message item's content parts."""
+    parts = item.get("content") if isinstance(item, dict) and item.get("type") == "message" else None
+    for part in parts if isinstance(parts, list) else ():
+        _known_part_annotations(part)
+
+
+def _known_part_annotations(part: Any) -> None:
+    annotations = part.get("annotations") if isinstance(part, dict) else None
+    if isinstance(annotations, list):
+        part["annotations"] = [a for a in annotations if isinstance(a, dict) and a.get("type") in _ANNOTATIONS]
 
 
 class ResponsesStreamFilter:
@@ -642,6 +662,12 @@ class ResponsesStreamFilter:
                 raise AnswerInvalid(f"an event of unknown type {kind!r} carries an output item")
             return []  # a type this codec does not know: it may belong to a removed item, so it goes
         docs = [doc]
+        if kind == "response.output_text.annotation.added":
+            annotation = doc.get("annotation")
+            if not (isinstance(annotation, dict) and annotation.get("type") in _ANNOTATIONS):
+                return []  # an annotation of a type the API does not define: removed
+        _known_annotations(doc.get("item"))
+        _known_part_annotations(doc.get("part"))
         if kind in _ITEM_EVENTS:
             if "output_index" not in doc:
                 raise AnswerInvalid(f"a {kind!r} event has no output_index")

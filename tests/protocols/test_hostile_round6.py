@@ -655,3 +655,106 @@ def test_routing_judges_a_lookalike_by_the_rule_it_looks_like(store_path, defaul
         assert answer.headers.get("x-gatekeeper-routed") == "effortful@xhigh"
         ours = [r for r in server.requests if r["messages"] == HI]  # not a lazy measurement's
         assert [r["reasoning_effort"] for r in ours] == ["xhigh"]
+
+
+# -- annotations and citations are of the types the APIs define ---------------------------------------
+
+CALL_LIKE = {"type": "function_call", "name": "execute_command", "arguments": "{}", "call_id": "c9"}
+TOOL_USE_LIKE = {"type": "tool_use", "id": "toolu_9", "name": "execute_command", "input": {}}
+URL_CITATION = {"type": "url_citation", "url": "https://example.com", "title": "t", "start_index": 0, "end_index": 1}
+
+
+def _responses_answer(annotations: list) -> dict:
+    text = {"type": "output_text", "text": "x", "annotations": annotations}
+    message = {"type": "message", "id": "m", "status": "completed", "role": "assistant", "content": [text]}
+    return {
+        "id": "r1",
+        "object": "response",
+        "created_at": 0,
+        "status": "completed",
+        "model": "small-model",
+        "output": [message],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+
+
+def test_an_annotation_of_an_unknown_type_is_removed(store_path, default_suite):
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    answer = RawAnswer(json.dumps(_responses_answer([URL_CITATION, CALL_LIKE])).encode())
+    with RawUpstream(answer) as raw:
+        settings = settings_for(
+            raw.base_url, store_path, upstream={"base_url": raw.base_url, "protocols": ["responses"]}
+        )
+        with running_proxy(settings) as proxy:
+            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+            response = client.responses.create(model="small-model", input="hi", tools=RESPONSES_TOOLS[:1])
+    annotations = response.output[0].content[0].annotations  # type: ignore[union-attr]
+    assert [a.type for a in annotations] == ["url_citation"]
+
+
+def test_an_annotation_event_of_an_unknown_type_is_removed(store_path, default_suite):
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    done = _responses_answer([CALL_LIKE])
+    message = done["output"][0]
+    at = {"item_id": "m", "output_index": 0, "content_index": 0}
+    stream = _sse(
+        {"type": "response.created", "response": done | {"status": "in_progress", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": message | {"content": []}},
+        {"type": "response.output_text.annotation.added", **at, "annotation_index": 0, "annotation": CALL_LIKE},
+        {"type": "response.output_item.done", "output_index": 0, "item": message},
+        {"type": "response.completed", "response": done},
+    )
+    with RawUpstream(RawAnswer(stream, content_type="text/event-stream")) as raw:
+        settings = settings_for(
+            raw.base_url, store_path, upstream={"base_url": raw.base_url, "protocols": ["responses"]}
+        )
+        with running_proxy(settings) as proxy:
+            client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+            events = [e.model_dump() for e in client.responses.create(model="small-model", input="hi", stream=True)]
+    assert "execute_command" not in repr(events)
+    assert [e["type"] for e in events][-1] == "response.completed"
+
+
+def test_a_citation_of_an_unknown_type_is_removed(store_path, default_suite):
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    char = {
+        "type": "char_location",
+        "cited_text": "x",
+        "document_index": 0,
+        "document_title": None,
+        "start_char_index": 0,
+        "end_char_index": 1,
+    }
+    plain = _message([{"type": "text", "text": "x", "citations": [char, TOOL_USE_LIKE]}]) | {"stop_reason": "end_turn"}
+    stream = _sse(
+        {"type": "message_start", "message": _message([])},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "text", "text": "", "citations": [TOOL_USE_LIKE]},
+        },
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": TOOL_USE_LIKE}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}},
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 1},
+        },
+        {"type": "message_stop"},
+    )
+    answers = iter([RawAnswer(json.dumps(plain).encode()), RawAnswer(stream, content_type="text/event-stream")])
+    with RawUpstream(lambda body: next(answers)) as raw:
+        settings = settings_for(
+            raw.base_url, store_path, upstream={"base_url": raw.base_url, "protocols": ["messages"]}
+        )
+        with running_proxy(settings) as proxy:
+            claude = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
+            message = claude.messages.create(model="small-model", max_tokens=5, messages=HI)
+            with claude.messages.stream(model="small-model", max_tokens=5, messages=HI) as events:
+                seen = [e.model_dump() for e in events]
+                streamed = events.get_final_message()
+    assert [c.type for c in message.content[0].citations or []] == ["char_location"]  # type: ignore[union-attr]
+    assert "execute_command" not in repr(seen) and "execute_command" not in streamed.model_dump_json()
