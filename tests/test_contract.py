@@ -427,6 +427,7 @@ def test_anything_else_is_a_404_in_the_openai_shape_and_healthz_is_alive(proxy):
         answer = httpx.request(method, proxy.url + path)
         assert answer.status_code in (404, 405), (method, path)
         assert {"message", "type", "code"} <= set(answer.json()["error"])
+        assert answer.headers["x-request-id"]
     assert httpx.get(proxy.url + "/healthz").status_code == 200
 
 
@@ -435,7 +436,8 @@ def test_models_and_the_tool_free_endpoints_are_forwarded(store_path):
 
     with RawUpstream(RawAnswer(b'{"object": "list", "data": []}')) as upstream:
         with running_proxy(settings_for(upstream.base_url, store_path)) as running:
-            assert httpx.get(running.url + "/v1/models").status_code == 200
+            models = httpx.get(running.url + "/v1/models", headers={"x-request-id": "req-models-1"})
+            assert models.status_code == 200 and models.headers["x-request-id"] == "req-models-1"
             assert httpx.get(running.url + "/v1/models/org/some-model").status_code == 200
             assert httpx.post(running.url + "/v1/embeddings", json={"model": "e", "input": "x"}).status_code == 200
             assert httpx.post(running.url + "/v1/completions", json={"model": "c", "prompt": "x"}).status_code == 200

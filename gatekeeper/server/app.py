@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gatekeeper import logs, metrics, telemetry
+from gatekeeper import logs, metrics, redact, telemetry
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.errors import (
     AnswerInvalid,
@@ -275,8 +275,8 @@ async def _on_error(request: Request, exc: Exception) -> Response:
     status, message, kind, code, extra = _describe(request, exc)
     context = structlog.contextvars.get_contextvars()
     headers = dict(extra)
-    if "request_id" in context:
-        headers["x-request-id"] = context["request_id"]
+    # Every answer names its request, also one refused before any route ran (a 404, a 405).
+    headers["x-request-id"] = context.get("request_id") or redact.request_id(request.headers.get("x-request-id"))
     if "tier" in context:
         headers["x-gatekeeper-tier"] = context["tier"]
         headers["x-gatekeeper-profile"] = context["source"]

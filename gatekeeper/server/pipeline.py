@@ -402,6 +402,8 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
 
 async def forward(request: Request, method: str, path: str, body: dict[str, Any] | None = None) -> Response:
     """A tool-free endpoint on the default upstream: its answer relayed as it is (size-capped)."""
+    request_id = redact.request_id(request.headers.get("x-request-id"))
+    structlog.contextvars.bind_contextvars(request_id=request_id)  # errors from here on carry it too
     settings = request.app.state.gk.settings
     upstream = request.app.state.upstreams.mounts(settings).default
     answer = await upstream.send(UpstreamRequest(method, path, request.scope["headers"], body))
@@ -413,7 +415,7 @@ async def forward(request: Request, method: str, path: str, body: dict[str, Any]
             "upstream_invalid",
             "upstream_error",
         )
-    passed = answer.passed_headers()
+    passed = answer.passed_headers() | {"x-request-id": request_id}
     if passed.get("content-type", "").lower().startswith("text/event-stream"):
         return StreamingResponse(answer.chunks(), status_code=answer.status_code, headers=passed)
     return Response(await answer.read(), status_code=answer.status_code, headers=passed)
