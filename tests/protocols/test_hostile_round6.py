@@ -28,7 +28,25 @@ tests/scripted.py); what the upstream received, and what the client read, is the
 - `gate_agent` (Agents SDK) did not gate handoffs: a handoff is offered to the model as a function
   tool (`transfer_to_<agent>`), and the agent handed to ran its own tools ungated. A handoff is
   judged by its tool name at each turn now (a rule may name it: `transfer_to_*: medium`), and the
-  agent it hands to is gated the same way (by its own model's tier).
+  agent it hands to is gated the same way (by its own model's tier). The tools of the agent's
+  MCP servers (`mcp_servers`: listed by the SDK at each turn) were never gated: they are listed,
+  and called, only when the tier allows `<server name>.<tool>`.
+- A rule named its tool exactly: a client offering `EXECUTE_COMMAND`, `execute_command\u200b`
+  (a zero-width space a tokenizer may not show the model), `\ufeffexecute_command`, a fullwidth
+  form or a trailing space gave a small model the hidden tool under its own name, in every
+  protocol (and routing judged the request's need without it: sent to a medium pair). A rule
+  now also covers every name that folds to the one it names (NFKC, invisible characters
+  removed, case folded), when that rule is higher; a call still matches only the exact name
+  offered (`read_file\u200b` is not `read_file`).
+- A Responses output text annotation or a Messages text citation of a type the API does not
+  define (a call-shaped object) was relayed; removed now, plain and streamed. No SDK parsed
+  them as calls (the SDKs read them as citations), so this is hardening.
+- Held, and pinned here: a compressed body (refused with a 415 naming the encoding now; it was
+  a 400 "not valid UTF-8"), a BOM or UTF-16 body (400), duplicate keys (the upstream gets the
+  body as the gate read it), query strings (never sent on), `X-HTTP-Method-Override` (never
+  sent on), path variants (404/405), pydantic-ai's native tools through the gated clients
+  (judged by their family), chat `modalities` (a closed set now) and Messages
+  `output_config.effort` / `thinking.type` (closed sets).
 """
 
 from __future__ import annotations
@@ -758,3 +776,57 @@ def test_a_citation_of_an_unknown_type_is_removed(store_path, default_suite):
                 streamed = events.get_final_message()
     assert [c.type for c in message.content[0].citations or []] == ["char_location"]  # type: ignore[union-attr]
     assert "execute_command" not in repr(seen) and "execute_command" not in streamed.model_dump_json()
+
+
+# -- query strings, path variants, method overrides ---------------------------------------------------
+
+
+class QueryUpstream(BytesUpstream):
+    """BytesUpstream that also keeps each request's query string."""
+
+    def __init__(self, answer: RawAnswer) -> None:
+        self.queries: list[str] = []
+        super().__init__(answer)
+
+    async def _any(self, request):
+        self.queries.append(request.url.query)
+        return await super()._any(request)
+
+
+def test_a_query_string_and_a_method_override_never_reach_the_upstream(store_path, default_suite):
+    """Azure-style upstreams read `api-version` (and some gateways `tools`) from the query: the
+    proxy sends its own path only; `X-HTTP-Method-Override` is a header no upstream is given."""
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    with QueryUpstream(RawAnswer(json.dumps({"choices": []}).encode())) as raw:
+        with running_proxy(settings_for(raw.base_url, store_path)) as proxy:
+            body = {"model": "small-model", "messages": HI, "tools": CHAT_TOOLS}
+            params = {"tools": json.dumps(CHAT_TOOLS), "api-version": "2024-10-21"}
+            headers = {"x-http-method-override": "PUT"}
+            httpx.post(proxy.url + "/v1/chat/completions", json=body, params=params, headers=headers, timeout=10)
+        assert raw.queries == [""]
+        assert "x-http-method-override" not in raw.headers[0]
+        assert b"execute_command" not in raw.raw[0]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("POST", "/v1//chat/completions", 404),
+        ("POST", "/V1/Chat/Completions", 404),
+        ("POST", "/openai/v1/chat/completions", 404),
+        ("GET", "/v1/chat/completions", 405),
+        ("PUT", "/v1/responses", 405),
+    ],
+)
+def test_a_model_path_variant_is_not_served(store_path, default_suite, method, path, status):
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    with (
+        NativeServer(lambda body: {"content": "ok"}) as server,
+        running_proxy(settings_for(server.base_url, store_path)) as proxy,
+    ):
+        body = json.dumps({"model": "small-model", "messages": HI, "tools": CHAT_TOOLS})
+        answer = httpx.request(
+            method, proxy.url + path, content=body, headers={"x-http-method-override": "POST"}, timeout=10
+        )
+        assert answer.status_code == status
+        assert server.received() == []
