@@ -240,6 +240,70 @@ def gated_prepare_tools(gk: Gatekeeper, effort: str | None = None) -> Callable[.
     return prepare_tools
 
 
+# pydantic-ai native tool kind -> the built-in families it is sent as (OpenAI's code interpreter
+# and Anthropic's code execution are one pydantic-ai tool): each must be admitted.
+_NATIVE_FAMILIES = {"code_execution": ("code_execution", "code_interpreter")}
+
+
+def gated_capability(gk: Gatekeeper, effort: str | None = None) -> Any:
+    """A pydantic-ai capability: `gated_prepare_tools`'s function tools, and each request's native
+    (provider built-in) tools judged by their family as the proxy judges them (`web_search:
+    large` hides `WebSearchTool`; an `MCPServerTool` is judged as its server, and hidden when a
+    rule hides any of its tools). `PrepareTools` sees function tools only, so a native tool went
+    to the provider ungated unless the client was a gated one.
+
+        agent = Agent(model, tools=[...], capabilities=[NativeTool(WebSearchTool()), gated_capability(gk)])
+    """
+    import dataclasses
+
+    from pydantic_ai.capabilities import AbstractCapability  # pydantic-ai: only needed by this form
+
+    prepare = gated_prepare_tools(gk, effort)
+
+    async def decision_for(ctx: Any, model: Any) -> Decision:
+        name = getattr(model, "model_name", None)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"gated_capability: cannot tell the model name of {model!r}")
+        level = effort
+        settings = getattr(ctx, "model_settings", None) or {}
+        if level is None and isinstance(settings.get("thinking"), str):
+            level = settings["thinking"]
+        return await adecide(gk, name, level)
+
+    def admits(decision: Decision, tool: Any) -> bool:
+        kind = getattr(tool, "kind", None)
+        if not isinstance(kind, str):
+            return False
+        if kind == "mcp_server":
+            server = getattr(tool, "id", None)
+            if not isinstance(server, str):
+                return False
+            tier = decision.resolution.tier
+            return (
+                decision.allows(ToolId.mcp(server, "*")) and decision.policy.rule_hiding_part_of(server, tier) is None
+            )
+        return all(decision.allows(ToolId.builtin(family)) for family in _NATIVE_FAMILIES.get(kind, (kind,)))
+
+    @dataclasses.dataclass
+    class GatedTools(AbstractCapability[Any]):
+        @classmethod
+        def get_serialization_name(cls) -> str | None:
+            return None  # not spec-serializable (holds a Gatekeeper)
+
+        async def prepare_tools(self, ctx: Any, tool_defs: list[Any]) -> list[Any]:
+            return list(await prepare(ctx, tool_defs))
+
+        async def prepare_model_request(self, ctx: Any, request_context: Any) -> Any:
+            params = request_context.model_request_parameters
+            if params.native_tools:
+                decision = await decision_for(ctx, request_context.model)
+                kept = [t for t in params.native_tools if admits(decision, t)]
+                request_context.model_request_parameters = dataclasses.replace(params, native_tools=kept)
+            return request_context
+
+    return GatedTools()
+
+
 # -- OpenAI Agents SDK ----------------------------------------------------------------------
 
 

@@ -31,6 +31,11 @@ tests/scripted.py); what the upstream received, and what the client read, is the
   agent it hands to is gated the same way (by its own model's tier). The tools of the agent's
   MCP servers (`mcp_servers`: listed by the SDK at each turn) were never gated: they are listed,
   and called, only when the tier allows `<server name>.<tool>`.
+- pydantic-ai's native tools (`capabilities=[NativeTool(WebSearchTool())]`) never reach
+  `PrepareTools`: with `gated_prepare_tools` and an ungated client, `web_search` went to the
+  provider at any tier. `gated_capability(gk)` judges them by their built-in family (an
+  `MCPServerTool` as its server) in each request; through the gated clients they were judged
+  already (pinned here too).
 - A rule named its tool exactly: a client offering `EXECUTE_COMMAND`, `execute_command\u200b`
   (a zero-width space a tokenizer may not show the model), `\ufeffexecute_command`, a fullwidth
   form or a trailing space gave a small model the hidden tool under its own name, in every
@@ -830,3 +835,43 @@ def test_a_model_path_variant_is_not_served(store_path, default_suite, method, p
         )
         assert answer.status_code == status
         assert server.received() == []
+
+
+async def test_gated_capability_judges_native_tools_without_a_gated_client(store_path, default_suite):
+    """`gated_prepare_tools` sees function tools only: a native tool reached the provider ungated
+    when the client was not a gated one. `gated_capability` judges both."""
+    from pydantic_ai import Agent
+    from pydantic_ai.capabilities import NativeTool
+    from pydantic_ai.models.openai import OpenAIResponsesModel
+    from pydantic_ai.native_tools import CodeExecutionTool, MCPServerTool, WebSearchTool
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from gatekeeper.inprocess.wrap import gated_capability
+
+    def read_file(path: str) -> str:
+        return path
+
+    def execute_command(command: str) -> str:
+        return command
+
+    with NativeServer(lambda body: {"content": "ok"}) as server:
+        rules = {"required_tier": {"web_search": "large", "execute_command": "large", "github.delete_*": "large"}}
+        gk = Gatekeeper(settings_for(server.base_url, store_path, pins={"m": "small"}, tools=rules))
+        try:
+            client = openai.AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)  # not gated
+            model = OpenAIResponsesModel("m", provider=OpenAIProvider(openai_client=client))
+            natives = [
+                WebSearchTool(),
+                CodeExecutionTool(),
+                MCPServerTool(id="github", url="https://mcp.example/github"),
+            ]
+            agent = Agent(
+                model,
+                tools=[read_file, execute_command],
+                capabilities=[*(NativeTool(t) for t in natives), gated_capability(gk)],
+            )
+            assert (await agent.run("hi")).output == "ok"
+            sent = server.responses_requests[-1]["tools"]
+            assert sorted(t.get("name") or t["type"] for t in sent) == ["code_interpreter", "read_file"]
+        finally:
+            gk.close()
