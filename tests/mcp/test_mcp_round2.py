@@ -10,7 +10,8 @@ What got through, and what happens now:
   calls in flight fail naming the bound, it is restarted with backoff, the others keep serving.
 - A Streamable HTTP server's JSON answer was read whole, however large (the SDK's client bounds
   only event-stream events, at 1 MiB, so a 5 MB result by event stream failed). Now both are
-  bounded at `max_message_mb`, and past it only that call fails.
+  bounded at `max_message_mb`, and past it only that call fails; a compressed answer (which the
+  bound could not judge: 1 MB of gzip unpacks to a gigabyte) is not asked for, and refused.
 - A tool named `x\n` passed the function-name check (`re.match` with `$` matches before a final
   newline) and was offered as `a__x\n` beside `a__x`: a name model APIs refuse, which broke the
   whole tool list of the client's next model request. Now names are checked whole (fullmatch),
@@ -45,6 +46,7 @@ call by default and is relayed under a higher `max_message_mb`.
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 import threading
@@ -66,6 +68,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 from scripted import ThreadedServer
+from starlette.types import Message, Receive, Scope, Send
 from test_mcp_hostile import ACCEPT, INIT, NOTES_ALL, SIGNED, calls, list_changed, wait_listed, watched_session
 
 from gatekeeper.config import McpSettings
@@ -519,3 +522,55 @@ async def test_a_server_saying_list_changed_without_pause_is_listed_again_at_mos
         listings = [c for c in logged(notes_dir) if c["tool"] == "tools/list"]
         # Back to back, a 5,000-tool listing after each of 300 notifications; now one a second.
         assert len(listings) <= 2 + spun_s / RELIST_PAUSE_S, (len(listings), spun_s)
+
+
+def gzipping(app: Any) -> Any:
+    """`app`, its JSON answers gzipped whether or not the client asked (a server that ignores
+    `Accept-Encoding: identity`)."""
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        start: dict[str, Any] = {}
+        body = bytearray()
+
+        async def capture(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            body.extend(message.get("body", b""))
+            if message.get("more_body"):
+                return
+            headers = [(k, v) for k, v in start["headers"] if k.lower() not in (b"content-length",)]
+            packed = gzip.compress(bytes(body))
+            if dict(headers).get(b"content-type", b"").startswith(b"application/json"):
+                headers += [(b"content-encoding", b"gzip")]
+            else:
+                packed = bytes(body)
+            await send(start | {"headers": [*headers, (b"content-length", str(len(packed)).encode())]})
+            await send({"type": "http.response.body", "body": packed})
+
+        await app(scope, receive, capture)
+
+    return wrapped
+
+
+async def test_a_compressed_answer_from_an_http_server_is_refused(tmp_path, default_suite, notes_dir):
+    # 1 MB of gzip can unpack to a gigabyte: its size on the wire says nothing of its size in memory.
+    with ThreadedServer(gzipping(big_answers_app(json_response=True))) as packed:
+        servers = {"packed": {"url": f"http://127.0.0.1:{packed.port}/mcp"}, "notes": toy("notes", notes_dir)}
+        with gateway(tmp_path, default_suite, servers) as proxy:
+            url = proxy.url + "/mcp/large-model"
+            await wait_listed(url, ["notes__read_note"])
+            async with connect(url) as session:
+
+                async def why() -> str | None:
+                    try:
+                        await session.call_tool("packed__quick", {})
+                    except MCPError as exc:
+                        return None if "not connected yet" in exc.error.message else exc.error.message
+                    pytest.fail("a compressed answer was taken")
+
+                assert "compressed answer" in await await_until(why, "packed refused")
+                assert (await session.call_tool("notes__read_note", {"name": "x"})).is_error is False
