@@ -130,6 +130,7 @@ class McpGateway:
             on_list_resource_templates=self._list_resource_templates,
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
+            on_completion=self._complete,
         )
         self.manager = StreamableHTTPSessionManager(self.server, max_sessions=_MAX_SESSIONS)
         # Sessions that listed tools, by session id, for as long as the SDK keeps them open: an
@@ -141,7 +142,7 @@ class McpGateway:
         # server lists the URI (a server cannot take over another's listed resource by linking it).
         self._linked_resource: TTLCache[str, str] = TTLCache(maxsize=_RESOURCE_ROUTES, ttl=3600, timer=time.monotonic)
         self._resources_listed_at = -_ROUTE_REFRESH_S
-        self._parsed_templates: tuple[float, list[tuple[UriTemplate, str]]] = (-_ROUTE_REFRESH_S, [])
+        self._parsed_templates: tuple[float, list[tuple[str, UriTemplate, str]]] = (-_ROUTE_REFRESH_S, [])
         self._routing = anyio.Lock()  # one refresh at a time: the reads that wait for it use it
         # Requests in flight by the digest of their key (a GET stream lasts as long as its client
         # keeps it): a reload that removes the key ends them, so a revoked key hears nothing more.
@@ -479,7 +480,7 @@ class McpGateway:
             label = self._resource_server.get(uri)
         if label is not None:
             return label
-        owners = {owner for template, owner in await self._templates() if template.match(uri) is not None}
+        owners = {owner for _, template, owner in await self._templates() if template.match(uri) is not None}
         if len(owners) == 1:
             return owners.pop()
         linked = self._linked_resource.get(uri)
@@ -509,9 +510,10 @@ class McpGateway:
                 log.warning("mcp_resource_templates_unavailable", server=label, error=str(exc)[:300])
         return found
 
-    async def _templates(self) -> list[tuple[UriTemplate, str]]:
-        """The servers' templates parsed, for routing a resources/read (one that does not parse is
-        no route), listed again at most every _ROUTE_REFRESH_S."""
+    async def _templates(self) -> list[tuple[str, UriTemplate, str]]:
+        """The servers' templates (as written, parsed, and the label of the server that has each),
+        for routing a resources/read or a completion (one that does not parse is no route),
+        listed again at most every _ROUTE_REFRESH_S."""
         async with self._routing:
             listed_at, parsed = self._parsed_templates
             if time.monotonic() - listed_at < _ROUTE_REFRESH_S:
@@ -519,7 +521,7 @@ class McpGateway:
             parsed = []
             for template, label in await self._template_list():
                 with contextlib.suppress(InvalidUriTemplate):
-                    parsed.append((UriTemplate.parse(template.uri_template), label))
+                    parsed.append((template.uri_template, UriTemplate.parse(template.uri_template), label))
             self._parsed_templates = (time.monotonic(), parsed)
             return parsed
 
@@ -547,6 +549,30 @@ class McpGateway:
             raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {params.name[:200]!r}")
         try:
             return await upstream.get_prompt(parts[1], params.arguments)
+        except ServerUnavailable as exc:
+            raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
+
+    async def _complete(
+        self, ctx: ServerRequestContext[Any], params: types.CompleteRequestParams
+    ) -> types.CompleteResult:
+        """A completion, asked of the server whose prompt (`<label>__<prompt>`) or resource
+        template it names; relayed to every tier, as prompts and resources are."""
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            parts = split_exposed(ref.name)
+            if parts is None or parts[0] not in self.upstreams:
+                raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {clip(ref.name, 200)!r}")
+            label, ref = parts[0], ref.model_copy(update={"name": parts[1]})
+        else:
+            owners = {owner for written, _, owner in await self._templates() if written == ref.uri}
+            if len(owners) != 1:
+                why = f"the servers {sorted(owners)} all have it" if owners else "no server has it"
+                raise MCPError(types.INVALID_PARAMS, f"Unknown resource template {clip(ref.uri, 300)!r} ({why})")
+            label = owners.pop()
+        context = params.context.arguments if params.context is not None else None
+        argument = {"name": params.argument.name, "value": params.argument.value}
+        try:
+            return await self.upstreams[label].complete(ref, argument, context)
         except ServerUnavailable as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
 

@@ -318,6 +318,17 @@ class Upstream:
         result: types.GetPromptResult = await self._deadline("prompts/get", self._live().get_prompt(name, arguments))
         return result
 
+    async def complete(
+        self,
+        ref: types.ResourceTemplateReference | types.PromptReference,
+        argument: dict[str, str],
+        context: dict[str, str] | None,
+    ) -> types.CompleteResult:
+        result: types.CompleteResult = await self._deadline(
+            "completion/complete", self._live().complete(ref, argument, context)
+        )
+        return result
+
     def status(self) -> dict[str, Any]:
         """What the console and logs show about this server."""
         return {

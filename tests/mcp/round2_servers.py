@@ -7,6 +7,8 @@ acts, so a test can tell what the gateway forwarded.
   progress and tools/list_changed notifications, then answers; `ask(kind)` asks the client for `sampling`,
   `elicitation` or `roots` and answers what came back; `echo(text, steps)` reports `steps`
   progress notifications naming `text`, then answers `text`.
+- `complete` (MCPServer): a prompt `greet`, a resource template `book://{title}` and a completion
+  handler answering `<prompt or template>:<argument>:<value>1` (each request logged).
 - `many N` (the low-level Server): N tools on one tools/list page.
 - `relisting N` (the low-level Server): N tools (each tools/list logged); any call `{"n": k}`
   sends tools/list_changed k times, 10 ms apart, then answers.
@@ -113,6 +115,26 @@ def flood() -> None:
     server.run("stdio")
 
 
+def complete() -> None:
+    server = MCPServer("complete")
+
+    @server.prompt(description="Greets someone.")
+    def greet(name: str) -> str:
+        return f"Hello {name}"
+
+    @server.resource("book://{title}", description="A book by its title.")
+    def book(title: str) -> str:
+        return title
+
+    @server.completion()
+    async def completion(ref: Any, argument: Any, context: Any) -> types.Completion:
+        what = ref.name if isinstance(ref, types.PromptReference) else ref.uri
+        _log("completion/complete", ref=what, argument=argument.name, value=argument.value)
+        return types.Completion(values=[f"{what}:{argument.name}:{argument.value}1"])
+
+    server.run("stdio")
+
+
 def many(count: str) -> None:
     tools = [
         types.Tool(name=f"tool_{i}", description="one of many", input_schema={"type": "object"})
@@ -214,4 +236,5 @@ def resources() -> None:
 if __name__ == "__main__":
     modes: dict[str, Any] = {"flood": flood, "many": many, "names": names, "rugpull": rugpull, "resources": resources}
     modes["relisting"] = relisting
+    modes["complete"] = complete
     modes[sys.argv[1]](*sys.argv[2:])

@@ -34,8 +34,9 @@ What held (pinned here so it stays so): labels that could be read two ways (`a__
 non-ASCII) are config errors; `a__b__c` (server `a`, tool `b__c`) and `a_b__c` (server `a_b`,
 tool `c`) each reach their own server and tool, and case or Unicode lookalikes are unknown tools;
 a server's sampling, elicitation and roots requests are answered "not supported" at once and its
-tool call completes; completion, resource subscriptions and log levels are "Method not found"
-and the session goes on; two clients whose progress tokens collide (the official client's token
+tool call completes; resource subscriptions and log levels are "Method not found" and the
+session goes on (completions, not relayed before, now are: to the server whose prompt or
+resource template the reference names); two clients whose progress tokens collide (the official client's token
 is its request id) each hear only their own progress and result, and so do 100 concurrent calls
 on one session; a call that starts after a demotion landed is refused; a session id is 404 under
 another key or model, and a guessed one unknown; a server listing 100,000 tools on one page
@@ -268,16 +269,31 @@ async def test_a_server_s_requests_to_the_client_are_answered_not_supported_and_
             assert (await session.call_tool("flood__quick", {})).is_error is False
 
 
-async def test_completion_subscriptions_and_log_levels_are_method_not_found_and_the_session_goes_on(
+async def test_completions_are_relayed_to_the_server_named_and_subscriptions_are_method_not_found(
     tmp_path, default_suite, notes_dir
 ):
-    with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
+    servers = {"books": r2("complete", notes_dir), "notes": toy("notes", notes_dir)}
+    with gateway(tmp_path, default_suite, servers) as proxy:
         url = proxy.url + "/mcp/large-model"
         await wait_listed(url, ["notes__read_note"])
         async with connect(url) as session:
-            prompt = types.PromptReference(type="ref/prompt", name="notes__summarize")
+            prompt = types.PromptReference(type="ref/prompt", name="books__greet")
+            template = types.ResourceTemplateReference(type="ref/resource", uri="book://{title}")
+            assert (await session.complete(prompt, {"name": "name", "value": "a"})).completion.values == [
+                "greet:name:a1"
+            ]
+            assert (await session.complete(template, {"name": "title", "value": "b"})).completion.values == [
+                "book://{title}:title:b1"
+            ]
+            for ref in (
+                types.PromptReference(type="ref/prompt", name="greet"),
+                types.PromptReference(type="ref/prompt", name="nobody__greet"),
+                types.ResourceTemplateReference(type="ref/resource", uri="note://{other}"),
+            ):
+                with pytest.raises(MCPError) as unknown:
+                    await session.complete(ref, {"name": "name", "value": "a"})
+                assert unknown.value.error.code == types.INVALID_PARAMS
             attempts = [
-                lambda: session.complete(prompt, {"name": "topic", "value": "a"}),
                 lambda: session.subscribe_resource("note://readme"),
                 lambda: session.unsubscribe_resource("note://readme"),
                 lambda: session.set_logging_level("debug"),
@@ -287,6 +303,10 @@ async def test_completion_subscriptions_and_log_levels_are_method_not_found_and_
                     await attempt()
                 assert refused.value.error.code == types.METHOD_NOT_FOUND
             assert (await session.call_tool("notes__read_note", {"name": "x"})).is_error is False
+    assert [(c["ref"], c["value"]) for c in logged(notes_dir) if c["tool"] == "completion/complete"] == [
+        ("greet", "a"),
+        ("book://{title}", "b"),
+    ]
 
 
 # -- many clients, many calls ------------------------------------------------------------------
