@@ -183,6 +183,9 @@ class McpGateway:
 
     def _tools_changed(self) -> None:
         """Upstream listener (on the loop): a server came up, went down or listed again."""
+        # Its resources and templates may have changed with it: the next miss asks again.
+        self._resources_listed_at = -_ROUTE_REFRESH_S
+        self._parsed_templates = (-_ROUTE_REFRESH_S, [])
         for label, upstream in self.upstreams.items():
             metrics.SERVER_UP.labels(label).set(1 if upstream.session is not None else 0)
         self._recheck.set()
