@@ -40,6 +40,8 @@ log = logs.get_logger("gatekeeper.mcp.upstream")
 # A dead connection is noticed at once when its stream ends (a stdio server that exits); a hung
 # one by a ping this often, which must answer within the server's timeout_s.
 HEALTH_INTERVAL_S = 10.0
+# The least time a stdio server is given to start and answer initialize.
+START_S = 30.0
 # Reconnection backoff: doubles from the first delay up to the last; a connection that served
 # its listing resets it.
 BACKOFF_S = (0.5, 30.0)
@@ -146,7 +148,11 @@ class Upstream:
             async with ClientSession(
                 receive, write, read_timeout_seconds=timeout, message_handler=self._on_message
             ) as session:
-                with anyio.fail_after(timeout):
+                # A stdio server's first answer also waits for it to start (an interpreter's
+                # imports, npx fetching its package), which timeout_s does not bound: under load a
+                # server with a short timeout_s never came up.
+                starting = max(timeout, START_S) if self.transport == "stdio" else timeout
+                with anyio.fail_after(starting):
                     initialized = await session.initialize()
                 self.connects += 1
                 # A server of resources or prompts only has no tools/list to ask ("Method not
