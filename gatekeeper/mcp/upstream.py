@@ -145,9 +145,9 @@ class Upstream:
                 self._relist.set()  # wakes the supervisor below
 
             tg.start_soon(relay)
-            async with ClientSession(
-                receive, write, read_timeout_seconds=timeout, message_handler=self._on_message
-            ) as session:
+            # No session-wide read timeout: every request here has its own deadline, and one
+            # would cut initialize short of START_S.
+            async with ClientSession(receive, write, message_handler=self._on_message) as session:
                 # A stdio server's first answer also waits for it to start (an interpreter's
                 # imports, npx fetching its package), which timeout_s does not bound: under load a
                 # server with a short timeout_s never came up.
