@@ -22,7 +22,7 @@ from gatekeeper.measuring.service import MeasurementService, ModelResult
 from gatekeeper.redact import redact, redact_url
 from gatekeeper.store import ProfileStore, open_store
 from gatekeeper.store.profile import Profile, check_effort
-from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Suite, load_suite, suite_hash
+from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Suite, load_suite, suite_files, suite_hash
 from gatekeeper.tiers import Tier
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure models; gate the tools they see.")
@@ -445,6 +445,8 @@ def suite_hash_command(directory: Path = typer.Argument(DEFAULT_SUITE_DIR)) -> N
     """Print the suite's 8-hex hash."""
     if not directory.is_dir():
         _fail(f"{directory}: not a directory", 1)
+    if not suite_files(directory):  # a suite of nothing has no hash worth printing (validate fails it too)
+        _fail(f"{directory}: no *.json test files", 1)
     typer.echo(suite_hash(directory))
 
 

@@ -47,6 +47,13 @@ def test_suite_hash_prints_eight_hex_chars():
     assert len(done.stdout.strip()) == 8
 
 
+def test_suite_hash_of_a_folder_without_tests_is_an_error(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a test")
+    done = gk("suite", "hash", str(tmp_path))
+    assert done.returncode == 1 and done.stdout == ""
+    assert "no *.json test files" in done.stderr
+
+
 def test_profiles_json_prints_the_store(tmp_path, default_suite):
     store = tmp_path / "p.json"
     seed_store(store, make_profile("m", Tier.MEDIUM, default_suite))
