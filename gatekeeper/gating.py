@@ -214,6 +214,8 @@ class ToolPolicy:
             if known is None or tier.rank > known.rank:
                 self._folded_exact[fold_name(rule)] = tier
         self._folded_patterns = [(fold_name(k), v) for k, v in self._patterns]
+        # What a name outside ASCII gets unless a rule names it as written (_rule).
+        self._strictest = max([*rules.values(), default_tier], key=lambda t: t.rank) if rules else None
         # Groups the rules name (the literal server part of `github.delete_*`; also those of
         # `also_naming`, the tools.requires rules) or the config binds: their labels are taken at
         # their word. Any other group may be any of them.
@@ -242,16 +244,27 @@ class ToolPolicy:
         alike = self._folded_exact.get(folded)
         if alike is None:
             alike = next((t for pattern, t in self._folded_patterns if fnmatchcase(folded, pattern)), None)
-        if alike is None or (found is not None and found.rank >= alike.rank):
+        if alike is not None and (found is None or alike.rank > found.rank):
+            return alike
+        return found
+
+    def _tool_rule(self, name: str) -> Tier | None:
+        """`_rule` for a tool's own name (not a server's or namespace's label). A name still
+        outside ASCII once folded may be a lookalike from another script (a Cyrillic `е` in
+        `еxecute_command`) that no table here can tell: unless a rule names it exactly, it gets
+        the strictest rule there is (the model APIs refuse such names; local servers may not)."""
+        found = self._rule(name)
+        strictest = self._strictest
+        if strictest is None or name.isascii() or name in self._exact or fold_name(name).isascii():
             return found
-        return alike
+        return strictest if found is None or strictest.rank > found.rank else found
 
     def _lookup(self, tool: str | ToolId) -> Tier:
         if isinstance(tool, str):
-            return self._rule(tool) or self.default_tier
+            return self._tool_rule(tool) or self.default_tier
         if tool.kind is ToolKind.BUILTIN:
             family = builtin_family(tool.name)
-            found = [t for t in (self._rule(tool.name), self._rule(family) if family else None) if t is not None]
+            found = [t for t in (self._tool_rule(tool.name), self._rule(family) if family else None) if t is not None]
             return max(found, key=lambda t: t.rank) if found else self.default_tier
         group = tool.group
         if group is not None:
@@ -259,14 +272,14 @@ class ToolPolicy:
             # for `execute_command` is not escaped by offering it inside a namespace or server.
             bare = tool.name.partition(".")[2]
             found = [self._rule(group) or self.default_tier]
-            found += [t for t in (self._rule(tool.name), self._rule(bare)) if t is not None]
+            found += [t for t in (self._rule(tool.name), self._tool_rule(bare)) if t is not None]
             if tool.kind is ToolKind.MCP and group not in self.named_groups:  # it may be any server
                 folded = fold_name(bare)
                 found += [
                     t for part, t in self._any_group if fnmatchcase(bare, part) or fnmatchcase(folded, fold_name(part))
                 ]
             return max(found, key=lambda t: t.rank)
-        return self._rule(tool.name) or self.default_tier
+        return self._tool_rule(tool.name) or self.default_tier
 
     def required_tier(self, tool: str | ToolId) -> Tier:
         if isinstance(tool, ToolId) and tool.kind in _BY_NAME:

@@ -24,6 +24,18 @@ def test_default_tier_applies_to_unnamed_tools():
     assert ToolPolicy({}, Tier.MEDIUM).required_tier("x") == Tier.MEDIUM
 
 
+def test_a_name_outside_ascii_gets_the_strictest_rule_unless_a_rule_names_it_exactly():
+    """A Cyrillic е in еxecute_command folds to no rule: no table tells a lookalike from another
+    script, so the name is judged by the strictest rule (never below the default)."""
+    assert POLICY.required_tier("\u0435xecute_command") == Tier.LARGE
+    assert POLICY.required_tier("r\u00e9sum\u00e9") == Tier.LARGE
+    assert POLICY.required_tier("read_file") == Tier.SMALL  # ASCII: the rules as written
+    catch_all = ToolPolicy({"*": Tier.SMALL, "execute_command": Tier.LARGE, "\u00e9crire": Tier.MEDIUM}, Tier.SMALL)
+    assert catch_all.required_tier("\u0435xecute_command") == Tier.LARGE  # a pattern is no exact name
+    assert catch_all.required_tier("\u00e9crire") == Tier.MEDIUM  # the operator named it as written
+    assert ToolPolicy({"x": Tier.SMALL}, Tier.MEDIUM).required_tier("\u0445") == Tier.MEDIUM
+
+
 def test_gate_removes_tools_above_the_tier():
     body = {"tools": tools("read", "write_file", "execute_command"), "tool_choice": "auto"}
     gated = gate_request(body, Tier.MEDIUM, POLICY)

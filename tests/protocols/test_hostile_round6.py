@@ -573,6 +573,7 @@ LOOKALIKES = [
     "\ufeffexecute_command",
     "ｅｘｅｃｕｔｅ_command",
     "execute_command ",
+    "\u0435xecute_command",  # a Cyrillic е: no rule matches it, so the strictest rule does
 ]
 
 

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from gatekeeper import Gatekeeper
 from gatekeeper.config import Settings, describe_errors
 from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
-from gatekeeper.gating import ToolId, ToolPolicy
+from gatekeeper.gating import ToolId, ToolPolicy, fold_name
 from gatekeeper.inprocess.wrap import gate_body
 from gatekeeper.mcp_identity import ServerBindings, normalise_url
 from gatekeeper.protocols.base import Allowed
@@ -418,9 +418,14 @@ LABELS = st.text(st.characters(blacklist_characters=".", blacklist_categories=["
 @given(label=LABELS)
 def test_under_any_label_a_hidden_tool_is_neither_offered_nor_let_through(label):
     body, _ = responses_gate([mcp_tool(label, allowed_tools=["delete_repo", "list_repos"])], policy())
-    assert body["tools"][0]["allowed_tools"] == ["list_repos"]
     doc = responses_answer(mcp_call(label, "delete_repo"), mcp_call(label, "list_repos"))
     RESPONSES.enforce(doc, Allowed(RESPONSES.offered(body), Tier.SMALL, policy()))
+    if not fold_name(label).isascii():
+        # A label outside ASCII may be a lookalike from another script: the strictest rule hides
+        # the whole server (gating.ToolPolicy._tool_rule), so no call of it is kept.
+        assert "tools" not in body and doc["output"] == []
+        return
+    assert body["tools"][0]["allowed_tools"] == ["list_repos"]
     assert [i["name"] for i in doc["output"]] == ["list_repos"]
 
 
