@@ -227,17 +227,23 @@ def gated_prepare_tools(gk: Gatekeeper, effort: str | None = None) -> Callable[.
     string, else the `default` level."""
 
     async def prepare_tools(ctx: Any, tool_defs: list[Any]) -> list[Any]:
-        model = getattr(ctx.model, "model_name", None)
-        if not isinstance(model, str) or not model:
-            raise TypeError(f"gated_prepare_tools: cannot tell the model name of {ctx.model!r}")
-        level = effort
-        settings = getattr(ctx, "model_settings", None) or {}
-        if level is None and isinstance(settings.get("thinking"), str):
-            level = settings["thinking"]
-        decision = await adecide(gk, model, level)
+        decision = await _pydantic_ai_decision(gk, ctx, ctx.model, effort, "gated_prepare_tools")
         return [t for t in tool_defs if decision.allows(t.name)]
 
     return prepare_tools
+
+
+async def _pydantic_ai_decision(gk: Gatekeeper, ctx: Any, model: Any, effort: str | None, who: str) -> Decision:
+    """The decision for a pydantic-ai run step: `model`'s name, at `effort` or else the run's
+    `model_settings["thinking"]` when it is a string, else the `default` level."""
+    name = getattr(model, "model_name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{who}: cannot tell the model name of {model!r}")
+    level = effort
+    settings = getattr(ctx, "model_settings", None) or {}
+    if level is None and isinstance(settings.get("thinking"), str):
+        level = settings["thinking"]
+    return await adecide(gk, name, level)
 
 
 # pydantic-ai native tool kind -> the built-in families it is sent as (OpenAI's code interpreter
@@ -261,14 +267,7 @@ def gated_capability(gk: Gatekeeper, effort: str | None = None) -> Any:
     prepare = gated_prepare_tools(gk, effort)
 
     async def decision_for(ctx: Any, model: Any) -> Decision:
-        name = getattr(model, "model_name", None)
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"gated_capability: cannot tell the model name of {model!r}")
-        level = effort
-        settings = getattr(ctx, "model_settings", None) or {}
-        if level is None and isinstance(settings.get("thinking"), str):
-            level = settings["thinking"]
-        return await adecide(gk, name, level)
+        return await _pydantic_ai_decision(gk, ctx, model, effort, "gated_capability")
 
     def admits(decision: Decision, tool: Any) -> bool:
         kind = getattr(tool, "kind", None)
