@@ -180,16 +180,20 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
             entry = self._answers.pop(id(token), None)
         return entry[1] if entry is not None and entry[0] is token else None
 
-    def _answer_gate(self, data: Any, protocol: str) -> AnswerGate:
-        """The answer side of the request `data` (offered nothing when it was not gated)."""
-        return self._gate_of(data) or AnswerGate.of(self.gk, protocol)
-
     async def async_post_call_success_hook(self, data: dict[str, Any], user_api_key_dict: Any, response: Any) -> Any:
-        protocol = _answer_protocol(response)
+        # A gated request's answer is judged by the request's protocol, whatever LiteLLM's class
+        # for it (as its stream is, below); another's only when it is a model answer.
+        gate = self._gate_of(data)
+        protocol = gate.codec.name if gate is not None else _answer_protocol(response)
         if protocol is None:
             return response  # embeddings, images, files, ...: no tool calls
-        gate = self._answer_gate(data, protocol)
-        doc = response if isinstance(response, dict) else response.model_dump(mode="json")
+        gate = gate or AnswerGate.of(self.gk, protocol)
+        if isinstance(response, dict):
+            doc = response
+        elif hasattr(response, "model_dump"):
+            doc = response.model_dump(mode="json")
+        else:  # an answer the hook cannot read is not relayed unjudged
+            raise _http_error(502, f"gatekeeper: cannot read a {type(response).__name__} answer", "upstream_invalid")
         try:
             enforced = gate.enforce(doc)
         except AnswerInvalid as exc:

@@ -228,6 +228,20 @@ async def test_the_hook_removes_a_hidden_call_from_responses_and_messages_answer
     assert [b["name"] for b in message["content"] if b["type"] == "tool_use"] == ["read_file"]
 
 
+async def test_a_gated_answer_in_another_form_is_judged_by_the_request_or_refused(upstream, hook):
+    """A gated chat request's answer handed to the hook as a plain dict (a form LiteLLM's class
+    check did not know) passed unjudged; one the hook cannot read at all is a 502."""
+    data = await gated_data(hook, "acompletion", messages=HI, tools=CHAT_TOOLS)
+    answer = await litellm.acompletion(
+        model="openai/small-model", api_base=upstream.base_url, api_key="x", messages=HI, tools=data["tools"]
+    )
+    doc = await hook.async_post_call_success_hook(data, None, answer.model_dump(mode="json"))
+    assert [c["function"]["name"] for c in doc["choices"][0]["message"]["tool_calls"]] == ["read_file"]
+    data = await gated_data(hook, "acompletion", messages=HI, tools=CHAT_TOOLS)
+    with pytest.raises(Exception, match="cannot read a object answer"):
+        await hook.async_post_call_success_hook(data, None, object())
+
+
 async def test_a_call_in_the_answer_to_a_request_without_tools_is_removed(upstream, hook):
     data = await gated_data(hook, "acompletion", messages=HI)
     answer = await litellm.acompletion(model="openai/small-model", api_base=upstream.base_url, api_key="x", messages=HI)
