@@ -187,6 +187,10 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
 
     def model_call(request: Any, raw: bytes) -> tuple[Codec, dict[str, Any]] | None:
         """The codec and body of a model call (None: another request, sent as it is)."""
+        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        if request.method.upper() == "POST" and encoding not in ("", "identity"):
+            # As the proxy's 415: a compressed body cannot be read for tools (the SDKs never send one).
+            raise RequestInvalid(f"Content-Encoding {encoding[:64]!r} is not accepted: send the body uncompressed")
         protocol = endpoint(request.method, request.url.path)
         codec = protocols.codec(protocol) if protocol is not None else None
         if codec is None:

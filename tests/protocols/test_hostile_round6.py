@@ -134,6 +134,23 @@ def test_tools_posted_to_a_path_that_is_no_model_call_are_refused(upstream, gk):
     assert upstream.received() == []
 
 
+@pytest.mark.parametrize("path", ["/chat/completions", "/engines/small-model/completions"])
+def test_a_compressed_body_is_refused_in_process_as_at_the_proxy(upstream, gk, path):
+    """gzip bytes spell no tool field, so a compressed POST to a path that is not a model call
+    passed the wrappers' check unread; a compressed body is refused on every path."""
+    import gzip
+
+    client = openai_sdk.gate_client(openai.OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), gk)
+    raw = gzip.compress(json.dumps({"model": "small-model", "tools": CHAT_TOOLS}).encode())
+    with pytest.raises(RequestInvalid, match="Content-Encoding 'gzip' is not accepted"):
+        client._client.post(
+            f"{upstream.base_url}{path}",
+            content=raw,
+            headers={"content-type": "application/json", "content-encoding": "gzip"},
+        )
+    assert upstream.received() == []
+
+
 # -- Messages stream events carry only what the API defines ------------------------------------------
 
 
