@@ -1,5 +1,6 @@
 """The request step every front end shares, written once: parse a body with its protocol's codec,
-resolve the pair's tier, gate the tools.
+check its fields, resolve the pair's tier, gate the tools (the two gating steps: core/gate.py).
+A body refused for its fields is refused before its tier is resolved: it never starts a measurement.
 
 The proxy (server/pipeline.py), the in-process request step (inprocess/wrap.py `gate_body`, used
 by the SDK wrappers and the LiteLLM hook) and `Gatekeeper.gate` all end in `gate_resolved`, the
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from gatekeeper.errors import ToolChoiceBlocked
+from gatekeeper.core.gate import check_fields, gate_resolved
 from gatekeeper.gating import Gated, ToolId, ToolPolicy
 from gatekeeper.protocols.base import Codec, RequestInfo
 from gatekeeper.redact import clip
@@ -45,7 +46,7 @@ def admit(gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot
 
     Raises RequestInvalid, NotMeasured (`unknown_models: reject`) and ToolChoiceBlocked."""
     snap = snapshot or gk.snapshot()
-    info = parse(codec, body)
+    info = parse(codec, body, snap.policy)
     return _gate(snap, codec, body, info, gk.resolve(info.model, info.effort, snapshot=snap))
 
 
@@ -62,15 +63,17 @@ async def aadmit(
     routing (`routing:`) first, rewriting `body` for the routed pair (gatekeeper.core.router).
     `client`: the caller's drift identity (gatekeeper.drift.identity), whose demotions apply."""
     snap = snapshot or gk.snapshot()
-    info = parse(codec, body)
+    info = parse(codec, body, snap.policy)
     resolution = await gk.aresolve(info.model, info.effort, client, snapshot=snap)
     return _gate(snap, codec, body, info, resolution, route, client)
 
 
-def parse(codec: Codec, body: dict[str, Any]) -> RequestInfo:
+def parse(codec: Codec, body: dict[str, Any], policy: ToolPolicy) -> RequestInfo:
+    """The body's model, effort and stream flag, once every field is checked (RequestInvalid)."""
     info = codec.parse(body)
     # Client strings, on every line this request logs: capped (a 1 MB model name costs 256 bytes).
     structlog.contextvars.bind_contextvars(model=clip(info.model), effort=clip(info.effort or "default"))
+    check_fields(codec, body, policy)
     return info
 
 
@@ -121,12 +124,3 @@ async def adecide(gk: Gatekeeper, model: str, effort: str | None) -> Decision:
     resolution = await gk.aresolve(model, effort, snapshot=snap)
     return Decision(resolution, snap.router.policy_for(resolution))
 
-
-def gate_resolved(codec: Codec, body: dict[str, Any], resolution: Resolution, policy: ToolPolicy) -> Gated:
-    """Gate `body` in place at `resolution`'s tier (no log context bound: `Gatekeeper.gate` is
-    called in process, outside any request scope)."""
-    try:
-        return codec.gate(body, resolution.tier, policy)
-    except ToolChoiceBlocked as exc:
-        exc.source = resolution.source
-        raise

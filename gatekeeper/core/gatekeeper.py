@@ -26,7 +26,7 @@ from typing import Any
 
 from gatekeeper import logs
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.core.admit import gate_resolved
+from gatekeeper.core.gate import check_fields, gate_resolved
 from gatekeeper.core.resolver import Resolution, Source, TierResolver
 from gatekeeper.core.router import Route, Router
 from gatekeeper.drift.monitor import DemotionBoard, DriftMonitor
@@ -40,7 +40,7 @@ from gatekeeper.protocols import chat
 from gatekeeper.protocols.base import Codec
 from gatekeeper.requirements import Capability, Requirements
 from gatekeeper.routing import RANKED_EFFORTS, Need
-from gatekeeper.store import Lease, ProfileStore, is_redis_url, open_store
+from gatekeeper.store import Lease, ProfileStore, is_shared, open_store
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key, split_key
 from gatekeeper.suite.loader import Suite, load_suite
 from gatekeeper.tiers import Tier
@@ -120,7 +120,7 @@ class Gatekeeper:
     @staticmethod
     def _demotion_board(settings: Settings) -> DemotionBoard | None:
         """Replicas on one Redis share demotions too (drift_board); a file store keeps them local."""
-        if not is_redis_url(settings.store):
+        if not is_shared(settings.store):
             return None
         from gatekeeper.drift.board import RedisDemotionBoard
 
@@ -375,11 +375,13 @@ class Gatekeeper:
         Raises NotMeasured (policy `reject`), RequestInvalid and ToolChoiceBlocked.
         """
         snap = self._snapshot
+        check_fields(chat.CODEC, body, snap.policy)  # before the tier: a refused body measures nothing
         return self._gate(snap, body, self._resolve(snap, model, effort))
 
     async def agate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
         """`gate` for async code."""
         snap = self._snapshot
+        check_fields(chat.CODEC, body, snap.policy)
         return self._gate(snap, body, await self._aresolve(snap, model, effort))
 
     @staticmethod

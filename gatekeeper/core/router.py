@@ -15,6 +15,7 @@ from typing import Any
 
 from gatekeeper import logs
 from gatekeeper.config import Settings
+from gatekeeper.core.gate import check_fields
 from gatekeeper.core.resolver import Resolution, TierResolver
 from gatekeeper.errors import RequestInvalid
 from gatekeeper.gating import ToolId, ToolPolicy
@@ -57,28 +58,6 @@ class Route:
     @property
     def pair(self) -> str:
         return profile_key(self.model, self.effort)
-
-
-class _Recorder(ToolPolicy):
-    """A policy that admits everything and remembers what it was asked about (see need_of_body)."""
-
-    def __init__(self, base: ToolPolicy) -> None:
-        # No super().__init__(): nothing is looked up here.
-        self.default_tier, self.unknown_fields = base.default_tier, base.unknown_fields
-        self.servers, self.named_groups = base.servers, base.named_groups
-        self.tools: list[str | ToolId] = []
-        self.groups: list[str] = []
-
-    def required_tier(self, tool: str | ToolId) -> Tier:
-        return Tier.SMALL
-
-    def allows(self, tier: Tier, tool: str | ToolId) -> bool:
-        self.tools.append(tool)
-        return True
-
-    def rule_hiding_part_of(self, group: str, tier: Tier) -> str | None:
-        self.groups.append(group)
-        return None
 
 
 class Router:
@@ -220,8 +199,7 @@ class Router:
         """What the tools a request body offers need: the codec gates it with a policy that hides
         nothing and records every tool it is asked about (so every protocol's tool forms count,
         exactly as its gating names them). None: the body offers no tool."""
-        recorder = _Recorder(self.policy)
-        codec.gate(body, Tier.LARGE, recorder)
+        recorder = check_fields(codec, body, self.policy)
         needs = [(self.policy.required_tier(t), self.requirements.of(t)) for t in recorder.tools]
         needs += [self._whole_group(group) for group in recorder.groups]
         return Need.of(needs)
