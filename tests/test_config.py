@@ -97,6 +97,7 @@ def test_the_replicas_example_config_loads_and_selects_redis(monkeypatch):
     [
         ("redis://:secret@cache:6380/2", "redis://:secret@cache:6380/2"),
         ("rediss://cache.example:6379/0", "rediss://cache.example:6379/0"),
+        ("unix:///run/redis/redis.sock?db=2", "unix:///run/redis/redis.sock?db=2"),  # not a relative path
     ],
 )
 def test_a_redis_url_is_kept_as_a_url(tmp_path, store, expected):
@@ -109,6 +110,8 @@ def test_a_redis_url_is_kept_as_a_url(tmp_path, store, expected):
         ("store: redis:///0\n", "store: expected a redis URL with a host"),
         ("store: redis://host:port/0\n", "store: bad port"),
         ("store: redis://host:6379/zero\n", "store: the database in a Redis URL is a number"),
+        ("store: unix://\n", "store: expected a socket path"),
+        ("store: postgres://db/profiles\n", "store: no store serves 'postgres'://"),
         ("pins:\n  'm@': large\n", "pins: 'm@': expected MODEL, MODEL@EFFORT or MODEL@*"),
         ("lazy:\n  max_concurrent: 0\n", "lazy.max_concurrent"),
         ("lazy:\n  lease_ttl_s: 0\n", "lazy.lease_ttl_s"),

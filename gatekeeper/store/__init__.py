@@ -1,12 +1,12 @@
 """Where profiles are kept: a JSON file for one host, Redis for replicas; both behind ProfileStore.
 
-`open_store(location)` picks the implementation: `redis://...` or `rediss://...` -> RedisStore,
-anything else is a path to a `models_profile.json`.
+`open_store(location)` picks the implementation by the location's URL scheme (store/schemes.py:
+`redis://`, `rediss://` and `unix://` -> RedisStore); a location without one is a path to a
+`models_profile.json`, and an unknown `scheme://` is an error, never a file name.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from gatekeeper.errors import StoreError, WriteFenced
@@ -23,6 +23,7 @@ from gatekeeper.store.base import (
     read_entry,
 )
 from gatekeeper.store.file import FileCoordinator, JsonFileStore
+from gatekeeper.store.schemes import SCHEMES, StoreScheme, scheme_of
 
 __all__ = [
     "ChangeListener",
@@ -31,37 +32,38 @@ __all__ = [
     "JsonFileStore",
     "Lease",
     "MemoryCoordinator",
+    "SCHEMES",
     "ProfileStore",
     "SessionRevocations",
     "StoreData",
+    "StoreScheme",
     "WriteFenced",
     "WrongKeyCounts",
     "copy_profiles",
-    "is_redis_url",
+    "is_shared",
     "open_store",
     "read_entries",
     "read_entry",
 ]
 
 
-def is_redis_url(location: str | Path) -> bool:
-    return isinstance(location, str) and location.startswith(("redis://", "rediss://", "unix://"))
+def is_shared(location: str | Path) -> bool:
+    """Whether replicas share the store at `location` (and so their demotions, drift/board.py)."""
+    scheme = _scheme(location)
+    return scheme is not None and scheme.shared
 
 
-def require_redis() -> None:
-    """A redis:// store needs the `redis` extra; say so instead of failing on an import."""
-    if importlib.util.find_spec("redis") is None:
-        raise StoreError("store: a Redis store needs the redis extra: pip install 'gatekeeper[redis]'")
+def _scheme(location: str | Path) -> StoreScheme | None:
+    try:
+        return scheme_of(location)
+    except ValueError as exc:
+        raise StoreError(f"store: {exc}") from None
 
 
 def open_store(location: str | Path, *, listen: bool = True) -> ProfileStore:
     """The store at `location`. `listen=False` for one-shot commands: no background listener."""
-    if is_redis_url(location):
-        require_redis()
-        from gatekeeper.store.redis import RedisStore  # redis is only imported when used
-
-        return RedisStore(str(location), listen=listen)
-    return JsonFileStore(location)
+    scheme = _scheme(location)
+    return JsonFileStore(location) if scheme is None else scheme.open(str(location), listen)
 
 
 def copy_profiles(source: ProfileStore, target: ProfileStore) -> int:
