@@ -31,7 +31,7 @@ from typing import Any
 
 import pydantic
 
-from gatekeeper import Gatekeeper, RequestInvalid, agate_body, gate_body, gating_http_client, tool_carriers
+from gatekeeper import PROTOCOLS, Gatekeeper, RequestInvalid, agate_body, gate_body, gating_http_client, tool_carriers
 
 GATED_CALLS = frozenset({"create", "parse", "stream", "count_tokens"})
 _VIEWS = frozenset({"with_raw_response", "with_streaming_response"})
@@ -164,12 +164,13 @@ class _GatedAsyncContext:
 
 # -- the gating step, shared --------------------------------------------------------------------
 
-# The request fields that carry tools (or could: a stored prompt), per protocol.
-TOOL_FIELDS = {
-    "chat": ("tools", "tool_choice", "functions", "function_call"),
-    "responses": ("tools", "tool_choice", "prompt"),
-    "messages": ("tools", "tool_choice", "mcp_servers"),
-}
+
+def tool_fields(protocol: str) -> tuple[str, ...]:
+    """The request fields of `protocol` that carry tools (or could: a stored prompt)."""
+    entry = PROTOCOLS[protocol]
+    return (*entry.tool_fields, *entry.stored_tools)
+
+
 # The SDKs' own keyword arguments (request options, and `parse`'s output type): not request fields.
 SDK_ARGUMENTS = ("extra_headers", "extra_query", "extra_body", "timeout", "text_format", "betas", "output_format")
 # The SDKs' "not given" markers: `openai.NOT_GIVEN` / `openai.omit` and anthropic's of the same
@@ -205,7 +206,7 @@ def tool_body(protocol: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call's keyword arguments as the request body the SDK will send (`given`: every "not
     given" marker removed, in every field; a tool field set to None counts as not given), with
     the SDK's own arguments (`SDK_ARGUMENTS`) as they were but `extra_body`, read like a field."""
-    fields = TOOL_FIELDS[protocol]
+    fields = tool_fields(protocol)
     body = {
         k: v if k in SDK_ARGUMENTS and k != "extra_body" else given(v)
         for k, v in kwargs.items()
@@ -224,7 +225,7 @@ def _carries_tools(protocol: str, body: dict[str, Any]) -> bool:
     """Whether a call offers or could offer tools (tool fields, tool-carrying input items or
     content blocks, an `extra_body`, whose fields the SDK merges into the request): then it is
     gated. One without a model name is gated too, and refused there (no tier to judge it by)."""
-    return any(k in body for k in TOOL_FIELDS[protocol]) or bool(tool_carriers(protocol, body))
+    return any(k in body for k in tool_fields(protocol)) or bool(tool_carriers(protocol, body))
 
 
 def gate_kwargs(protocol: str, gk: Gatekeeper, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ import structlog
 from litellm.integrations.custom_logger import CustomLogger
 
 from gatekeeper import (
+    PROTOCOLS,
     AnswerGate,
     AnswerInvalid,
     ConfigError,
@@ -52,16 +53,13 @@ from gatekeeper import (
 log = structlog.get_logger("gatekeeper.litellm_hook")
 
 CONFIG_ENV = "GATEKEEPER_CONFIG"
-# LiteLLM call type -> the protocol its requests speak.
-_PROTOCOLS = {
-    "completion": "chat",
-    "acompletion": "chat",
-    "responses": "responses",
-    "aresponses": "responses",
-    "anthropic_messages": "messages",
-    "aanthropic_messages": "messages",
-}
-_TOOL_FIELDS = ("tools", "tool_choice", "functions", "function_call", "mcp_servers", "prompt")
+# LiteLLM call type -> the protocol its requests speak (each protocol's `litellm_calls`).
+_PROTOCOLS = {call: entry.name for entry in PROTOCOLS.values() for call in entry.litellm_calls}
+# Fields that offer tools (or could: a stored prompt) in any protocol: what a call type
+# gatekeeper does not gate is judged by.
+_TOOL_FIELDS = tuple(
+    dict.fromkeys(f for entry in PROTOCOLS.values() for f in (*entry.tool_fields, *entry.stored_tools))
+)
 # Request keys with which LiteLLM's router sends the call to other models when the asked one
 # fails (a request's own lists replace the configured ones): the tools were gated for the asked
 # model's tier only.
@@ -123,7 +121,7 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
             raise _http_error(
                 400,
                 f"gatekeeper cannot gate the tools of LiteLLM call type {call_type!r} "
-                f"(fields {', '.join(carried)}); it gates chat, responses and anthropic_messages",
+                f"(fields {', '.join(carried)}); it gates {', '.join(_PROTOCOLS)}",
                 "call_type_not_gated",
             )
         model = data.get("model")

@@ -40,6 +40,7 @@ from gatekeeper.errors import (
 from gatekeeper.inprocess.answers import AnswerGate, StreamJudge, gating_http_client
 from gatekeeper.inprocess.registry import RegisteredTool, RoutedTools, ToolRegistry, function_schema
 from gatekeeper.inprocess.wrap import agate_body, agate_call, gate_body, gated, tool_carriers, unlisted_fields
+from gatekeeper.protocols.table import PROTOCOLS, ClientProtocol, register_protocol
 from gatekeeper.store import JsonFileStore, ProfileStore
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import Suite, load_suite
@@ -64,6 +65,10 @@ __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     "agate_call",  # agate_body and the call's answer side (an AnswerGate), for the LiteLLM hook
     "AnswerGate",
     "StreamJudge",
+    # the client protocols served: one registry entry each (gatekeeper/protocols/table.py)
+    "PROTOCOLS",
+    "ClientProtocol",
+    "register_protocol",
     # settings, suite, profiles
     "Settings",
     "load_settings",

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
 from gatekeeper.mcp_identity import ServerBindings, normalise_url
+from gatekeeper.protocols import table as protocol_table
 from gatekeeper.redact import clip
 from gatekeeper.store.profile import EFFORT_NAME, EFFORTS
 from gatekeeper.store.schemes import checked_location
@@ -33,8 +34,9 @@ class Upstream(_Section):
     api_key: str | None = None
     timeout_s: float = Field(default=600.0, gt=0)
     max_connections: int = Field(default=512, ge=1)
-    # Client protocols the upstream speaks natively; the others are translated to chat.
-    protocols: list[Literal["chat", "responses", "messages"]] = Field(default=["chat"], min_length=1)
+    # Client protocols the upstream speaks natively (chat | responses | messages: the registered
+    # ones, protocols/table.py); the others are translated to chat.
+    protocols: list[str] = Field(default=["chat"], min_length=1)
     # An answer (plain body or whole stream) larger than this is a 502: a hostile or broken
     # upstream must not make the proxy buffer without bound. Generous: long answers are ~1 MB.
     max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
@@ -53,6 +55,16 @@ class Upstream(_Section):
         if not re.match(r"^https?://[^/]+", value):
             raise ValueError(f"expected an http(s) URL, got {value!r}")
         return value.rstrip("/")
+
+    @field_validator("protocols")
+    @classmethod
+    def _served_protocols(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if protocol_table.protocol(name) is None:
+                raise ValueError(
+                    f"{clip(name)!r} is not a protocol gatekeeper serves: {', '.join(protocol_table.served())}"
+                )
+        return value
 
     @field_validator("forward_headers")
     @classmethod

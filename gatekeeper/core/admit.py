@@ -123,4 +123,3 @@ async def adecide(gk: Gatekeeper, model: str, effort: str | None) -> Decision:
     snap = gk.snapshot()
     resolution = await gk.aresolve(model, effort, snapshot=snap)
     return Decision(resolution, snap.router.policy_for(resolution))
-

@@ -11,6 +11,7 @@ Both sit here, below `core.gatekeeper` and `core.admit`, which both use them.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from gatekeeper.core.resolver import Resolution
@@ -47,10 +48,8 @@ def check_fields(codec: Codec, body: dict[str, Any], policy: ToolPolicy) -> Reco
     logged once) before its tier is resolved. Hides nothing. Raises RequestInvalid; a tool choice
     that no tier could satisfy is left to `gate_resolved`, which names the tier it applies."""
     recorder = Recorder(policy)
-    try:
+    with contextlib.suppress(ToolChoiceBlocked):
         codec.gate(body, Tier.LARGE, recorder)
-    except ToolChoiceBlocked:
-        pass
     return recorder
 
 

@@ -21,7 +21,7 @@ from gatekeeper.errors import RequestInvalid
 from gatekeeper.gating import ToolId, ToolPolicy
 from gatekeeper.protocols import table as protocol_table
 from gatekeeper.protocols.base import Codec, RequestInfo
-from gatekeeper.protocols.routing import TARGETS, rerouted
+from gatekeeper.protocols.routing import effort_targets, rerouted
 from gatekeeper.requirements import Capability, PairPolicy, Requirements, bounds_of
 from gatekeeper.routing import RANKED_EFFORTS, Decision, Need, Reachable, Reason, RoutingRules, decide
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key
@@ -171,8 +171,9 @@ class Router:
             rewritten[(model, effort)] = out
             return True
 
-        targets = TARGETS.get(codec.name, ())
-        route = self.route(asked, info.model, info.effort, need, targets, client=client, reachable=reachable)
+        route = self.route(
+            asked, info.model, info.effort, need, effort_targets(codec.name), client=client, reachable=reachable
+        )
         if route.routed:
             body.clear()
             body.update(rewritten[(route.model, route.effort)])

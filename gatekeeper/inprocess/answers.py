@@ -35,21 +35,18 @@ from gatekeeper import logs
 from gatekeeper.core.admit import Admitted, aadmit, admit
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, GatekeeperError, NotMeasured, RequestInvalid
-from gatekeeper.protocols import fields
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Allowed, Codec, Enforced, Event, Offered, StreamFilter, may_carry_calls
 from gatekeeper.protocols.chat import loads
 from gatekeeper.protocols.sse import SSEParser, encode
 
-_ENDPOINTS = (("/chat/completions", "chat"), ("/responses", "responses"), ("/messages", "messages"))
 # Headers of the upstream's answer that describe bytes the client no longer gets as they were.
 _REWRITTEN = frozenset({"content-length", "content-encoding", "transfer-encoding"})
 
 
-# Top-level fields that offer tools: a POST carrying one to a path that is not a model call is
-# refused (whatever endpoint it is, it is not one the gate can read), but for token counts (the
-# wrappers gate their arguments; no model runs).
-_TOOL_FIELDS = frozenset({"tools", "functions", "tool_choice", "function_call", "mcp_servers"})
+# A POST carrying a top-level field that offers tools (any protocol's `tool_fields`) to a path
+# that is not a model call is refused (whatever endpoint it is, it is not one the gate can read),
+# but for token counts (the wrappers gate their arguments; no model runs).
 _COUNTS = ("/count_tokens", "/input_tokens")
 
 
@@ -60,14 +57,22 @@ def endpoint(method: str, path: str) -> str | None:
     if method.upper() != "POST":
         return None
     path = path.rstrip("/").lower()
-    return next((protocol for suffix, protocol in _ENDPOINTS if path.endswith(suffix)), None)
+    return next(
+        (
+            entry.name
+            for entry in protocols.PROTOCOLS.values()
+            if any(path.endswith(own.removeprefix("/v1")) for own in entry.paths)
+        ),
+        None,
+    )
 
 
 def needs_gate(codec: Codec, body: dict[str, Any]) -> bool:
     """Whether a model call has anything to gate: a field that offers (or could offer) tools, or
     one the codec does not know (which the gate refuses). One with neither may receive no call
     and costs no tier lookup (nor a measurement), as with the proxy's own request step."""
-    return bool(fields.carriers(codec.name, body)) or not body.keys() <= fields.REQUEST_TABLES[codec.name].keys()
+    entry = protocols.PROTOCOLS[codec.name]
+    return bool(entry.carriers(body)) or not body.keys() <= entry.request_fields.keys()
 
 
 def allowed(gk: Gatekeeper, codec: Codec, body: Any, admitted: Admitted | None) -> Allowed:
@@ -342,13 +347,14 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
 
 def _carries_tools(raw: bytes) -> bool:
     """Whether a request body is a JSON object with a top-level tool field."""
-    if not any(name.encode() in raw for name in _TOOL_FIELDS):
+    tool_fields = protocols.tool_fields()
+    if not any(name.encode() in raw for name in tool_fields):
         return False  # the fast path: most other POSTs (files, embeddings) cannot name one
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return False
-    return isinstance(body, dict) and any(body.get(k) is not None for k in _TOOL_FIELDS)
+    return isinstance(body, dict) and any(body.get(k) is not None for k in tool_fields)
 
 
 def _plain(

@@ -147,11 +147,15 @@ def _is_async(fn: Any) -> bool:
 # -- one request body of a client protocol ---------------------------------------------------
 
 
-def _codec(protocol: str) -> Codec:
-    codec = protocols.codec(protocol)
-    if codec is None:
+def _entry(protocol: str) -> protocols.ClientProtocol:
+    entry = protocols.protocol(protocol)
+    if entry is None:
         raise ValueError(f"unknown protocol {protocol!r}: expected one of {protocols.served()}")
-    return codec
+    return entry
+
+
+def _codec(protocol: str) -> Codec:
+    return _entry(protocol).codec
 
 
 @contextlib.contextmanager
@@ -163,7 +167,7 @@ def _set_aside(snapshot: Snapshot, codec: Codec, body: dict[str, Any], foreign: 
     try:
         if "extra_body" in aside:
             fields.check_extra_body(
-                aside["extra_body"], fields.REQUEST_TABLES[codec.name], snapshot.policy.unknown_fields
+                aside["extra_body"], _entry(codec.name).request_fields, snapshot.policy.unknown_fields
             )
         with logs.request_scope():
             yield
@@ -173,13 +177,13 @@ def _set_aside(snapshot: Snapshot, codec: Codec, body: dict[str, Any], foreign: 
 
 def tool_carriers(protocol: str, body: dict[str, Any]) -> list[str]:
     """The fields of a `protocol` request body that offer or could offer tools (`extra_body`
-    included); empty when there is nothing to gate (protocols/fields.py `carriers`)."""
-    return fields.carriers(protocol, body)
+    included); empty when there is nothing to gate (the protocol's `carriers`, protocols/table.py)."""
+    return _entry(protocol).carriers(body)
 
 
 def unlisted_fields(protocol: str, body: dict[str, Any]) -> set[str]:
-    """The keys of `body` that are not request fields of `protocol` (protocols/fields.py)."""
-    return set(body) - set(fields.REQUEST_TABLES[protocol])
+    """The keys of `body` that are not request fields of `protocol` (its registry entry's)."""
+    return set(body) - set(_entry(protocol).request_fields)
 
 
 def gate_body(

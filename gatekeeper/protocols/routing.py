@@ -1,5 +1,5 @@
-"""Where each client protocol carries the model and the reasoning effort, so that capability
-routing (gatekeeper.routing) can send a request to another `model@effort`. Pure.
+"""Capability routing's rewrite of a request for another `model@effort`, in the fields its
+protocol's registry entry names (protocols/table.py: `model_field`, `effort`). Pure.
 
     chat        `model`, `reasoning_effort`
     responses   `model`, `reasoning.effort`
@@ -15,36 +15,27 @@ from __future__ import annotations
 from typing import Any
 
 from gatekeeper.errors import RequestInvalid
+from gatekeeper.protocols import table
 from gatekeeper.protocols.base import Codec
 from gatekeeper.store.profile import DEFAULT_EFFORT
 
-# The efforts each protocol's field can carry that routing may set (it orders them itself:
-# gatekeeper.routing.RANKED_EFFORTS). openai-python types/shared/reasoning_effort.py for chat and
-# Responses; Anthropic's effort (anthropic-sdk-python types/output_config_param.py) has low,
-# medium, high, xhigh and max, and max is not ranked (it cannot be placed against OpenAI's
-# levels), so it is never a routing target.
-_OPENAI = ("none", "minimal", "low", "medium", "high", "xhigh")
-TARGETS: dict[str, tuple[str, ...]] = {
-    "chat": _OPENAI,
-    "responses": _OPENAI,
-    "messages": ("low", "medium", "high", "xhigh"),
-}
 
-# protocol -> (the object holding the effort, or None for the top level; the effort's key)
-_EFFORT_FIELD: dict[str, tuple[str | None, str]] = {
-    "chat": (None, "reasoning_effort"),
-    "responses": ("reasoning", "effort"),
-    "messages": ("output_config", "effort"),
-}
+def effort_targets(protocol: str) -> tuple[str, ...]:
+    """The efforts routing may set in a request of `protocol` (none: it is never rerouted)."""
+    entry = table.protocol(protocol)
+    return entry.effort_targets if entry is not None and entry.effort is not None else ()
 
 
 def rerouted(codec: Codec, body: dict[str, Any], model: str, effort: str) -> dict[str, Any] | None:
     """A copy of `body` sent to `model` at `effort` ("default": without an effort field), or None
     when the protocol cannot express that pair. Only the top level and the effort's own object
     are copied: the rest (messages, tools) is shared with `body`."""
-    holder, key = _EFFORT_FIELD[codec.name]
+    entry = table.protocol(codec.name)
+    if entry is None or entry.effort is None:
+        return None
+    holder, key = entry.effort
     out = dict(body)
-    out["model"] = model
+    out[entry.model_field] = model
     if holder is None:
         _set(out, key, effort)
     else:

@@ -1,39 +1,154 @@
-"""The protocols gatekeeper serves: one codec each and, when a chat-only upstream can serve the
-protocol, its translator. An explicit table: adding a protocol is one line here."""
+"""The protocols gatekeeper serves: one registry entry each, and every part of gatekeeper that
+needs to know a protocol reads it here (the proxy's routes and error shapes, the in-process
+transport's endpoints, capability routing's effort field, the config's `upstream.protocols`, the
+SDK wrappers and the LiteLLM hook).
+
+A protocol is its codec (protocols/base.py `Codec`: parse, gate, enforce, errors), and, when a
+chat-only upstream can serve it, its translator; plus what the entry says: where its requests
+are sent, where they carry the model, the stream flag and the effort, and which top-level
+fields offer tools. Adding a protocol: its codec (one module or folder) and one
+`register_protocol` line below.
+"""
 
 from __future__ import annotations
 
-from gatekeeper.protocols import chat, messages, responses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from gatekeeper.protocols import chat, fields, messages, responses
 from gatekeeper.protocols.base import Codec, Translator
 from gatekeeper.protocols.translate.messages import MessagesTranslator
 from gatekeeper.protocols.translate.responses import ResponsesTranslator
 
-CODECS: dict[str, Codec] = {
-    "chat": chat.CODEC,
-    "responses": responses.CODEC,
-    "messages": messages.CODEC,
-}
-TRANSLATORS: dict[str, Translator] = {
-    "responses": ResponsesTranslator(),
-    "messages": MessagesTranslator(),
-}
+# The efforts OpenAI's field can carry that routing may set (openai-python
+# types/shared/reasoning_effort.py); routing orders them itself (gatekeeper.routing.RANKED_EFFORTS).
+_OPENAI_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
-# Endpoints whose requests have their own field allowlist (protocols/fields.py).
-ENDPOINT_CODECS: dict[tuple[str, str], Codec] = {
-    ("messages", "count_tokens"): messages.COUNT_TOKENS_CODEC,
-}
+@dataclass(frozen=True)
+class ClientProtocol:
+    """One client protocol.
+
+    `paths`: the proxy's paths whose POSTs are this protocol's model calls; `count_tokens`: the
+    path of its token count and that endpoint's codec (its own field allowlist), if it has one. The model, the stream flag and the effort are read
+    by the codec (`Codec.parse`) from the body fields named here: `effort` is (the object
+    holding it, or None for the top level; its key), which capability routing rewrites, and
+    `effort_targets` the levels it may set. `tool_fields`: top-level fields that offer tools
+    (what the proxy refuses on a tool-free path); `stored_tools`: fields that may bring tools
+    from server-side state (a stored prompt). `request_fields` (the top-level allowlist) and
+    `carriers(body)` (the fields of a body that offer or could offer tools) come from the
+    codec's field tables. `litellm_calls`: LiteLLM call types that speak it.
+    """
+
+    name: str
+    codec: Codec
+    paths: tuple[str, ...]
+    request_fields: Mapping[str, Any]
+    carriers: Callable[[dict[str, Any]], list[str]]
+    translator: Translator | None = None
+    count_tokens: tuple[str, Codec] | None = None
+    model_field: str = "model"
+    stream_field: str = "stream"
+    effort: tuple[str | None, str] | None = None
+    effort_targets: tuple[str, ...] = ()
+    tool_fields: tuple[str, ...] = ("tools", "tool_choice")
+    stored_tools: tuple[str, ...] = ()
+    litellm_calls: tuple[str, ...] = ()
+
+
+PROTOCOLS: dict[str, ClientProtocol] = {}
+
+
+def register_protocol(protocol: ClientProtocol) -> ClientProtocol:
+    """Serve `protocol` (by its name; registering a name again replaces it)."""
+    PROTOCOLS[protocol.name] = protocol
+    return protocol
+
+
+register_protocol(
+    ClientProtocol(
+        "chat",
+        chat.CODEC,
+        ("/v1/chat/completions",),
+        fields.REQUEST_TABLES["chat"],
+        partial(fields.carriers, "chat"),
+        effort=(None, "reasoning_effort"),
+        effort_targets=_OPENAI_EFFORTS,
+        tool_fields=("tools", "tool_choice", "functions", "function_call"),
+        litellm_calls=("completion", "acompletion"),
+    )
+)
+register_protocol(
+    ClientProtocol(
+        "responses",
+        responses.CODEC,
+        ("/v1/responses",),
+        fields.REQUEST_TABLES["responses"],
+        partial(fields.carriers, "responses"),
+        ResponsesTranslator(),
+        effort=("reasoning", "effort"),
+        effort_targets=_OPENAI_EFFORTS,
+        stored_tools=("prompt",),
+        litellm_calls=("responses", "aresponses"),
+    )
+)
+register_protocol(
+    ClientProtocol(
+        "messages",
+        messages.CODEC,
+        ("/v1/messages",),
+        fields.REQUEST_TABLES["messages"],
+        partial(fields.carriers, "messages"),
+        MessagesTranslator(),
+        count_tokens=("/v1/messages/count_tokens", messages.COUNT_TOKENS_CODEC),
+        # `output_config.effort`, read before a thinking budget. Anthropic's effort
+        # (anthropic-sdk-python types/output_config_param.py) also has max, which cannot be placed
+        # against OpenAI's levels: never a routing target.
+        effort=("output_config", "effort"),
+        effort_targets=("low", "medium", "high", "xhigh"),
+        tool_fields=("tools", "tool_choice", "mcp_servers"),
+        litellm_calls=("anthropic_messages", "aanthropic_messages"),
+    )
+)
+
+
+def protocol(name: str) -> ClientProtocol | None:
+    return PROTOCOLS.get(name)
 
 
 def codec(name: str, endpoint: str | None = None) -> Codec | None:
-    """The codec for a protocol (and endpoint, e.g. "count_tokens"), or None when not served."""
-    return ENDPOINT_CODECS.get((name, endpoint)) if endpoint is not None else CODECS.get(name)
+    """The codec for a protocol (and endpoint: "count_tokens"), or None when not served."""
+    found = PROTOCOLS.get(name)
+    if found is None:
+        return None
+    if endpoint is None:
+        return found.codec
+    return found.count_tokens[1] if endpoint == "count_tokens" and found.count_tokens is not None else None
 
 
 def translator(name: str) -> Translator | None:
     """How a protocol is bridged to a chat-only upstream (None: chat itself needs none)."""
-    return TRANSLATORS.get(name)
+    found = PROTOCOLS.get(name)
+    return found.translator if found is not None else None
 
 
 def served() -> list[str]:
-    return sorted(CODECS)
+    return sorted(PROTOCOLS)
+
+
+def for_path(path: str) -> ClientProtocol | None:
+    """The protocol a proxy path belongs to (a model call's path, one of its endpoints, or a path
+    below one: `/v1/responses/{id}`), by the longest matching path."""
+    best: tuple[int, ClientProtocol] | None = None
+    for entry in PROTOCOLS.values():
+        for own in (*entry.paths, *(entry.count_tokens[:1] if entry.count_tokens else ())):
+            if (path == own or path.startswith(own + "/")) and (best is None or len(own) > best[0]):
+                best = (len(own), entry)
+    return best[1] if best is not None else None
+
+
+def tool_fields() -> tuple[str, ...]:
+    """Every protocol's top-level fields that offer tools, each once, in registry order."""
+    return tuple(dict.fromkeys(name for entry in PROTOCOLS.values() for name in entry.tool_fields))

@@ -11,7 +11,7 @@ client protocol's shape, with the request's log context (request_id, model, effo
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote
@@ -51,7 +51,6 @@ log = logs.get_logger("gatekeeper.server.app")
 
 # Tool-free endpoints forwarded untouched (after a check that the body carries no tool field).
 PASSTHROUGH = ("/v1/embeddings", "/v1/completions")
-_TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
 _STRONG_KEY = 16  # characters of an admin key below which start-up warns
 
 
@@ -64,10 +63,7 @@ def create_app(gk: Gatekeeper, *, upstream: Upstream | None = None) -> Starlette
     if admin_key is not None and not admin_key.strip():
         raise ConfigError("admin_key: blank; set a real key or remove the setting to disable the admin API")
     routes: list[BaseRoute] = [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/responses", responses, methods=["POST"]),
-        Route("/v1/messages", messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        *_model_routes(),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         *(Route(path, passthrough, methods=["POST"]) for path in PASSTHROUGH),
@@ -128,7 +124,8 @@ class RequestScope:
             await self.app(scope, receive, send)
             return
         with logs.request_scope():
-            protocol = _MODEL_PATHS.get(scope["path"])
+            found = protocols.for_path(scope["path"])
+            protocol = found.name if found is not None and scope["path"] in found.paths else None
             if protocol is None or not telemetry.active():
                 await self.app(scope, receive, send)
                 return
@@ -152,26 +149,24 @@ class RequestScope:
                 end(structlog.contextvars.get_contextvars(), status)
 
 
-_MODEL_PATHS = {"/v1/chat/completions": "chat", "/v1/responses": "responses", "/v1/messages": "messages"}
+# -- the model routes (gatekeeper/server/pipeline.py), one per path of a registered protocol ------
 
 
-# -- the model routes (gatekeeper/server/pipeline.py) --------------------------------------------
+def _model_routes() -> list[BaseRoute]:
+    routes: list[BaseRoute] = []
+    for entry in protocols.PROTOCOLS.values():
+        routes += [Route(path, _model_call(entry.name), methods=["POST"]) for path in entry.paths]
+        if entry.count_tokens is not None:
+            routes.append(Route(entry.count_tokens[0], _model_call(entry.name, count=True), methods=["POST"]))
+    return routes
 
 
-async def chat_completions(request: Request) -> Response:
-    return await model_call(request, "chat")
+def _model_call(protocol: str, count: bool = False) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        return await model_call(request, protocol, count)
 
-
-async def responses(request: Request) -> Response:
-    return await model_call(request, "responses")
-
-
-async def messages(request: Request) -> Response:
-    return await model_call(request, "messages")
-
-
-async def count_tokens(request: Request) -> Response:
-    return await model_call(request, "messages", count=True)
+    endpoint.__name__ = f"{protocol}_count_tokens" if count else protocol
+    return endpoint
 
 
 # -- forwarded as they are -----------------------------------------------------------------------
@@ -192,7 +187,7 @@ async def get_model(request: Request) -> Response:
 async def passthrough(request: Request) -> Response:
     settings = request.app.state.gk.settings
     body = await read_json(request, settings.max_body_bytes)
-    carried = [f for f in _TOOL_FIELDS if f in body] + (
+    carried = [f for f in protocols.tool_fields() if f in body] + (
         ["chat_template_kwargs"] if "chat_template_kwargs" in body else []
     )
     if carried:
@@ -262,13 +257,8 @@ def _describe(request: Request, exc: Exception) -> tuple[int, str, str, str | No
 
 
 def codec_for_path(path: str) -> Codec:
-    """The protocol whose error shape a path's client expects."""
-    if path.startswith("/v1/messages"):
-        found = protocols.codec("messages")
-        return found if found is not None else _ANTHROPIC_SHAPE
-    if path.startswith("/v1/responses"):
-        return protocols.codec("responses") or protocols.codec("chat")  # type: ignore[return-value]
-    return protocols.codec("chat")  # type: ignore[return-value]
+    """The protocol whose error shape a path's client expects (chat's for any other path)."""
+    return (protocols.for_path(path) or protocols.PROTOCOLS["chat"]).codec
 
 
 async def _on_error(request: Request, exc: Exception) -> Response:
@@ -290,13 +280,3 @@ async def _on_error(request: Request, exc: Exception) -> Response:
         log.info("request", status=status, error=message, **context_fields)
     body = orjson.dumps(codec_for_path(request.url.path).error_body(status, message, kind, code))
     return Response(body, status_code=status, headers=headers, media_type=JSON)
-
-
-class _AnthropicShape:
-    """Anthropic's error shape, for /v1/messages paths when the messages codec is not installed."""
-
-    def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
-        return {"type": "error", "error": {"type": kind, "message": message}}
-
-
-_ANTHROPIC_SHAPE: Any = _AnthropicShape()

@@ -26,13 +26,13 @@ from gatekeeper.store.file import FileCoordinator, JsonFileStore
 from gatekeeper.store.schemes import SCHEMES, StoreScheme, scheme_of
 
 __all__ = [
+    "SCHEMES",
     "ChangeListener",
     "Coordinator",
     "FileCoordinator",
     "JsonFileStore",
     "Lease",
     "MemoryCoordinator",
-    "SCHEMES",
     "ProfileStore",
     "SessionRevocations",
     "StoreData",

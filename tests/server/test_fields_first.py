@@ -53,7 +53,9 @@ def test_a_request_refused_for_an_unknown_field_starts_no_measurement(store_path
 
 def test_a_dropped_field_is_dropped_and_logged_once(store_path, default_suite):
     with measuring_upstream(default_suite) as upstream:
-        settings = settings_for(upstream.base_url, store_path, upstream={"base_url": upstream.base_url, "unknown_fields": "drop"})
+        settings = settings_for(
+            upstream.base_url, store_path, upstream={"base_url": upstream.base_url, "unknown_fields": "drop"}
+        )
         with running_proxy(settings) as proxy, capture_logs() as logs:
             _chat(proxy, extra_body={"smuggled_field": 1})
     agent = next(b for b in upstream.requests if b["messages"] == HI)
