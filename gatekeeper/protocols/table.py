@@ -31,15 +31,16 @@ _OPENAI_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 class ClientProtocol:
     """One client protocol.
 
-    `paths`: the proxy's paths whose POSTs are this protocol's model calls; `count_tokens`: the
-    path of its token count and that endpoint's codec (its own field allowlist), if it has one. The model, the stream flag and the effort are read
-    by the codec (`Codec.parse`) from the body fields named here: `effort` is (the object
-    holding it, or None for the top level; its key), which capability routing rewrites, and
-    `effort_targets` the levels it may set. `tool_fields`: top-level fields that offer tools
-    (what the proxy refuses on a tool-free path); `stored_tools`: fields that may bring tools
-    from server-side state (a stored prompt). `request_fields` (the top-level allowlist) and
-    `carriers(body)` (the fields of a body that offer or could offer tools) come from the
-    codec's field tables. `litellm_calls`: LiteLLM call types that speak it.
+    `paths`: the proxy's paths whose POSTs are its model calls; `count_tokens`: the path of its
+    token count and that endpoint's codec (its own field allowlist), if it has one. The codec
+    (`Codec.parse`) reads the model, the stream flag and the effort from the body; capability
+    routing rewrites them where the entry says: `model_field`, and `effort` (the object holding
+    it, or None for the top level; its key), with `effort_targets` the levels it may set (none:
+    never rerouted). `tool_fields`: top-level fields that offer tools (refused on a tool-free
+    path); `stored_tools`: fields that may bring tools from server-side state (a stored prompt).
+    `request_fields` (the top-level allowlist) and `carriers(body)` (the fields of a body that
+    offer or could offer tools): from the codec's field tables. `litellm_calls`: the LiteLLM
+    call types that speak it.
     """
 
     name: str
@@ -50,7 +51,6 @@ class ClientProtocol:
     translator: Translator | None = None
     count_tokens: tuple[str, Codec] | None = None
     model_field: str = "model"
-    stream_field: str = "stream"
     effort: tuple[str | None, str] | None = None
     effort_targets: tuple[str, ...] = ()
     tool_fields: tuple[str, ...] = ("tools", "tool_choice")
