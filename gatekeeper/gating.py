@@ -31,7 +31,6 @@ __all__ = [
     "ToolId",
     "ToolKind",
     "ToolPolicy",
-    "allowed_names",
     "builtin_family",
     "gate_request",
     "listed_tool_id",
@@ -544,13 +543,6 @@ def _refuse_nested_tools(body: dict[str, Any]) -> None:
                 f"'chat_template_kwargs.{key}' is refused: a template variable that carries "
                 "tools is not gated; send tools in 'tools'"
             )
-
-
-def allowed_names(body: dict[str, Any]) -> set[str]:
-    """Names of the tools a (gated) request actually offers the model."""
-    names = {tool_name(t, "tools[]") for t in body.get("tools") or []}
-    names.update(f["name"] for f in body.get("functions") or [])
-    return names
 
 
 # -- one request's gating, shared by the codecs that gate tool lists of several kinds ----------

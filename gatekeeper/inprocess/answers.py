@@ -26,7 +26,7 @@ The module works with `httpx` and with `httpx2` (the SDKs' fork): both have the 
 from __future__ import annotations
 
 import importlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -231,38 +231,49 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
         """What to send for `request` (gated) and what its answer may carry; or, for a refused
         request, the response that says why."""
         found = model_call(request, request.read())
-        if found is None:
-            return request, None
+        if found is None or not needs_gate(*found):
+            return ungated(request, found)
         codec, body = found
-        if not needs_gate(codec, body):
-            # Sent as read: the raw bytes may say more than the gate read (a duplicate key).
-            return rebuilt(request, body), (codec, allowed(gk, codec, None, None))
-        try:
-            with logs.request_scope():  # what the step binds to the log context is not the caller's
+        with logs.request_scope():  # what the step binds to the log context is not the caller's
+            try:
                 admitted = admit(gk, codec, body)
-        except GatekeeperError as exc:
-            return refused(codec, exc)
+            except GatekeeperError as exc:
+                return refused(codec, exc)
         return rebuilt(request, body), (codec, allowed(gk, codec, body, admitted))
 
     async def ajudge(request: Any) -> tuple[Any, tuple[Codec, Allowed] | None] | Any:
         found = model_call(request, await request.aread())
+        if found is None or not needs_gate(*found):
+            return ungated(request, found)
+        codec, body = found
+        with logs.request_scope():
+            try:
+                admitted = await aadmit(gk, codec, body)
+            except GatekeeperError as exc:
+                return refused(codec, exc)
+        return rebuilt(request, body), (codec, allowed(gk, codec, body, admitted))
+
+    def ungated(request: Any, found: tuple[Codec, dict[str, Any]] | None) -> tuple[Any, tuple[Codec, Allowed] | None]:
+        """Not a model call (sent as it is), or one with nothing to gate: sent as read (the raw
+        bytes may say more than the gate read: a duplicate key), its answer judged as offered nothing."""
         if found is None:
             return request, None
         codec, body = found
-        if not needs_gate(codec, body):
-            return rebuilt(request, body), (codec, allowed(gk, codec, None, None))
-        try:
-            with logs.request_scope():
-                admitted = await aadmit(gk, codec, body)
-        except GatekeeperError as exc:
-            return refused(codec, exc)
-        return rebuilt(request, body), (codec, allowed(gk, codec, body, admitted))
+        return rebuilt(request, body), (codec, allowed(gk, codec, None, None))
 
     def headers_of(response: Any) -> list[tuple[str, str]]:
         return [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _REWRITTEN]
 
-    def streamed(response: Any) -> bool:
-        return str(response.headers.get("content-type", "")).lower().startswith("text/event-stream")
+    def unread_answer(response: Any, judgement: tuple[Codec, Allowed], chunks: Callable[..., Any]) -> Any | None:
+        """The answer to a judged call when its body is not read here: an error status as it is,
+        a stream enforced chunk by chunk (`chunks(response, AnswerStream)`); None: a plain answer."""
+        if response.status_code >= 300:
+            return response
+        if not str(response.headers.get("content-type", "")).lower().startswith("text/event-stream"):
+            return None
+        codec, allowed = judgement
+        answer = AnswerStream(codec.stream_filter(allowed))
+        return httpx.Response(response.status_code, headers=headers_of(response), stream=chunks(response, answer))
 
     if not is_async:
 
@@ -287,14 +298,9 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
                     return judged  # refused: never sent
                 request, judgement = judged
                 response = inner.send(request, stream=True, follow_redirects=False)
-                if judgement is None or response.status_code >= 300:
-                    return response
+                if judgement is None or (unread := unread_answer(response, judgement, _Chunks)) is not None:
+                    return response if judgement is None else unread
                 codec, allowed = judgement
-                if streamed(response):
-                    answer = AnswerStream(codec.stream_filter(allowed))
-                    return httpx.Response(
-                        response.status_code, headers=headers_of(response), stream=_Chunks(response, answer)
-                    )
                 try:
                     raw = response.read()
                 finally:
@@ -328,14 +334,9 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
                 return judged  # refused: never sent
             request, judgement = judged
             response = await inner.send(request, stream=True, follow_redirects=False)
-            if judgement is None or response.status_code >= 300:
-                return response
+            if judgement is None or (unread := unread_answer(response, judgement, _AsyncChunks)) is not None:
+                return response if judgement is None else unread
             codec, allowed = judgement
-            if streamed(response):
-                answer = AnswerStream(codec.stream_filter(allowed))
-                return httpx.Response(
-                    response.status_code, headers=headers_of(response), stream=_AsyncChunks(response, answer)
-                )
             try:
                 raw = await response.aread()
             finally:

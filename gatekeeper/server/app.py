@@ -134,19 +134,26 @@ class RequestScope:
     async def _traced(self, protocol: str, scope: Scope, receive: Receive, send: Send) -> None:
         """A model call under its OpenTelemetry span, ended when the answer (a stream included)
         is sent, with what the request's log context learnt."""
-        status = 500
-
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        sending = _StatusSeen(send)
         with telemetry.request_span(protocol) as end:
             try:
                 await self.app(scope, receive, sending)
             finally:
-                end(structlog.contextvars.get_contextvars(), status)
+                end(structlog.contextvars.get_contextvars(), sending.status)
+
+
+class _StatusSeen:
+    """An ASGI `send` that notes the answer's status on the way (500 until one is sent)."""
+
+    __slots__ = ("send", "status")
+
+    def __init__(self, send: Send) -> None:
+        self.send, self.status = send, 500
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        await self.send(message)
 
 
 # -- the model routes (gatekeeper/server/pipeline.py), one per path of a registered protocol ------

@@ -178,13 +178,7 @@ class ByteAnswer:
         async for chunk in self.aiter_bytes():
             size += len(chunk)
             if size > self.limit:
-                metrics.UPSTREAM_ERRORS.labels("too_large").inc()
-                raise ProxyError(
-                    502,
-                    f"upstream {what} exceeds max_response_bytes ({self.limit})",
-                    "upstream_too_large",
-                    "upstream_error",
-                )
+                raise _failed("too_large", 502, f"upstream {what} exceeds max_response_bytes ({self.limit})")
             yield chunk
 
     async def read(self) -> bytes:
@@ -193,10 +187,7 @@ class ByteAnswer:
             async for chunk in self._capped("answer"):
                 chunks.append(chunk)
         except TransferError as exc:
-            metrics.UPSTREAM_ERRORS.labels("read").inc()
-            raise ProxyError(
-                502, f"upstream answer broke off: {type(exc).__name__}", "upstream_incomplete", "upstream_error"
-            ) from None
+            raise _failed("read", 502, f"upstream answer broke off: {type(exc).__name__}", "incomplete") from None
         finally:
             await self.aclose()
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -346,16 +337,9 @@ class PooledUpstream:
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                 response = await self._request(request.method, url, headers, content)
         except TimeoutError:
-            metrics.UPSTREAM_ERRORS.labels("timeout").inc()
-            raise ProxyError(504, f"upstream {self._shown} timed out", "upstream_timeout", "upstream_error") from None
+            raise _failed("timeout", 504, f"upstream {self._shown} timed out") from None
         except aiohttp.ClientError as exc:
-            metrics.UPSTREAM_ERRORS.labels("unreachable").inc()
-            raise ProxyError(
-                502,
-                f"upstream {self._shown} unreachable: {type(exc).__name__}",
-                "upstream_unreachable",
-                "upstream_error",
-            ) from None
+            raise _failed("unreachable", 502, f"upstream {self._shown} unreachable: {type(exc).__name__}") from None
         return PooledAnswer(response, self.max_response_bytes, self._secrets)
 
     def _request(
@@ -388,3 +372,10 @@ def _env_proxy(base_url: str) -> str | None:
     if parts.hostname is None or proxy_bypass(parts.hostname):
         return None
     return getproxies().get(parts.scheme)
+
+
+def _failed(metric: str, status: int, message: str, code: str | None = None) -> ProxyError:
+    """The client's error when the upstream failed (counted under `metric`); its code is
+    `upstream_<code>`, by default `upstream_<metric>`."""
+    metrics.UPSTREAM_ERRORS.labels(metric).inc()
+    return ProxyError(status, message, f"upstream_{code or metric}", "upstream_error")

@@ -91,12 +91,7 @@ def _balanced_end(text: str, start: int) -> int:
     for i in range(start, len(text)):
         char = text[i]
         if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
+            in_string, escaped = _string_step(char, escaped)
         elif char == '"':
             in_string = True
         elif char in "{[":
@@ -106,6 +101,13 @@ def _balanced_end(text: str, start: int) -> int:
             if depth == 0:
                 return i + 1
     return start + 1
+
+
+def _string_step(char: str, escaped: bool) -> tuple[bool, bool]:
+    """One character inside a double-quoted string: (still inside it, the next one escaped)."""
+    if escaped:
+        return True, False
+    return char != '"', char == "\\"
 
 
 def _plausible_start(text: str, start: int) -> bool:
@@ -137,15 +139,9 @@ def _repair(text: str, start: int) -> tuple[str, int]:
     for index in range(start, len(text)):
         char = text[index]
         if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-            elif char < " ":
-                char = _CONTROL_ESCAPES.get(char, f"\\u{ord(char):04x}")
-            out.append(char)
+            raw = char < " " and not escaped  # escaped: a backslash then a raw control stays as written
+            in_string, escaped = _string_step(char, escaped)
+            out.append(_CONTROL_ESCAPES.get(char, f"\\u{ord(char):04x}") if raw else char)
         elif char == '"':
             in_string = True
             out.append(char)
