@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from gatekeeper.core.gate import check_fields, gate_resolved
+from gatekeeper.core.gate import check_before_measuring, gate_resolved
 from gatekeeper.gating import Gated, ToolId, ToolPolicy
 from gatekeeper.protocols.base import Codec, RequestInfo
 from gatekeeper.redact import clip
@@ -46,7 +46,7 @@ def admit(gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot
 
     Raises RequestInvalid, NotMeasured (`unknown_models: reject`) and ToolChoiceBlocked."""
     snap = snapshot or gk.snapshot()
-    info = parse(codec, body, snap.policy)
+    info = parse(codec, body, snap)
     return _gate(snap, codec, body, info, gk.resolve(info.model, info.effort, snapshot=snap))
 
 
@@ -63,17 +63,18 @@ async def aadmit(
     routing (`routing:`) first, rewriting `body` for the routed pair (gatekeeper.core.router).
     `client`: the caller's drift identity (gatekeeper.drift.identity), whose demotions apply."""
     snap = snapshot or gk.snapshot()
-    info = parse(codec, body, snap.policy)
+    info = parse(codec, body, snap)
     resolution = await gk.aresolve(info.model, info.effort, client, snapshot=snap)
     return _gate(snap, codec, body, info, resolution, route, client)
 
 
-def parse(codec: Codec, body: dict[str, Any], policy: ToolPolicy) -> RequestInfo:
-    """The body's model, effort and stream flag, once every field is checked (RequestInvalid)."""
+def parse(codec: Codec, body: dict[str, Any], snap: Snapshot) -> RequestInfo:
+    """The body's model, effort and stream flag; when resolving the pair would measure it, every
+    field is checked first (RequestInvalid)."""
     info = codec.parse(body)
     # Client strings, on every line this request logs: capped (a 1 MB model name costs 256 bytes).
     structlog.contextvars.bind_contextvars(model=clip(info.model), effort=clip(info.effort or "default"))
-    check_fields(codec, body, policy)
+    check_before_measuring(codec, body, snap.policy, snap.resolver, info.model, info.effort)
     return info
 
 

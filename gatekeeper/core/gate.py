@@ -3,7 +3,9 @@
 `check_fields` runs before the tier is known: the codec walks the body with a policy that hides
 nothing, so every field it does not know, and every malformed one, is refused (or dropped, under
 `upstream.unknown_fields: drop`) before anything is resolved: a request that will be refused never
-starts a measurement. `gate_resolved` runs once the tier is known and hides what the tier may not
+starts a measurement. It costs a second walk of the body, so it runs only where resolving would
+start one (`check_before_measuring`: no pin, no valid profile); for a known pair the gate's own
+walk refuses the same fields. `gate_resolved` runs once the tier is known and hides what the tier may not
 see. The same walk, recorded, tells capability routing which tools a body offers (`Recorder`).
 
 Both sit here, below `core.gatekeeper` and `core.admit`, which both use them.
@@ -14,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from gatekeeper.core.resolver import Resolution
+from gatekeeper.core.resolver import Resolution, TierResolver
 from gatekeeper.errors import ToolChoiceBlocked
 from gatekeeper.gating import Gated, ToolId, ToolPolicy
 from gatekeeper.protocols.base import Codec
@@ -51,6 +53,14 @@ def check_fields(codec: Codec, body: dict[str, Any], policy: ToolPolicy) -> Reco
     with contextlib.suppress(ToolChoiceBlocked):
         codec.gate(body, Tier.LARGE, recorder)
     return recorder
+
+
+def check_before_measuring(
+    codec: Codec, body: dict[str, Any], policy: ToolPolicy, resolver: TierResolver, model: str, effort: str | None
+) -> None:
+    """`check_fields` when resolving `model@effort` would start a measurement."""
+    if resolver.lookup(model, effort) is None:
+        check_fields(codec, body, policy)
 
 
 def gate_resolved(codec: Codec, body: dict[str, Any], resolution: Resolution, policy: ToolPolicy) -> Gated:

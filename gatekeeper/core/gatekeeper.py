@@ -26,7 +26,7 @@ from typing import Any
 
 from gatekeeper import logs
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.core.gate import check_fields, gate_resolved
+from gatekeeper.core.gate import check_before_measuring, gate_resolved
 from gatekeeper.core.resolver import Resolution, Source, TierResolver
 from gatekeeper.core.router import Route, Router
 from gatekeeper.drift.monitor import DemotionBoard, DriftMonitor
@@ -375,13 +375,15 @@ class Gatekeeper:
         Raises NotMeasured (policy `reject`), RequestInvalid and ToolChoiceBlocked.
         """
         snap = self._snapshot
-        check_fields(chat.CODEC, body, snap.policy)  # before the tier: a refused body measures nothing
+        check_before_measuring(
+            chat.CODEC, body, snap.policy, snap.resolver, model, effort
+        )  # a refused body measures nothing
         return self._gate(snap, body, self._resolve(snap, model, effort))
 
     async def agate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
         """`gate` for async code."""
         snap = self._snapshot
-        check_fields(chat.CODEC, body, snap.policy)
+        check_before_measuring(chat.CODEC, body, snap.policy, snap.resolver, model, effort)
         return self._gate(snap, body, await self._aresolve(snap, model, effort))
 
     @staticmethod
