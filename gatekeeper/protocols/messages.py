@@ -370,6 +370,7 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
             f"{where}: an mcp_toolset for MCP server '{F.shown(server)}', which 'mcp_servers' does not define"
         )
     configs = tool.get("configs")
+    hidden: list[str] = []  # config keys turned off here
     if configs is not None:
         if not isinstance(configs, dict):
             raise RequestInvalid(f"{where}.configs must be an object of tool name -> config")
@@ -416,7 +417,7 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
         g.toolset_names[server] = kept_names
         if not kept_names:
             return None
-        if len(kept_names) == len(enabled):
+        if len(kept_names) == len(enabled) and not hidden:
             return tool
         return tool | {"configs": {n: c for n, c in (configs or {}).items() if n in kept_names}}
     return tool  # the whole server: judged with the server (_narrow_whole_servers)
@@ -456,6 +457,7 @@ def _gate_servers(body: dict[str, Any], g: _Gate) -> dict[str, dict[str, Any]]:
         if not isinstance(config, dict):
             raise RequestInvalid(f"{where}.tool_configuration must be an object")
         F.check(config, F.MESSAGES_MCP_TOOL_CONFIGURATION, f"{where}.tool_configuration", g.unknown)
+        _boolean(config, f"{where}.tool_configuration")
         allowed = config.get("allowed_tools")
         if allowed is None:
             kept[label] = server  # whole (recorded by _narrow_whole_servers)

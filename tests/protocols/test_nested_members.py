@@ -16,6 +16,9 @@ proxy to a real upstream (tests/upstreams.py); what the upstream received is the
   toolset that narrowed it, and reached the upstream whole (an API version that reads the
   server's own configuration offered every tool). It is narrowed to what its toolset admits now,
   or removed when that is nothing.
+- A probe of every GATED field of every table with an object or array value found two more
+  forwarded unread: chat and Responses `parallel_tool_calls` (the codecs only dropped it when no
+  tool was left) and a Messages server's `tool_configuration.enabled`. Both must be booleans now.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 from conftest import Proxy, claude, small_model_proxy
 from upstreams import NativeServer
@@ -166,4 +170,37 @@ def test_a_whole_server_beside_a_toolset_of_hidden_tools_goes(proxy, native):
 def test_a_whole_server_alone_is_still_refused(proxy, native):
     with pytest.raises(anthropic.BadRequestError, match=r"MCP server 'github' is offered without a list"):
         send(proxy, [READ], mcp_servers=[GITHUB])
+    assert native.messages_requests == []
+
+
+# -- switches the codecs read: booleans only ------------------------------------------------------
+
+SMUGGLED = [{"tools": [{"name": "execute_command"}]}, [{"type": "function", "name": "execute_command"}]]
+
+
+@pytest.mark.parametrize("value", SMUGGLED, ids=["object", "array"])
+def test_parallel_tool_calls_that_is_no_boolean_is_refused(proxy, native, value):
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+    refused = r"'parallel_tool_calls' must be true or false"
+    with pytest.raises(openai.BadRequestError, match=refused):
+        client.chat.completions.create(
+            model="small-model",
+            messages=HI,
+            tools=[{"type": "function", "function": {"name": "read_file", "parameters": OBJECT}}],
+            parallel_tool_calls=value,
+        )
+    with pytest.raises(openai.BadRequestError, match=refused):
+        client.responses.create(
+            model="small-model",
+            input="hi",
+            tools=[{"type": "function", "name": "read_file", "parameters": OBJECT}],
+            parallel_tool_calls=value,
+        )
+    assert native.received() == []
+
+
+def test_a_server_switch_that_is_no_boolean_is_refused(proxy, native):
+    configuration = {"allowed_tools": ["list_repos"], "enabled": ["execute_command"]}
+    with pytest.raises(anthropic.BadRequestError, match=r"tool_configuration\.enabled must be true or false"):
+        send(proxy, [READ], mcp_servers=[GITHUB | {"tool_configuration": configuration}])
     assert native.messages_requests == []
