@@ -204,3 +204,17 @@ def test_a_server_switch_that_is_no_boolean_is_refused(proxy, native):
     with pytest.raises(anthropic.BadRequestError, match=r"tool_configuration\.enabled must be true or false"):
         send(proxy, [READ], mcp_servers=[GITHUB | {"tool_configuration": configuration}])
     assert native.messages_requests == []
+
+
+def test_a_call_of_an_admitted_member_reaches_the_client_and_of_a_hidden_one_does_not(store_path, default_suite):
+    calls = {
+        "content": None,
+        "tool_calls": [{"name": "navigate", "arguments": {}}, {"name": "javascript_exec", "arguments": {}}],
+    }
+    with NativeServer(lambda body: calls) as upstream:
+        tools = {"default_tier": "small", "required_tier": RULES}
+        with small_model_proxy(upstream.base_url, store_path, default_suite, tools=tools) as proxy:
+            answer = claude(proxy).beta.messages.create(
+                model="small-model", max_tokens=10, messages=HI, tools=[{"type": "browser_toolset_20260801"}]
+            )
+    assert [b.name for b in answer.content if b.type == "tool_use"] == ["navigate"]
