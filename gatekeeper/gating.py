@@ -419,6 +419,7 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
     `required` mode) when every tool it could call was removed.
     """
     _refuse_nested_tools(body)
+    require_boolean(body, "parallel_tool_calls")
     gated = Gated()
     for field_name, choice_name, id_of in (
         ("tools", "tool_choice", tool_id),
@@ -597,6 +598,14 @@ class RequestGate:
         self.gated.hidden.append(str(tool))
         self.hidden.append(tool)
         return False
+
+
+def require_boolean(body: dict[str, Any], key: str) -> None:
+    """A GATED switch (`parallel_tool_calls`) is true, false or absent: the codec reads it, so any
+    other value would be forwarded unread."""
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise RequestInvalid(f"'{key}' must be true or false, got {type(value).__name__}")
 
 
 def required_name(value: Any, where: str) -> str:

@@ -1034,6 +1034,9 @@ _FETCH: Fields = {
     "max_content_tokens": FORWARD,
     "url_sources": _URL_SOURCES,
 }
+# A computer or browser toolset: one entry that offers its family's member tools, each called by
+# its own name (anthropic-python types/beta/beta_{computer,browser}_toolset20260801_param.py).
+# `configs` is keyed by member name (MESSAGES_TOOLSET_MEMBERS), each value MESSAGES_MEMBER_CONFIG.
 _TOOLSET: Fields = {**_CACHE, "configs": GATED}
 MESSAGES_TOOL: Mapping[str, Fields] = {  # by type; "custom" also stands for a tool without one
     "custom": {
@@ -1086,8 +1089,9 @@ MESSAGES_TOOL: Mapping[str, Fields] = {  # by type; "custom" also stands for a t
     },
 }
 # The one `name` each typed Messages tool must carry (the API fixes it: the model calls it by
-# that name); a typed tool with another name is refused, never gated by the name it gives.
-# Toolsets carry no name.
+# that name); a typed tool with another name is refused. A typed tool is gated by its type (and
+# family) and by this name as a function's (gatekeeper/protocols/messages.py `_tool_ids`).
+# Toolsets carry no name: their members are gated one by one (MESSAGES_TOOLSET_MEMBERS).
 MESSAGES_BUILTIN_NAMES: Mapping[str, str] = {
     "bash_20241022": "bash",
     "bash_20250124": "bash",
@@ -1116,6 +1120,31 @@ MESSAGES_BUILTIN_NAMES: Mapping[str, str] = {
     "tool_search_tool_regex_20251119": "tool_search_tool_regex",
     "advisor_20260301": "advisor",
 }
+# The member tools of each toolset: the keys its `configs` may have, and the names the model calls
+# them by (anthropic-python types/beta/beta_{computer,browser}_toolset_configs_param.py: "Unknown
+# keys are rejected: the field set is this toolset version's complete member set").
+_COMPUTER_MEMBERS = frozenset(
+    {
+        *("cursor_position", "double_click", "hold_key", "key", "left_click", "left_click_drag"),
+        *("left_mouse_down", "left_mouse_up", "middle_click", "mouse_move", "right_click", "screenshot"),
+        *("scroll", "triple_click", "type", "wait", "zoom"),
+    }
+)
+_BROWSER_MEMBERS = frozenset(
+    {
+        *("close_tab", "double_click", "file_upload", "find", "form_input", "get_page_text", "hold_key"),
+        *("hover", "javascript_exec", "key", "left_click", "left_click_drag", "left_mouse_down"),
+        *("left_mouse_up", "list_tabs", "middle_click", "mouse_move", "navigate", "new_tab", "read_console"),
+        *("read_network", "read_page", "right_click", "screenshot", "scroll", "scroll_to", "switch_tab"),
+        *("triple_click", "type", "wait", "zoom"),
+    }
+)
+MESSAGES_TOOLSET_MEMBERS: Mapping[str, frozenset[str]] = {
+    "computer_toolset_20260801": _COMPUTER_MEMBERS,
+    "browser_toolset_20260801": _BROWSER_MEMBERS,
+}
+# One member's config (beta_browser_navigate_config_param.py, ...): `enabled` is read by the gate.
+MESSAGES_MEMBER_CONFIG: Fields = {"enabled": GATED, "defer_loading": FORWARD}
 MESSAGES_TOOL_CHOICE: Mapping[str, Fields] = {
     "auto": {"type": GATED, "disable_parallel_tool_use": FORWARD},
     "any": {"type": GATED, "disable_parallel_tool_use": FORWARD},

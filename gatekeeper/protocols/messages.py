@@ -195,6 +195,10 @@ class MessagesCodec:
                 tools.append((ToolId.function(tool["name"]), schema if isinstance(schema, dict) else None))
             else:
                 tools.append((ToolId.builtin(kind), None))  # by its type, whatever `name` it carries
+                configs = tool.get("configs") or {}
+                for member in sorted(F.MESSAGES_TOOLSET_MEMBERS.get(kind, ())):  # called by their own names
+                    if (configs.get(member) or {}).get("enabled") is not False:
+                        tools.append((ToolId.function(member), None))
         for server, names in _mcp_offered(body).items():
             for name in ["*"] if names is None else names:  # `*`: the server offered whole
                 tools.append((ToolId.mcp(server, name), None))
@@ -233,6 +237,8 @@ class MessagesCodec:
 class _Gate(RequestGate):
     explicit: set[str] = dataclasses.field(default_factory=set)  # servers whose tools were listed one by one
     toolsets: set[str] = dataclasses.field(default_factory=set)  # servers an mcp_toolset configured
+    # server -> the admitted tools its mcp_toolset lists or enables one by one (explicit ones)
+    toolset_names: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy, table: F.Fields) -> Gated:
@@ -289,16 +295,70 @@ def _tool_id(tool: dict[str, Any], kind: str, where: str) -> ToolId:
     return ToolId.builtin(kind)
 
 
+def _tool_ids(tool: dict[str, Any], kind: str, where: str) -> list[ToolId]:
+    """Every identity a tool is judged by: a client tool's name; a typed tool's type (with its
+    family) and the name the model calls it by, which the API fixes (a rule for
+    `str_replace_based_edit_tool` hides the text editor that carries that name)."""
+    fixed = F.MESSAGES_BUILTIN_NAMES.get(kind)
+    identity = _tool_id(tool, kind, where)
+    return [identity] if fixed is None else [identity, ToolId.function(fixed)]
+
+
+def _allows(g: _Gate, ids: list[ToolId]) -> ToolId | None:
+    """The first of `ids` the tier does not admit, or None."""
+    return next((t for t in ids if not g.policy.allows(g.tier, t)), None)
+
+
+def _admits(g: _Gate, ids: list[ToolId]) -> bool:
+    blocked = _allows(g, ids)
+    return g.admits(ids[0] if blocked is None else blocked)
+
+
 def _gate_tool(tool: Any, where: str, g: _Gate, servers: dict[str, dict[str, Any]]) -> Any:
     kind = F.check_typed(tool, F.MESSAGES_TOOL, where, g.unknown, default="custom")
     if kind == "mcp_toolset":
         return _gate_toolset(tool, where, g, servers)
-    return tool if g.admits(_tool_id(tool, kind, where)) else None
+    if not _admits(g, _tool_ids(tool, kind, where)):
+        return None
+    members = F.MESSAGES_TOOLSET_MEMBERS.get(kind)
+    return tool if members is None else _gate_members(tool, kind, members, where, g)
+
+
+def _gate_members(tool: dict[str, Any], kind: str, members: frozenset[str], where: str, g: _Gate) -> Any:
+    """A computer or browser toolset offers its members, each called by its own name: each is
+    judged as `family.member` (a rule for the family, for `browser.javascript_exec` or for
+    `javascript_exec` hides it), and a hidden one is turned off in `configs` (`enabled: false`),
+    whatever its default. A key that names no member is refused: gatekeeper cannot tell what it
+    would turn on."""
+    configs = tool.get("configs")
+    if configs is not None and not isinstance(configs, dict):
+        raise RequestInvalid(f"{where}.configs must be an object of member name -> config")
+    for name, config in (configs or {}).items():
+        here = f"{where}.configs.{F.shown(str(name))}"
+        if name not in members:
+            raise RequestInvalid(f"{here} is not a member of {kind!r}, so it is refused (one of {sorted(members)})")
+        if config is not None:  # null: the member's defaults
+            if not isinstance(config, dict):
+                raise RequestInvalid(f"{here} must be an object")
+            F.check(config, F.MESSAGES_MEMBER_CONFIG, here, g.unknown)
+            _boolean(config, here)
+    family = BUILTIN_FAMILIES[kind]
+    hidden = [m for m in sorted(members) if not g.policy.allows(g.tier, ToolId.namespaced(family, m))]
+    for member in hidden:
+        g.admits(ToolId.namespaced(family, member))  # recorded as hidden
+    if len(hidden) == len(members):
+        return None
+    if not hidden:
+        return tool
+    turned_off = {m: (configs or {}).get(m) or {} for m in hidden}
+    return tool | {"configs": (configs or {}) | {m: c | {"enabled": False} for m, c in turned_off.items()}}
 
 
 def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str, dict[str, Any]]) -> Any:
     """An `mcp_toolset`: its tools are its pinned `tools` listing when it has one, else the
-    `configs` it enables when `default_config` disables the rest; else every tool of the server."""
+    `configs` it enables when `default_config` disables the rest; else every tool of the server.
+    Every `configs` key is a tool name, judged wherever it appears: a hidden one not already
+    disabled is turned off (`enabled: false`), whatever the rest of the toolset says."""
     server = group_name(tool.get("mcp_server_name"), f"{where}.mcp_server_name")
     if server in g.toolsets:  # a second, whole one would re-open what the first narrowed
         raise RequestInvalid(f"{where}: a second mcp_toolset for MCP server '{F.shown(server)}' (one per server)")
@@ -310,6 +370,7 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
             f"{where}: an mcp_toolset for MCP server '{F.shown(server)}', which 'mcp_servers' does not define"
         )
     configs = tool.get("configs")
+    hidden: list[str] = []  # config keys turned off here
     if configs is not None:
         if not isinstance(configs, dict):
             raise RequestInvalid(f"{where}.configs must be an object of tool name -> config")
@@ -318,6 +379,15 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
                 raise RequestInvalid(f"{where}.configs.{F.shown(name)} must be an object")
             F.check(config, F.MESSAGES_MCP_TOOL_CONFIG, f"{where}.configs.{F.shown(name)}", g.unknown)
             _boolean(config, f"{where}.configs.{F.shown(name)}")
+        hidden = [
+            n
+            for n, c in configs.items()
+            if c.get("enabled") is not False
+            and not g.admits(g.mcp(server, required_name(n, f"{where}.configs")), record_kept=False)
+        ]
+        if hidden:
+            configs = configs | {n: configs[n] | {"enabled": False} for n in hidden}
+            tool = tool | {"configs": configs}
     default = tool.get("default_config")
     if default is not None:
         if not isinstance(default, dict):
@@ -336,6 +406,7 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
             if g.admits(g.mcp(server, required_name(entry.get("name"), f"{where}.tools[{i}].name"))):
                 kept.append(entry)
         g.explicit.add(server)
+        g.toolset_names[server] = [e["name"] for e in kept]
         if not kept:
             return None
         return tool if len(kept) == len(listing) else tool | {"tools": kept}
@@ -343,9 +414,10 @@ def _gate_toolset(tool: dict[str, Any], where: str, g: _Gate, servers: dict[str,
         enabled = [n for n, c in (configs or {}).items() if c.get("enabled") is True]
         kept_names = [n for n in enabled if g.admits(g.mcp(server, required_name(n, f"{where}.configs")))]
         g.explicit.add(server)
+        g.toolset_names[server] = kept_names
         if not kept_names:
             return None
-        if len(kept_names) == len(enabled):
+        if len(kept_names) == len(enabled) and not hidden:
             return tool
         return tool | {"configs": {n: c for n, c in (configs or {}).items() if n in kept_names}}
     return tool  # the whole server: judged with the server (_narrow_whole_servers)
@@ -385,6 +457,7 @@ def _gate_servers(body: dict[str, Any], g: _Gate) -> dict[str, dict[str, Any]]:
         if not isinstance(config, dict):
             raise RequestInvalid(f"{where}.tool_configuration must be an object")
         F.check(config, F.MESSAGES_MCP_TOOL_CONFIGURATION, f"{where}.tool_configuration", g.unknown)
+        _boolean(config, f"{where}.tool_configuration")
         allowed = config.get("allowed_tools")
         if allowed is None:
             kept[label] = server  # whole (recorded by _narrow_whole_servers)
@@ -407,28 +480,34 @@ def _gate_servers(body: dict[str, Any], g: _Gate) -> dict[str, dict[str, Any]]:
 
 
 def _narrow_whole_servers(body: dict[str, Any], servers: dict[str, dict[str, Any]], tools: list[Any], g: _Gate) -> None:
-    """A server offered with every tool (no allowed_tools, no explicit toolset) while a rule above
-    the tier names some of its tools: narrowed to the admitted tools of a listing the request
-    carries (an `mcp_tool_listing` block), else refused."""
+    """A server offered with every tool (no allowed_tools) while a rule above the tier names some
+    of its tools: narrowed to the admitted tools its mcp_toolset lists or enables, else to those
+    of a listing the request carries (an `mcp_tool_listing` block), else refused. Each server
+    entry is narrowed on its own, whatever its toolset says."""
     for label in list(servers):
-        if label in g.explicit:
-            listed = _server_allowed(servers[label])
-            if listed is not None:  # the server lists its tools: a toolset enabling all of them lists the same
-                _narrow_toolsets(tools, label, listed)
+        listed = _server_allowed(servers[label])
+        if listed is not None:  # the server lists its tools: a toolset enabling all of them lists the same
+            _narrow_toolsets(tools, label, listed)
             continue
         rule = g.policy.rule_hiding_part_of(g.server(label), g.tier)
         if rule is None:
-            g.gated.kept.append(f"{label}.*")
+            if label not in g.explicit:
+                g.gated.kept.append(f"{label}.*")
             continue
-        listed = g.listings.get(label)
-        if listed is None:
-            raise RequestInvalid(
-                f"MCP server {label!r} is offered without a list of its tools, but the rule {rule!r} "
-                f"hides some of its tools at tier {g.tier.value!r}{g.any_server(label)}; name the tools the "
-                "model may use in "
-                "'mcp_servers[].tool_configuration.allowed_tools'"
-            )
-        names = [n for n in listed if g.admits(g.mcp(label, n))]
+        if label in g.explicit:
+            # Whole here, narrowed by its toolset: which of the two the upstream obeys depends on
+            # the API version, so the server entry is narrowed too (or goes, when nothing is left).
+            names = g.toolset_names.get(label, [])
+        else:
+            listing = g.listings.get(label)
+            if listing is None:
+                raise RequestInvalid(
+                    f"MCP server {label!r} is offered without a list of its tools, but the rule {rule!r} "
+                    f"hides some of its tools at tier {g.tier.value!r}{g.any_server(label)}; name the tools the "
+                    "model may use in "
+                    "'mcp_servers[].tool_configuration.allowed_tools'"
+                )
+            names = [n for n in listing if g.admits(g.mcp(label, n))]
         if not names:
             del servers[label]
             body["mcp_servers"] = list(servers.values())
@@ -502,7 +581,8 @@ def _gate_block(block: Any, where: str, g: _Gate) -> Any:
         tool_kind = F.check_typed(tool, F.MESSAGES_TOOL, f"{where}.tool", g.unknown, default="custom")
         if tool_kind == "mcp_toolset":
             raise RequestInvalid(f"{where}.tool: an mcp_toolset cannot be added by a content block gatekeeper gates")
-        return block if g.admits(_tool_id(tool, tool_kind, f"{where}.tool")) else None
+        kept = _gate_tool(tool, f"{where}.tool", g, {})
+        return None if kept is None else block if kept is tool else block | {"tool": kept}
     if kind == "compaction":
         changes = block.get("tool_changes")
         if changes is not None and not isinstance(changes, list):
@@ -513,7 +593,7 @@ def _gate_block(block: Any, where: str, g: _Gate) -> Any:
             if change_kind == "tool_addition":
                 tool = change.get("tool")
                 tool_kind = F.check_typed(tool, F.MESSAGES_TOOL, f"{here}.tool", g.unknown, default="custom")
-                if tool_kind == "mcp_toolset" or not g.policy.allows(g.tier, _tool_id(tool, tool_kind, f"{here}.tool")):
+                if tool_kind == "mcp_toolset" or _gate_tool(tool, f"{here}.tool", g, {}) is not tool:
                     # A compaction block is signed: it cannot be narrowed, only refused.
                     raise RequestInvalid(f"{here} adds a tool hidden at tier {g.tier.value!r}")
         return block

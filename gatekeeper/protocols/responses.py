@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid, ToolChoiceBlocked
-from gatekeeper.gating import Gated, RequestGate, ToolId, ToolPolicy, group_name, required_name
+from gatekeeper.gating import Gated, RequestGate, ToolId, ToolPolicy, group_name, require_boolean, required_name
 from gatekeeper.protocols import fields as F
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
 from gatekeeper.protocols.enforce import (
@@ -253,6 +253,7 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
     """Check every field and remove (in place) every tool above `tier` (see `RequestGate`)."""
     g = RequestGate(tier, policy, policy.unknown_fields)
     F.check(body, F.RESPONSES_REQUEST, "", g.unknown)
+    require_boolean(body, "parallel_tool_calls")
     _identify_servers(body, g)
     _gate_input(body, g)
     tools = body.get("tools")

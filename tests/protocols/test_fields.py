@@ -283,6 +283,24 @@ def test_messages_messages_blocks_and_servers() -> None:
     _assert_covers(F.MESSAGES_LISTED_MCP_TOOL, BetaMCPToolParamParam, "listed mcp tool")
 
 
+def test_messages_toolset_members_are_the_sdks() -> None:
+    # A toolset's `configs` keys are its member tools, each gated by name: a member the SDK grows
+    # must be named here (an unknown key is refused), and a member's config read whole.
+    from anthropic.types.beta import beta_browser_toolset_configs_param as browser
+    from anthropic.types.beta import beta_computer_toolset_configs_param as computer
+
+    sdk = {
+        "browser_toolset_20260801": browser.BetaBrowserToolsetConfigsParam,
+        "computer_toolset_20260801": computer.BetaComputerToolsetConfigsParam,
+    }
+    assert set(F.MESSAGES_TOOLSET_MEMBERS) == set(sdk)
+    for kind, configs in sdk.items():
+        assert F.MESSAGES_TOOLSET_MEMBERS[kind] == _keys(configs), kind
+        for member, hint in _hints(configs).items():
+            (config,) = _kinds(hint)[0]
+            assert _keys(config) == set(F.MESSAGES_MEMBER_CONFIG), (kind, member)
+
+
 def test_unknown_fields_are_refused_or_dropped_and_logged() -> None:
     import structlog
 

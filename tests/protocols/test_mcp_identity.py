@@ -414,7 +414,7 @@ def test_an_unmet_minimum_of_any_server_keeps_a_renamed_server_from_being_offere
 LABELS = st.text(st.characters(blacklist_characters=".", blacklist_categories=["Cs"]), min_size=1, max_size=20)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(label=LABELS)
 def test_under_any_label_a_hidden_tool_is_neither_offered_nor_let_through(label):
     body, _ = responses_gate([mcp_tool(label, allowed_tools=["delete_repo", "list_repos"])], policy())
@@ -429,7 +429,7 @@ def test_under_any_label_a_hidden_tool_is_neither_offered_nor_let_through(label)
     assert [i["name"] for i in doc["output"]] == ["list_repos"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(
     scheme=st.sampled_from(["https", "HTTPS", "Https"]),
     host=st.sampled_from(["api.githubcopilot.com", "API.GITHUBCOPILOT.COM", "Api.GitHubCopilot.com."]),

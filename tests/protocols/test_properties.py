@@ -7,7 +7,10 @@ and nothing raises past the proxy (every answer is a complete HTTP response, nev
 Requests: for any request built from a protocol's own published types with random extra fields
 (top level, in tools, tool choices and input items, and in any object nested in them: content
 parts, response formats, content blocks' sources, ...), no hidden tool reaches the upstream, on chat, Responses and Messages, native and translated, under both
-`upstream.unknown_fields` modes."""
+`upstream.unknown_fields` modes.
+
+Every property is derandomized (the same draws on every run, so CI cannot go red on a lucky
+one), and each case a draw once found is an @example."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import pytest
 import structlog
 from accumulate import plain_names, stream_names
 from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scripted import RawAnswer, RawUpstream
 
@@ -182,7 +185,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory, default_suite: Any) -> Iterato
         yield upstream, proxy
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(case=upstream_answer())
 def test_no_hidden_name_survives_any_upstream_answer(rig: tuple[RawUpstream, Proxy], case: tuple[RawAnswer, bool]):
     upstream, proxy = rig
@@ -202,7 +205,7 @@ def test_no_hidden_name_survives_any_upstream_answer(rig: tuple[RawUpstream, Pro
         assert plain_names(answer.content) <= OFFERED
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(data=st.data())
 def test_the_sse_parser_reads_any_split_like_the_whole(data: st.DataObject):
     raw = data.draw(sse_stream())
@@ -497,19 +500,43 @@ def _no_hidden_tool_reaches_the_upstream(rigs: list[Any], path: str, body: dict[
         hypothesis.event(f"{answer.status_code}")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(body=chat_request())
 def test_no_hidden_tool_reaches_the_upstream_chat(request_rigs: list[Any], body: dict[str, Any]):
     _no_hidden_tool_reaches_the_upstream(request_rigs, "/v1/chat/completions", body)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(body=responses_request())
 def test_no_hidden_tool_reaches_the_upstream_responses(request_rigs: list[Any], body: dict[str, Any]):
     _no_hidden_tool_reaches_the_upstream(request_rigs, "/v1/responses", body)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Found by draws before (issue 30): a toolset's `configs` (gated, and forwarded unread) carrying
+# an extra field with hidden tools, under a member's name or a key that is no member.
+_TOOLSET_CONFIGS = [
+    {"navigate": {"enabled": True, "tools": [{"name": "execute_command", "input_schema": {}}]}},
+    {"tools": [{"name": "execute_command", "input_schema": {}}]},
+]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(body=messages_request())
+@example(
+    body={
+        "model": "small-model",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "browser_toolset_20260801", "configs": _TOOLSET_CONFIGS[0]}],
+    }
+)
+@example(
+    body={
+        "model": "small-model",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "browser_toolset_20260801", "configs": _TOOLSET_CONFIGS[1]}],
+    }
+)
 def test_no_hidden_tool_reaches_the_upstream_messages(request_rigs: list[Any], body: dict[str, Any]):
     _no_hidden_tool_reaches_the_upstream(request_rigs, "/v1/messages", body)
