@@ -2,10 +2,14 @@
 
 `to_chat` turns a gated Responses request into a chat request; `from_chat` a chat answer into a
 Responses answer; `ResponsesFromChat` a chat stream into Responses stream events. What chat cannot
-express (built-in tools, stored state via `previous_response_id`, non-function tools) is refused
-with RequestInvalid naming the field, never dropped silently. (A built-in the tier hides was
-already removed by gating, so what remains is one the client may use: refused, not dropped.)
-Enforcement runs after translation, on the Responses answer the client will read.
+express (stored state via `previous_response_id`, custom and MCP tools, a tool choice forcing a
+built-in) is refused with RequestInvalid naming the field. A built-in tool the tier admits
+(`web_search`, `file_search`, ...: what the upstream itself would run, or a call only a Responses
+model emits) is left out of the chat request instead (`untranslated` names them, the pipeline logs
+them): a chat model has no way to call one, so leaving it out takes nothing from the model that
+the upstream could have served, and a client that offers one by default (Codex offers
+`web_search`) keeps working. Enforcement runs after translation, on the Responses answer the
+client will read.
 
 Namespaced functions (a `namespace` tool's functions, as Codex sends them) become chat functions
 named `<namespace>__<function>`, and a chat call to such a name comes back as a `function_call`
@@ -24,6 +28,7 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import RequestInvalid
+from gatekeeper.gating import builtin_family
 from gatekeeper.protocols.base import Event
 from gatekeeper.protocols.responses import CODEC as RESPONSES
 from gatekeeper.protocols.translate.chat import ChatAnswer, FromChatStream, read_answer, text_of
@@ -48,11 +53,16 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     for i, item in enumerate(items):
         _add_item(messages, item, f"input[{i}]")
     chat["messages"] = messages
-    if body.get("tools"):
-        chat["tools"] = _chat_tools(body["tools"])
+    if body.get("tools") and (tools := _chat_tools(body["tools"])):
+        chat["tools"] = tools
     choice = body.get("tool_choice")
     if choice is not None:
         _set_choice(chat, choice)
+    if "tools" not in chat:  # none, or only built-ins left out: nothing for a choice to choose
+        if chat.get("tool_choice") == "required":
+            raise RequestInvalid("tool_choice 'required' needs a function tool: a chat-only upstream runs no built-in")
+        chat.pop("tool_choice", None)
+        chat.pop("parallel_tool_calls", None)
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     reasoning = body.get("reasoning")
@@ -157,9 +167,22 @@ def namespaced_names(tools: Any) -> dict[str, tuple[str, str]]:
     return found
 
 
+def untranslated(body: dict[str, Any]) -> list[str]:
+    """The built-in tools of a gated request that its chat translation leaves out (by type)."""
+    tools = body.get("tools")
+    return [t["type"] for t in tools or () if isinstance(t, dict) and _is_builtin(t)] if isinstance(tools, list) else []
+
+
+def _is_builtin(tool: dict[str, Any]) -> bool:
+    kind = tool.get("type")
+    return isinstance(kind, str) and builtin_family(kind) is not None
+
+
 def _chat_tools(tools: list[Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, tool in enumerate(tools):
+        if _is_builtin(tool):
+            continue  # a chat model cannot call it: left out (see the module docstring)
         if tool.get("type") == "namespace":
             for j, inner in enumerate(tool.get("tools") or []):
                 function = _function_tool(inner, f"tools[{i}].tools[{j}]")
@@ -425,6 +448,9 @@ class ResponsesTranslator:
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
         return to_chat(body)
+
+    def untranslated(self, body: dict[str, Any]) -> list[str]:
+        return untranslated(body)
 
     def from_chat(self, doc: dict[str, Any], request: dict[str, Any] | None = None) -> dict[str, Any]:
         return from_chat(doc, request or {})
