@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import openai
 import pytest
-from conftest import Proxy, claude, small_model_proxy
+from conftest import Proxy, claude, make_profile, seed_store, settings_for, small_model_proxy
 from pydantic import BaseModel
 from upstreams import NativeServer
+
+from gatekeeper import Gatekeeper
+from gatekeeper.adapters import openai_sdk
+from gatekeeper.tiers import Tier
 
 HI = [{"role": "user", "content": "which city, and how many live there?"}]
 EXPLAINED = "A call to the tool `execute_command` was removed: it needs tier large"
@@ -200,6 +205,30 @@ def test_responses_create_still_gets_the_explanation_as_text(proxy, upstream):
     answering(upstream, "hidden only")
     final = proxy.client.responses.create(model="small-model", input=HI, tools=RESPONSES_TOOLS)
     assert EXPLAINED in final.output_text and refusals(final) == []
+
+
+# -- in process: the same helpers on a gated client (gatekeeper.adapters.openai_sdk) ---------
+
+
+@pytest.fixture
+def gated(upstream, store_path, default_suite) -> Iterator[Any]:
+    """A stand-in for `proxy` whose `client` is a gated OpenAI client on the upstream itself."""
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    gk = Gatekeeper(settings_for(upstream.base_url, store_path, blocked_calls="explain"))
+    client = openai.OpenAI(base_url=upstream.base_url, api_key="k", max_retries=0)
+    yield SimpleNamespace(client=openai_sdk.gate_client(client, gk))
+    gk.close()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_parse_in_process_keeps_the_json_and_the_allowed_call(gated, upstream, stream):
+    answering(upstream, "json+hidden+allowed")
+    message = chat_message(gated, stream).message
+    assert message.parsed == ROME and message.refusal is None
+    assert [c.function.name for c in message.tool_calls] == ["read_file"]
+    final = response(gated, stream)
+    assert final.output_parsed == ROME and EXPLAINED in refusals(final)[0]
+    assert [i.name for i in final.output if i.type == "function_call"] == ["read_file"]
 
 
 # -- the Anthropic SDK's helpers on an answer whose rogue call was removed ---------------------
