@@ -201,6 +201,19 @@ def test_responses_parse_reads_a_removed_call_without_text_as_a_refusal(proxy, u
     assert [i.type for i in final.output] == ["message"] and EXPLAINED in refusals(final)[0]
 
 
+@pytest.mark.parametrize("mode", ["chat-only"])
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_a_chat_upstream_s_refusal_reaches_every_client_as_its_refusal(proxy, upstream, stream):
+    """Translation kept only a chat answer's content: a model declining the format (content null,
+    `refusal` set) reached a Responses client as an empty answer, a Messages client as nothing."""
+    upstream.responder = lambda body: {"content": None, "refusal": "I will not say."}
+    assert chat_message(proxy, stream).message.refusal == "I will not say."
+    final = response(proxy, stream)
+    assert refusals(final) == ["I will not say."] and final.output_parsed is None and final.output_text == ""
+    message, text = claude_answer(proxy, stream)
+    assert [b.text for b in message.content] == ["I will not say."] == [text]
+
+
 def test_responses_create_still_gets_the_explanation_as_text(proxy, upstream):
     answering(upstream, "hidden only")
     final = proxy.client.responses.create(model="small-model", input=HI, tools=RESPONSES_TOOLS)

@@ -255,13 +255,24 @@ def _usage(usage: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def _message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+_PART_TEXT = {"output_text": "text", "refusal": "refusal"}  # a part's type -> its text field
+
+
+def _part(kind: str, text: str = "") -> dict[str, Any]:
+    if kind == "refusal":
+        return {"type": "refusal", "refusal": text}
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _message_item(item_id: str, text: str, status: str = "completed", refusal: str | None = None) -> dict[str, Any]:
+    """An assistant message: its text, and the model's refusal (chat's `refusal`) as its own part."""
+    parts = [_part("output_text", text)] if text or not refusal else []
     return {
         "type": "message",
         "id": item_id,
         "status": status,
         "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+        "content": parts + ([_part("refusal", refusal)] if refusal else []),
     }
 
 
@@ -324,8 +335,8 @@ def _response(
 def from_chat(doc: Any, request: dict[str, Any]) -> dict[str, Any]:
     answer: ChatAnswer = read_answer(doc)
     output = []
-    if answer.text:
-        output.append(_message_item(_new_id("msg"), answer.text))
+    if answer.text or answer.refusal:
+        output.append(_message_item(_new_id("msg"), answer.text or "", refusal=answer.refusal))
     namespaced = namespaced_names(request.get("tools"))
     for call in answer.calls:
         output.append(_call_item(_new_id("fc"), call.id, call.name, call.arguments, namespaced=namespaced))
@@ -366,11 +377,26 @@ class ResponsesFromChat(FromChatStream):
         return RESPONSES.stream_error(message, "upstream_error", "upstream_error", self._sequence)
 
     def _text(self, text: str) -> list[Event]:
-        out = self._open_message() if self._message is None else []
+        return self._part_delta("output_text", text)
+
+    def _refusal(self, text: str) -> list[Event]:
+        return self._part_delta("refusal", text)
+
+    def _part_delta(self, kind: str, text: str) -> list[Event]:
+        """Text for the open message's one part, of `kind` (a message of another kind is closed
+        first: each message the converter opens holds one part, text or refusal)."""
+        out = self._close_message() if self._message is not None and self._kind() != kind else []
+        out += self._open_message(kind) if self._message is None else []
         item = self._output[self._message]  # type: ignore[index]
-        item["content"][0]["text"] += text
+        item["content"][0][_PART_TEXT[kind]] += text
         at = {"item_id": item["id"], "output_index": self._message, "content_index": 0}
+        if kind == "refusal":
+            return [*out, self._emit("response.refusal.delta", **at, delta=text)]
         return [*out, self._emit("response.output_text.delta", **at, delta=text, logprobs=[])]
+
+    def _kind(self) -> str:
+        kind: str = self._output[self._message]["content"][0]["type"]  # type: ignore[index]
+        return kind
 
     def _call(self, index: int, call_id: str | None, name: str) -> list[Event]:
         out = self._close_message()
@@ -393,11 +419,11 @@ class ResponsesFromChat(FromChatStream):
             )
         ]
 
-    def _open_message(self) -> list[Event]:
+    def _open_message(self, kind: str) -> list[Event]:
         self._message = len(self._output)
         item = _message_item(_new_id("msg"), "", "in_progress")
+        item["content"] = [_part(kind)]
         self._output.append(item)
-        part = item["content"][0]
         return [
             self._emit("response.output_item.added", output_index=self._message, item=item | {"content": []}),
             self._emit(
@@ -405,7 +431,7 @@ class ResponsesFromChat(FromChatStream):
                 item_id=item["id"],
                 output_index=self._message,
                 content_index=0,
-                part=part | {"text": ""},
+                part=_part(kind),
             ),
         ]
 
@@ -417,8 +443,13 @@ class ResponsesFromChat(FromChatStream):
         item["status"] = "completed"
         part = item["content"][0]
         at = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        done = (
+            self._emit("response.refusal.done", **at, refusal=part["refusal"])
+            if part["type"] == "refusal"
+            else self._emit("response.output_text.done", **at, text=part["text"], logprobs=[])
+        )
         return [
-            self._emit("response.output_text.done", **at, text=part["text"], logprobs=[]),
+            done,
             self._emit("response.content_part.done", **at, part=part),
             self._emit("response.output_item.done", output_index=index, item=item),
         ]
