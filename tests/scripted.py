@@ -1,7 +1,7 @@
 """A scripted OpenAI-compatible server: a real HTTP server whose answers tests choose.
 
 `responder(body)` returns the assistant message as `{"content": str | None, "tool_calls":
-[{"name", "arguments"}]}`, or `{"status": int, "error": str}` to fail that call. Every body
+[{"name", "arguments"}]}` (and an optional `"refusal": str`, as a model declining a format sends it), or `{"status": int, "error": str}` to fail that call. Every body
 received is recorded in `requests`.
 """
 
@@ -114,9 +114,12 @@ class ScriptedServer(ThreadedServer):
         finish = "tool_calls" if calls else "stop"
         if body.get("stream"):
             return StreamingResponse(
-                self._stream(body["model"], content, calls, usage, finish), media_type="text/event-stream"
+                self._stream(body["model"], content, calls, usage, finish, reply.get("refusal")),
+                media_type="text/event-stream",
             )
         message: dict[str, Any] = {"role": "assistant", "content": content}
+        if reply.get("refusal"):
+            message["refusal"] = reply["refusal"]
         if calls:
             message["tool_calls"] = calls
         return JSONResponse(
@@ -130,7 +133,9 @@ class ScriptedServer(ThreadedServer):
             }
         )
 
-    async def _stream(self, model: str, content: str | None, calls: list[dict], usage: dict, finish: str):
+    async def _stream(
+        self, model: str, content: str | None, calls: list[dict], usage: dict, finish: str, refusal: str | None = None
+    ):
         def chunk(delta: dict, finish_reason: str | None = None, **extra: Any) -> bytes:
             doc = {
                 "id": "chatcmpl-scripted",
@@ -146,6 +151,8 @@ class ScriptedServer(ThreadedServer):
         text = content or ""
         for i in range(0, len(text), 5):
             yield chunk({"content": text[i : i + 5]})
+        if refusal:
+            yield chunk({"refusal": refusal})
         for index, call in enumerate(calls):
             yield chunk(
                 {

@@ -38,6 +38,7 @@ from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, GatekeeperError, 
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Allowed, Codec, Enforced, Event, Offered, StreamFilter, may_carry_calls
 from gatekeeper.protocols.chat import loads
+from gatekeeper.protocols.enforce import asks_structured
 from gatekeeper.protocols.sse import SSEParser, encode
 
 # Headers of the upstream's answer that describe bytes the client no longer gets as they were.
@@ -78,9 +79,11 @@ def needs_gate(codec: Codec, body: dict[str, Any]) -> bool:
 def allowed(gk: Gatekeeper, codec: Codec, body: Any, admitted: Admitted | None) -> Allowed:
     """What the answer to `body` may carry: the tools it offers at the tier `admitted` found."""
     explain = gk.settings.blocked_calls == "explain"
+    structured = isinstance(body, dict) and asks_structured(body)
     if admitted is None:
-        return Allowed(Offered(), explain=explain)
-    return Allowed(codec.offered(body), admitted.resolution.tier, admitted.policy, explain, admitted.gated.servers)
+        return Allowed(Offered(), explain=explain, structured=structured)
+    gated = admitted.gated
+    return Allowed(codec.offered(body), admitted.resolution.tier, admitted.policy, explain, gated.servers, structured)
 
 
 class AnswerGate:

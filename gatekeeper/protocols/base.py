@@ -142,6 +142,10 @@ class Allowed:
     by a short assistant text (`blocked_calls: explain`), else removed with nothing in its place.
     `servers`: a client's MCP server label -> the label whose rules gate it, where they differ
     (`Gated.servers`: a server bound by its URL, offered under another label).
+    `structured`: the request asked for a structured answer (a JSON format, what an SDK's
+    `parse` validates its text with): an explanation then goes where no parser reads it (chat's
+    `refusal`, a Responses `refusal` part) or, where the protocol has no such place (Messages),
+    is left out; the text stays JSON (`enforce.asks_structured`).
     """
 
     offered: Offered
@@ -149,6 +153,7 @@ class Allowed:
     policy: ToolPolicy | None = None
     explain: bool = False
     servers: Mapping[str, str] = field(default_factory=dict)
+    structured: bool = False
 
     def gated_as(self, tool: ToolId) -> ToolId:
         """The identity the rules judge `tool` by: an MCP tool under its server's bound label."""
@@ -218,12 +223,15 @@ class Translator(Protocol):
     Names agreed between the pipeline and the protocol modules:
       * `to_chat(body)`: the GATED client request -> a chat request body (same model name; the
         pipeline sends it to `/chat/completions`). Raises RequestInvalid for what cannot be
-        expressed in chat (never drops a tool-carrying field silently);
+        expressed in chat (never drops a tool-carrying field silently: what it leaves out,
+        `untranslated` names);
       * `from_chat(doc, request)`: a plain chat answer (already a dict) -> the client protocol's
         answer (`request` is the gated client body, for fields the answer echoes); the pipeline
         then runs the client codec's `enforce` on the result;
       * `stream_from_chat(request)`: a fresh StreamConverter for one streamed answer; the
         pipeline runs the client codec's stream filter on what it yields;
+      * optional `untranslated(body) -> list[str]`: the tools of the gated body that `to_chat`
+        left out (built-ins a chat model cannot call), for the pipeline's log;
       * optional `count_tokens(body) -> dict`: a local answer to `/v1/messages/count_tokens`
         when the upstream does not speak messages (absent: that route answers 404).
     """

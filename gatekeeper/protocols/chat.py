@@ -220,8 +220,11 @@ def _enforce_choice(choice: dict[str, Any], message: dict[str, Any], allow: Allo
         and choice.get("finish_reason") in ("tool_calls", "function_call")
     ):
         choice["finish_reason"] = "stop"
-    if texts:
+    if texts and not allow.structured:
         _add_text(message, "\n".join(texts))
+    elif texts and not message.get("content"):
+        _add_refusal(message, "\n".join(texts))
+    # else: a structured answer's JSON text is left as it is (the header names the removed calls)
 
 
 def _any_name(call: Any) -> str:
@@ -231,6 +234,13 @@ def _any_name(call: Any) -> str:
         if isinstance(inner, dict) and isinstance(inner.get("name"), str):
             return str(inner["name"])
     return ""
+
+
+def _add_refusal(message: dict[str, Any], text: str) -> None:
+    """Append text to a message's `refusal`: under a structured format, the one text an SDK's
+    `parse` does not validate as the format (the content it parses is the model's alone)."""
+    refusal = message.get("refusal")
+    message["refusal"] = f"{refusal}\n\n{text}" if isinstance(refusal, str) and refusal else text
 
 
 def _add_text(message: dict[str, Any], text: str) -> None:
@@ -356,6 +366,7 @@ class ChatStreamFilter:
         self._kept: dict[int, int] = {}  # choice -> calls kept so far
         self._decided: set[int] = set()  # choices that had any call
         self._texts: list[str] = []  # explanations of the calls this event removed
+        self._wrote: set[int] = set()  # choices whose deltas carried text (read when structured)
         self._anonymous = 0
 
     def feed(self, event: Event) -> list[Event]:
@@ -365,8 +376,15 @@ class ChatStreamFilter:
         if data.startswith("[DONE]"):
             self.done = True
             return [Event("[DONE]")]
-        # Fast path: no marker and no escape that could spell one: it cannot carry a call.
-        if "tool_calls" not in data and "function_call" not in data and "\\u" not in data and "\x00" not in data:
+        # Fast path: no marker and no escape that could spell one: it cannot carry a call. (A
+        # structured answer's chunks are all read: where an explanation goes depends on its text.)
+        if (
+            "tool_calls" not in data
+            and "function_call" not in data
+            and "\\u" not in data
+            and "\x00" not in data
+            and not self.allow.structured
+        ):
             return [event]
         doc = loads(data, "upstream stream event")
         for choice in _choices(doc, "upstream stream event"):
@@ -432,11 +450,17 @@ class ChatStreamFilter:
                 del delta["function_call"]
             elif verdict is False:
                 delta["function_call"] = {k: v for k, v in legacy.items() if k != "name"}
-        if self._texts:  # explanations of removed calls, as assistant text in this same delta
-            content = delta.get("content")
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self._wrote.add(ci)
+        if self._texts:  # explanations of removed calls, in this same delta
             text = "\n".join(self._texts)
-            delta["content"] = f"{content}\n\n{text}" if isinstance(content, str) and content else text
             self._texts.clear()
+            if not self.allow.structured:  # as assistant text
+                delta["content"] = f"{content}\n\n{text}" if isinstance(content, str) and content else text
+            elif ci not in self._wrote:  # a structured answer: its refusal, unless it had text (kept JSON)
+                refusal = delta.get("refusal")
+                delta["refusal"] = f"{refusal}\n\n{text}" if isinstance(refusal, str) and refusal else text
         if (
             ci in self._decided
             and choice.get("finish_reason") in ("tool_calls", "function_call")

@@ -208,11 +208,11 @@ class MessagesCodec:
         if not isinstance(doc, dict):
             raise AnswerInvalid(f"a Messages answer must be a JSON object, got {type(doc).__name__}")
         result = Enforced()
-        _enforce_message(doc, allowed(offered), result)
+        _enforce_message(doc, _answer_side(offered), result)
         return result
 
     def stream_filter(self, offered: Allowed | Offered) -> MessagesStreamFilter:
-        return MessagesStreamFilter(offered)
+        return MessagesStreamFilter(_answer_side(offered))
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         kind = kind if kind in _ERROR_TYPES.values() or kind == "api_error" else _ERROR_TYPES.get(status, "api_error")
@@ -717,6 +717,13 @@ class _Judge(ItemJudge):
         matched = next((t for t in types if ToolId.builtin(t) in offered), None)
         stands_for = ToolId.builtin(matched or types[0]) if types else None
         return Call(matched or name, arguments, matched is not None), stands_for
+
+
+def _answer_side(offered: Allowed | Offered) -> Allowed:
+    """A structured answer (`output_config.format`) gets no explanation: every text block is what
+    the SDK's `parse` validates as the format, and Messages has no other place for text."""
+    allow = allowed(offered)
+    return dataclasses.replace(allow, explain=False) if allow.structured and allow.explain else allow
 
 
 def _stand_in(block: dict[str, Any], position: int, text: str) -> dict[str, Any]:

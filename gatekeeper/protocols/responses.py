@@ -596,22 +596,30 @@ def _stand_in_id(item: dict[str, Any], position: int) -> str:
     return f"msg_gk_{own}" if isinstance(own, str) else f"msg_gk_{position}"
 
 
-def _stand_in(item: dict[str, Any], position: int, text: str) -> dict[str, Any]:
-    """The assistant message that replaces a removed call under `blocked_calls: explain`."""
+def _stand_in(item: dict[str, Any], position: int, text: str, refusal: bool = False) -> dict[str, Any]:
+    """The assistant message that replaces a removed call under `blocked_calls: explain`. Its text
+    is a `refusal` part when the answer is structured (`Allowed.structured`): `responses.parse`
+    validates every `output_text` part as the format, and reads no refusal."""
+    part = {"type": "refusal", "refusal": text} if refusal else {"type": "output_text", "text": text, "annotations": []}
     return {
         "type": "message",
         "id": _stand_in_id(item, position),
         "status": "completed",
         "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
+        "content": [part],
     }
+
+
+def _structured_stand_in(item: dict[str, Any], position: int, text: str) -> dict[str, Any]:
+    return _stand_in(item, position, text, refusal=True)
 
 
 def _enforce_response(response: dict[str, Any], allow: Allowed, result: Enforced) -> None:
     output = response.get("output")
     if output is None:
         return
-    kept = enforce_items(output, "output", _Judge(allow), result, _stand_in, allow)
+    replace = _structured_stand_in if allow.structured else _stand_in
+    kept = enforce_items(output, "output", _Judge(allow), result, replace, allow)
     if kept is not None:
         response["output"] = kept
     for item in response["output"] if isinstance(response["output"], list) else ():
@@ -721,7 +729,7 @@ class ResponsesStreamFilter:
         self._removed.add(index)
         if fate is False or position is None:
             return []
-        return _stand_in_events(_stand_in(item, index, fate), position)
+        return _stand_in_events(_stand_in(item, index, fate, self.allow.structured), position)
 
     def _check_same(self, kind: str, index: int, doc: dict[str, Any], item: dict[str, Any] | None) -> None:
         """A later event must not retype or rename its item: the client would see the new name."""
@@ -755,15 +763,25 @@ def _stand_in_events(message: dict[str, Any], index: int) -> list[dict[str, Any]
     item_id = message["id"]
     part = message["content"][0]
     at = {"item_id": item_id, "output_index": index, "content_index": 0}
+    if part["type"] == "refusal":
+        text = [
+            {"type": "response.refusal.delta", **at, "delta": part["refusal"]},
+            {"type": "response.refusal.done", **at, "refusal": part["refusal"]},
+        ]
+    else:
+        text = [
+            {"type": "response.output_text.delta", **at, "delta": part["text"], "logprobs": []},
+            {"type": "response.output_text.done", **at, "text": part["text"], "logprobs": []},
+        ]
+    empty = part | ({"refusal": ""} if part["type"] == "refusal" else {"text": ""})
     return [
         {
             "type": "response.output_item.added",
             "output_index": index,
             "item": message | {"status": "in_progress", "content": []},
         },
-        {"type": "response.content_part.added", **at, "part": part | {"text": ""}},
-        {"type": "response.output_text.delta", **at, "delta": part["text"], "logprobs": []},
-        {"type": "response.output_text.done", **at, "text": part["text"], "logprobs": []},
+        {"type": "response.content_part.added", **at, "part": empty},
+        *text,
         {"type": "response.content_part.done", **at, "part": part},
         {"type": "response.output_item.done", "output_index": index, "item": message},
     ]

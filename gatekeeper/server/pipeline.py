@@ -46,6 +46,7 @@ from gatekeeper.protocols.base import (
     may_carry_calls,
 )
 from gatekeeper.protocols.chat import loads
+from gatekeeper.protocols.enforce import asks_structured
 from gatekeeper.protocols.sse import encode
 from gatekeeper.server.mounts import Upstreams
 from gatekeeper.server.upstream import (
@@ -75,7 +76,12 @@ class Exchange:
         """The path (under the upstream's base URL) and body to send for a gated client body."""
         if self.translator is None:
             return ("/messages/count_tokens" if count else self.codec.upstream_path), body
-        return _CHAT_PATH, self.translator.to_chat(body)
+        chat = self.translator.to_chat(body)
+        untranslated = getattr(self.translator, "untranslated", None)
+        if untranslated is not None and (left_out := untranslated(body)):
+            structlog.contextvars.bind_contextvars(tools_left_out=left_out)
+            log.info("tools_left_out", tools=left_out, reason="a chat-only upstream runs no built-in tool")
+        return _CHAT_PATH, chat
 
     def local_count(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """`/v1/messages/count_tokens` answered here when the upstream cannot (None: ask it)."""
@@ -210,13 +216,14 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     call = ModelCall(
         exchange(protocol, upstream.protocols),
         # What the answer may carry: the offered tools, the rules of the pair used (tier rules and
-        # tools.requires), what replaces a removed call.
+        # tools.requires), what replaces a removed call (and where, for a structured answer).
         Allowed(
             codec.offered(body),
             resolution.tier,
             admitted.policy,
             snapshot.settings.blocked_calls == "explain",
             admitted.gated.servers,
+            asks_structured(body),
         ),
         body,
         resolution,

@@ -81,8 +81,12 @@ def _run_codex(codex: Path, proxy: Proxy, tmp_path: Path) -> subprocess.Complete
     )
 
 
-def _translated_proxy(upstream: NativeServer, store_path: Path, suite: Any, web_search: str, **changes: Any) -> Any:
-    rules = {"exec_command": "large", "write_stdin": "large", "web_search": web_search}
+def _translated_proxy(
+    upstream: NativeServer, store_path: Path, suite: Any, web_search: str | None, **changes: Any
+) -> Any:
+    """A chat-only upstream; the README's rules (the shell tools named; `web_search`, unless
+    named here, gets the default tier: the tier admits it)."""
+    rules = {"exec_command": "large", "write_stdin": "large"} | ({"web_search": web_search} if web_search else {})
     return small_model_proxy(
         upstream.base_url,
         store_path,
@@ -93,36 +97,43 @@ def _translated_proxy(upstream: NativeServer, store_path: Path, suite: Any, web_
     )
 
 
+def _chat_tool_names(upstream: NativeServer) -> list[str]:
+    assert upstream.responses_requests == [] and len(upstream.requests) == 1
+    return [t["function"]["name"] for t in upstream.requests[0]["tools"]]
+
+
 def test_codex_through_a_chat_only_upstream(codex, store_path, default_suite, tmp_path):
     """Codex's default tools (a `namespace` of functions, the built-in `web_search`) through the
     Responses -> chat translation: namespaced functions become chat functions named
-    `namespace__function`; web_search, which chat cannot express, is dropped because the tier
-    hides it (gating removed it before translation)."""
+    `namespace__function`; web_search, which the tier hides here, was removed by gating."""
     with NativeServer(lambda body: {"content": "hello from the model"}) as upstream:
         with _translated_proxy(upstream, store_path, default_suite, web_search="large") as proxy:
             done = _run_codex(codex, proxy, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "hello from the model" in done.stdout
-    assert upstream.responses_requests == [] and len(upstream.requests) == 1
-    names = [t["function"]["name"] for t in upstream.requests[0]["tools"]]
+    names = _chat_tool_names(upstream)
     assert "multi_agent_v1__spawn_agent" in names and "view_image" in names
     assert not {"exec_command", "write_stdin", "web_search"} & set(names)
 
 
-def test_codex_web_search_the_tier_admits_is_refused_not_dropped(codex, store_path, default_suite, tmp_path):
+def test_codex_in_its_default_mode_through_a_chat_only_upstream(codex, store_path, default_suite, tmp_path):
+    """The README's rules name only the shell tools, so the tier admits Codex's default
+    `web_search`: a chat model cannot call a built-in, so the translation leaves it out (it was
+    refused, and `codex exec` exited 1 before any request reached the upstream)."""
     with NativeServer(lambda body: {"content": "hello from the model"}) as upstream:
-        with _translated_proxy(upstream, store_path, default_suite, web_search="small") as proxy:
+        with _translated_proxy(upstream, store_path, default_suite, web_search=None) as proxy:
             done = _run_codex(codex, proxy, tmp_path)
-    assert done.returncode != 0
-    assert "web_search" in done.stderr and "chat-only upstream" in done.stderr
-    assert upstream.requests == []
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "hello from the model" in done.stdout
+    names = _chat_tool_names(upstream)
+    assert "view_image" in names and not {"exec_command", "write_stdin", "web_search"} & set(names)
 
 
 def test_codex_through_a_chat_only_upstream_runs_no_hidden_call(codex, store_path, default_suite, tmp_path):
     """The model calls the hidden shell tool; under `blocked_calls: explain` (the default) Codex
     reads the explanation instead of the call, runs nothing and ends its turn."""
     with NativeServer(lambda body: ANSWER) as upstream:
-        with _translated_proxy(upstream, store_path, default_suite, "large", blocked_calls="explain") as proxy:
+        with _translated_proxy(upstream, store_path, default_suite, None, blocked_calls="explain") as proxy:
             done = _run_codex(codex, proxy, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     # `codex exec` prints the turn's last message: the explanation, which follows the model's text

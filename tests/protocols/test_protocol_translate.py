@@ -14,6 +14,12 @@ from gatekeeper.protocols.translate.messages import MessagesTranslator
 from gatekeeper.protocols.translate.responses import ResponsesTranslator
 
 RT, MT = ResponsesTranslator(), MessagesTranslator()
+
+
+def fn(name: str) -> dict:
+    return {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
+
+
 FN = {
     "type": "function",
     "name": "read_file",
@@ -103,7 +109,9 @@ def test_responses_request_to_chat():
 @pytest.mark.parametrize(
     "body, field",
     [
-        ({"tools": [{"type": "web_search"}]}, "tools"),
+        ({"tools": [{"type": "custom", "name": "apply_patch"}]}, "tools"),
+        ({"tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}}, "tool_choice"),
+        ({"tools": [{"type": "web_search"}], "tool_choice": "required"}, "tool_choice 'required'"),
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input"),
     ],
@@ -111,6 +119,18 @@ def test_responses_request_to_chat():
 def test_responses_untranslatable_request_is_refused(body, field):
     with pytest.raises(RequestInvalid, match=field):
         RT.to_chat({"model": "m", "input": "hi"} | body)
+
+
+def test_responses_builtin_tools_are_left_out_of_the_chat_request_and_named():
+    """A chat model cannot call a built-in (what the upstream itself would run): left out, named by
+    `untranslated` for the pipeline's log; with nothing else left, no tool field is sent at all."""
+    body = {"model": "m", "input": "hi", "tools": [{"type": "web_search"}, fn("read_file")], "tool_choice": "auto"}
+    chat = RT.to_chat(body)
+    assert [t["function"]["name"] for t in chat["tools"]] == ["read_file"] and chat["tool_choice"] == "auto"
+    assert RT.untranslated(body) == ["web_search"]
+    alone = RT.to_chat(body | {"tools": [{"type": "web_search_2025_08_26"}], "parallel_tool_calls": True})
+    assert not {"tools", "tool_choice", "parallel_tool_calls"} & alone.keys()
+    assert RT.untranslated({"model": "m", "input": "hi", "tools": [fn("read_file")]}) == []
 
 
 def test_responses_answer_from_chat():

@@ -31,6 +31,7 @@ class ChatAnswer:
     finish_reason: str | None
     usage: dict[str, int]
     model: str | None = None
+    refusal: str | None = None  # the model declined (structured outputs): its own text
 
 
 def _str(value: Any, where: str, optional: bool = False) -> Any:
@@ -97,6 +98,7 @@ def read_answer(doc: Any) -> ChatAnswer:
         finish_reason=_str(choices[0].get("finish_reason"), "finish_reason", True),
         usage=_usage(doc),
         model=doc.get("model") if isinstance(doc.get("model"), str) else None,
+        refusal=_str(message.get("refusal"), "refusal", True),
     )
 
 
@@ -105,6 +107,7 @@ class ChatDelta:
     """One streamed chunk of the first choice, checked."""
 
     text: str | None = None
+    refusal: str | None = None
     calls: list[tuple[int, str | None, str | None, str]] = field(default_factory=list)  # index, id, name, args
     finish_reason: str | None = None
     usage: dict[str, int] | None = None
@@ -142,6 +145,7 @@ def read_chunk(event: Event) -> ChatDelta:
         if not isinstance(delta, dict):
             raise AnswerInvalid("chat stream: 'delta' must be an object")
         out.text = _str(delta.get("content"), "delta.content", True)
+        out.refusal = _str(delta.get("refusal"), "delta.refusal", True)
         out.finish_reason = _str(choice.get("finish_reason"), "finish_reason", True)
         calls = delta.get("tool_calls") or []
         if not isinstance(calls, list):
@@ -219,6 +223,8 @@ class FromChatStream:
             return out + self._complete()
         if delta.text:
             out += self._text(delta.text)
+        if delta.refusal:
+            out += self._refusal(delta.refusal)
         for index, call_id, name, arguments in delta.calls:
             if index not in self._calls:
                 if not name:
@@ -246,6 +252,10 @@ class FromChatStream:
 
     def _text(self, text: str) -> list[Event]:
         raise NotImplementedError
+
+    def _refusal(self, text: str) -> list[Event]:
+        """The model's refusal text (chat's `refusal`); as text where the protocol has no refusal."""
+        return self._text(text)
 
     def _call(self, index: int, call_id: str | None, name: str) -> list[Event]:
         """A new tool call (chat index `index`) starts."""

@@ -170,8 +170,9 @@ def _input(arguments: str, name: str) -> dict[str, Any]:
 def from_chat(doc: Any, request: dict[str, Any]) -> dict[str, Any]:
     answer = read_answer(doc)
     content: list[dict[str, Any]] = []
-    if answer.text:
-        content.append({"type": "text", "text": answer.text})
+    text = (answer.text or "") + (answer.refusal or "")  # Messages has no refusal block: as the stream spells it
+    if text:
+        content.append({"type": "text", "text": text})
     for call in answer.calls:
         content.append(
             {"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call.arguments, call.name)}

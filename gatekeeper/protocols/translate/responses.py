@@ -2,10 +2,14 @@
 
 `to_chat` turns a gated Responses request into a chat request; `from_chat` a chat answer into a
 Responses answer; `ResponsesFromChat` a chat stream into Responses stream events. What chat cannot
-express (built-in tools, stored state via `previous_response_id`, non-function tools) is refused
-with RequestInvalid naming the field, never dropped silently. (A built-in the tier hides was
-already removed by gating, so what remains is one the client may use: refused, not dropped.)
-Enforcement runs after translation, on the Responses answer the client will read.
+express (stored state via `previous_response_id`, custom and MCP tools, a tool choice forcing a
+built-in) is refused with RequestInvalid naming the field. A built-in tool the tier admits
+(`web_search`, `file_search`, ...: what the upstream itself would run, or a call only a Responses
+model emits) is left out of the chat request instead (`untranslated` names them, the pipeline logs
+them): a chat model has no way to call one, so leaving it out takes nothing from the model that
+the upstream could have served, and a client that offers one by default (Codex offers
+`web_search`) keeps working. Enforcement runs after translation, on the Responses answer the
+client will read.
 
 Namespaced functions (a `namespace` tool's functions, as Codex sends them) become chat functions
 named `<namespace>__<function>`, and a chat call to such a name comes back as a `function_call`
@@ -24,6 +28,7 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import RequestInvalid
+from gatekeeper.gating import builtin_family
 from gatekeeper.protocols.base import Event
 from gatekeeper.protocols.responses import CODEC as RESPONSES
 from gatekeeper.protocols.translate.chat import ChatAnswer, FromChatStream, read_answer, text_of
@@ -48,11 +53,16 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     for i, item in enumerate(items):
         _add_item(messages, item, f"input[{i}]")
     chat["messages"] = messages
-    if body.get("tools"):
-        chat["tools"] = _chat_tools(body["tools"])
+    if body.get("tools") and (tools := _chat_tools(body["tools"])):
+        chat["tools"] = tools
     choice = body.get("tool_choice")
     if choice is not None:
         _set_choice(chat, choice)
+    if "tools" not in chat:  # none, or only built-ins left out: nothing for a choice to choose
+        if chat.get("tool_choice") == "required":
+            raise RequestInvalid("tool_choice 'required' needs a function tool: a chat-only upstream runs no built-in")
+        chat.pop("tool_choice", None)
+        chat.pop("parallel_tool_calls", None)
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     reasoning = body.get("reasoning")
@@ -157,9 +167,22 @@ def namespaced_names(tools: Any) -> dict[str, tuple[str, str]]:
     return found
 
 
+def untranslated(body: dict[str, Any]) -> list[str]:
+    """The built-in tools of a gated request that its chat translation leaves out (by type)."""
+    tools = body.get("tools")
+    return [t["type"] for t in tools or () if isinstance(t, dict) and _is_builtin(t)] if isinstance(tools, list) else []
+
+
+def _is_builtin(tool: dict[str, Any]) -> bool:
+    kind = tool.get("type")
+    return isinstance(kind, str) and builtin_family(kind) is not None
+
+
 def _chat_tools(tools: list[Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, tool in enumerate(tools):
+        if _is_builtin(tool):
+            continue  # a chat model cannot call it: left out (see the module docstring)
         if tool.get("type") == "namespace":
             for j, inner in enumerate(tool.get("tools") or []):
                 function = _function_tool(inner, f"tools[{i}].tools[{j}]")
@@ -232,13 +255,24 @@ def _usage(usage: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def _message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+_PART_TEXT = {"output_text": "text", "refusal": "refusal"}  # a part's type -> its text field
+
+
+def _part(kind: str, text: str = "") -> dict[str, Any]:
+    if kind == "refusal":
+        return {"type": "refusal", "refusal": text}
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _message_item(item_id: str, text: str, status: str = "completed", refusal: str | None = None) -> dict[str, Any]:
+    """An assistant message: its text, and the model's refusal (chat's `refusal`) as its own part."""
+    parts = [_part("output_text", text)] if text or not refusal else []
     return {
         "type": "message",
         "id": item_id,
         "status": status,
         "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+        "content": parts + ([_part("refusal", refusal)] if refusal else []),
     }
 
 
@@ -301,8 +335,8 @@ def _response(
 def from_chat(doc: Any, request: dict[str, Any]) -> dict[str, Any]:
     answer: ChatAnswer = read_answer(doc)
     output = []
-    if answer.text:
-        output.append(_message_item(_new_id("msg"), answer.text))
+    if answer.text or answer.refusal:
+        output.append(_message_item(_new_id("msg"), answer.text or "", refusal=answer.refusal))
     namespaced = namespaced_names(request.get("tools"))
     for call in answer.calls:
         output.append(_call_item(_new_id("fc"), call.id, call.name, call.arguments, namespaced=namespaced))
@@ -343,11 +377,26 @@ class ResponsesFromChat(FromChatStream):
         return RESPONSES.stream_error(message, "upstream_error", "upstream_error", self._sequence)
 
     def _text(self, text: str) -> list[Event]:
-        out = self._open_message() if self._message is None else []
+        return self._part_delta("output_text", text)
+
+    def _refusal(self, text: str) -> list[Event]:
+        return self._part_delta("refusal", text)
+
+    def _part_delta(self, kind: str, text: str) -> list[Event]:
+        """Text for the open message's one part, of `kind` (a message of another kind is closed
+        first: each message the converter opens holds one part, text or refusal)."""
+        out = self._close_message() if self._message is not None and self._kind() != kind else []
+        out += self._open_message(kind) if self._message is None else []
         item = self._output[self._message]  # type: ignore[index]
-        item["content"][0]["text"] += text
+        item["content"][0][_PART_TEXT[kind]] += text
         at = {"item_id": item["id"], "output_index": self._message, "content_index": 0}
+        if kind == "refusal":
+            return [*out, self._emit("response.refusal.delta", **at, delta=text)]
         return [*out, self._emit("response.output_text.delta", **at, delta=text, logprobs=[])]
+
+    def _kind(self) -> str:
+        kind: str = self._output[self._message]["content"][0]["type"]  # type: ignore[index]
+        return kind
 
     def _call(self, index: int, call_id: str | None, name: str) -> list[Event]:
         out = self._close_message()
@@ -370,11 +419,11 @@ class ResponsesFromChat(FromChatStream):
             )
         ]
 
-    def _open_message(self) -> list[Event]:
+    def _open_message(self, kind: str) -> list[Event]:
         self._message = len(self._output)
         item = _message_item(_new_id("msg"), "", "in_progress")
+        item["content"] = [_part(kind)]
         self._output.append(item)
-        part = item["content"][0]
         return [
             self._emit("response.output_item.added", output_index=self._message, item=item | {"content": []}),
             self._emit(
@@ -382,7 +431,7 @@ class ResponsesFromChat(FromChatStream):
                 item_id=item["id"],
                 output_index=self._message,
                 content_index=0,
-                part=part | {"text": ""},
+                part=_part(kind),
             ),
         ]
 
@@ -394,8 +443,13 @@ class ResponsesFromChat(FromChatStream):
         item["status"] = "completed"
         part = item["content"][0]
         at = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        done = (
+            self._emit("response.refusal.done", **at, refusal=part["refusal"])
+            if part["type"] == "refusal"
+            else self._emit("response.output_text.done", **at, text=part["text"], logprobs=[])
+        )
         return [
-            self._emit("response.output_text.done", **at, text=part["text"], logprobs=[]),
+            done,
             self._emit("response.content_part.done", **at, part=part),
             self._emit("response.output_item.done", output_index=index, item=item),
         ]
@@ -425,6 +479,9 @@ class ResponsesTranslator:
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
         return to_chat(body)
+
+    def untranslated(self, body: dict[str, Any]) -> list[str]:
+        return untranslated(body)
 
     def from_chat(self, doc: dict[str, Any], request: dict[str, Any] | None = None) -> dict[str, Any]:
         return from_chat(doc, request or {})
