@@ -145,7 +145,7 @@ def effort_of(body: dict[str, Any]) -> str | None:
     say the same effort, else the request is refused: the tier of one with the run of the other
     is the tier of an effort the model does not run at."""
     config = body.get("output_config")
-    stated = None
+    stated: str | None = None
     if config is not None:
         if not isinstance(config, dict):
             raise RequestInvalid(f"'output_config' must be an object, got {type(config).__name__}")

@@ -193,10 +193,10 @@ def test_an_effort_beside_thinking_that_says_another_is_refused(
 def test_an_effort_and_a_budget_that_agree_are_one_effort(upstream, store_path, default_suite, stream):
     with effort_proxy(upstream, store_path, default_suite, ["messages"]) as proxy:
         claude = anthropic.Anthropic(base_url=proxy.url, api_key="k", max_retries=0)
-        thinking = {"type": "enabled", "budget_tokens": 20000}  # >= 16384: high
+        thinking = {"type": "enabled", "budget_tokens": 16384}  # >= 16384: high
         raw = claude.messages.with_raw_response.create(
             model="m",
-            max_tokens=32000,
+            max_tokens=20000,  # the SDK wants a stream above ~21k
             messages=[HI],
             tools=[messages_tool(HIDDEN)],
             output_config={"effort": "high"},
