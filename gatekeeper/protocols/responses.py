@@ -38,6 +38,7 @@ from gatekeeper.protocols.enforce import (
     settle,
 )
 from gatekeeper.protocols.stream import read_object
+from gatekeeper.redact import clip
 from gatekeeper.tiers import Tier
 
 _log = logs.get_logger("gatekeeper")
@@ -247,10 +248,11 @@ _ALLOWED_ENTRY = {kind: table for kind, table in F.RESPONSES_TOOL_CHOICE.items()
 
 def effort_of(body: dict[str, Any]) -> str | None:
     """The one effort a Responses request runs at (None: the `default` level): that of the last
-    `configuration_update` input item setting one, else `reasoning.effort`. An update item "remains
-    in effect for subsequent responses until another configuration update replaces it"
-    (openai-python `types/responses/response_input_item_param.py`): the request-level effort is
-    only the baseline before the first update, so the last update is what this response runs at.
+    `configuration_update` input item setting one, else `reasoning.effort`. An update sets "the
+    reasoning effort to use for subsequent responses until another configuration update replaces
+    it" (openai-python `types/responses/response_configuration_update_item_param_param.py`): the
+    request-level effort is the baseline before the first update, so the last update is what this
+    response runs at.
     An update is refused in a request the upstream keeps (`store` not false, or a `conversation`):
     a later request chained to it would run at the stored update's effort, which gatekeeper cannot
     see there."""
@@ -277,7 +279,7 @@ def one_effort(body: dict[str, Any]) -> None:
     stated = reasoning.get("effort") if isinstance(reasoning, dict) else None
     if effort is None or effort == stated:
         return
-    _log.info("effort_set_from_configuration_update", stated=stated, effort=effort)
+    _log.info("effort_set_from_configuration_update", stated=None if stated is None else clip(stated), effort=effort)
     body["reasoning"] = (reasoning or {}) | {"effort": effort}  # a copy: a routed body shares the original
 
 

@@ -25,6 +25,8 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+import structlog
+import structlog.testing
 from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for
 from upstreams import NativeServer
 
@@ -81,7 +83,10 @@ def respond(proxy: Proxy, stream: bool, **request: Any) -> Any:
 
 @pytest.mark.parametrize("stream", STREAMED)
 def test_an_update_to_a_lower_effort_is_the_effort_the_tier_is_decided_at(upstream, store_path, default_suite, stream):
-    with effort_proxy(upstream, store_path, default_suite, ["responses"]) as proxy:
+    with (
+        effort_proxy(upstream, store_path, default_suite, ["responses"]) as proxy,
+        structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs,
+    ):
         headers = respond(
             proxy,
             stream,
@@ -95,6 +100,8 @@ def test_an_update_to_a_lower_effort_is_the_effort_the_tier_is_decided_at(upstre
     # Whoever reads the effort, the upstream runs at minimal: the item and the field agree.
     assert sent["reasoning"] == {"effort": "minimal", "summary": "auto"}
     assert sent["input"][-1] == update("minimal")
+    (line,) = [line for line in logs if line["event"] == "effort_set_from_configuration_update"]
+    assert (line["stated"], line["effort"], line["model"]) == ("xhigh", "minimal", "m")
 
 
 def test_an_update_to_a_higher_effort_is_served_at_it_and_sent_as_one_effort(upstream, store_path, default_suite):
