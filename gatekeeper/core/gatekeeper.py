@@ -342,8 +342,8 @@ class Gatekeeper:
 
     def route_body(self, codec: Codec, body: dict[str, Any]) -> Route:
         """Route a client request body of `codec`'s protocol (sync; resolves like `resolve`): when
-        routed, `body` is rewritten in place for the routed pair (model, and the protocol's own
-        effort field). Gate it with the result's `resolution` and `policy`."""
+        routed, `body` is rewritten in place for the routed pair (model, and every field that sets
+        the effort: gatekeeper.protocols.routing). Gate it with the result's `resolution` and `policy`."""
         snap = self._snapshot
         info = codec.parse(body)
         asked = self._resolve(snap, info.model, info.effort)

@@ -19,6 +19,8 @@ an effort so that profiles stay keyed `model@effort` whatever the protocol:
     N < 4096 -> low,   4096 <= N < 16384 -> medium,   N >= 16384 -> high.
 (1024 is the API's minimum budget; 16k is where Anthropic's docs start to speak of "large"
 budgets.) Anything else (adaptive or disabled thinking, no thinking) is the `default` level.
+One effort per request: `output_config.effort` beside a budget of another effort, or beside
+disabled thinking, is refused (400 naming both), never gated at either (`effort_of`).
 
 Answers carry calls as `content` blocks (`tool_use`, `server_tool_use`, `mcp_tool_use`). A block
 calling a tool the gated request did not offer is removed, as is a block of an unknown type; when
@@ -121,6 +123,7 @@ _DELTA_FIELDS = frozenset({"stop_reason", "stop_sequence", "stop_details", "cont
 
 # Thinking budget -> effort (see the module docstring).
 _BUDGET_EFFORT = ((16384, "high"), (4096, "medium"), (0, "low"))
+_MIN_BUDGET = 1024  # the API's smallest budget
 
 # HTTP status -> Anthropic error type (https://docs.anthropic.com/en/api/errors); the SDK maps the
 # status to its exception class and reads `error.type` / `error.message`.
@@ -136,27 +139,61 @@ _ERROR_TYPES = {
 
 
 def effort_of(body: dict[str, Any]) -> str | None:
-    """The effort a Messages request asks for (None: the `default` level)."""
+    """The one effort a Messages request runs at (None: the `default` level). Two members set it:
+    `output_config.effort`, and `thinking` (a manual budget reads as an effort, disabled thinking
+    as no reasoning; adaptive thinking sets none: the effort steers it). When both speak they must
+    say the same effort, else the request is refused: the tier of one with the run of the other
+    is the tier of an effort the model does not run at."""
     config = body.get("output_config")
+    stated: str | None = None
     if config is not None:
         if not isinstance(config, dict):
             raise RequestInvalid(f"'output_config' must be an object, got {type(config).__name__}")
-        effort = config.get("effort")
-        if effort is not None:
-            if not isinstance(effort, str) or not effort:
-                raise RequestInvalid("'output_config.effort' must be a non-empty string")
-            return effort
+        stated = config.get("effort")
+        if stated is not None and (not isinstance(stated, str) or not stated):
+            raise RequestInvalid("'output_config.effort' must be a non-empty string")
+    implied, member = _thinking_effort(body.get("thinking"))
+    if member is None or stated is None:
+        return stated if member is None else implied
+    if stated != implied:
+        raise RequestInvalid(
+            f"'output_config.effort' {stated[:32]!r} contradicts {member}: send one effort "
+            "(a budget of the same effort, adaptive thinking, or no 'thinking')"
+        )
+    return stated
+
+
+def thinking_at(body: dict[str, Any], effort: str) -> dict[str, Any] | None:
+    """`body`'s manual thinking with a budget that reads as `effort` (for routing, which must move
+    every member that sets the effort): unchanged when it already does, None when no budget below
+    `max_tokens` does (the API wants budget_tokens < max_tokens)."""
     thinking = body.get("thinking")
-    if thinking is None:
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return thinking
+    if _thinking_effort(thinking)[0] == effort:
+        return thinking
+    floors = [max(floor, _MIN_BUDGET) for floor, level in _BUDGET_EFFORT if level == effort]
+    limit = body.get("max_tokens")
+    if not floors or not isinstance(limit, int) or floors[0] >= limit:
         return None
+    return thinking | {"budget_tokens": floors[0]}
+
+
+def _thinking_effort(thinking: Any) -> tuple[str | None, str | None]:
+    """The effort `thinking` implies, and how to name it in a refusal (None: it sets none)."""
+    if thinking is None:
+        return None, None
     if not isinstance(thinking, dict):
         raise RequestInvalid(f"'thinking' must be an object, got {type(thinking).__name__}")
+    if thinking.get("type") == "disabled":
+        return None, "'thinking.type' disabled (no reasoning)"
     if thinking.get("type") != "enabled":
-        return None
+        return None, None
     budget = thinking.get("budget_tokens")
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
         raise RequestInvalid("'thinking.budget_tokens' must be a non-negative integer")
-    return next(effort for floor, effort in _BUDGET_EFFORT if budget >= floor)
+    effort = next(effort for floor, effort in _BUDGET_EFFORT if budget >= floor)
+    return effort, f"'thinking.budget_tokens' {budget} (effort {effort!r})"
 
 
 class MessagesCodec:

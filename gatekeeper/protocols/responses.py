@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from gatekeeper import logs
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid, ToolChoiceBlocked
 from gatekeeper.gating import Gated, RequestGate, ToolId, ToolPolicy, group_name, require_boolean, required_name
 from gatekeeper.protocols import fields as F
@@ -37,7 +38,10 @@ from gatekeeper.protocols.enforce import (
     settle,
 )
 from gatekeeper.protocols.stream import read_object
+from gatekeeper.redact import clip
 from gatekeeper.tiers import Tier
+
+_log = logs.get_logger("gatekeeper")
 
 # Output item types of the Responses API (openai/types/responses/response_output_item.py) that
 # call nothing: a message, reasoning, the tools a tool search loaded (gated when sent back).
@@ -155,22 +159,15 @@ class ResponsesCodec:
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise RequestInvalid("'model' is required and must be a non-empty string")
-        reasoning = body.get("reasoning")
-        effort = None
-        if reasoning is not None:
-            if not isinstance(reasoning, dict):
-                raise RequestInvalid(f"'reasoning' must be an object, got {type(reasoning).__name__}")
-            effort = reasoning.get("effort")
-            if effort is not None and (not isinstance(effort, str) or not effort):
-                raise RequestInvalid("'reasoning.effort' must be a non-empty string")
         if "input" in body and not isinstance(body["input"], (str, list)):
             raise RequestInvalid("'input' must be a string or an array")
         stream = body.get("stream", False)
         if not isinstance(stream, bool) and stream is not None:
             raise RequestInvalid("'stream' must be a boolean")
-        return RequestInfo(model=model, effort=effort, stream=bool(stream))
+        return RequestInfo(model=model, effort=effort_of(body), stream=bool(stream))
 
     def gate(self, body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
+        one_effort(body)
         return gate_request(body, tier, policy)
 
     def offered(self, body: dict[str, Any]) -> Offered:
@@ -247,6 +244,57 @@ def _offered_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
 _KEEP, _DROP = object(), object()
 # What `tool_choice.allowed_tools.tools` may list: a designation as tool_choice spells one.
 _ALLOWED_ENTRY = {kind: table for kind, table in F.RESPONSES_TOOL_CHOICE.items() if kind != "allowed_tools"}
+
+
+def effort_of(body: dict[str, Any]) -> str | None:
+    """The one effort a Responses request runs at (None: the `default` level): that of the last
+    `configuration_update` input item setting one, else `reasoning.effort`. An update sets "the
+    reasoning effort to use for subsequent responses until another configuration update replaces
+    it" (openai-python `types/responses/response_configuration_update_item_param_param.py`): the
+    request-level effort is the baseline before the first update, so the last update is what this
+    response runs at.
+    An update is refused in a request the upstream keeps (`store` not false, or a `conversation`):
+    a later request chained to it would run at the stored update's effort, which gatekeeper cannot
+    see there."""
+    effort = _effort(body.get("reasoning"), "reasoning")
+    items = body.get("input")
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        if isinstance(item, dict) and item.get("type") == "configuration_update" and "reasoning" in item:
+            if body.get("store") is not False or body.get("conversation") is not None:
+                raise RequestInvalid(
+                    f"'input[{i}]' (a configuration_update setting the effort) needs 'store': false and no "
+                    "'conversation': a stored update would set the effort of later requests unseen"
+                )
+            effort = _effort(item["reasoning"], f"input[{i}].reasoning", required=True)
+    return effort
+
+
+def one_effort(body: dict[str, Any]) -> None:
+    """Make `reasoning.effort` say the effort `effort_of` reads, in place, so that an upstream that
+    honours update items and one that ignores them (or a translation) run at the same effort, the
+    one the tier was decided for. Refusing the disagreement instead would refuse the documented way
+    to change effort mid-conversation (a stable request-level baseline keeps the prompt cache)."""
+    effort = effort_of(body)
+    reasoning = body.get("reasoning")
+    stated = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    if effort is None or effort == stated:
+        return
+    _log.info("effort_set_from_configuration_update", stated=None if stated is None else clip(stated), effort=effort)
+    body["reasoning"] = (reasoning or {}) | {"effort": effort}  # a copy: a routed body shares the original
+
+
+def _effort(reasoning: Any, where: str, required: bool = False) -> str | None:
+    if reasoning is None and not required:
+        return None
+    if not isinstance(reasoning, dict):
+        raise RequestInvalid(f"'{where}' must be an object, got {type(reasoning).__name__}")
+    effort = reasoning.get("effort")
+    if effort is None and not required:
+        return None
+    if not isinstance(effort, str) or not effort or "@" in effort:
+        # An update without an effort could mean "back to the baseline" or "unchanged": unread.
+        raise RequestInvalid(f"'{where}.effort' must be a non-empty string without '@'")
+    return effort
 
 
 def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:

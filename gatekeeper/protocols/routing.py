@@ -3,11 +3,13 @@ protocol's registry entry names (protocols/table.py: `model_field`, `effort`). P
 
     chat        `model`, `reasoning_effort`
     responses   `model`, `reasoning.effort`
-    messages    `model`, `output_config.effort` (which the codec reads before a thinking budget)
+    messages    `model`, `output_config.effort`, and a manual thinking budget moved to one that
+                reads as the same effort (gatekeeper.protocols.messages.thinking_at)
 
 The effort `default` means no effort field. A rewritten request is parsed again by its codec and
 must read as exactly the routed pair: if it does not (a Messages request whose thinking budget
-still implies an effort once `output_config.effort` is gone), it is not rerouted.
+still implies an effort once `output_config.effort` is gone, a Responses request whose last
+`configuration_update` item sets another effort), it is not rerouted.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from gatekeeper.errors import RequestInvalid
 from gatekeeper.protocols import table
 from gatekeeper.protocols.base import Codec
+from gatekeeper.protocols.messages import thinking_at
 from gatekeeper.store.profile import DEFAULT_EFFORT
 
 
@@ -46,6 +49,12 @@ def rerouted(codec: Codec, body: dict[str, Any], model: str, effort: str) -> dic
             out[holder] = inner
         else:
             out.pop(holder, None)
+    if codec.name == "messages" and out.get("thinking") is not None and effort != DEFAULT_EFFORT:
+        # A manual budget sets the effort too: it moves with `output_config.effort` (or no route).
+        thinking = thinking_at(out, effort)
+        if thinking is None:
+            return None
+        out["thinking"] = thinking
     try:
         info = codec.parse(out)
     except RequestInvalid:  # the new effort contradicts another effort knob (chat template kwargs)

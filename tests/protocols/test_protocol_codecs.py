@@ -336,7 +336,9 @@ def test_messages_mcp_servers_gated_and_narrowed():
         ({"thinking": {"type": "enabled", "budget_tokens": 8000}}, "medium"),
         ({"thinking": {"type": "enabled", "budget_tokens": 32000}}, "high"),
         ({"thinking": {"type": "adaptive"}}, None),
-        ({"output_config": {"effort": "max"}, "thinking": {"type": "enabled", "budget_tokens": 1024}}, "max"),
+        ({"output_config": {"effort": "max"}, "thinking": {"type": "adaptive"}}, "max"),
+        ({"output_config": {"effort": "low"}, "thinking": {"type": "enabled", "budget_tokens": 1024}}, "low"),
+        ({"thinking": {"type": "disabled"}}, None),
         ({}, None),
     ],
 )

@@ -37,4 +37,11 @@ def test_messages_with_a_thinking_budget_cannot_go_to_default():
     # Without output_config.effort the budget still reads as an effort: not the routed pair.
     body = {"model": "m", "max_tokens": 9000, "messages": [], "thinking": {"type": "enabled", "budget_tokens": 2048}}
     assert rerouted(MESSAGES, body, "big", "default") is None
-    assert rerouted(MESSAGES, body, "m", "high")["output_config"] == {"effort": "high"}
+    # The budget moves with the effort (one effort per request): to the smallest that reads as it,
+    # and no route where that budget is not below max_tokens.
+    medium = rerouted(MESSAGES, body, "m", "medium")
+    assert medium["output_config"] == {"effort": "medium"}
+    assert medium["thinking"] == {"type": "enabled", "budget_tokens": 4096}
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}  # the client's body untouched
+    assert rerouted(MESSAGES, body, "m", "high") is None  # 16384 >= max_tokens 9000
+    assert rerouted(MESSAGES, body, "m", "xhigh") is None  # no budget reads as xhigh

@@ -31,6 +31,7 @@ from gatekeeper.errors import RequestInvalid
 from gatekeeper.gating import builtin_family
 from gatekeeper.protocols.base import Event
 from gatekeeper.protocols.responses import CODEC as RESPONSES
+from gatekeeper.protocols.responses import effort_of
 from gatekeeper.protocols.translate.chat import ChatAnswer, FromChatStream, read_answer, text_of
 
 _STATEFUL = ("previous_response_id", "conversation", "background")
@@ -65,9 +66,9 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         chat.pop("parallel_tool_calls", None)
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
-    reasoning = body.get("reasoning")
-    if isinstance(reasoning, dict) and reasoning.get("effort"):
-        chat["reasoning_effort"] = reasoning["effort"]
+    effort = effort_of(body)  # the one the gate used: the last configuration_update's, if any
+    if effort is not None:
+        chat["reasoning_effort"] = effort
     text = body.get("text")
     if isinstance(text, dict) and isinstance(text.get("format"), dict):
         fmt = text["format"]
@@ -122,6 +123,8 @@ def _add_item(messages: list[dict[str, Any]], item: Any, where: str) -> None:
         )
     elif kind == "reasoning":
         return  # the chat upstream cannot take reasoning items back; they carry no instruction
+    elif kind == "configuration_update" and set(item) <= {"type", "id", "reasoning"}:
+        return  # its effort is the request's `reasoning_effort` (effort_of); a text format is not
     else:
         raise RequestInvalid(f"{where} of type {kind!r} cannot be sent to a chat-only upstream")
 
