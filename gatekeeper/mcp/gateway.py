@@ -1,9 +1,11 @@
-"""The gateway's MCP server: the union of the upstream servers' tools, filtered by the tier of the
-model a session is bound to, and calls forwarded only when that tier admits the tool.
+"""The gateway's MCP server: the union of the upstream servers' tools, resources, resource
+templates and prompts, filtered by the tier of the model a session is bound to, and calls, reads
+and completions forwarded only when that tier admits what they name.
 
     client --tools/list--> tier (Gatekeeper.aresolve) -> tools the tier admits, `<label>__<tool>`
     client --tools/call--> hidden or unknown: JSON-RPC error, never forwarded
                            allowed: forwarded to the server, its result relayed (progress too)
+    client --resources/*, prompts/*, completion/complete--> the same, by gatekeeper.mcp.reads
 
 The tier comes from the same core as the proxy (pins, valid profiles, drift demotions, the
 `unknown_models` policy; an unknown model is measured lazily within the lazy caps). When it may
@@ -40,6 +42,7 @@ from gatekeeper.errors import NotMeasured
 from gatekeeper.gating import ToolId
 from gatekeeper.mcp import metrics
 from gatekeeper.mcp.names import exposed_name, split_exposed
+from gatekeeper.mcp.reads import Kind, ReadRules, Verdict
 from gatekeeper.mcp.upstream import ServerUnavailable, Upstream
 from gatekeeper.redact import clip
 
@@ -58,6 +61,8 @@ _ROUTE_REFRESH_S = 5.0
 
 # An offered tool: (the tool as exposed, the identity rules judge, its label, its fingerprint).
 _Offered = tuple[types.Tool, ToolId, str, str]
+# A server's resource template: (as written, parsed, its server's label, its name).
+_Template = tuple[str, UriTemplate, str, str]
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,42 @@ class _Server(Server[Any]):
         return super().create_initialization_options(options, experimental_capabilities, extensions)
 
 
+@dataclass(frozen=True)
+class _Reads:
+    """What one request's tier may list and read besides tools (gatekeeper.mcp.reads)."""
+
+    binding: Binding
+    resolution: Resolution
+    rules: ReadRules
+    tools_shown: dict[str, bool]  # label -> the tier is shown at least one of that server's tools
+
+    def judge(self, kind: Kind, label: str, name: str | None) -> Verdict:
+        return self.rules.judge(self.resolution.tier, kind, label, name, self.tools_shown.get(label, False))
+
+    def may(self, kind: Kind, label: str, name: str | None) -> bool:
+        return self.judge(kind, label, name).allowed
+
+    def check(self, kind: Kind, label: str, name: str | None, what: str) -> None:
+        """Raise the JSON-RPC refusal of `what` when the tier does not admit it (never forwarded)."""
+        verdict = self.judge(kind, label, name)
+        if verdict.allowed:
+            return
+        tier, source = self.resolution.tier.value, self.resolution.source
+        log.warning("mcp_read_refused", item=what, model=self.binding.shown, tier=tier, source=source)
+        raise MCPError(
+            types.INVALID_PARAMS,
+            f"{what} of server {label!r} is not shown to model {self.binding.shown} at tier {tier} ({source}): "
+            f"{verdict.why}; it was not forwarded",
+            {
+                "server": label,
+                "required_tier": verdict.required.value if verdict.required is not None else None,
+                "tier": tier,
+                "source": source,
+                "reason": "tier_too_low",
+            },
+        )
+
+
 class McpGateway:
     """The MCP gateway over a Gatekeeper: its upstream servers, its MCP server and its sessions.
 
@@ -137,12 +178,15 @@ class McpGateway:
         # agent that lists once and then only calls (or only holds its GET stream) must still hear
         # list_changed hours later. Closed ones are pruned (gatekeeper.mcp.gateway._prune).
         self._watched: dict[str, _Watched] = {}
-        self._resource_server: TTLCache[str, str] = TTLCache(maxsize=_RESOURCE_ROUTES, ttl=3600, timer=time.monotonic)
+        # URI -> (label, name) of the server that lists it, and the resource's name (its rules').
+        self._resource_server: TTLCache[str, tuple[str, str]] = TTLCache(
+            maxsize=_RESOURCE_ROUTES, ttl=3600, timer=time.monotonic
+        )
         # URIs a tool result linked to, by the server whose result it was: a route only when no
         # server lists the URI (a server cannot take over another's listed resource by linking it).
         self._linked_resource: TTLCache[str, str] = TTLCache(maxsize=_RESOURCE_ROUTES, ttl=3600, timer=time.monotonic)
         self._resources_listed_at = -_ROUTE_REFRESH_S
-        self._parsed_templates: tuple[float, list[tuple[str, UriTemplate, str]]] = (-_ROUTE_REFRESH_S, [])
+        self._parsed_templates: tuple[float, list[_Template]] = (-_ROUTE_REFRESH_S, [])
         self._routing = anyio.Lock()  # one refresh at a time: the reads that wait for it use it
         # Requests in flight by the digest of their key (a GET stream lasts as long as its client
         # keeps it): a reload that removes the key ends them, so a revoked key hears nothing more.
@@ -437,17 +481,32 @@ class McpGateway:
         log.info("mcp_call", tool=name, model=binding.shown, tier=resolution.tier.value, is_error=result.is_error)
         return result
 
-    # -- resources and prompts: relayed (their own gating is future work) ------------------
+    # -- resources, templates, prompts and completions: by tier (gatekeeper.mcp.reads) --------
+
+    async def _reads(self, ctx: ServerRequestContext[Any]) -> _Reads:
+        binding = _binding(ctx)
+        resolution = await self._resolve(binding)
+        policy = self.gk.policy_for(resolution)
+        mcp = self.gk.settings.mcp
+        rules = ReadRules(mcp.resources, mcp.prompts, {label: s.default_tier for label, s in mcp.servers.items()})
+        shown = {
+            label: any(policy.allows(resolution.tier, ToolId.mcp(label, name)) for name in upstream.tools)
+            for label, upstream in self.upstreams.items()
+        }
+        return _Reads(binding, resolution, rules, shown)
 
     async def _list_resources(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        return types.ListResourcesResult(resources=await self._resource_list())
+        reads = await self._reads(ctx)
+        listed = await self._resource_list()
+        return types.ListResourcesResult(resources=[r for r, label in listed if reads.may("resource", label, r.name)])
 
-    async def _resource_list(self) -> list[types.Resource]:
-        """Every up server's resources; each URI remembered with its server, for resources/read."""
+    async def _resource_list(self) -> list[tuple[types.Resource, str]]:
+        """Every up server's resources with its label; each URI remembered with its server and
+        name, for resources/read."""
         self._resources_listed_at = time.monotonic()
-        found: list[types.Resource] = []
+        found: list[tuple[types.Resource, str]] = []
         for label, upstream in self.upstreams.items():
             if upstream.session is None:
                 continue
@@ -457,38 +516,45 @@ class McpGateway:
                 log.warning("mcp_resources_unavailable", server=label, error=str(exc)[:300])
                 continue
             for resource in resources:
-                self._resource_server[str(resource.uri)] = label
-            found += resources
+                self._resource_server[str(resource.uri)] = (label, resource.name)
+            found += [(resource, label) for resource in resources]
         return found
 
     async def _read_resource(
         self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
+        reads = await self._reads(ctx)
         uri = str(params.uri)
-        label = await self._resource_route(uri)
+        label, names = await self._resource_route(uri)
+        for name in names:  # judged before the read: a template's read may act
+            reads.check("resource", label, name, f"resource {clip(uri, 300)!r}")
         try:
             return await self.upstreams[label].read_resource(uri)
         except ServerUnavailable as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
 
-    async def _resource_route(self, uri: str) -> str:
-        """The label of the server to read `uri` from: the one that lists it (asked again now if
-        nobody listed it lately), else the one server whose template matches it, else the one
-        whose tool result linked to it; refused when none (or several templates) say so."""
-        label = self._resource_server.get(uri)
-        if label is None:
+    async def _resource_route(self, uri: str) -> tuple[str, tuple[str | None, ...]]:
+        """The label of the server to read `uri` from, and the names it is ruled by: the one that
+        lists it (asked again now if nobody listed it lately), else the one server whose templates
+        match it (every matching one's name), else the one whose tool result linked to it (no
+        name: its server's default); refused when none (or several servers' templates) say so."""
+        found = self._resource_server.get(uri)
+        if found is None:
             async with self._routing:
                 if time.monotonic() - self._resources_listed_at >= _ROUTE_REFRESH_S:
                     await self._resource_list()
-            label = self._resource_server.get(uri)
-        if label is not None:
-            return label
-        owners = {owner for _, template, owner in await self._templates() if template.match(uri) is not None}
+            found = self._resource_server.get(uri)
+        if found is not None:
+            return found[0], (found[1],)
+        matching = [
+            (owner, name) for _, template, owner, name in await self._templates() if template.match(uri) is not None
+        ]
+        owners = {owner for owner, _ in matching}
         if len(owners) == 1:
-            return owners.pop()
+            return owners.pop(), tuple(name for _, name in matching)
         linked = self._linked_resource.get(uri)
         if linked is not None and not owners:
-            return linked
+            return linked, (None,)
         why = (
             f"the templates of the servers {sorted(owners)} all match it"
             if owners
@@ -499,7 +565,11 @@ class McpGateway:
     async def _list_resource_templates(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        return types.ListResourceTemplatesResult(resource_templates=[t for t, _ in await self._template_list()])
+        reads = await self._reads(ctx)
+        listed = await self._template_list()
+        return types.ListResourceTemplatesResult(
+            resource_templates=[t for t, label in listed if reads.may("resource", label, t.name)]
+        )
 
     async def _template_list(self) -> list[tuple[types.ResourceTemplate, str]]:
         """Every up server's resource templates, with the label of the server that has each."""
@@ -513,10 +583,10 @@ class McpGateway:
                 log.warning("mcp_resource_templates_unavailable", server=label, error=str(exc)[:300])
         return found
 
-    async def _templates(self) -> list[tuple[str, UriTemplate, str]]:
-        """The servers' templates (as written, parsed, and the label of the server that has each),
-        for routing a resources/read or a completion (one that does not parse is no route),
-        listed again at most every _ROUTE_REFRESH_S."""
+    async def _templates(self) -> list[_Template]:
+        """The servers' templates (as written, parsed, the label of the server that has each, its
+        name), for routing a resources/read or a completion (one that does not parse is no
+        route), listed again at most every _ROUTE_REFRESH_S."""
         async with self._routing:
             listed_at, parsed = self._parsed_templates
             if time.monotonic() - listed_at < _ROUTE_REFRESH_S:
@@ -524,13 +594,15 @@ class McpGateway:
             parsed = []
             for template, label in await self._template_list():
                 with contextlib.suppress(InvalidUriTemplate):
-                    parsed.append((template.uri_template, UriTemplate.parse(template.uri_template), label))
+                    written = template.uri_template
+                    parsed.append((written, UriTemplate.parse(written), label, template.name))
             self._parsed_templates = (time.monotonic(), parsed)
             return parsed
 
     async def _list_prompts(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
+        reads = await self._reads(ctx)
         found: list[types.Prompt] = []
         for label, upstream in self.upstreams.items():
             if upstream.session is None:
@@ -540,16 +612,22 @@ class McpGateway:
             except (ServerUnavailable, MCPError) as exc:
                 log.warning("mcp_prompts_unavailable", server=label, error=str(exc)[:300])
                 continue
-            found += [p.model_copy(update={"name": exposed_name(label, p.name)}) for p in prompts]
+            found += [
+                p.model_copy(update={"name": exposed_name(label, p.name)})
+                for p in prompts
+                if reads.may("prompt", label, p.name)
+            ]
         return types.ListPromptsResult(prompts=found)
 
     async def _get_prompt(
         self, ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
     ) -> types.GetPromptResult:
+        reads = await self._reads(ctx)
         parts = split_exposed(params.name)
         upstream = self.upstreams.get(parts[0]) if parts is not None else None
         if parts is None or upstream is None:
             raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {params.name[:200]!r}")
+        reads.check("prompt", parts[0], parts[1], f"prompt {clip(params.name, 200)!r}")
         try:
             return await upstream.get_prompt(parts[1], params.arguments)
         except ServerUnavailable as exc:
@@ -559,19 +637,24 @@ class McpGateway:
         self, ctx: ServerRequestContext[Any], params: types.CompleteRequestParams
     ) -> types.CompleteResult:
         """A completion, asked of the server whose prompt (`<label>__<prompt>`) or resource
-        template it names; relayed to every tier, as prompts and resources are."""
+        template it names, when the tier admits that prompt or template."""
+        reads = await self._reads(ctx)
         ref = params.ref
         if isinstance(ref, types.PromptReference):
             parts = split_exposed(ref.name)
             if parts is None or parts[0] not in self.upstreams:
                 raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {clip(ref.name, 200)!r}")
+            reads.check("prompt", parts[0], parts[1], f"completion of prompt {clip(ref.name, 200)!r}")
             label, ref = parts[0], ref.model_copy(update={"name": parts[1]})
         else:
-            owners = {owner for written, _, owner in await self._templates() if written == ref.uri}
+            matching = [(owner, name) for written, _, owner, name in await self._templates() if written == ref.uri]
+            owners = {owner for owner, _ in matching}
             if len(owners) != 1:
                 why = f"the servers {sorted(owners)} all have it" if owners else "no server has it"
                 raise MCPError(types.INVALID_PARAMS, f"Unknown resource template {clip(ref.uri, 300)!r} ({why})")
             label = owners.pop()
+            for _, name in matching:
+                reads.check("resource", label, name, f"completion of resource template {clip(ref.uri, 300)!r}")
         context = params.context.arguments if params.context is not None else None
         argument = {"name": params.argument.name, "value": params.argument.value}
         try:
