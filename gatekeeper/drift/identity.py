@@ -8,8 +8,8 @@ changing how it presents itself. The identity is, in order:
   (which must overwrite whatever the client sent), believed only from a peer in
   `trusted_proxies` (as the throttle's forwarded address is);
 - else the credential **the upstream checks** (`drift.credential_header`; `auto` derives it from
-  the upstream: Azure's `api-key` on an Azure host, `x-api-key` on a request sent natively as
-  Anthropic Messages, else `Authorization`). An answer to a refused credential (401/403) carries
+  the upstream: Azure's `api-key` on an Azure host, `x-api-key` or `Authorization` on a request
+  sent natively as Anthropic Messages, else `Authorization`). An answer to a refused credential (401/403) carries
   no tool calls, so evidence only ever counts for a credential the upstream accepted. A
   credential in another header is checked by nobody (a made-up one would be a new client for
   free): alone it is ANONYMOUS; beside a different value in the checked header the request is
@@ -57,18 +57,20 @@ class CredentialConflict(ProxyError):
         )
 
 
-def checked_header(settings: Settings, protocol: str = "chat") -> str | None:
-    """The header whose credential the upstream checks for a request of `protocol` (None: the
-    upstream checks none, `drift.credential_header: none`)."""
+def checked_headers(settings: Settings, protocol: str = "chat") -> tuple[str, ...]:
+    """The headers whose credential the upstream checks for a request of `protocol` (none: the
+    upstream checks no credential, `drift.credential_header: none`)."""
     configured = settings.drift.credential_header
     if configured != "auto":
-        return None if configured == "none" else configured
+        return () if configured == "none" else (configured,)
     host = (urlsplit(str(settings.upstream.base_url)).hostname or "").lower()
     if host.endswith(_AZURE_HOSTS):
-        return "api-key"
+        return ("api-key",)
     if protocol == "messages" and "messages" in settings.upstream.protocols:
-        return "x-api-key"  # sent natively to an Anthropic-shaped upstream, which reads this one
-    return "authorization"
+        # Sent natively to an Anthropic-shaped upstream, which reads an API key from x-api-key
+        # and an auth token from Authorization (two that differ are refused below).
+        return ("x-api-key", "authorization")
+    return ("authorization",)
 
 
 def client_identity(
@@ -96,8 +98,8 @@ def client_identity(
             raise CredentialConflict([f"two {name} headers"])
         if values:
             presented[name] = values.pop()
-    checked = checked_header(settings, protocol)
-    if checked is None or checked not in presented:
+    checked = next((name for name in checked_headers(settings, protocol) if name in presented), None)
+    if checked is None:
         return ANONYMOUS  # nobody checks what it presented (or it presented nothing)
     if len(set(presented.values())) > 1:
         # Two different credentials: the upstream checks one and may ignore the other, so either

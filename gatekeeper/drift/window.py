@@ -309,7 +309,8 @@ class DriftSettings(BaseModel):
     client_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
     # The header whose credential the upstream checks: the client's identity when no
     # client_header names it (gatekeeper.drift.identity). auto: api-key on an Azure host,
-    # x-api-key for a request sent natively as Anthropic Messages, else authorization; none: the
+    # x-api-key or authorization for a request sent natively as Anthropic Messages, else
+    # authorization; none: the
     # upstream checks no credential (any value would do), so every client is anonymous.
     credential_header: Literal["auto", "authorization", "x-api-key", "api-key", "none"] = "auto"
     window_calls: int = Field(default=1000, ge=1, le=100_000)  # calls a demotion's end is judged on

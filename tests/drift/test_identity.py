@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.drift.identity import ANONYMOUS, CredentialConflict, checked_header, client_identity, evidence_identity
+from gatekeeper.drift.identity import ANONYMOUS, CredentialConflict, checked_headers, client_identity, evidence_identity
 from gatekeeper.errors import ConfigError
 
 
@@ -65,7 +65,7 @@ def test_a_credential_in_a_header_the_upstream_does_not_check_is_anonymous() -> 
 
 def test_an_azure_upstream_is_identified_by_its_api_key_header() -> None:
     azure = settings(upstream={"base_url": "https://acme.openai.azure.com/openai/v1"})
-    assert checked_header(azure) == "api-key"
+    assert checked_headers(azure) == ("api-key",)
     real = client_identity({"api-key": "real-azure-key"}, azure)
     assert real.startswith("key:")
     # Made-up bearer tokens beside the real key mint nobody: refused; alone they are anonymous.
@@ -76,16 +76,17 @@ def test_an_azure_upstream_is_identified_by_its_api_key_header() -> None:
 
 def test_the_checked_header_is_configurable() -> None:
     by_api_key = settings(drift={"credential_header": "api-key"})
-    assert checked_header(by_api_key, "messages") == "api-key"
+    assert checked_headers(by_api_key, "messages") == ("api-key",)
     assert client_identity({"api-key": "k"}, by_api_key).startswith("key:")
     assert client_identity({"authorization": "Bearer k"}, by_api_key) == ANONYMOUS
     unchecked = settings(drift={"credential_header": "none"})  # the upstream takes any key
-    assert checked_header(unchecked) is None
+    assert checked_headers(unchecked) == ()
     assert client_identity({"authorization": "Bearer anything"}, unchecked) == ANONYMOUS
     # auto: the default, derived from the upstream.
-    assert checked_header(PLAIN, "messages") == "authorization"  # translated: the chat upstream reads it
+    assert checked_headers(PLAIN, "messages") == ("authorization",)  # translated: the chat upstream reads it
     native = settings(upstream={"base_url": "http://127.0.0.1:9/v1", "protocols": ["messages"]})
-    assert checked_header(native, "messages") == "x-api-key"
+    assert checked_headers(native, "messages") == ("x-api-key", "authorization")  # a key or an auth token
+    assert checked_headers(native, "chat") == ("authorization",)
 
 
 def test_a_bad_credential_header_is_refused_at_start_up(tmp_path) -> None:
