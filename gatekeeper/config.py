@@ -237,6 +237,10 @@ class McpServer(_Section):
     # (gatekeeper.mcp.stdio); an HTTP answer or event past it fails that request
     # (gatekeeper.mcp.bounded_http).
     max_message_mb: float = Field(default=16.0, gt=0, le=1024)
+    # What its resources, resource templates and prompts require when no rule of `mcp.resources`
+    # or `mcp.prompts` names them (gatekeeper.mcp.reads). None: shown only to a tier that is
+    # shown one of the server's tools (a server whose tools are all hidden is hidden whole).
+    default_tier: Tier | None = None
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServer:
@@ -261,6 +265,11 @@ class McpSettings(_Section):
     # Browser origins (`scheme://host[:port]`) allowed to call /mcp; a request with another
     # `Origin` is a 403 (the MCP spec's DNS-rebinding rule). Clients that send none pass.
     allowed_origins: list[str] = Field(default_factory=list)
+    # Required tiers of the servers' resources and resource templates, and of their prompts, by
+    # `<label>.<name>` (shell-style patterns allowed), as tools are ruled in tools.required_tier;
+    # a completion follows the prompt or template it completes (gatekeeper.mcp.reads).
+    resources: dict[str, Tier] = Field(default_factory=dict)
+    prompts: dict[str, Tier] = Field(default_factory=dict)
 
     @field_validator("servers")
     @classmethod
@@ -271,6 +280,14 @@ class McpSettings(_Section):
                     f"{label!r}: a label is a letter, then letters and digits joined by single "
                     f"underscores, at most {_MCP_LABEL_MAX} characters (e.g. files, github_enterprise)"
                 )
+        return value
+
+    @field_validator("resources", "prompts")
+    @classmethod
+    def _scoped(cls, value: dict[str, Tier]) -> dict[str, Tier]:
+        for rule in value:
+            if "." not in rule and rule != "*":
+                raise ValueError(f"{rule!r}: expected <label>.<name> (shell-style patterns allowed; '*' for all)")
         return value
 
     @field_validator("allowed_origins")

@@ -1,19 +1,25 @@
 """Whose traffic a piece of drift evidence is: one identity per client, not cheap to forge.
 
 Drift evidence is only as good as the identity it is attributed to: one client must not be able
-to demote a model for everyone by asking it for what it cannot do. The identity is, in order:
+to demote a model for everyone by asking it for what it cannot do, nor escape its own demotion by
+changing how it presents itself. The identity is, in order:
 
 - the value of `drift.client_header`, when configured: a header set by a trusted front proxy
   (which must overwrite whatever the client sent), believed only from a peer in
   `trusted_proxies` (as the throttle's forwarded address is);
-- else the client's credential, when the upstream is the one checking it: `Authorization`
-  (the bearer token) or `x-api-key` (both: only when they agree). The proxy forwards these to
-  the upstream, and an answer to a refused credential (401/403) carries no tool calls, so
-  evidence only ever counts for a credential the upstream accepted. Not for `x-api-key` alone
-  when the proxy adds the operator's `upstream.api_key` (the upstream then accepts the
-  operator's key), and not for the answers of a litellm route (`evidence_identity`: the route
-  calls the provider with the operator's key);
-- else ANONYMOUS: every client without an identity shares that one.
+- else the credential **the upstream checks** (`drift.credential_header`; `auto` derives it from
+  the upstream: Azure's `api-key` on an Azure host, `x-api-key` or `Authorization` on a request
+  sent natively as Anthropic Messages, else `Authorization`). An answer to a refused credential (401/403) carries
+  no tool calls, so evidence only ever counts for a credential the upstream accepted. A
+  credential in another header is checked by nobody (a made-up one would be a new client for
+  free): alone it is ANONYMOUS; beside a different value in the checked header the request is
+  refused (CredentialConflict, a 400), so adding a mismatched second credential can neither
+  mint an identity nor reset the client's own evidence. Not when the proxy sends the operator's
+  own credential in the checked header (`upstream.api_key`, or the user info of
+  `upstream.base_url`, when the client sends no `Authorization`), and not for the answers of a
+  litellm route (`evidence_identity`: the route calls the provider with the operator's key);
+- else ANONYMOUS: every client without an identity shares that one, and it never counts
+  towards `drift.min_clients` (gatekeeper.drift.monitor).
 
 Identities are hashed (SHA-256, the first 64 bits): the admin API and the logs never show a
 credential. Pure: headers and settings in, a string out.
@@ -26,20 +32,56 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from gatekeeper.errors import ProxyError
 from gatekeeper.peers import is_trusted
 
 if TYPE_CHECKING:  # read, never built, here: drift sits below the config layer
     from gatekeeper.config import Settings
 
 ANONYMOUS = "anonymous"
+CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key")  # what the proxy forwards (server/upstream.py)
 _MAX_VALUE = 4096  # a credential longer than this is no credential (and not worth hashing)
+# Hosts that authenticate with Azure's `api-key` header (Azure OpenAI, AI Foundry).
+_AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
 
 
-def client_identity(headers: Mapping[str, str], settings: Settings, peer: str | None = None) -> str:
+class CredentialConflict(ProxyError):
+    """The request carries different credentials in two headers: refused, whichever is real."""
+
+    def __init__(self, headers: list[str]) -> None:
+        super().__init__(
+            400,
+            f"the request carries different credentials in {' and '.join(headers)}: send one credential "
+            "(the same value in every header that carries it)",
+            "conflicting_credentials",
+        )
+
+
+def checked_headers(settings: Settings, protocol: str = "chat") -> tuple[str, ...]:
+    """The headers whose credential the upstream checks for a request of `protocol` (none: the
+    upstream checks no credential, `drift.credential_header: none`)."""
+    configured = settings.drift.credential_header
+    if configured != "auto":
+        return () if configured == "none" else (configured,)
+    host = (urlsplit(str(settings.upstream.base_url)).hostname or "").lower()
+    if host.endswith(_AZURE_HOSTS):
+        return ("api-key",)
+    if protocol == "messages" and "messages" in settings.upstream.protocols:
+        # Sent natively to an Anthropic-shaped upstream, which reads an API key from x-api-key
+        # and an auth token from Authorization (two that differ are refused below).
+        return ("x-api-key", "authorization")
+    return ("authorization",)
+
+
+def client_identity(
+    headers: Mapping[str, str], settings: Settings, peer: str | None = None, protocol: str = "chat"
+) -> str:
     """The drift identity of one request: 'hdr:<hash>', 'key:<hash>' or ANONYMOUS.
 
     `headers` are looked up by lower-case name (Starlette's headers are case-insensitive);
-    `peer` is the socket peer's address (None: unknown, never a trusted proxy).
+    `peer` is the socket peer's address (None: unknown, never a trusted proxy); `protocol` the
+    client protocol (chat, responses, messages). Raises CredentialConflict when two credential
+    headers carry different values.
     """
     header = settings.drift.client_header
     if header is not None:
@@ -48,22 +90,46 @@ def client_identity(headers: Mapping[str, str], settings: Settings, peer: str | 
                 ANONYMOUS  # a client reaching the proxy directly (or over a socket with no address) could name anyone
             )
         return _hashed("hdr", headers.get(header))
-    authorization, api_key = headers.get("authorization"), headers.get("x-api-key")
-    if authorization is not None:
-        scheme, _, token = authorization.strip().partition(" ")
-        # The same key through the OpenAI client (Bearer) and the Anthropic one (x-api-key) is
-        # one client: hash the token, not the scheme.
-        token = token.strip() if scheme.lower() == "bearer" else authorization.strip()
-        if api_key is not None and api_key.strip() != token:
-            # Two different credentials: the upstream checks one and may ignore the other, so
-            # either could be made up, and an identity per made-up value would be free.
-            return ANONYMOUS
-        return _hashed("key", token)
-    if settings.upstream.api_key or _has_userinfo(str(settings.upstream.base_url)):
-        # Without an Authorization header the proxy sends the operator's own credential (its
-        # key, or the user info of upstream.base_url): an x-api-key beside it is checked by nobody.
+    presented: dict[str, str] = {}
+    for name in CREDENTIAL_HEADERS:
+        # Every value of a repeated header: the upstream may read another one than we would.
+        values = {v for raw in _all(headers, name) if (v := _credential(name, raw))}
+        if len(values) > 1:
+            raise CredentialConflict([f"two {name} headers"])
+        if values:
+            presented[name] = values.pop()
+    checked = next((name for name in checked_headers(settings, protocol) if name in presented), None)
+    if checked is None:
+        return ANONYMOUS  # nobody checks what it presented (or it presented nothing)
+    if len(set(presented.values())) > 1:
+        # Two different credentials: the upstream checks one and may ignore the other, so either
+        # could be made up. Refused rather than anonymous: anonymous would end the client's own
+        # demotion (its evidence is under its real credential's identity).
+        raise CredentialConflict(list(presented))
+    if "authorization" not in presented and (settings.upstream.api_key or _has_userinfo(settings.upstream.base_url)):
+        # The proxy then sends the operator's own credential (its key, or the user info of
+        # upstream.base_url) as Authorization: an upstream that takes either header is satisfied
+        # by the operator's, and the client's own proves nothing.
         return ANONYMOUS
-    return _hashed("key", api_key)
+    return _hashed("key", presented[checked])
+
+
+def _all(headers: Mapping[str, str], name: str) -> list[str]:
+    getlist = getattr(headers, "getlist", None)  # Starlette's Headers keep repeated ones
+    if getlist is not None:
+        return list(getlist(name))
+    value = headers.get(name)
+    return [] if value is None else [value]
+
+
+def _credential(name: str, value: str | None) -> str:
+    value = (value or "").strip()
+    if name == "authorization":
+        scheme, _, token = value.partition(" ")
+        # The same key through the OpenAI client (Bearer) and the Anthropic one (x-api-key) is
+        # one credential: the token, not the scheme.
+        return token.strip() if scheme.lower() == "bearer" else value
+    return value
 
 
 def _has_userinfo(url: str) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -307,6 +307,12 @@ class DriftSettings(BaseModel):
     # A header set by a trusted front proxy naming the client (e.g. x-forwarded-user); it
     # replaces the credential hash as the identity. Clients must not be able to set it.
     client_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
+    # The header whose credential the upstream checks: the client's identity when no
+    # client_header names it (gatekeeper.drift.identity). auto: api-key on an Azure host,
+    # x-api-key or authorization for a request sent natively as Anthropic Messages, else
+    # authorization; none: the
+    # upstream checks no credential (any value would do), so every client is anonymous.
+    credential_header: Literal["auto", "authorization", "x-api-key", "api-key", "none"] = "auto"
     window_calls: int = Field(default=1000, ge=1, le=100_000)  # calls a demotion's end is judged on
     window_s: float = Field(default=3600.0, gt=0)  # the figures shown (GET /admin/drift) are this recent
     remeasure: bool = True  # measure the pair again when it is demoted for everyone
@@ -315,7 +321,7 @@ class DriftSettings(BaseModel):
     @field_validator("client_header")
     @classmethod
     def _lower(cls, value: str | None) -> str | None:
-        if value is not None and value.lower() in ("authorization", "x-api-key"):
+        if value is not None and value.lower() in ("authorization", "x-api-key", "api-key"):
             raise ValueError("names a credential header; those are the default identity already (hashed)")
         return value.lower() if value is not None else None
 

@@ -1,9 +1,11 @@
-"""The gateway's MCP server: the union of the upstream servers' tools, filtered by the tier of the
-model a session is bound to, and calls forwarded only when that tier admits the tool.
+"""The gateway's MCP server: the union of the upstream servers' tools, resources, resource
+templates and prompts, filtered by the tier of the model a session is bound to, and calls, reads
+and completions forwarded only when that tier admits what they name.
 
     client --tools/list--> tier (Gatekeeper.aresolve) -> tools the tier admits, `<label>__<tool>`
     client --tools/call--> hidden or unknown: JSON-RPC error, never forwarded
                            allowed: forwarded to the server, its result relayed (progress too)
+    client --resources/*, prompts/*, completion/complete--> the same (gatekeeper.mcp.resources)
 
 The tier comes from the same core as the proxy (pins, valid profiles, drift demotions, the
 `unknown_models` policy; an unknown model is measured lazily within the lazy caps). When it may
@@ -16,14 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from cachetools import TTLCache
 from mcp import types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
@@ -31,7 +31,6 @@ from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from gatekeeper import logs
@@ -40,6 +39,8 @@ from gatekeeper.errors import NotMeasured
 from gatekeeper.gating import ToolId
 from gatekeeper.mcp import metrics
 from gatekeeper.mcp.names import exposed_name, split_exposed
+from gatekeeper.mcp.reads import ReadRules
+from gatekeeper.mcp.resources import Access, ServerReads
 from gatekeeper.mcp.upstream import ServerUnavailable, Upstream
 from gatekeeper.redact import clip
 
@@ -49,11 +50,7 @@ log = logs.get_logger("gatekeeper.mcp.gateway")
 BINDING = "gatekeeper.mcp.binding"
 PAGE_SIZE = 100  # tools per tools/list page
 _MAX_SESSIONS = 10_000  # the SDK's default limit on open sessions; watched sessions are bounded alike
-_RESOURCE_ROUTES = 10_000  # resource URIs remembered for resources/read routing
 _NOTIFY_TIMEOUT_S = 5.0
-# A resources/read of a URI no server listed lists them again (and their templates), but at
-# most this often: a client looping over made-up URIs must not make every server list per read.
-_ROUTE_REFRESH_S = 5.0
 
 
 # An offered tool: (the tool as exposed, the identity rules judge, its label, its fingerprint).
@@ -119,31 +116,26 @@ class McpGateway:
             label: Upstream(label, config, self._tools_changed) for label, config in gk.settings.mcp.servers.items()
         }
         self._servers_started = gk.settings.mcp.servers
+        self.reads = ServerReads(self.upstreams, self._access)  # resources, templates, prompts
         self.server = _Server(
             "gatekeeper",
             version="1",
             instructions="Tools of several MCP servers, named <server>__<tool>, shown by the measured tier of your model.",
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
-            on_list_resources=self._list_resources,
-            on_read_resource=self._read_resource,
-            on_list_resource_templates=self._list_resource_templates,
-            on_list_prompts=self._list_prompts,
-            on_get_prompt=self._get_prompt,
-            on_completion=self._complete,
+            on_list_resources=self.reads.list_resources,
+            on_read_resource=self.reads.read_resource,
+            on_list_resource_templates=self.reads.list_resource_templates,
+            on_list_prompts=self.reads.list_prompts,
+            on_get_prompt=self.reads.get_prompt,
+            on_completion=self.reads.complete,
         )
         self.manager = StreamableHTTPSessionManager(self.server, max_sessions=_MAX_SESSIONS)
         # Sessions that listed tools, by session id, for as long as the SDK keeps them open: an
         # agent that lists once and then only calls (or only holds its GET stream) must still hear
         # list_changed hours later. Closed ones are pruned (gatekeeper.mcp.gateway._prune).
         self._watched: dict[str, _Watched] = {}
-        self._resource_server: TTLCache[str, str] = TTLCache(maxsize=_RESOURCE_ROUTES, ttl=3600, timer=time.monotonic)
-        # URIs a tool result linked to, by the server whose result it was: a route only when no
-        # server lists the URI (a server cannot take over another's listed resource by linking it).
-        self._linked_resource: TTLCache[str, str] = TTLCache(maxsize=_RESOURCE_ROUTES, ttl=3600, timer=time.monotonic)
-        self._resources_listed_at = -_ROUTE_REFRESH_S
-        self._parsed_templates: tuple[float, list[tuple[str, UriTemplate, str]]] = (-_ROUTE_REFRESH_S, [])
-        self._routing = anyio.Lock()  # one refresh at a time: the reads that wait for it use it
+        # URI -> (label, name) of the server that lists it, and the resource's name (its rules').
         # Requests in flight by the digest of their key (a GET stream lasts as long as its client
         # keeps it): a reload that removes the key ends them, so a revoked key hears nothing more.
         self._in_flight: dict[str, set[anyio.CancelScope]] = {}
@@ -183,9 +175,7 @@ class McpGateway:
 
     def _tools_changed(self) -> None:
         """Upstream listener (on the loop): a server came up, went down or listed again."""
-        # Its resources and templates may have changed with it: the next miss asks again.
-        self._resources_listed_at = -_ROUTE_REFRESH_S
-        self._parsed_templates = (-_ROUTE_REFRESH_S, [])
+        self.reads.forget_listings()  # its resources and templates may have changed with it
         for label, upstream in self.upstreams.items():
             metrics.SERVER_UP.labels(label).set(1 if upstream.session is not None else 0)
         self._recheck.set()
@@ -262,6 +252,19 @@ class McpGateway:
                 exposed = tool.model_copy(update={"name": exposed_name(label, name)})
                 found.append((exposed, ToolId.mcp(label, name), label, upstream.fingerprints[name]))
         return found
+
+    async def _access(self, ctx: ServerRequestContext[Any]) -> Access:
+        """What this request's tier may list and read besides tools (gatekeeper.mcp.resources)."""
+        binding = _binding(ctx)
+        resolution = await self._resolve(binding)
+        policy = self.gk.policy_for(resolution)
+        mcp = self.gk.settings.mcp
+        rules = ReadRules(mcp.resources, mcp.prompts, {label: s.default_tier for label, s in mcp.servers.items()})
+        shown = {
+            label: any(policy.allows(resolution.tier, ToolId.mcp(label, name)) for name in upstream.tools)
+            for label, upstream in self.upstreams.items()
+        }
+        return Access(binding.shown, resolution, rules, shown)
 
     @staticmethod
     def _model_label(resolution: Resolution) -> str:
@@ -429,155 +432,10 @@ class McpGateway:
         except MCPError as exc:
             metrics.CALLS_FORWARDED.labels(label, model, "failed").inc()
             raise MCPError(exc.code, f"MCP server {label!r}: {exc.message}", exc.data) from None
-        for item in result.content:  # a resource a result links to is read from the server that linked it
-            if isinstance(item, (types.ResourceLink, types.EmbeddedResource)):
-                uri = item.uri if isinstance(item, types.ResourceLink) else item.resource.uri
-                self._linked_resource[str(uri)] = label
+        self.reads.linked(label, result.content)  # a resource it links to is read from this server
         metrics.CALLS_FORWARDED.labels(label, model, "tool_error" if result.is_error else "ok").inc()
         log.info("mcp_call", tool=name, model=binding.shown, tier=resolution.tier.value, is_error=result.is_error)
         return result
-
-    # -- resources and prompts: relayed (their own gating is future work) ------------------
-
-    async def _list_resources(
-        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListResourcesResult:
-        return types.ListResourcesResult(resources=await self._resource_list())
-
-    async def _resource_list(self) -> list[types.Resource]:
-        """Every up server's resources; each URI remembered with its server, for resources/read."""
-        self._resources_listed_at = time.monotonic()
-        found: list[types.Resource] = []
-        for label, upstream in self.upstreams.items():
-            if upstream.session is None:
-                continue
-            try:
-                resources = await upstream.list_resources()
-            except (ServerUnavailable, MCPError) as exc:
-                log.warning("mcp_resources_unavailable", server=label, error=str(exc)[:300])
-                continue
-            for resource in resources:
-                self._resource_server[str(resource.uri)] = label
-            found += resources
-        return found
-
-    async def _read_resource(
-        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
-    ) -> types.ReadResourceResult:
-        uri = str(params.uri)
-        label = await self._resource_route(uri)
-        try:
-            return await self.upstreams[label].read_resource(uri)
-        except ServerUnavailable as exc:
-            raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
-
-    async def _resource_route(self, uri: str) -> str:
-        """The label of the server to read `uri` from: the one that lists it (asked again now if
-        nobody listed it lately), else the one server whose template matches it, else the one
-        whose tool result linked to it; refused when none (or several templates) say so."""
-        label = self._resource_server.get(uri)
-        if label is None:
-            async with self._routing:
-                if time.monotonic() - self._resources_listed_at >= _ROUTE_REFRESH_S:
-                    await self._resource_list()
-            label = self._resource_server.get(uri)
-        if label is not None:
-            return label
-        owners = {owner for _, template, owner in await self._templates() if template.match(uri) is not None}
-        if len(owners) == 1:
-            return owners.pop()
-        linked = self._linked_resource.get(uri)
-        if linked is not None and not owners:
-            return linked
-        why = (
-            f"the templates of the servers {sorted(owners)} all match it"
-            if owners
-            else "no server lists it, has a template for it or linked to it"
-        )
-        raise MCPError(-32002, f"Resource not found: {clip(uri, 300)} ({why})", {"uri": clip(uri, 300)})
-
-    async def _list_resource_templates(
-        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListResourceTemplatesResult:
-        return types.ListResourceTemplatesResult(resource_templates=[t for t, _ in await self._template_list()])
-
-    async def _template_list(self) -> list[tuple[types.ResourceTemplate, str]]:
-        """Every up server's resource templates, with the label of the server that has each."""
-        found: list[tuple[types.ResourceTemplate, str]] = []
-        for label, upstream in self.upstreams.items():
-            if upstream.session is None:
-                continue
-            try:
-                found += [(template, label) for template in await upstream.list_resource_templates()]
-            except (ServerUnavailable, MCPError) as exc:
-                log.warning("mcp_resource_templates_unavailable", server=label, error=str(exc)[:300])
-        return found
-
-    async def _templates(self) -> list[tuple[str, UriTemplate, str]]:
-        """The servers' templates (as written, parsed, and the label of the server that has each),
-        for routing a resources/read or a completion (one that does not parse is no route),
-        listed again at most every _ROUTE_REFRESH_S."""
-        async with self._routing:
-            listed_at, parsed = self._parsed_templates
-            if time.monotonic() - listed_at < _ROUTE_REFRESH_S:
-                return parsed
-            parsed = []
-            for template, label in await self._template_list():
-                with contextlib.suppress(InvalidUriTemplate):
-                    parsed.append((template.uri_template, UriTemplate.parse(template.uri_template), label))
-            self._parsed_templates = (time.monotonic(), parsed)
-            return parsed
-
-    async def _list_prompts(
-        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListPromptsResult:
-        found: list[types.Prompt] = []
-        for label, upstream in self.upstreams.items():
-            if upstream.session is None:
-                continue
-            try:
-                prompts = await upstream.list_prompts()
-            except (ServerUnavailable, MCPError) as exc:
-                log.warning("mcp_prompts_unavailable", server=label, error=str(exc)[:300])
-                continue
-            found += [p.model_copy(update={"name": exposed_name(label, p.name)}) for p in prompts]
-        return types.ListPromptsResult(prompts=found)
-
-    async def _get_prompt(
-        self, ctx: ServerRequestContext[Any], params: types.GetPromptRequestParams
-    ) -> types.GetPromptResult:
-        parts = split_exposed(params.name)
-        upstream = self.upstreams.get(parts[0]) if parts is not None else None
-        if parts is None or upstream is None:
-            raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {params.name[:200]!r}")
-        try:
-            return await upstream.get_prompt(parts[1], params.arguments)
-        except ServerUnavailable as exc:
-            raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
-
-    async def _complete(
-        self, ctx: ServerRequestContext[Any], params: types.CompleteRequestParams
-    ) -> types.CompleteResult:
-        """A completion, asked of the server whose prompt (`<label>__<prompt>`) or resource
-        template it names; relayed to every tier, as prompts and resources are."""
-        ref = params.ref
-        if isinstance(ref, types.PromptReference):
-            parts = split_exposed(ref.name)
-            if parts is None or parts[0] not in self.upstreams:
-                raise MCPError(types.INVALID_PARAMS, f"Unknown prompt {clip(ref.name, 200)!r}")
-            label, ref = parts[0], ref.model_copy(update={"name": parts[1]})
-        else:
-            owners = {owner for written, _, owner in await self._templates() if written == ref.uri}
-            if len(owners) != 1:
-                why = f"the servers {sorted(owners)} all have it" if owners else "no server has it"
-                raise MCPError(types.INVALID_PARAMS, f"Unknown resource template {clip(ref.uri, 300)!r} ({why})")
-            label = owners.pop()
-        context = params.context.arguments if params.context is not None else None
-        argument = {"name": params.argument.name, "value": params.argument.value}
-        try:
-            return await self.upstreams[label].complete(ref, argument, context)
-        except ServerUnavailable as exc:
-            raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
 
     # -- what the console shows -------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from gatekeeper import logs
-from gatekeeper.drift.identity import client_identity
+from gatekeeper.drift.identity import CredentialConflict, client_identity
 from gatekeeper.errors import RequestInvalid
 from gatekeeper.mcp.gateway import BINDING, Binding, key_digest
 from gatekeeper.peers import bearer_form
@@ -124,7 +124,10 @@ class McpEndpoint:
             return _error(400, f"not a model name (visible ASCII, at most {_MAX_MODEL} characters)")
         # Whose demotions apply: the proxy's identity rule (a trusted front proxy's
         # `drift.client_header`, else the credential), so one client's demotion reaches its agent here.
-        client = client_identity(request.headers, settings, request.client.host if request.client else None)
+        try:
+            client = client_identity(request.headers, settings, request.client.host if request.client else None)
+        except CredentialConflict as exc:  # anonymous would shed the client's own demotion
+            return _error(400, exc.message)
         binding = _bind(raw, client)
         if raw is not None and binding.model is None:
             return _error(400, f"expected MODEL or MODEL@EFFORT, got {raw!r}")

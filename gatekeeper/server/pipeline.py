@@ -199,7 +199,9 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     snapshot = gk.snapshot()  # taken before the body: a reload while it uploads changes nothing here
     body = await read_json(request, snapshot.settings.max_body_bytes)
     peer = request.client.host if request.client else None
-    client = client_identity(request.headers, snapshot.settings, peer)  # whose demotions and drift evidence
+    # Whose demotions and drift evidence: the credential the upstream checks (a 400 when the
+    # request carries two that differ).
+    client = client_identity(request.headers, snapshot.settings, peer, protocol)
     admitted = await aadmit(gk, codec, body, snapshot, route=True, client=client)  # routing: may rewrite model/effort
     resolution = admitted.resolution
     tier = resolution.tier.value

@@ -320,3 +320,71 @@ def test_an_admin_clears_a_demotion(store_path):
             assert history[-1]["detail"].endswith("cleared by admin")
             missing = httpx.delete(f"{proxy.url}/admin/drift/{PAIR}", headers=ADMIN, timeout=10)
             assert missing.json() == {"cleared": PAIR, "existed": False}
+
+
+def presenting(proxy, key: str, **headers: str) -> openai.OpenAI:
+    """A client sending `key` as its bearer token and `headers` beside it."""
+    return openai.OpenAI(base_url=proxy.url + "/v1", api_key=key, max_retries=0, timeout=30, default_headers=headers)
+
+
+def ask_as(agent: openai.OpenAI):
+    messages = [{"role": "user", "content": "tidy up the server"}]
+    return agent.chat.completions.with_raw_response.create(model="agent-model", messages=messages, tools=TOOLS).headers
+
+
+def test_a_demoted_client_cannot_shed_its_demotion_with_a_second_credential(store_path):
+    agent = Agent()
+    with DriftingModel(agent) as upstream:
+        settings = settings_for(
+            upstream.base_url, store_path, unknown_models="wait", admin_key="admin-secret", drift=QUICK
+        )
+        with running_proxy(settings) as proxy:
+            assert served(ask(proxy, key="honest")) == ("measured", "large")
+            agent.calls = DRIFTED
+            demote(proxy, upstream, "attacker")
+            agent.calls = SOUND
+            sent = len(upstream.requests)
+            for extra in ({"x-api-key": "made-up"}, {"api-key": "made-up"}):
+                try:
+                    ask_as(presenting(proxy, "attacker", **extra))
+                except openai.BadRequestError as exc:
+                    assert exc.code == "conflicting_credentials" and "made-up" not in str(exc)
+                else:
+                    raise AssertionError(f"{extra}: a second, different credential must be refused")
+            assert len(upstream.requests) == sent  # never forwarded
+            # The same key in both headers is the same client, still demoted.
+            assert served(ask_as(presenting(proxy, "attacker", **{"x-api-key": "attacker"}))) == ("demoted", "medium")
+            assert served(ask(proxy, key="honest")) == ("measured", "large")
+
+
+def test_made_up_bearer_tokens_beside_an_azure_api_key_demote_nobody_else(store_path):
+    agent = Agent()
+    with DriftingModel(agent) as upstream:
+        settings = settings_for(
+            upstream.base_url,
+            store_path,
+            unknown_models="wait",
+            admin_key="admin-secret",
+            drift={**QUICK, "credential_header": "api-key"},  # what an Azure host derives (auto)
+        )
+        with running_proxy(settings) as proxy:
+            real = presenting(proxy, "real-azure-key", **{"api-key": "real-azure-key"})
+            assert served(ask_as(real)) == ("measured", "large")
+            agent.calls = DRIFTED
+            # Beside the real key, each made-up token is refused, never a client of its own.
+            for i in range(3):
+                try:
+                    ask_as(presenting(proxy, f"made-up-{i}", **{"api-key": "real-azure-key"}))
+                except openai.BadRequestError as exc:
+                    assert exc.code == "conflicting_credentials"
+                else:
+                    raise AssertionError("a made-up bearer beside the real api-key must be refused")
+            # Alone (the upstream reads api-key, not these), they are one anonymous client: more
+            # drifted answers than three real clients need to demote a model for everyone.
+            for i in range(90):
+                ask_as(presenting(proxy, f"made-up-{i % 3}"))
+            report = drift_report(proxy)
+            assert report["window"]["calls"] > 0 and report["demoted"] is None
+            assert [d["client"] for d in report["clientsDemoted"].values()] == ["anonymous"]
+            agent.calls = SOUND
+            assert served(ask_as(real)) == ("measured", "large")

@@ -100,3 +100,38 @@ def test_a_tool_that_cannot_be_a_function_name_is_not_offered():
     assert "not a valid function name" in (unusable("files", "write.file") or "")
     assert "not a valid function name" in (unusable("files", "x" * 60) or "")
     assert "not a valid function name" in (unusable("files", "with space") or "")
+
+
+def test_resource_and_prompt_rules_and_a_server_default_tier_load(tmp_path):
+    settings = load_settings(
+        write(
+            tmp_path,
+            """
+mcp:
+  api_keys: [k]
+  servers:
+    vault: {command: [vault-server], default_tier: medium}
+  resources: {"vault.readme": small, "vault.secret_*": large}
+  prompts: {"*": large}
+""",
+        )
+    )
+    assert settings.mcp.servers["vault"].default_tier == "medium"
+    assert settings.mcp.resources == {"vault.readme": "small", "vault.secret_*": "large"}
+    assert settings.mcp.prompts == {"*": "large"}
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("mcp: {resources: {readme: small}}", "mcp.resources"),  # no server part
+        ("mcp: {prompts: {vault.hello: huge}}", "mcp.prompts.vault.hello"),
+        (
+            "mcp: {api_keys: [k], servers: {vault: {command: [x], default_tier: tiny}}}",
+            "mcp.servers.vault.default_tier",
+        ),
+    ],
+)
+def test_bad_resource_or_prompt_rules_are_refused_naming_the_key(tmp_path, text, where):
+    with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
+        load_settings(write(tmp_path, text))

@@ -576,9 +576,9 @@ async def test_resource_templates_are_relayed_and_a_templated_read_goes_to_the_o
 ):
     servers = {
         "notes": toy("notes", notes_dir),
-        "books": hostile("library", notes_dir, "book"),
-        "films": hostile("library", notes_dir, "film"),
-        "more": hostile("library", notes_dir, "film"),  # the same template as films
+        "books": hostile("library", notes_dir, "book", default_tier="small"),
+        "films": hostile("library", notes_dir, "film", default_tier="small"),
+        "more": hostile("library", notes_dir, "film", default_tier="small"),  # the same template as films
     }
     with gateway(tmp_path, default_suite, servers) as proxy:
         await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)

@@ -236,7 +236,7 @@ async def test_a_tool_redefined_after_listing_is_told_and_refused_until_listed_a
 async def test_reads_of_made_up_uris_do_not_make_every_server_list_its_resources_each_time(
     tmp_path, default_suite, notes_dir
 ):
-    servers = {"docs": r2("resources", notes_dir), "notes": toy("notes", notes_dir)}
+    servers = {"docs": r2("resources", notes_dir, default_tier="small"), "notes": toy("notes", notes_dir)}
     with gateway(tmp_path, default_suite, servers) as proxy:
         url = proxy.url + "/mcp/large-model"
         await wait_listed(url, ["notes__read_note"])
@@ -280,11 +280,16 @@ async def test_a_server_s_requests_to_the_client_are_answered_not_supported_and_
 async def test_completions_are_relayed_to_the_server_named_and_subscriptions_are_method_not_found(
     tmp_path, default_suite, notes_dir
 ):
-    servers = {"books": r2("complete", notes_dir), "notes": toy("notes", notes_dir)}
+    servers = {"books": r2("complete", notes_dir, default_tier="small"), "notes": toy("notes", notes_dir)}
     with gateway(tmp_path, default_suite, servers) as proxy:
         url = proxy.url + "/mcp/large-model"
         await wait_listed(url, ["notes__read_note"])
         async with connect(url) as session:
+
+            async def books_up() -> bool:  # it has no tools for wait_listed to wait for
+                return "books__greet" in [p.name for p in (await session.list_prompts()).prompts]
+
+            await await_until(books_up, "the books server")
             prompt = types.PromptReference(type="ref/prompt", name="books__greet")
             template = types.ResourceTemplateReference(type="ref/resource", uri="book://{title}")
             assert (await session.complete(prompt, {"name": "name", "value": "a"})).completion.values == [
