@@ -1,4 +1,4 @@
-"""Codex (npm `@openai/codex`, pinned in tests/js/codex) unmodified, with the README's lines: its
+"""Codex (npm `@openai/codex`, pinned in tests/js/codex) unmodified, with the lines of docs/mcp.md: its
 model through the proxy and its MCP tools from the gateway at `/mcp/<model>` with the gateway's
 key from `bearer_token_env_var`. The model is shown only the MCP tools its tier admits."""
 
@@ -19,8 +19,9 @@ pytestmark = pytest.mark.skipif(not CODEX.exists(), reason="run `npm ci` in test
 
 
 def readme_block(start: str) -> str:
-    found = re.search(r"```toml\n(" + re.escape(start) + r".*?)```", (ROOT / "README.md").read_text(), re.S)
-    assert found, f"README lacks the Codex config.toml starting {start!r}"
+    pages = "".join((ROOT / page).read_text() for page in ("docs/frameworks.md", "docs/mcp.md"))
+    found = re.search(r"```toml\n(" + re.escape(start) + r".*?)```", pages, re.S)
+    assert found, f"docs/frameworks.md and docs/mcp.md lack the Codex config.toml starting {start!r}"
     return found.group(1)
 
 
