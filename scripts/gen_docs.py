@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import click
 import typer.main
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -57,7 +56,7 @@ def type_name(annotation: Any) -> str:
         return " or ".join(json.dumps(member.value) for member in annotation)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "section"
-    names = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
+    names = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null", Path: "path"}
     return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
@@ -66,9 +65,11 @@ def default_of(field: FieldInfo) -> str:
         return "(required)"
     value = field.get_default(call_default_factory=True)
     if isinstance(value, BaseModel):
-        return "(section)" if not value.model_dump() else json.dumps(value.model_dump(mode="json"))
+        return "(its section below)"
     if value is PydanticUndefined:
         return ""
+    if isinstance(value, Path) and value.is_relative_to(ROOT):  # the bundled suite: where it ships
+        return json.dumps(value.relative_to(ROOT).as_posix())
     if isinstance(value, enum.Enum):
         value = value.value
     return json.dumps(value, default=str)
@@ -150,14 +151,15 @@ def configuration_page() -> str:
     return "\n".join(out) + "\n"
 
 
-def _commands(command: click.Command, name: str) -> Iterator[tuple[str, click.Command]]:
+# typer ships its own copy of click (typer._click): its objects are read by duck typing, not class.
+def _commands(command: Any, name: str) -> Iterator[tuple[str, Any]]:
     yield name, command
-    if isinstance(command, click.Group):
+    if hasattr(command, "commands"):
         for sub_name, sub in command.commands.items():
             yield from _commands(sub, f"{name} {sub_name}")
 
 
-def _option_default(param: click.Parameter) -> str:
+def _option_default(param: Any) -> str:
     if param.required:
         return "(required)"
     if param.default is None or callable(param.default):
@@ -165,6 +167,14 @@ def _option_default(param: click.Parameter) -> str:
     if isinstance(param.default, bool):
         return str(param.default).lower() if not getattr(param, "is_flag", False) else ("on" if param.default else "")
     return json.dumps(param.default, default=str)
+
+
+def _cli_type(param: Any) -> str:
+    annotation = param.type_descriptor.annotation
+    args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        annotation = args[0]  # an option left out is None: not a value one types
+    return type_name(annotation)
 
 
 def cli_page() -> str:
@@ -181,13 +191,13 @@ def cli_page() -> str:
         "[The command line](../cli.md).",
     ]
     for name, command in _commands(root, "gatekeeper"):
-        context = click.Context(command, info_name=name)
+        context = command.context_class(command, info_name=name)
         usage = " ".join([name, *command.collect_usage_pieces(context)])
         out += ["", f"## `{name}`", "", f"Usage: `{usage}`", ""]
         if command.help:
             out += [" ".join(command.help.split()), ""]
-        if isinstance(command, click.Group):
-            out += ["Commands: " + ", ".join(f"`{name} {sub}`" for sub in command.commands), ""]
+        if hasattr(command, "commands"):
+            out += ["Commands: " + ", ".join(f"`{name} {sub}`" for sub in command.commands)]
             continue
         params = [param for param in command.params if param.name != "help"]
         if not params:
@@ -195,9 +205,9 @@ def cli_page() -> str:
         out += ["| argument or option | type | default | help |", "| --- | --- | --- | --- |"]
         for param in params:
             spelled = ", ".join(f"`{opt}`" for opt in [*param.opts, *param.secondary_opts])
-            if isinstance(param, click.Argument):
-                spelled = f"`{param.human_readable_name}`" + (" ..." if param.nargs == -1 else "")
-            kind = "flag" if getattr(param, "is_flag", False) else param.type.name
+            if param.param_type_name == "argument":
+                spelled = f"`{param.name.upper()}`" + (" ..." if param.nargs == -1 else "")
+            kind = "flag" if getattr(param, "is_flag", False) else _cli_type(param)
             row = [spelled, kind, _option_default(param), getattr(param, "help", None) or ""]
             out.append("| " + " | ".join(_cell(cell) for cell in row) + " |")
     return "\n".join(out) + "\n"
