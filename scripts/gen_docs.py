@@ -35,8 +35,10 @@ BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "length >=
 
 
 def _cell(text: str) -> str:
-    """Table cells: one line, pipes escaped (Markdown tables split on them)."""
-    return " ".join(text.split()).replace("|", "\\|")
+    """Table cells: one line, pipes escaped outside code spans (Markdown's tables split on those;
+    inside a code span an escape would show)."""
+    parts = re.split(r"((`+).+?\2)", " ".join(text.split()))  # text, span, its ticks, text, ...
+    return "".join(part.replace("|", "\\|") if i % 3 == 0 else part for i, part in enumerate(parts) if i % 3 != 2)
 
 
 def type_name(annotation: Any) -> str:
@@ -82,7 +84,8 @@ def bounds_of(field: FieldInfo) -> str:
             if getattr(item, attr, None) is not None:
                 found.append(f"{sign} {getattr(item, attr)}")
         if getattr(item, "pattern", None):
-            found.append(f"matches `{item.pattern}`")
+            tick = "``" if "`" in item.pattern else "`"  # a backtick in the pattern: a wider code span
+            found.append(f"matches {tick} {item.pattern} {tick}")
     return ", ".join(found)
 
 
@@ -117,7 +120,7 @@ def _models_in(annotation: Any) -> Iterator[tuple[type[BaseModel], str]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         yield annotation, ""
     elif origin is dict:
-        yield from ((model, f".<{type_name(args[0])}>{suffix}") for model, suffix in _models_in(args[1]))
+        yield from ((model, f".<name>{suffix}") for model, suffix in _models_in(args[1]))
     elif origin is list:
         yield from ((model, f"[]{suffix}") for model, suffix in _models_in(args[0]))
     elif origin in (typing.Union, types.UnionType, typing.Annotated):
@@ -140,7 +143,7 @@ def configuration_page() -> str:
     ]
     for path, model in sections(Settings, ""):
         notes = comments_of(model)
-        doc = inspect.getdoc(model) or ""
+        doc = inspect.cleandoc(model.__dict__.get("__doc__") or "")  # its own, never BaseModel's
         out += ["", f"## `{path}`" if path else "## top level", ""]
         if doc:
             out += [" ".join(doc.split()), ""]
