@@ -109,7 +109,10 @@ def test_the_snippets_not_run_are_few_and_listed():
 def test_a_snippet_run_elsewhere_is_read_by_that_test(snippet):
     test_file = ROOT / snippet.mark[1]
     assert test_file.is_file(), f"{snippet}: no test {snippet.mark[1]}"
-    assert snippet.page in test_file.read_text(), f"{snippet.mark[1]} does not read {snippet.page}"
+    source = test_file.read_text()
+    assert snippet.page in source, f"{snippet.mark[1]} does not read {snippet.page}"
+    first = snippet.code.splitlines()[0]
+    assert first in source, f"{snippet.mark[1]} does not look for the snippet starting {first!r}"
 
 
 def test_python_not_run_still_compiles_and_imports():
