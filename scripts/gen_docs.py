@@ -129,14 +129,14 @@ def _models_in(annotation: Any) -> Iterator[tuple[type[BaseModel], str]]:
 
 
 def configuration_page() -> str:
-    from gatekeeper.config import Settings
+    from gatekeeper import Settings  # the public name: wherever the config module lives
 
     out = [
         "# Configuration reference",
         "",
         GENERATED,
         "",
-        "Every key of the YAML config, from the config model (`gatekeeper/config.py`). A value may",
+        "Every key of the YAML config, from the config model (`gatekeeper.Settings`). A value may",
         "use `${VAR}` (read from the environment; unset is an error) or `${VAR:-default}`. Unknown",
         "keys and bad values stop start-up with the file and the key's path. The guide with a",
         "commented example is [Configuration](../configuration.md).",
