@@ -1,7 +1,7 @@
 """The contract of ../shared/DESIGN.md as outside code reads it: the real `gatekeeper` command in a
 subprocess (temp store, scripted upstream), the real proxy on a real port with the official
-clients, the public Python API. One documented behaviour per test; README's "changes to the
-contract" list says where this round departs from DESIGN.md on purpose."""
+clients, the public Python API. One documented behaviour per test; docs/contract.md's "changes to
+the contract" list says where this round departs from DESIGN.md on purpose."""
 
 from __future__ import annotations
 

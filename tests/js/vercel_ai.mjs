@@ -11,7 +11,7 @@ const ran = [];
 const execute = (name) => async () => { ran.push(name); return "hello"; };
 const tools = Object.fromEntries(["read_file", "write_file", "execute_command"].map(
   (name) => [name, tool({ description: `the ${name} tool`, inputSchema: schema, execute: execute(name) })]));
-// The README's lines, with the test proxy's address:
+// The lines of docs/frameworks.md, with the test proxy's address:
 const openai = createOpenAI({ baseURL: `${base}/v1`, apiKey: "..." });
 const anthropic = createAnthropic({ baseURL: `${base}/v1`, apiKey: "..." });
 const model = which === "anthropic" ? anthropic(modelId) : openai(modelId);

@@ -1,4 +1,4 @@
-"""Codex (npm `@openai/codex`, pinned in tests/js/codex) unmodified, with the README's lines: its
+"""Codex (npm `@openai/codex`, pinned in tests/js/codex) unmodified, with the lines of docs/mcp.md: its
 model through the proxy and its MCP tools from the gateway at `/mcp/<model>` with the gateway's
 key from `bearer_token_env_var`. The model is shown only the MCP tools its tier admits."""
 
@@ -18,9 +18,10 @@ CODEX = ROOT / "tests" / "js" / "codex" / "node_modules" / ".bin" / "codex"
 pytestmark = pytest.mark.skipif(not CODEX.exists(), reason="run `npm ci` in tests/js/codex (test.sh does)")
 
 
-def readme_block(start: str) -> str:
-    found = re.search(r"```toml\n(" + re.escape(start) + r".*?)```", (ROOT / "README.md").read_text(), re.S)
-    assert found, f"README lacks the Codex config.toml starting {start!r}"
+def docs_block(start: str) -> str:
+    pages = "".join((ROOT / page).read_text() for page in ("docs/frameworks.md", "docs/mcp.md"))
+    found = re.search(r"```toml\n(" + re.escape(start) + r".*?)```", pages, re.S)
+    assert found, f"docs/frameworks.md and docs/mcp.md lack the Codex config.toml starting {start!r}"
     return found.group(1)
 
 
@@ -48,7 +49,7 @@ async def test_codex_gets_only_the_mcp_tools_its_model_s_tier_admits(tmp_path: P
             await await_until(ready, "the notes server", timeout_s=60)
             home = tmp_path / "codex-home"
             home.mkdir()
-            config = readme_block('model = "my-model"') + "\n" + readme_block("[mcp_servers.gatekeeper]")
+            config = docs_block('model = "my-model"') + "\n" + docs_block("[mcp_servers.gatekeeper]")
             config = config.replace("http://127.0.0.1:8000", proxy.url)
             config = config.replace("my-model", "small-model").replace("gpt-5-codex", "small-model")
             (home / "config.toml").write_text(config)

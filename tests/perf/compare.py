@@ -615,7 +615,7 @@ def ratio(a: float, b: float) -> str:
     return "n/a" if a != a or b != b or b == 0 else f"{a / b:.2f}x"
 
 
-# Why a goal can be missed, from the profiles in RESULTS.md; printed next to a missed goal.
+# Why a goal can be missed, from the profiles in docs/results/perf_compare.md; printed next to a missed goal.
 WHY = {
     "asyncio": "structural: the asyncio floor runs no coroutine per request (parser callbacks write straight "
     "to the sockets, one write per answer); gatekeeper runs uvicorn's ASGI cycle (two writes per "

@@ -3,7 +3,7 @@
 Starlette + a pooled upstream client: parse the body, drop the blocked tools, re-serialise,
 forward; stream answers are relayed as raw bytes. By default it runs on uvicorn (uvloop,
 httptools, no access log) with httpx, the stack of the original floor; `--server granian` and
-`--client aiohttp` and `--framework none` (a bare ASGI callable) are the trials of RESULTS.md (which server, which client costs least).
+`--client aiohttp` and `--framework none` (a bare ASGI callable) are the trials of docs/results/perf_compare.md (which server, which client costs least).
 
     python tests/perf/floor.py --port 9001 --upstream http://127.0.0.1:9000/v1 --block a,b \
         [--server uvicorn|granian] [--client httpx|aiohttp] [--framework starlette|none]

@@ -1,4 +1,4 @@
-"""`gatekeeper serve` on a chosen ASGI server, for the server trial of RESULTS.md.
+"""`gatekeeper serve` on a chosen ASGI server, for the server trial of docs/results/perf_compare.md.
 
     python tests/perf/gk_serve.py --config gatekeeper.yaml --port 9003 [--server uvicorn|granian]
 

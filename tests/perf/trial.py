@@ -1,4 +1,4 @@
-"""Side-by-side trials for RESULTS.md: variants of one forwarder, measured interleaved in one run.
+"""Side-by-side trials for docs/results/perf_compare.md: variants of one forwarder, measured interleaved in one run.
 
     python tests/perf/trial.py VARIANT [VARIANT ...] [--duration 4] [--rounds 3] [--concurrency 1,32]
 

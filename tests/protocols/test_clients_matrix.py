@@ -1,4 +1,4 @@
-"""The cells of the README's client matrix no other test drives: each real client in its default
+"""The cells of the client matrix of docs/frameworks.md no other test drives: each real client in its default
 mode, through the real proxy (native upstream, and translated where the protocol applies) and
 in process (the wrapper that fits it), against a real scripted upstream whose model calls a
 hidden tool next to an allowed one. The hidden tool never reaches the upstream, its call never
@@ -462,11 +462,11 @@ async def test_pydantic_ai_in_process_runs_only_the_allowed_call(upstream, gk, k
     only_the_allowed_tool_was_offered(upstream)
 
 
-# -- the README's matrix names tests that exist -------------------------------------------------
+# -- the frameworks page's matrix (docs/frameworks.md) names tests that exist -------------------------------------------------
 
 
-def test_every_test_the_readme_matrix_names_exists():
-    readme = (ROOT / "README.md").read_text()
+def test_every_test_the_frameworks_page_matrix_names_exists():
+    readme = (ROOT / "docs/frameworks.md").read_text()
     table = readme.split("**Which test drives each client.**", 1)[1].split("\n\n", 2)[1]
     named: list[tuple[str, str]] = []
     for row in table.splitlines()[2:]:

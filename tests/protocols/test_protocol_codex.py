@@ -1,5 +1,5 @@
 """Codex (npm `@openai/codex`, pinned in tests/js/codex/package.json) through the real proxy with
-the README's `config.toml`: `codex exec` over the Responses API, streamed. Its shell tool is
+the `config.toml` of docs/frameworks.md: `codex exec` over the Responses API, streamed. Its shell tool is
 hidden at the model's tier: it never reaches the upstream, and a call to it never reaches Codex."""
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ def proxy(upstream, store_path, default_suite) -> Iterator[Proxy]:
 
 
 def readme_config() -> str:
-    readme = (ROOT / "README.md").read_text()
-    block = re.search(r'```toml\n(model = "my-model"\n.*?)```', readme, re.S)
-    assert block, "README lacks the Codex config.toml"
+    page = (ROOT / "docs/frameworks.md").read_text()
+    block = re.search(r'```toml\n(model = "my-model"\n.*?)```', page, re.S)
+    assert block, "docs/frameworks.md lacks the Codex config.toml"
     return block.group(1)
 
 

@@ -1,4 +1,4 @@
-"""The README's "Frameworks" lines, run: each snippet below appears verbatim in the README, and is
+"""The framework page's lines (docs/frameworks.md), run: each snippet below appears verbatim there, and is
 executed here (with the proxy's real port for 127.0.0.1:8000 and a measured model for `my-model`)
 to send one request with tools through the real proxy. Hidden tools never reach the upstream."""
 
@@ -37,7 +37,7 @@ export ANTHROPIC_BASE_URL=http://127.0.0.1:8000""",
 def run(snippet: str, proxy: Proxy, namespace: dict | None = None) -> dict:
     code = snippet.replace("http://127.0.0.1:8000", proxy.url).replace("my-model", "small-model")
     scope = dict(namespace or {})
-    exec(compile(code, "<README snippet>", "exec"), scope)
+    exec(compile(code, "<docs/frameworks.md snippet>", "exec"), scope)
     return scope
 
 
@@ -75,10 +75,10 @@ def execute_command(path: str) -> str:
 TOOLS = [read_file, write_file, execute_command]
 
 
-def test_every_snippet_is_in_the_readme():
-    readme = (ROOT / "README.md").read_text()
+def test_every_snippet_is_in_the_frameworks_page():
+    page = (ROOT / "docs/frameworks.md").read_text()
     for name, snippet in SNIPPETS.items():
-        assert snippet in readme, f"README lacks the {name} lines this test runs"
+        assert snippet in page, f"docs/frameworks.md lacks the {name} lines this test runs"
 
 
 async def test_openai_agents_sdk(proxy, upstream):

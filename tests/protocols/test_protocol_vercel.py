@@ -1,5 +1,5 @@
 """The Vercel AI SDK (npm `ai` with `@ai-sdk/openai` and `@ai-sdk/anthropic`, pinned in
-tests/js/package.json) through the real proxy with the README's lines: `generateText` with three
+tests/js/package.json) through the real proxy with the lines of docs/frameworks.md: `generateText` with three
 tools over the Responses API and the Messages API. The npm packages are installed on first run."""
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def test_vercel_ai_sdk_through_the_proxy(node_modules, proxy, upstream, provider
     assert [t["name"] for t in sent["tools"]] == ["read_file"]
 
 
-def test_vercel_lines_are_the_readme_lines():
-    readme = (ROOT / "README.md").read_text()
+def test_vercel_lines_are_the_frameworks_page_lines():
+    readme = (ROOT / "docs/frameworks.md").read_text()
     script = (JS / "vercel_ai.mjs").read_text()
     for line in (
         'import { createOpenAI } from "@ai-sdk/openai";',

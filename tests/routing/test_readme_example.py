@@ -1,4 +1,4 @@
-"""The README's worked example of capability routing, row by row (through the core's decision)."""
+"""The worked example of docs/routing.md of capability routing, row by row (through the core's decision)."""
 
 from __future__ import annotations
 

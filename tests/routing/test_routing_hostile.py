@@ -15,7 +15,7 @@ What was wrong, and what happens now:
    pinned pair, whenever `tools.requires` was configured (a pinned pair then carries its stored
    profile's bounds, and those were compared as if they had decided its tier); without
    `tools.requires` it did not. Now a pin is never economized from or to (`no_worse`), as the
-   README says, whatever else the config holds.
+   docs/routing.md says, whatever else the config holds.
 3. `Gatekeeper.route` read a flat list's tools by their chat name: a built-in by its bare type
    (`web_search_preview` escaped a `web_search: large` rule, so the request was not routed and
    the tool was hidden after all) and a Responses or Messages tool refused, where `filter_tools`
