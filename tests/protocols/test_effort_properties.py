@@ -28,7 +28,7 @@ from gatekeeper.gating import ToolPolicy
 from gatekeeper.protocols.chat import CODEC as CHAT
 from gatekeeper.protocols.messages import CODEC as MESSAGES
 from gatekeeper.protocols.responses import CODEC as RESPONSES
-from gatekeeper.protocols.routing import TARGETS, rerouted
+from gatekeeper.protocols.routing import effort_targets, rerouted
 from gatekeeper.protocols.translate import messages as messages_to_chat
 from gatekeeper.protocols.translate import responses as responses_to_chat
 from gatekeeper.tiers import Tier
@@ -96,7 +96,7 @@ def test_chat_runs_at_the_effort_it_is_gated_at(body):
         assert refused(CHAT, body)
         return
     assert CHAT.parse(body).effort == one(implied)
-    for target in [*TARGETS["chat"], "default"]:
+    for target in [*effort_targets("chat"), "default"]:
         out = rerouted(CHAT, body, "m", target)
         if out is not None:
             assert chat_implied(out) == ({target} if target != "default" else set())
@@ -155,7 +155,7 @@ def test_messages_runs_at_the_effort_it_is_gated_at(body):
     assert effort == one(implied)
     MESSAGES.gate(body, Tier.SMALL, POLICY)
     assert messages_to_chat.to_chat(body).get("reasoning_effort") == effort
-    for target in [*TARGETS["messages"], "default"]:
+    for target in [*effort_targets("messages"), "default"]:
         out = rerouted(MESSAGES, body, "m", target)
         if out is not None:
             assert one(messages_implied(out)) == (None if target == "default" else target)
@@ -220,7 +220,7 @@ def test_responses_runs_at_the_effort_it_is_gated_at(body):
         return
     effort = RESPONSES.parse(body).effort
     assert effort == honoured(body)
-    for target in [*TARGETS["responses"], "default"]:
+    for target in [*effort_targets("responses"), "default"]:
         out = rerouted(RESPONSES, body, "m", target)
         if out is not None:
             RESPONSES.gate(out, Tier.SMALL, POLICY)

@@ -15,7 +15,7 @@ import pytest
 from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
 from gatekeeper.gating import ToolPolicy
 from gatekeeper.protocols import fields as F
-from gatekeeper.protocols.table import CODECS
+from gatekeeper.protocols.table import PROTOCOLS
 from gatekeeper.tiers import Tier
 
 POLICY = ToolPolicy({"execute_command": Tier.LARGE, "github.delete_*": Tier.LARGE}, Tier.SMALL)
@@ -95,7 +95,7 @@ def _body(protocol: str, where: tuple[str, ...], value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("value", SMUGGLED, ids=["object", "array"])
 def test_a_gated_field_is_read_or_refused(protocol: str, where: tuple[str, ...], value: Any):
     body = _body(protocol, where, copy.deepcopy(value))
-    codec = CODECS[protocol]
+    codec = PROTOCOLS[protocol].codec
     try:
         codec.parse(body)
         codec.gate(body, Tier.SMALL, POLICY)
