@@ -23,6 +23,7 @@ from gatekeeper.errors import (
     AnswerInvalid,
     BackendError,
     ConfigError,
+    CredentialConflict,
     GatekeeperError,
     InconclusiveMeasurement,
     LocalModelError,
@@ -94,6 +95,7 @@ __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     "ToolNotAllowed",
     "ToolArgumentsInvalid",
     "ProxyError",
+    "CredentialConflict",
     "MeasurementFailed",
     "WriteFenced",
 ]

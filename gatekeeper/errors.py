@@ -119,3 +119,15 @@ class ProxyError(GatekeeperError):
         super().__init__(message)
         self.status, self.code, self.kind, self.headers = status, code, kind, headers or {}
         self.message: str = self.args[0]  # as capped by GatekeeperError
+
+
+class CredentialConflict(ProxyError):
+    """The request carries different credentials in two headers: refused, whichever is real."""
+
+    def __init__(self, headers: list[str]) -> None:
+        super().__init__(
+            400,
+            f"the request carries different credentials in {' and '.join(headers)}: send one credential "
+            "(the same value in every header that carries it)",
+            "conflicting_credentials",
+        )

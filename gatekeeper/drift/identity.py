@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from gatekeeper.errors import ProxyError
+from gatekeeper.errors import CredentialConflict
 from gatekeeper.peers import is_trusted
 
 if TYPE_CHECKING:  # read, never built, here: drift sits below the config layer
@@ -43,18 +43,6 @@ CREDENTIAL_HEADERS = ("authorization", "x-api-key", "api-key")  # what the proxy
 _MAX_VALUE = 4096  # a credential longer than this is no credential (and not worth hashing)
 # Hosts that authenticate with Azure's `api-key` header (Azure OpenAI, AI Foundry).
 _AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
-
-
-class CredentialConflict(ProxyError):
-    """The request carries different credentials in two headers: refused, whichever is real."""
-
-    def __init__(self, headers: list[str]) -> None:
-        super().__init__(
-            400,
-            f"the request carries different credentials in {' and '.join(headers)}: send one credential "
-            "(the same value in every header that carries it)",
-            "conflicting_credentials",
-        )
 
 
 def checked_headers(settings: Settings, protocol: str = "chat") -> tuple[str, ...]:

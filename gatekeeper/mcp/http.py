@@ -31,8 +31,8 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from gatekeeper import logs
-from gatekeeper.drift.identity import CredentialConflict, client_identity
-from gatekeeper.errors import RequestInvalid
+from gatekeeper.drift.identity import client_identity
+from gatekeeper.errors import CredentialConflict, RequestInvalid
 from gatekeeper.mcp.gateway import BINDING, Binding, key_digest
 from gatekeeper.peers import bearer_form
 from gatekeeper.redact import clip

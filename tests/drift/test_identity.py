@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.drift.identity import ANONYMOUS, CredentialConflict, checked_headers, client_identity, evidence_identity
-from gatekeeper.errors import ConfigError
+from gatekeeper.drift.identity import ANONYMOUS, checked_headers, client_identity, evidence_identity
+from gatekeeper.errors import ConfigError, CredentialConflict
 
 
 def settings(**changes: Any) -> Settings:
