@@ -169,6 +169,8 @@ def _option_default(param: Any) -> str:
         return ""
     if isinstance(param.default, bool):
         return str(param.default).lower() if not getattr(param, "is_flag", False) else ("on" if param.default else "")
+    if isinstance(param.default, str | Path) and Path(param.default).is_relative_to(ROOT):  # the bundled suite
+        return json.dumps(Path(param.default).relative_to(ROOT).as_posix())
     return json.dumps(param.default, default=str)
 
 

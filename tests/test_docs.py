@@ -22,11 +22,13 @@ import io
 import json
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 import typer.main
 import yaml
 from conftest import ROOT, running_proxy, settings_for
@@ -210,6 +212,15 @@ def resolve(args: list[str]) -> tuple[Any, list[str], list[str]]:
 def shell_lines(code: str) -> list[str]:
     joined = code.replace("\\\n", " ")
     return [line.split("  #")[0].strip() for line in joined.splitlines() if line.strip() and not line.startswith("#")]
+
+
+@pytest.fixture(autouse=True)
+def logging_restored() -> Iterator[None]:
+    """A CLI command run in process configures structlog to print to the stream pytest captures
+    for this test and closes afterwards: later tests must not log into that closed file."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 @pytest.mark.parametrize("snippet", of("bash"), ids=str)
