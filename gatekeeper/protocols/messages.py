@@ -341,14 +341,11 @@ def _tool_ids(tool: dict[str, Any], kind: str, where: str) -> list[ToolId]:
     return [identity] if fixed is None else [identity, ToolId.function(fixed)]
 
 
-def _allows(g: _Gate, ids: list[ToolId]) -> ToolId | None:
-    """The first of `ids` the tier does not admit, or None."""
-    return next((t for t in ids if not g.policy.allows(g.tier, t)), None)
-
-
 def _admits(g: _Gate, ids: list[ToolId]) -> bool:
-    blocked = _allows(g, ids)
-    return g.admits(ids[0] if blocked is None else blocked)
+    """Whether the tier admits a tool under every identity in `ids`; recorded (kept or hidden)
+    under the first identity that hides it, else under its own."""
+    hidden = next((t for t in ids if not g.policy.allows(g.tier, t)), None)
+    return g.admits(ids[0] if hidden is None else hidden)
 
 
 def _gate_tool(tool: Any, where: str, g: _Gate, servers: dict[str, dict[str, Any]]) -> Any:
