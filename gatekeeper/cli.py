@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,8 +17,9 @@ from rich.table import Table
 from gatekeeper import logs
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import BackendError, GatekeeperError, RequestInvalid
-from gatekeeper.measuring.confidence import category_risk, samples_to_reach, show
+from gatekeeper.measuring.confidence import show
 from gatekeeper.measuring.runner import DEFAULT_EFFORTS, RunSettings
+from gatekeeper.measuring.runner import Progress as MeasureProgress
 from gatekeeper.measuring.service import MeasurementService, ModelResult
 from gatekeeper.redact import redact, redact_url
 from gatekeeper.store import ProfileStore, open_store
@@ -85,6 +87,15 @@ def bench(
     samples: int | None = typer.Option(
         None, min=1, max=500, help="At most this many runs of each test per level (default: bench.samples)."
     ),
+    design: str | None = typer.Option(
+        None, help="adaptive (draws per category, the default) or whole (every test each round): bench.design."
+    ),
+    recommend_only: bool = typer.Option(
+        False,
+        "--recommend-only",
+        help="Only the recommendation is wanted: stop a level once a cheaper level is certified large "
+        "(no profile is stored for it).",
+    ),
     seed: int | None = typer.Option(None, help="Replay the randomised tests drawn with this instanceSeed."),
     concurrency: int | None = typer.Option(None, min=1, help="Tests in flight at once."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
@@ -102,8 +113,12 @@ def bench(
             check_effort(level, settings.extra_efforts)
         except RequestInvalid as exc:
             _fail(f"--effort: {exc}")
-    if samples is not None:
-        settings = settings.model_copy(update={"bench": settings.bench.model_copy(update={"samples": samples})})
+    if design is not None and design not in ("adaptive", "whole"):
+        _fail(f"--design: expected adaptive or whole, got {design!r}")
+    overrides = {"samples": samples, "design": design}
+    update = {k: v for k, v in overrides.items() if v is not None}
+    if update:
+        settings = settings.model_copy(update={"bench": settings.bench.model_copy(update=update)})
     service = MeasurementService(
         settings,
         _suite(suite or settings.suite),
@@ -111,6 +126,7 @@ def bench(
         base_url=base_url,
         api_key=api_key,
         concurrency=concurrency,
+        recommend_only=recommend_only,
     )
     results, failed = asyncio.run(_bench(service, models, all_models, efforts, seed))
     if as_json:
@@ -135,7 +151,6 @@ async def _bench(
             err.print("[red]error:[/red] the backend's /models lists no models", highlight=False)
             return [], True
     results, failed = [], False
-    samples = service.run_settings().samples
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -145,14 +160,13 @@ async def _bench(
         transient=False,
     ) as progress:
         for model in models or []:
-            total = len(service.suite.tests) * samples
-            tasks = {e: progress.add_task(f"{model}@{e}", total=total) for e in efforts}
+            live = MeasureProgress(model)
+            budget = sum(len(t.all_steps) for t in service.suite.tests) * service.run_settings().samples
+            tasks = {e: progress.add_task(f"{model}@{e}", total=budget) for e in efforts}
 
-            def advance(_model: str, effort: str, _test: str, tasks: dict[str, TaskID] = tasks) -> None:
-                progress.advance(tasks[effort])
-
+            advance = _advancer(progress, tasks, live, model, budget)
             try:
-                result = await service.sweep(model, efforts, seed=seed, on_progress=advance)
+                result = await service.sweep(model, efforts, seed=seed, on_progress=advance, progress=live)
             except BackendError as exc:
                 failed = True
                 err.print(f"[red]error:[/red] {model}: backend failed, no profile stored: {exc}", highlight=False)
@@ -161,8 +175,16 @@ async def _bench(
             except GatekeeperError as exc:  # the store refused the write
                 err.print(f"[red]error:[/red] {exc}", highlight=False)
                 return results, True
-            for task in tasks.values():  # sequential stopping may finish a level early
-                progress.update(task, total=progress.tasks[task].completed)
+            for effort, task in tasks.items():  # the final figures, each level stopped when it was decided
+                report = result.categories.get(effort, {})
+                calls = sum(r["calls"] for r in report.values())
+                progress.update(task, description=_live_line(f"{model}@{effort}", report), completed=calls, total=calls)
+            for level, cheaper in result.skipped.items():
+                err.print(
+                    f"{model}@{level}: stopped early (--recommend-only): {cheaper} is cheaper and certified large; "
+                    "no profile stored for it",
+                    highlight=False,
+                )
             for level, reason in result.inconclusive.items():
                 failed = True
                 err.print(
@@ -170,6 +192,37 @@ async def _bench(
                 )
             results.append(result)
     return results, failed
+
+
+def _advancer(
+    progress: Progress, tasks: dict[str, TaskID], live: MeasureProgress, model: str, budget: int
+) -> Callable[[str, str, str], None]:
+    """The progress callback: after each test, the level's calls and, per category, the calls
+    spent, the bound and about how many more calls it needs (as of the last round)."""
+
+    def advance(_model: str, effort: str, _test: str) -> None:
+        report = live.levels.get(effort, {})
+        calls = sum(r["calls"] for r in report.values())
+        more = sum(r["needed"] or 0 for r in report.values() if r["state"] == "open")
+        progress.update(
+            tasks[effort],
+            description=_live_line(f"{model}@{effort}", report),
+            completed=calls,
+            total=calls + more if report else budget,
+        )
+
+    return advance
+
+
+def _live_line(label: str, report: dict[str, dict[str, Any]]) -> str:
+    """`m@low  instruction 31 calls >= 0.86 | json 12 calls >= 0.41, ~40 more | ...`"""
+    parts = []
+    for c, r in report.items():
+        part = f"{c} {r['calls']} calls >= {r['bound'][0]:.2f}"
+        if r["state"] == "open":
+            part += f", ~{r['needed']} more" if r["needed"] is not None else ", out of reach"
+        parts.append(part)
+    return f"{label}  " + " | ".join(parts) if parts else label
 
 
 def _print_results(results: list[ModelResult], service: MeasurementService) -> None:
@@ -180,7 +233,7 @@ def _print_results(results: list[ModelResult], service: MeasurementService) -> N
             continue
         out.print(_profile_table(result.profiles, title=result.model))
         for profile in result.profiles:
-            for line in _decision(profile, run):
+            for line in _decision(profile, run, result.categories.get(profile.reasoning_effort)):
                 out.print(line, highlight=False)
         line = f"recommended effort for {result.model}: [bold]{result.recommended}[/bold]"
         if result.note:
@@ -198,17 +251,23 @@ def _print_results(results: list[ModelResult], service: MeasurementService) -> N
             )
 
 
-def _decision(profile: Profile, run: RunSettings) -> list[str]:
-    """Per category: the estimate, the bound the tier was decided on, and what the bound would need
-    to certify the next tier up ("about N more samples would decide")."""
+def _decision(profile: Profile, run: RunSettings, report: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """Per category: the estimate, the bound the tier was decided on, the calls it spent, and what
+    the bound would need to certify the next tier up ("about N more calls would decide")."""
     tier, n = profile.tier, profile.samples or 1
+    report = report or {}
     above = {Tier.SMALL: Tier.MEDIUM, Tier.MEDIUM: Tier.LARGE}.get(tier, Tier.LARGE)
     needs = run.thresholds.large if above == Tier.LARGE else run.thresholds.medium
-    lines = [f"{profile.key}: certified {tier.value} at risk {run.risk:g} after {n} sample{'s' * (n != 1)}"]
+    calls = sum(r["calls"] for r in report.values())
+    size = f"{calls} calls" if report else f"{n} sample{'s' * (n != 1)}"
+    lines = [f"{profile.key}: certified {tier.value} at risk {run.risk:g} after {size}"]
     for c in CATEGORIES:
         mean = profile.scores.get(c, 0.0)
         low, high = (profile.score_intervals or {}).get(c, [mean, mean])
         line = f"  {c} {mean:.2f}, bound {low:.2f}"
+        if c in report:
+            designs = ", ".join(f"{k} {v}" for k, v in report[c]["observations"].items())
+            line += f" ({report[c]['calls']} calls: {designs or 'none'})"
         if c in needs:
             threshold = needs[c]
             if low >= threshold:
@@ -218,11 +277,11 @@ def _decision(profile: Profile, run: RunSettings) -> list[str]:
                     f" < {threshold:.2f}: certified {tier.value}; upper bound {high:.2f}: {above.value} is out of reach"
                 )
             else:
-                more = samples_to_reach(mean, n, threshold, category_risk(run.risk, len(CATEGORIES)))
+                more = report[c]["needed"] if c in report else None
                 line += f" < {threshold:.2f}: certified {tier.value}; " + (
-                    f"about {more} more samples would decide"
+                    f"about {more} more calls would decide"
                     if more
-                    else f"the estimate is too close to {threshold:.2f} for more samples to decide"
+                    else f"the estimate is too close to {threshold:.2f} for more calls to decide"
                 )
         lines.append(line)
     return lines

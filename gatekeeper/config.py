@@ -171,10 +171,17 @@ class BenchSettings(_Section):
     # give up on 1 call in 10^4 (one measurement in ten lost), 6 on 1 in 10^7.
     max_retries: int = Field(default=6, ge=0)
     system_prompt: str | None = None
-    # At most this many runs of each test per level; a level stops as soon as its tier is settled.
-    # The tier is certified on lower bounds at level `risk` (gatekeeper/measuring/confidence.py;
-    # docs/statistics.md has the power and the cost in calls of the default).
+    # A level's budget: each category spends at most this many runs of all its tests' calls; a
+    # level stops as soon as its tier is settled. The tier is certified on lower bounds at level
+    # `risk` (gatekeeper/measuring/confidence.py; docs/statistics.md has the power and the cost
+    # in calls of the default).
     samples: int = Field(default=DEFAULT_SAMPLES, ge=1, le=500)
+    # How observations are made: `adaptive` chooses per category and per round between tests
+    # drawn by weight and the whole category, and stops each category once it is settled
+    # (measuring/design.py: about 140 calls for a model passing every check); `whole` runs every
+    # test of the suite in every round (about 1,000), and stays valid when a backend's failures
+    # come in streaks of consecutive calls (docs/statistics.md).
+    design: Literal["adaptive", "whole"] = "adaptive"
     # The most P(stored tier > true tier) may be, for every model (and the level of scoreIntervals).
     # 1 decides on the point estimates (the seed's rule, one sample settles): no guarantee at all.
     risk: float = Field(default=DEFAULT_RISK, gt=0, le=1)

@@ -154,7 +154,13 @@ class Scenario:
     cli_only: bool = False  # the transport's trouble is met only over HTTP
 
 
+def always_failing(*names: str) -> Callable[[Suite], FaultModel]:
+    """A deterministic model: these tests always fail (empty answers), every other always passes."""
+    return lambda suite: FaultModel(suite, {name: Behaviour(1.0) for name in names})
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "perfect": Scenario("passes every check", coins(per_category(1.0, 1.0, 1.0))),
     "medium": Scenario("0.97/0.97/0.88 (every test at its category's score)", coins(per_category(0.97, 0.97, 0.88))),
     "chain": Scenario("one weight-4 chain passing half the time (1/1/0.88)", coins(one_chain_coin_flip)),
     "large99": Scenario("clearly large: 0.99 everywhere", coins(per_category(0.99, 0.99, 0.99))),
@@ -180,6 +186,10 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "correlated": Scenario("whole samples fail together, toolCalling 0.88", correlated(0.88)),
     "correlated98": Scenario("whole samples fail together, toolCalling 0.98", correlated(0.98)),
+    "tool65": Scenario(
+        "deterministic, toolCalling 11/17 (two tool tests always fail), 1.0 elsewhere",
+        always_failing("tool_chain_distractor_ids", "integer_argument"),
+    ),
     "under": Scenario("just under large in each category: 0.845/0.845/0.895", coins(per_category(0.845, 0.845, 0.895))),
     "over": Scenario("just over large in each category: 0.855/0.855/0.905", coins(per_category(0.855, 0.855, 0.905))),
     "under_medium": Scenario(

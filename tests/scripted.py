@@ -100,7 +100,7 @@ class ScriptedServer(ThreadedServer):
             )
         calls = [
             {
-                "id": f"call_{uuid.uuid4().hex[:8]}",
+                "id": c.get("id") or f"call_{uuid.uuid4().hex[:8]}",
                 "type": "function",
                 "function": {
                     "name": c["name"],

@@ -156,7 +156,9 @@ class Behaviour:
 def _as_answer(message: dict) -> Answer:
     calls = tuple(
         ToolCall(
-            f"call_{i}", c["name"], c["arguments"] if isinstance(c["arguments"], str) else json.dumps(c["arguments"])
+            c.get("id") or f"call_{i}",
+            c["name"],
+            c["arguments"] if isinstance(c["arguments"], str) else json.dumps(c["arguments"]),
         )
         for i, c in enumerate(message.get("tool_calls") or [])
     )
@@ -332,7 +334,7 @@ class FaultModel:
         }
         self._runs: dict[str, int] = {}
         self._firsts = 0  # first-step calls answered (a measurement's samples are sequential)
-        self._decided: dict[tuple[str, str], str] = {}  # (test, first prompt) -> "pass" | "fail" | "bad"
+        self._decided: dict[str, str] = {}  # run -> "pass" | "fail" | "bad"
         self._lock = threading.Lock()
 
     def with_seed(self, seed: int) -> FaultModel:
@@ -359,7 +361,6 @@ class FaultModel:
 
     def message(self, messages: list[dict]) -> dict:
         test, step = self.script.locate({"messages": messages})
-        first = next(m["content"] for m in messages if m["role"] == "user")
         behaviour = self.behaviours[test.name]
         with self._lock:
             if step == 0:
@@ -368,14 +369,25 @@ class FaultModel:
                 # from j. (Not from each test's own run count: sentence_counted_random can draw
                 # exactly sentence_seven_words' prompt, and a count per located test would then
                 # shift one test's latent onto the next sample, making samples dependent.)
+                # Under the adaptive design the groups are runs of consecutive first calls: a
+                # model failing in streaks (docs/statistics.md).
                 k = self._runs[test.name] = self._runs.get(test.name, -1) + 1
                 j, self._firsts = self._firsts // len(self.suite.tests), self._firsts + 1
                 bad = test.category in self.bad_categories and (
                     random.Random(f"{self.seed}/bad-sample/{j}").random() < self.bad_sample
                 )
                 coin = random.Random(f"{self.seed}/{test.name}/{k}").random() < behaviour.fail
-                self._decided[(test.name, first)] = "bad" if bad else "fail" if coin else "pass"
-            decided = self._decided[(test.name, first)]
+                run = f"r{self._firsts}"
+                self._decided[run] = "bad" if bad else "fail" if coin else "pass"
+            else:
+                # The run is named in the ids of the calls it made (two runs of one fixed test
+                # may be in flight at once: their conversations are alike until then).
+                previous = next(m for m in reversed(messages) if m["role"] == "assistant")
+                run = str((previous.get("tool_calls") or [{}])[0].get("id", "")).split("_")[1]
+            decided = self._decided[run]
+        return _named(self._answer(test, step, behaviour, decided), run)
+
+    def _answer(self, test: BenchTest, step: int, behaviour: Behaviour, decided: str) -> dict:
         if decided == "bad":
             return mode_answer(test, step, self.bad_mode)
         if behaviour.by_instance:
@@ -391,6 +403,13 @@ class FaultModel:
 
     def server(self, error_rate: float = 0.0, latency_s: tuple[float, float] = (0.0, 0.0)) -> FlakyServer:
         return FlakyServer(lambda body: self.message(body["messages"]), error_rate, latency_s, self.seed)
+
+
+def _named(message: dict, run: str) -> dict:
+    """The message with its tool calls' ids naming the run (call_<run>_<i>)."""
+    for i, call in enumerate(message.get("tool_calls") or []):
+        call["id"] = f"call_{run}_{i}"
+    return message
 
 
 class FlakyServer(ScriptedServer):

@@ -88,8 +88,8 @@ from functools import lru_cache
 from gatekeeper.tiers import DEFAULT_RISK, DESIGN_SCORE, Thresholds, Tier, certified_tier
 
 # (bet c, weight): the lower bound's mixture and the mirror's (the module docstring says why).
-_BETS = ((0.95, 0.5), (0.8, 0.5))
-_MIRROR_BETS = ((0.1, 1 / 3), (0.3, 1 / 3), (0.6, 1 / 3))
+BETS = ((0.95, 0.5), (0.8, 0.5))
+MIRROR_BETS = ((0.1, 1 / 3), (0.3, 1 / 3), (0.6, 1 / 3))
 _BISECTIONS = 40  # of m in [0, 1]: far finer than the 4 decimals a bound is stored with
 
 
@@ -113,8 +113,13 @@ class Estimate:
         return max(self.mean - self.low, self.high - self.mean)
 
 
-def estimate(failures: Sequence[float], risk: float = DEFAULT_RISK) -> Estimate:
-    """The estimate after the samples whose failed shares of the category are `failures` (Z_i)."""
+def estimate(failures: Sequence[float], risk: float = DEFAULT_RISK, bets: Sequence[float] | None = None) -> Estimate:
+    """The estimate after the samples whose failed shares of the category are `failures` (Z_i).
+
+    With `bets` (one per observation, each chosen before it was made: a predictable bet), the
+    lower bound's wealth is the single product prod_i (1 + c_i (m - Z_i) / (1 - m)) instead of
+    the fixed mixture; still a nonnegative martingale at the true m, so still valid at level
+    `risk` at any stopping time. The upper bound keeps the fixed mirror mixture."""
     n = len(failures)
     if n < 1:
         return Estimate(0.0, 0.0, 0.0, 0)
@@ -127,9 +132,24 @@ def estimate(failures: Sequence[float], risk: float = DEFAULT_RISK) -> Estimate:
     # The bound depends on the failures only through how often each value occurs (fixed bets):
     # a few distinct values, however many samples, so each evaluation is cheap.
     counts = tuple(sorted(Counter(round(z, 12) for z in clipped).items()))
-    low = 1 - _upper_failure(counts, risk)
+    upper = _upper_failure(counts, risk) if bets is None else _upper_failure_betting(_pairs(clipped, bets), risk)
+    low = 1 - upper
     high = 1 - _lower_failure(counts, risk)
     return Estimate(mean, min(low, mean), max(high, mean), n)
+
+
+def log_wealth(failures: Sequence[float], m: float, mirror: bool = False, bets: Sequence[float] | None = None) -> float:
+    """log K_n(m) after these observations: the lower bound's wealth (the mirror's with `mirror`;
+    with `bets`, the predictable bets' product) at candidate failure rate m; m is ruled out once
+    it reaches log(1 / risk)."""
+    if not failures:
+        return 0.0
+    if not 0 < m < 1:
+        return -math.inf
+    if bets is not None and not mirror:
+        return _betting_wealth(_pairs(failures, bets), m)
+    counts = tuple(sorted(Counter(round(min(max(z, 0.0), 1.0), 12) for z in failures).items()))
+    return _log_wealth(counts, MIRROR_BETS if mirror else BETS, _Factor(m, mirror))
 
 
 def samples_to_reach(mean: float, samples: int, threshold: float, risk: float, limit: int = 1000) -> int | None:
@@ -244,8 +264,45 @@ def _upper_failure(counts: Counts, risk: float) -> float:
         return 1.0
     for _ in range(_BISECTIONS):
         mid = (lo + hi) / 2
-        ruled_out = _log_wealth(counts, _BETS, _Factor(mid, mirror=False)) >= limit
+        ruled_out = _log_wealth(counts, BETS, _Factor(mid, mirror=False)) >= limit
         lo, hi = (lo, mid) if ruled_out else (mid, hi)
+    return hi  # the conservative end
+
+
+Pairs = tuple[tuple[tuple[float, float], int], ...]  # ((failed share Z, bet c), how many)
+
+
+def _pairs(failures: Sequence[float], bets: Sequence[float]) -> Pairs:
+    if len(bets) != len(failures):
+        raise ValueError(f"{len(bets)} bets for {len(failures)} observations")
+    clipped = (round(min(max(z, 0.0), 1.0), 12) for z in failures)
+    return tuple(sorted(Counter(zip(clipped, bets, strict=True)).items()))
+
+
+def _betting_wealth(pairs: Pairs, m: float) -> float:
+    total = 0.0
+    for (z, c), k in pairs:
+        f = 1 + c * (m - z) / (1 - m)
+        if f <= 0:
+            return -math.inf
+        total += k * math.log(f)
+    return total
+
+
+@lru_cache(maxsize=65536)
+def _upper_failure_betting(pairs: Pairs, risk: float) -> float:
+    """U_n under predictable bets: the largest m with prod_i (1 + c_i (m - Z_i) / (1 - m)) < 1/risk.
+
+    The product grows with m (each factor does), so bisection finds it; at m = the mean the
+    log product is at most sum c_i (mean - Z_i) / (1 - mean), which may be positive with unequal
+    bets, so the search starts at 0 and the bound is then capped at the estimate."""
+    limit = math.log(1 / risk)
+    lo, hi = 0.0, 1.0
+    if _betting_wealth(pairs, 0.0) >= limit:
+        return 0.0
+    for _ in range(_BISECTIONS):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if _betting_wealth(pairs, mid) >= limit else (mid, hi)
     return hi  # the conservative end
 
 
@@ -259,6 +316,6 @@ def _lower_failure(counts: Counts, risk: float) -> float:
         return 0.0
     for _ in range(_BISECTIONS):
         mid = (lo + hi) / 2
-        ruled_out = _log_wealth(counts, _MIRROR_BETS, _Factor(mid, mirror=True)) >= limit
+        ruled_out = _log_wealth(counts, MIRROR_BETS, _Factor(mid, mirror=True)) >= limit
         lo, hi = (mid, hi) if ruled_out else (lo, mid)
     return lo  # the conservative end

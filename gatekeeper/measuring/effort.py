@@ -38,6 +38,8 @@ def effort_ignored(levels: Mapping[str, Runs], explicit: Sequence[str]) -> bool:
         return False
     names = set.intersection(*(set(r[k]) for r in runs for k in range(shared)))
     blocks = [(k, name) for k in range(shared) for name in sorted(names)]
+    if not blocks:
+        return False  # no run was made alike at every level: nothing to compare, nothing concluded
     scores = [[r[k][name][0] for r in runs] for k, name in blocks]
     tokens = [[float(r[k][name][1]) for r in runs] for k, name in blocks]
     return friedman_p(scores) > LEVEL and friedman_p(tokens) > LEVEL

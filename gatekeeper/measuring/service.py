@@ -39,6 +39,8 @@ class ModelResult:
     recommended: str | None = None
     effort_ignored: bool = False
     inconclusive: dict[str, str] = field(default_factory=dict)  # effort -> why nothing was stored
+    skipped: dict[str, str] = field(default_factory=dict)  # effort -> the cheaper level certified large
+    categories: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # effort -> Level.report
     calls: int = 0
     calls_saved: int = 0
     seed: int | None = None
@@ -65,6 +67,13 @@ class ModelResult:
             doc["note"] = self.note
         if self.inconclusive:
             doc["inconclusive"] = self.inconclusive
+        if self.skipped:
+            doc["skipped"] = {
+                e: f"not measured to the end: {cheaper} is cheaper and certified large"
+                for e, cheaper in self.skipped.items()
+            }
+        if self.categories:
+            doc["categories"] = self.categories
         if self.seed is not None:
             doc["instanceSeed"] = self.seed
         doc["calls"], doc["callsSaved"] = self.calls, self.calls_saved
@@ -86,9 +95,12 @@ class MeasurementService:
         base_url: str | None = None,
         api_key: str | None = None,
         concurrency: int | None = None,
+        recommend_only: bool = False,
     ) -> None:
         """`base_url` / `api_key` replace the upstream's for every model (the CLI's operator flags);
-        without them a model with a litellm route uses it and any other the configured upstream."""
+        without them a model with a litellm route uses it and any other the configured upstream.
+        `recommend_only`: a sweep stops a level once a cheaper level is certified large (the
+        recommendation cannot be that level any more) and stores no profile for it."""
         self.settings = settings
         self.suite = suite
         self.store = store
@@ -96,6 +108,7 @@ class MeasurementService:
         self._base_url = base_url
         self._api_key = api_key
         self._concurrency = concurrency
+        self._recommend_only = recommend_only
 
     # -- settings and backends ---------------------------------------------------------------
 
@@ -116,6 +129,8 @@ class MeasurementService:
             thresholds=bench.thresholds,
             samples=bench.samples,
             risk=bench.risk,
+            design=bench.design,
+            recommend_only=self._recommend_only,
         )
 
     def backend_for(self, model: str) -> Backend:
@@ -167,10 +182,12 @@ class MeasurementService:
         *,
         on_progress: ProgressFn | None = None,
         seed: int | None = None,
+        progress: Progress | None = None,
     ) -> ModelResult:
         """Measure a model at several effort levels (default: `DEFAULT_EFFORTS`) and save every
-        conclusive level and the recommendation. Raises BackendError when the backend fails."""
-        return await self._run(model, list(efforts or DEFAULT_EFFORTS), on_progress, seed)
+        conclusive level and the recommendation. Raises BackendError when the backend fails.
+        `progress` is updated live (calls, and per level and category what `Level.report` says)."""
+        return await self._run(model, list(efforts or DEFAULT_EFFORTS), on_progress, seed, progress)
 
     async def _run(
         self,
@@ -202,6 +219,8 @@ class MeasurementService:
                 measured.profiles,
                 effort_ignored=measured.effort_ignored,
                 inconclusive=measured.inconclusive,
+                skipped=measured.skipped,
+                categories=measured.reports,
                 calls=measured.calls,
                 calls_saved=measured.calls_saved,
                 seed=seed if self.suite.randomised else None,

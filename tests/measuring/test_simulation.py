@@ -104,7 +104,11 @@ def test_whole_samples_failing_together_are_not_certified_large(default_suite):
     truth = model.true_scores()
     assert compute_tier(truth) == Tier.MEDIUM
     for seed in range(3):
-        measured = asyncio.run(sweep(model.with_seed(seed).backend(), "m", default_suite, ["default"], seed=seed))
+        measured = asyncio.run(
+            sweep(
+                model.with_seed(seed).backend(), "m", default_suite, ["default"], RunSettings(design="whole"), seed=seed
+            )
+        )
         (profile,) = measured.profiles
         assert profile.tier != Tier.LARGE
         assert all(profile.score_intervals[c][0] <= truth[c] for c in CATEGORIES)
