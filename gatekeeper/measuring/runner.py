@@ -276,6 +276,12 @@ def _next_tier(tier: Tier, thresholds: Thresholds) -> dict[str, float]:
 Pick = tuple[CategoryPlan, int, float | None]  # a planned observation: category, design, bet
 
 
+def _first_target(plan: CategoryPlan, settings: RunSettings) -> Target:
+    """The lowest threshold of the category: what its first bet is made toward."""
+    cuts = [t[plan.name] for t in (settings.thresholds.medium, settings.thresholds.large) if plan.name in t]
+    return Target(1 - min(cuts, default=0.5))
+
+
 def plan_round(level: Level, settings: RunSettings) -> tuple[str | None, list[Pick]]:
     """Why the level stops (None while it goes on) and the observations of its next round.
 
@@ -298,6 +304,9 @@ def plan_round(level: Level, settings: RunSettings) -> tuple[str | None, list[Pi
         if any(plan.remaining() <= 0 for plan in level.plans.values()):
             return "capped", []
         return None, [(plan, WHOLE, None) for plan in level.plans.values()]
+    unseen = [plan for plan in level.plans.values() if not plan.failures]
+    if unseen:  # the first round runs every test once: what draws are predicted from (the seed's one sample)
+        return None, [(plan, WHOLE, plan.growth(WHOLE, _first_target(plan, settings))[1]) for plan in unseen]
     above = _next_tier(tier_of(found, settings.thresholds), settings.thresholds)
     rising, falling = [], []
     for c, threshold in above.items():
@@ -319,8 +328,7 @@ def plan_round(level: Level, settings: RunSettings) -> tuple[str | None, list[Pi
     chosen = [min(falling, key=lambda f: f[3])] if falling else rising
     picks: list[Pick] = []
     for plan, target, up, need in chosen:
-        last = plan.remaining() <= plan.whole_cost
-        if last or not plan.failures:  # the first observation runs every test: what draws are predicted from
+        if plan.remaining() <= plan.whole_cost:  # the last observation within the budget
             picks.append((plan, WHOLE, plan.growth(WHOLE, up)[1]))
             continue
         design = plan.choose(target)
