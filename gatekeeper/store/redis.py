@@ -507,7 +507,7 @@ def listen(
     retried: a listener thread must outlive any surprise."""
     failures = 0
     while not stopped.is_set():
-        pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+        pubsub = client.pubsub()  # type: ignore[no-untyped-call, unused-ignore]  # untyped before redis 8
         try:
             pubsub.subscribe(channel)
             while not stopped.is_set():
