@@ -714,7 +714,10 @@ def test_randomised_tests_draw_vars_with_arithmetic_and_store_the_seed(tmp_path)
     store = tmp_path / "p.json"
     with ScriptedServer(adder) as upstream:
         config = config_file(
-            tmp_path, upstream={"base_url": upstream.base_url}, store=str(store), bench={"max_retries": 0}
+            tmp_path,
+            upstream={"base_url": upstream.base_url},
+            store=str(store),
+            bench={"max_retries": 0, "design": "whole"},
         )
         args = ("bench", "m", "--config", config, "--suite", suite, "--effort", "low", "--samples", "3", "--json")
         done = cli(*args, "--seed", "1234")

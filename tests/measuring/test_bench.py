@@ -741,7 +741,7 @@ def sampling_backend(default_suite, tokens_for) -> MockBackend:
 
 def test_a_sampling_backend_that_ignores_the_effort_is_recognised(tmp_path, default_suite):
     backend = sampling_backend(default_suite, lambda rng, effort: rng.randint(20, 60))  # same at every level
-    settings = sampled(3)
+    settings = sampled(3, "whole")  # the blocks are whole samples, alike at every level
     service = MeasurementService(settings, default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
     result = asyncio.run(service.sweep("m", ["low", "high"]))
     assert result.effort_ignored
@@ -750,7 +750,9 @@ def test_a_sampling_backend_that_ignores_the_effort_is_recognised(tmp_path, defa
 
 def test_a_sampling_backend_that_thinks_longer_at_high_effort_is_not_called_ignored(tmp_path, default_suite):
     backend = sampling_backend(default_suite, lambda rng, effort: rng.randint(20, 60) + (40 if effort == "high" else 0))
-    service = MeasurementService(sampled(3), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend)
+    service = MeasurementService(
+        sampled(3, "whole"), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend
+    )
     result = asyncio.run(service.sweep("m", ["low", "high"]))
     assert not result.effort_ignored and all(p.effort_applied for p in result.profiles)
 
