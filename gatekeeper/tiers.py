@@ -93,9 +93,10 @@ def certified_tier(bounds: dict[str, float], thresholds: Thresholds | None = Non
 # tuned to it.
 DESIGN_SCORE = 0.98
 DEFAULT_RISK = 0.05
-# At most this many samples per level (a level stops as soon as its tier is settled or the next
-# tier is out of reach): the cap at which even a model at 0.98 whose failures come as whole
-# samples (the hardest way to be at 0.98) is certified `large` >= 90% of the time at risk 0.05
-# (about 98%; 150 would give about 95%: docs/statistics.md). A model passing every check stops
-# after 44 samples, most models at 0.98 after 50-80.
+# A category's budget per level, in whole passes' worth of calls (a level stops as soon as its tier
+# is settled or the next tier is out of reach): the cap at which even a model at 0.98 whose
+# failures come as whole samples (the hardest way to be at 0.98) is certified `large` >= 90% of
+# the time at risk 0.05 under `bench.design: whole`. The adaptive design rarely comes near it: a
+# model passing every check stops after about 140 calls (6 passes' worth), most models at 0.98
+# after 150-450 (docs/statistics.md).
 DEFAULT_SAMPLES = 200

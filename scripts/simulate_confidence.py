@@ -4,18 +4,19 @@ The models (tests/stochastic.py) fail in known ways, so every category's true sc
 true tier, are known exactly. The first four scenarios pass each test run with a chosen
 probability and otherwise answer nothing; the others are what a different checker would write:
 failures that cost only some checks (partial credit), failures concentrated on the heaviest
-test, failures decided by the drawn instance, failures correlated within a sample (every test
-of the k-th sample fails together), scores just under and just over a threshold, and a transport
-that errors (HTTP 500) and dawdles. Each scenario is measured many times in-process (the real
-runner and bounds through a MockBackend) and a few dozen times through the real
-`gatekeeper bench` CLI against the model served over HTTP, at the default settings unless told
-otherwise. Printed per scenario: the true scores and tier, how often the stored tier was too
-high (and too low), how often `large` was certified, how often each stored lower bound sat at or
-under the true score (per category and all three at once), and the upstream calls one
-measurement of one level made.
+test, failures decided by the drawn instance, failures in streaks (every run of the k-th group
+of 19 first calls, a whole sample under `bench.design: whole`, fails together), scores just
+under and just over a threshold, and a transport that errors (HTTP 500) and dawdles.
+Each scenario is measured many times in-process (the real runner and bounds through a
+MockBackend) and a few dozen times through the real `gatekeeper bench` CLI against the model
+served over HTTP, at the default settings unless told otherwise. Printed per scenario: the true
+scores and tier, how often the stored tier was too high (and too low), how often `large` was
+certified, how often each stored lower bound sat at or under the true score (per category and
+all three at once), and the upstream calls one measurement of one level made.
 
     .venv/bin/python scripts/simulate_confidence.py                    # 200 in-process + 30 CLI
     .venv/bin/python scripts/simulate_confidence.py --inprocess 50 --cli 0 --scenario chain
+    .venv/bin/python scripts/simulate_confidence.py --cli 0 --design whole --scenario correlated
 """
 
 from __future__ import annotations
@@ -184,8 +185,12 @@ SCENARIOS: dict[str, Scenario] = {
         "the instance decides: a fifth of each variable's values fail (tool), a tenth (others)",
         by_instance({"instruction": 0.1, "json": 0.1, "toolCalling": 0.2}),
     ),
-    "correlated": Scenario("whole samples fail together, toolCalling 0.88", correlated(0.88)),
-    "correlated98": Scenario("whole samples fail together, toolCalling 0.98", correlated(0.98)),
+    "correlated": Scenario(
+        "streaks of 19 first calls (a whole sample) fail together, toolCalling 0.88", correlated(0.88)
+    ),
+    "correlated98": Scenario(
+        "streaks of 19 first calls (a whole sample) fail together, toolCalling 0.98", correlated(0.98)
+    ),
     "tool65": Scenario(
         "deterministic, toolCalling 11/17 (two tool tests always fail), 1.0 elsewhere",
         always_failing("tool_chain_distractor_ids", "integer_argument"),
@@ -243,7 +248,8 @@ class Tally:
             f"  {label:<10} n={self.n:<4} too high {pct(self.too_high)}  too low {pct(self.too_low)}  "
             f"large {pct(self.large)}  "
             f"bound <= truth: {unders}, all {pct(self.all_under)}  "
-            f"calls {statistics.mean(self.calls):.0f} (max {max(self.calls)}), samples {statistics.mean(self.samples):.1f}"
+            f"calls {statistics.mean(self.calls):.0f} (p90 {sorted(self.calls)[int(0.9 * (self.n - 1))]}, "
+            f"max {max(self.calls)}), samples {statistics.mean(self.samples):.1f}"
             + (f"; {self.failed} stored nothing (backend failed)" if self.failed else "")
         )
 
@@ -323,6 +329,7 @@ def main() -> None:
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="default: all")
     parser.add_argument("--samples", type=int, help="bench.samples (default: the config default)")
     parser.add_argument("--risk", type=float, help="bench.risk (default: the config default)")
+    parser.add_argument("--design", choices=("adaptive", "whole"), help="bench.design (default: the config default)")
     parser.add_argument(
         "--ever",
         type=int,
@@ -339,11 +346,14 @@ def main() -> None:
         return
     bench = Settings().bench
     samples, risk = args.samples or bench.samples, args.risk or bench.risk
-    settings = RunSettings(samples=samples, risk=risk, thresholds=bench.thresholds)
-    extra = [*(["--samples", str(args.samples)] if args.samples else [])]
+    design = args.design or bench.design
+    settings = RunSettings(samples=samples, risk=risk, thresholds=bench.thresholds, design=design)
+    extra = [*(["--samples", str(args.samples)] if args.samples else []), "--design", design]
     if args.risk and args.cli:
         raise SystemExit("--risk applies in-process only (the CLI reads bench.risk from a config file): add --cli 0")
-    print(f"suite {suite.hash} ({len(suite.tests)} tests), bench.samples {samples}, bench.risk {risk}")
+    print(
+        f"suite {suite.hash} ({len(suite.tests)} tests), bench.samples {samples}, bench.risk {risk}, bench.design {design}"
+    )
     for name in args.scenario or list(SCENARIOS):
         scenario = SCENARIOS[name]
         model = scenario.make(suite)

@@ -6,10 +6,8 @@ weight, or the whole category), runs them concurrently, and stops the level once
 settled, the next tier is out of reach, or a category has spent its budget (`bench.samples`
 whole runs of it). The tier is certified on lower bounds that stay valid whenever and however
 the level stops (`confidence`: P(tier too high) <= risk). `bench.design: whole` runs every test
-of the suite once per round instead (the earlier samples).
-Randomised tests are drawn from one seed per measurement, keyed by (category, observation,
-position), so levels that make the same observations see the same prompts (and
-`effort.effort_ignored` can pair them).
+once per round instead. Instances are drawn from one seed, keyed by (category, observation,
+position): levels making the same observations see the same prompts (`effort_ignored` pairs them).
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ from gatekeeper.types import Answer
 
 log = logs.get_logger("gatekeeper.measuring.runner")
 
-# `default` (no effort field) is what most clients send, so it is measured too; the
-# recommendation still chooses among the explicit levels.
+# `default` (no effort field), what most clients send, is measured too; the recommendation is explicit.
 DEFAULT_EFFORTS = ("default", "none", "low", "medium", "xhigh")
 # Known reasoning levels, cheapest first; unknown levels keep the order they were given in.
 EFFORT_COST = ("none", "minimal", "low", "medium", "high", "xhigh")
