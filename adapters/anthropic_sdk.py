@@ -5,7 +5,7 @@
 
 `messages` and `beta.messages` (`create`, `stream`, `parse`, `count_tokens`; also through
 `with_raw_response`, `with_streaming_response` and `with_options`) get the proxy's request and answer
-semantics for the Messages API (gatekeeper/protocols/messages.py): tools and MCP servers above
+semantics for the Messages API (gatekeeper/protocols/messages/): tools and MCP servers above
 the model's tier are removed, `tool_choice` forcing a hidden tool (or `any` with every tool
 hidden) raises `gatekeeper.errors.ToolChoiceBlocked`, effort is `output_config.effort` or the
 thinking budget's mapping. A call without tool fields is passed on untouched. Nothing else of `messages` passes

@@ -24,7 +24,7 @@ from typing import Any
 import openai
 
 from gatekeeper import Gatekeeper, ToolArgumentsInvalid, ToolNotAllowed, ToolRegistry, load_settings
-from gatekeeper.logs import configure as configure_logs
+from gatekeeper.observe.logs import configure as configure_logs
 
 TASK = "Save a note called groceries that says 'milk, eggs', then tell me which notes exist."
 CONFIG = Path(__file__).with_name("gatekeeper.yaml")

@@ -41,11 +41,11 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gatekeeper import logs
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import GatekeeperError
-from gatekeeper.gating import ToolPolicy
 from gatekeeper.measuring.localmodel import LocalModelServer, model_path
+from gatekeeper.observe import logs
+from gatekeeper.rules.tools import ToolPolicy
 from gatekeeper.store.profile import profile_key
 from gatekeeper.suite.loader import load_suite
 

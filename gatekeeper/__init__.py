@@ -42,10 +42,10 @@ from gatekeeper.inprocess.answers import AnswerGate, StreamJudge, gating_http_cl
 from gatekeeper.inprocess.registry import RegisteredTool, RoutedTools, ToolRegistry, function_schema
 from gatekeeper.inprocess.wrap import agate_body, agate_call, gate_body, gated, tool_carriers, unlisted_fields
 from gatekeeper.protocols.table import PROTOCOLS, ClientProtocol, register_protocol
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.store import JsonFileStore, ProfileStore
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import Suite, load_suite
-from gatekeeper.tiers import Tier
 
 __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     # the core and its front ends

@@ -14,18 +14,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gatekeeper import logs
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.errors import BackendError, GatekeeperError, RequestInvalid
 from gatekeeper.measuring.confidence import show
 from gatekeeper.measuring.runner import DEFAULT_EFFORTS, RunSettings
 from gatekeeper.measuring.runner import Progress as MeasureProgress
 from gatekeeper.measuring.service import MeasurementService, ModelResult
-from gatekeeper.redact import redact, redact_url
+from gatekeeper.observe import logs
+from gatekeeper.observe.redact import redact, redact_url
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.store import ProfileStore, open_store
 from gatekeeper.store.profile import Profile, check_effort
 from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Suite, load_suite, suite_files, suite_hash
-from gatekeeper.tiers import Tier
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure models; gate the tools they see.")
 suite_app = typer.Typer(no_args_is_help=True, help="Check the benchmark suite.")
@@ -520,7 +520,7 @@ def tools(
     which requirement); with `routing:`, where a request offering all of them is sent."""
     from gatekeeper.core.gatekeeper import Gatekeeper
     from gatekeeper.core.resolver import Resolution
-    from gatekeeper.requirements import PairPolicy, describe_minimums
+    from gatekeeper.rules.requirements import PairPolicy, describe_minimums
     from gatekeeper.store.profile import profile_key
 
     settings = _settings(config)

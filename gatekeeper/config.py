@@ -13,13 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
-from gatekeeper.mcp_identity import ServerBindings, normalise_url
+from gatekeeper.observe.redact import clip
 from gatekeeper.protocols import table as protocol_table
-from gatekeeper.redact import clip
+from gatekeeper.rules.mcp_identity import ServerBindings, normalise_url
+from gatekeeper.rules.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds, Tier
 from gatekeeper.store.profile import EFFORT_NAME, EFFORTS
 from gatekeeper.store.schemes import checked_location
 from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Category
-from gatekeeper.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds, Tier
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
@@ -40,7 +40,7 @@ class Upstream(_Section):
     # An answer (plain body or whole stream) larger than this is a 502: a hostile or broken
     # upstream must not make the proxy buffer without bound. Generous: long answers are ~1 MB.
     max_response_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
-    # A request field the client protocol's codec does not know (protocols/fields.py): refused
+    # A request field the client protocol's codec does not know (protocols/<protocol>/fields.py): refused
     # with a 400 naming it, or dropped (and logged) before the request goes upstream.
     unknown_fields: Literal["refuse", "drop"] = "refuse"
     # Client headers sent on to the upstream: the "known" ones (server/upstream.py FORWARDED) and
@@ -87,7 +87,7 @@ class ModelRoute(_Section):
 class McpServerIdentity(_Section):
     """What identifies one MCP server in a request (`tools.mcp_servers.<label>`): a server offered
     with one of these is gated by `<label>`'s rules whatever the client calls it, and one offered
-    as `<label>` with none of them is refused (gatekeeper.mcp_identity)."""
+    as `<label>` with none of them is refused (gatekeeper.rules.mcp_identity)."""
 
     urls: list[str] = Field(default_factory=list)  # Responses `server_url`, Messages `url`
     connectors: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)  # Responses `connector_id`
@@ -112,9 +112,9 @@ class ToolRules(_Section):
     default_tier: Tier = Tier.SMALL
     required_tier: dict[str, Tier] = Field(default_factory=dict)
     # Category minimums per tool (name or shell-style pattern), judged on the measurement's lower
-    # bound: `"emit_invoice": {json: 0.9}` (gatekeeper.requirements).
+    # bound: `"emit_invoice": {json: 0.9}` (gatekeeper.rules.requirements).
     requires: dict[str, dict[Category, Annotated[float, Field(ge=0, le=1)]]] = Field(default_factory=dict)
-    # MCP server label -> what identifies that server in a request (gatekeeper.mcp_identity).
+    # MCP server label -> what identifies that server in a request (gatekeeper.rules.mcp_identity).
     mcp_servers: dict[str, McpServerIdentity] = Field(default_factory=dict)
 
     @field_validator("mcp_servers")
@@ -133,7 +133,7 @@ RankedEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
 class Routing(_Section):
-    """Capability routing (gatekeeper.routing, which reads it as RoutingRules): send a request
+    """Capability routing (gatekeeper.core.route_choice, which reads it as RoutingRules): send a request
     where its tools can be used."""
 
     escalate_effort: bool = True  # raise the effort of the same model when that admits the tools
@@ -358,7 +358,7 @@ class Settings(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     def mcp_bindings(self) -> ServerBindings:
-        """Which MCP server each label the config names is (gatekeeper.mcp_identity):
+        """Which MCP server each label the config names is (gatekeeper.rules.mcp_identity):
         `tools.mcp_servers`, and the gateway's own `mcp.servers`, whose labels are the operator's
         too: a `url` server is bound to its URL, a `command` one to nothing a request can offer (a
         request's server may not take its label)."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gatekeeper.redact import CLIENT_TEXT_LIMIT, MESSAGE_LIMIT, clip
+from gatekeeper.observe.redact import CLIENT_TEXT_LIMIT, MESSAGE_LIMIT, clip
 
 if TYPE_CHECKING:
-    from gatekeeper.tiers import Tier
+    from gatekeeper.rules.tiers import Tier
 
 
 class GatekeeperError(Exception):

@@ -43,14 +43,14 @@ import answers  # noqa: E402
 import openai  # noqa: E402
 from scripted import ScriptedServer, SuiteScript, ThreadedServer  # noqa: E402
 
-from gatekeeper import logs  # noqa: E402
 from gatekeeper.config import Settings  # noqa: E402
 from gatekeeper.core.gatekeeper import Gatekeeper  # noqa: E402
+from gatekeeper.observe import logs  # noqa: E402
+from gatekeeper.rules.tiers import Tier  # noqa: E402
 from gatekeeper.server.app import create_app  # noqa: E402
 from gatekeeper.store.file import JsonFileStore  # noqa: E402
 from gatekeeper.store.profile import Profile  # noqa: E402
 from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, load_suite  # noqa: E402
-from gatekeeper.tiers import Tier  # noqa: E402
 
 MODEL, PAIR = "agent-model", "agent-model@default"
 CEILING = {"notOffered": 0.02, "invalidJson": 0.01, "invalidArgs": 0.02}  # the `large` defaults

@@ -35,13 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the si
 
 from drift_traffic import first_alarm
 
-from gatekeeper import logs
 from gatekeeper.drift.monitor import DriftMonitor
 from gatekeeper.drift.sequential import Cusum, Tally, binomial_cdf, cusums_for
 from gatekeeper.drift.window import DriftSettings, Fault
+from gatekeeper.observe import logs
 from gatekeeper.protocols.base import Call
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.store.profile import Profile
-from gatekeeper.tiers import Tier
 
 SETTINGS = DriftSettings()
 

@@ -131,6 +131,8 @@ def _models_in(annotation: Any) -> Iterator[tuple[type[BaseModel], str]]:
 def configuration_page() -> str:
     from gatekeeper import Settings  # the public name: wherever the config module lives
 
+    # the public name: wherever the config module lives
+
     out = [
         "# Configuration reference",
         "",

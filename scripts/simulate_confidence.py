@@ -40,11 +40,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from stochastic import Behaviour, FaultModel, StochasticModel, failing_score, pass_probabilities, true_scores  # noqa: E402
 
-from gatekeeper import logs  # noqa: E402
 from gatekeeper.config import Settings  # noqa: E402
 from gatekeeper.measuring.runner import RunSettings, sweep  # noqa: E402
+from gatekeeper.observe import logs  # noqa: E402
+from gatekeeper.rules.tiers import Tier, compute_tier  # noqa: E402
 from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Suite, load_suite  # noqa: E402
-from gatekeeper.tiers import Tier, compute_tier  # noqa: E402
 
 Targets = Callable[[Suite], dict[str, float]]
 

@@ -30,11 +30,11 @@ from upstreams import NativeServer
 
 from gatekeeper.config import Settings
 from gatekeeper.core.gatekeeper import Gatekeeper
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.server.app import create_app
 from gatekeeper.store import JsonFileStore
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, Suite, load_suite
-from gatekeeper.tiers import Tier
 
 ROOT = Path(__file__).resolve().parent.parent
 # The seed's own suite lives outside the repository: tests that read it skip where it is absent.

@@ -33,8 +33,8 @@ from starlette.responses import JSONResponse
 
 from gatekeeper.measuring.backends import BackendRequest, MockBackend
 from gatekeeper.measuring.runner import score_test
+from gatekeeper.rules.tiers import Tier, compute_tier
 from gatekeeper.suite.loader import CATEGORIES, BenchTest, Suite
-from gatekeeper.tiers import Tier, compute_tier
 from gatekeeper.types import Answer, ToolCall
 
 EMPTY: dict = {"content": "", "tool_calls": []}

@@ -13,15 +13,15 @@ PACKAGE = Path(gatekeeper.__file__).parent
 
 # Lowest first. A module may import its own layer and the layers below, never one above.
 LAYERS: list[set[str]] = [
-    {"errors", "types", "tiers", "metrics", "logs", "telemetry", "redact", "peers"},  # contracts, observability
+    {"errors", "types", "rules.tiers", "observe", "peers"},  # contracts (the tier ladder), observability
     {"suite"},  # the DSL, pure
     {"store"},  # profiles and where they are kept
-    {"gating", "requirements", "mcp_identity"},  # which tool a tier (and a measurement) may see: protocol-free rules
+    {"rules"},  # which tool a tier (and a measurement) may see: protocol-free rules
     {"protocols"},  # one codec per client protocol
     {"drift"},  # live evidence
     {"config"},  # the YAML config -> typed settings
     {"measuring"},  # runner, confidence, backends, service, scheduler
-    {"core", "routing"},  # the Gatekeeper facade, resolver, capability routing
+    {"core"},  # the Gatekeeper facade, resolver, capability routing
     {"inprocess", "mcp"},  # in-process front ends; the MCP gateway
     {"server"},  # the proxy app, upstream, admin, console
     {"cli", "__init__", "__main__", "adapters"},  # the command and the public API
@@ -87,10 +87,14 @@ def _graph(annotations: bool = False) -> dict[str, set[str]]:
 
 
 def _layer(module: str) -> int:
-    top = module.split(".")[1] if module.count(".") else "__init__"
-    for index, layer in enumerate(LAYERS):
-        if top in layer:
-            return index
+    """The layer of a module: by its own name within its folder when a layer names it
+    (`rules.tiers`), else by its folder."""
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else "__init__"
+    for name in (".".join(parts[1:3]), top):
+        for index, layer in enumerate(LAYERS):
+            if name in layer:
+                return index
     raise AssertionError(f"{module}: its folder {top!r} is in no layer of tests/test_architecture.py")
 
 

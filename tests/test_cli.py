@@ -12,8 +12,8 @@ import openai
 from conftest import ROOT, make_profile, seed_store, wait_serving
 from scripted import ScriptedServer, free_port
 
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.suite.loader import suite_hash
-from gatekeeper.tiers import Tier
 
 
 def gk(*args: str, **kwargs) -> subprocess.CompletedProcess:

@@ -8,7 +8,7 @@ import pytest
 
 from gatekeeper.config import load_settings
 from gatekeeper.errors import ConfigError
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 CONTRACT_EXAMPLE = """
 upstream:

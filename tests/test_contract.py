@@ -788,7 +788,7 @@ def test_piped_tables_keep_whole_keys_and_names(tmp_path, default_suite):
 def test_the_stored_tier_is_the_one_its_lower_bounds_certify(tmp_path, default_suite):
     """Default settings (bench.risk 0.05): `scoreIntervals[c][0]` is the bound the tier was decided
     on, `scores` the point estimate inside the interval."""
-    from gatekeeper.tiers import certified_tier
+    from gatekeeper.rules.tiers import certified_tier
 
     store = tmp_path / "p.json"
     with measuring_upstream(default_suite, models=("m-a",)) as upstream:

@@ -17,7 +17,7 @@ from conftest import ROOT, make_profile, seed_store, wait_serving
 from scripted import ScriptedServer, free_port
 
 from gatekeeper.config import load_settings
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 EXAMPLES = ROOT / "examples"
 MODEL = "notes-model"

@@ -13,6 +13,8 @@ from pathlib import Path
 PROGRAM = """
 import sys
 from gatekeeper import Gatekeeper, Settings, ToolRegistry
+
+
 {setup}
 settings = Settings(store=sys.argv[1], upstream={{"base_url": "http://127.0.0.1:9/v1"}})
 with Gatekeeper(settings) as gk:

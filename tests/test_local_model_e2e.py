@@ -37,8 +37,8 @@ from starlette.routing import Route
 
 from gatekeeper.config import Settings
 from gatekeeper.measuring.localmodel import LocalModelServer
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.suite.loader import BENCHMARK_VERSION, CATEGORIES, DEFAULT_SUITE_DIR, load_suite, suite_hash
-from gatekeeper.tiers import Tier
 
 # A lazy measurement of the real model on a busy 2-core machine can take longer than the suite-wide
 # 600 s per test (the module fixture waits for it): its own limit is the agent timeout below.

@@ -15,12 +15,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gatekeeper import telemetry
 from gatekeeper.config import Settings
 from gatekeeper.measuring.backends import MockBackend
 from gatekeeper.measuring.service import MeasurementService
+from gatekeeper.observe import telemetry
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.store import JsonFileStore
-from gatekeeper.tiers import Tier
 from gatekeeper.types import Answer
 
 _EXPORTER = InMemorySpanExporter()
@@ -61,7 +61,7 @@ def test_an_error_marks_the_span_and_still_propagates(spans: InMemorySpanExporte
 def test_without_a_tracer_provider_nothing_is_recorded() -> None:
     # A fresh interpreter: the API's default provider makes non-recording spans, and `set` is free.
     code = (
-        "from gatekeeper import telemetry\n"
+        "from gatekeeper.observe import telemetry\n"
         "with telemetry.span('chat', 'm', tier='small') as s:\n"
         "    s.set('gatekeeper.x', 1)\n"
         "    print(type(s).__name__)\n"

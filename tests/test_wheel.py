@@ -26,8 +26,8 @@ from conftest import ROOT, make_profile, seed_store, tool, wait_serving
 from packaging.requirements import Requirement
 from scripted import ScriptedServer, SuiteScript, free_port
 
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.suite.loader import suite_hash
-from gatekeeper.tiers import Tier
 
 # What a wheel build reads: everything else in the checkout (tests, .venv, build/) stays out.
 SOURCES = ("pyproject.toml", "README.md", "gatekeeper", "adapters", "benchmarks")

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from gatekeeper.core.gate import check_before_measuring, gate_resolved
-from gatekeeper.gating import Gated, ToolId, ToolPolicy
+from gatekeeper.observe.redact import clip
 from gatekeeper.protocols.base import Codec, RequestInfo
-from gatekeeper.redact import clip
+from gatekeeper.protocols.gate import Gated
+from gatekeeper.rules.tools import ToolId, ToolPolicy
 from gatekeeper.store.profile import DEFAULT_EFFORT
 
 if TYPE_CHECKING:

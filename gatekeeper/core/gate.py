@@ -18,9 +18,10 @@ from typing import Any
 
 from gatekeeper.core.resolver import Resolution, TierResolver
 from gatekeeper.errors import ToolChoiceBlocked
-from gatekeeper.gating import Gated, ToolId, ToolPolicy
 from gatekeeper.protocols.base import Codec
-from gatekeeper.tiers import Tier
+from gatekeeper.protocols.gate import Gated
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolId, ToolPolicy
 
 
 class Recorder(ToolPolicy):

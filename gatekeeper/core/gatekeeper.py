@@ -9,7 +9,7 @@ under the old settings finishes under them. The jobs live in one-concept parts:
     gatekeeper.measuring.scheduler  when a pair is measured (single flight, leases, cap, backoff, limits)
     gatekeeper.measuring.service    how a pair is measured (backends, run settings, saving, recommending)
     gatekeeper.store      where profiles live (JSON file or Redis)
-    gatekeeper.gating     what a tier lets through (pure)
+    gatekeeper.rules      what a tier lets through (pure)
 """
 
 from __future__ import annotations
@@ -24,26 +24,28 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from gatekeeper import logs
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.core.gate import check_before_measuring, gate_resolved
 from gatekeeper.core.resolver import Resolution, Source, TierResolver
+from gatekeeper.core.route_choice import RANKED_EFFORTS, Need
 from gatekeeper.core.router import Route, Router
-from gatekeeper.drift.monitor import DemotionBoard, DriftMonitor
+from gatekeeper.drift.demotion import DemotionBoard
+from gatekeeper.drift.monitor import DriftMonitor
 from gatekeeper.errors import ConfigError, MeasurementFailed, NotMeasured, SuiteError
-from gatekeeper.gating import Gated, ToolId, ToolPolicy, listed_tool_id
 from gatekeeper.measuring.backends import Backend
 from gatekeeper.measuring.runner import Progress
 from gatekeeper.measuring.scheduler import Limits, MeasurementScheduler
 from gatekeeper.measuring.service import MeasurementService
-from gatekeeper.protocols import chat
+from gatekeeper.observe import logs
 from gatekeeper.protocols.base import Codec
-from gatekeeper.requirements import Capability, Requirements
-from gatekeeper.routing import RANKED_EFFORTS, Need
+from gatekeeper.protocols.chat import codec as chat_codec
+from gatekeeper.protocols.gate import Gated, listed_tool_id
+from gatekeeper.rules.requirements import Capability, Requirements
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolId, ToolPolicy
 from gatekeeper.store import Lease, ProfileStore, is_shared, open_store
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key, split_key
 from gatekeeper.suite.loader import Suite, load_suite
-from gatekeeper.tiers import Tier
 
 log = logs.get_logger("gatekeeper.core.gatekeeper")
 
@@ -343,7 +345,7 @@ class Gatekeeper:
     def route_body(self, codec: Codec, body: dict[str, Any]) -> Route:
         """Route a client request body of `codec`'s protocol (sync; resolves like `resolve`): when
         routed, `body` is rewritten in place for the routed pair (model, and every field that sets
-        the effort: gatekeeper.protocols.routing). Gate it with the result's `resolution` and `policy`."""
+        the effort: gatekeeper.protocols.reroute). Gate it with the result's `resolution` and `policy`."""
         snap = self._snapshot
         info = codec.parse(body)
         asked = self._resolve(snap, info.model, info.effort)
@@ -376,19 +378,19 @@ class Gatekeeper:
         """
         snap = self._snapshot
         check_before_measuring(
-            chat.CODEC, body, snap.policy, snap.resolver, model, effort
+            chat_codec.CODEC, body, snap.policy, snap.resolver, model, effort
         )  # a refused body measures nothing
         return self._gate(snap, body, self._resolve(snap, model, effort))
 
     async def agate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
         """`gate` for async code."""
         snap = self._snapshot
-        check_before_measuring(chat.CODEC, body, snap.policy, snap.resolver, model, effort)
+        check_before_measuring(chat_codec.CODEC, body, snap.policy, snap.resolver, model, effort)
         return self._gate(snap, body, await self._aresolve(snap, model, effort))
 
     @staticmethod
     def _gate(snap: Snapshot, body: dict[str, Any], resolution: Resolution) -> tuple[Resolution, Gated]:
-        return resolution, gate_resolved(chat.CODEC, body, resolution, snap.router.policy_for(resolution))
+        return resolution, gate_resolved(chat_codec.CODEC, body, resolution, snap.router.policy_for(resolution))
 
     # -- profiles (for the admin API and the CLI) --------------------------------------------
 

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Literal
 from cachetools import TTLCache
 
 from gatekeeper.config import Settings
+from gatekeeper.rules.tiers import Tier, lowest
 from gatekeeper.store import ProfileStore
 from gatekeeper.store.profile import Profile, check_effort, profile_key
 from gatekeeper.suite.loader import Suite
-from gatekeeper.tiers import Tier, lowest
 
 if TYPE_CHECKING:
-    from gatekeeper.drift.monitor import Demotion
+    from gatekeeper.drift.demotion import Demotion
 
 Source = Literal["measured", "pinned", "pending", "unmeasured", "demoted"]
 

@@ -1,9 +1,9 @@
-"""The routing decision (gatekeeper.routing) over the core's data: candidates are what the tier
+"""The routing decision (gatekeeper.core.route_choice) over the core's data: candidates are what the tier
 resolver knows (pins and valid profiles), unknown candidates are measured lazily through the
 measurement scheduler (within the lazy limits) and never waited for.
 
 It also binds the tool policy to one pair (`policy_for`): the tier rules, plus `tools.requires`
-judged on the pair's measured bounds (gatekeeper.requirements).
+judged on the pair's measured bounds (gatekeeper.rules.requirements).
 """
 
 from __future__ import annotations
@@ -13,19 +13,27 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gatekeeper import logs
 from gatekeeper.config import Settings
 from gatekeeper.core.gate import check_fields
 from gatekeeper.core.resolver import Resolution, TierResolver
+from gatekeeper.core.route_choice import (
+    RANKED_EFFORTS,
+    Need,
+    Reachable,
+    Reason,
+    RouteChoice,
+    RoutingRules,
+    choose_route,
+)
 from gatekeeper.errors import RequestInvalid
-from gatekeeper.gating import ToolId, ToolPolicy
+from gatekeeper.observe import logs
 from gatekeeper.protocols import table as protocol_table
 from gatekeeper.protocols.base import Codec, RequestInfo
-from gatekeeper.protocols.routing import effort_targets, rerouted
-from gatekeeper.requirements import Capability, PairPolicy, Requirements, bounds_of
-from gatekeeper.routing import RANKED_EFFORTS, Decision, Need, Reachable, Reason, RoutingRules, decide
+from gatekeeper.protocols.reroute import effort_targets, rerouted
+from gatekeeper.rules.requirements import Capability, PairPolicy, Requirements, bounds_of
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolId, ToolPolicy
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key
-from gatekeeper.tiers import Tier
 
 log = logs.get_logger("gatekeeper.core.router")
 
@@ -37,7 +45,7 @@ StartFn = Callable[[str, str], "concurrent.futures.Future[Profile] | None"]
 
 @dataclass(frozen=True)
 class Route:
-    """The pair a request is served by, and why (see gatekeeper.routing).
+    """The pair a request is served by, and why (see gatekeeper.core.route_choice).
 
     `resolution` is the pair actually used (its tier and source go in the answer's headers) and
     `policy` the tool policy bound to it: gate the request with both, so the answer side enforces
@@ -140,7 +148,7 @@ class Router:
             found[(m, e)] = resolution
             return self.capability(resolution)
 
-        decision = decide(model, effort, need, self.capability(asked), self.rules, known, targets, reachable)
+        decision = choose_route(model, effort, need, self.capability(asked), self.rules, known, targets, reachable)
         if measure and decision.measure:
             self._measure_lazily(decision)
         if not decision.routed:
@@ -234,10 +242,10 @@ class Router:
         stored = self.resolver.store.get(resolution.key)
         return stored is not None and stored.is_valid_for(self.resolver.suite)
 
-    def _measure_lazily(self, decision: Decision) -> None:
+    def _measure_lazily(self, decision: RouteChoice) -> None:
         """Start the first unknown candidate the scheduler accepts (it is joined while it runs, so
         one model's candidates are measured one after another, each counted by the lazy limits).
-        A pinned pair is never measured for routing: its pin would decide its tier anyway."""
+        A pinned pair is never measured for routing: its pin would choose_route its tier anyway."""
         for model, effort in decision.measure:
             if self.settings.pin_for(model, effort) is None and self._start(model, effort) is not None:
                 return

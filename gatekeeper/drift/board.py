@@ -25,8 +25,8 @@ from typing import Any
 
 import redis
 
-from gatekeeper import logs
-from gatekeeper.redact import redact_url
+from gatekeeper.observe import logs
+from gatekeeper.observe.redact import redact_url
 from gatekeeper.store.redis import connect, listen
 
 log = logs.get_logger("gatekeeper.drift.window")

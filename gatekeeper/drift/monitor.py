@@ -29,200 +29,37 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
-from gatekeeper import logs, metrics
+from gatekeeper.drift.demotion import (
+    MAX_CLIENTS,
+    Breach,
+    Demotion,
+    DemotionBoard,
+    PairState,
+    Scope,
+    Served,
+    iso,
+    stamp_of,
+    whom,
+)
 from gatekeeper.drift.identity import ANONYMOUS
-from gatekeeper.drift.sequential import Cusum, Pooled, Tally, cusums_for
+from gatekeeper.drift.report import describe
+from gatekeeper.drift.sequential import Cusum, Tally, cusums_for
 from gatekeeper.drift.window import DriftSettings, Fault, Schema, Window, observe
+from gatekeeper.observe import logs, metrics
 from gatekeeper.protocols.base import Call
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.store.profile import Profile
-from gatekeeper.tiers import Tier
 
 log = logs.get_logger("gatekeeper.drift.window")
 
 _LOWER = {Tier.LARGE: Tier.MEDIUM, Tier.MEDIUM: Tier.SMALL}
 _TRACKED = frozenset({"measured", "pinned", "demoted"})  # unmeasured pairs have nothing to judge
 _MAX_PAIRS = 4096  # keys come from clients' model names: bound what is kept
-_MAX_CLIENTS = 1024  # identities with evidence kept per pair (least recently seen dropped first)
-_HISTORY = 50  # events kept per pair
 _EXAMPLES = 3  # failing calls quoted as evidence
 _INBOX = 10_000  # answers queued for the worker at most
 _BATCH_S = 0.25  # the worker judges what gathered in this long, at once
-
-Scope = str | None  # whom a demotion applies to: None = everyone, else one client identity
-
-
-class Served(Protocol):
-    """What the monitor needs of a tier resolution (core's `Resolution` fits)."""
-
-    @property
-    def key(self) -> str: ...
-    @property
-    def tier(self) -> Tier: ...
-    @property
-    def source(self) -> str: ...
-    @property
-    def profile(self) -> Profile | None: ...
-
-
-class DemotionBoard(Protocol):
-    """Where replicas share demotions (board.RedisDemotionBoard). Records are keyed by `slot`."""
-
-    def start(
-        self,
-        on_demoted: Callable[[dict[str, Any]], None],
-        on_ended: Callable[[str, str], None],
-        on_sync: Callable[[dict[str, dict[str, Any]]], None],
-    ) -> None: ...
-
-    def publish(self, record: dict[str, Any]) -> None: ...
-
-    def retract(self, slot: str, why: str) -> None: ...
-
-    def close(self) -> None: ...
-
-
-def _stamp(profile: Profile | None) -> str | None:
-    return profile.tested_at if profile is not None else None
-
-
-def _iso(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
-
-
-def slot_of(key: str, client: Scope) -> str:
-    """A demotion's name among the replicas: the pair, and the client when it is only theirs."""
-    return key if client is None else f"{key}\t{client}"
-
-
-@dataclass(frozen=True)
-class Breach:
-    """One fault kind whose evidence passed its threshold: the reason of a verdict."""
-
-    fault: Fault
-    score: float
-    threshold: float
-    ceiling: float
-    clients: int  # identities whose calls carry the evidence
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fault": self.fault.value,
-            "score": round(self.score, 2),
-            "threshold": round(self.threshold, 2),
-            "ceiling": self.ceiling,
-            "clients": self.clients,
-        }
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> Breach:
-        return cls(
-            Fault(raw["fault"]),
-            float(raw.get("score", 0.0)),
-            float(raw.get("threshold", 0.0)),
-            float(raw["ceiling"]),
-            int(raw.get("clients", 1)),
-        )
-
-    def __str__(self) -> str:
-        who = f"{self.clients} clients" if self.clients != 1 else "one client"
-        return f"{self.fault.value} evidence {self.score:.1f} >= {self.threshold:.1f} (ceiling {self.ceiling}; {who})"
-
-
-@dataclass(frozen=True)
-class Demotion:
-    key: str
-    client: Scope
-    from_tier: Tier
-    to_tier: Tier
-    at: float
-    stamp: str | None  # the profile in force when it began
-    breaches: tuple[Breach, ...]
-    examples: tuple[dict[str, Any], ...]
-    window: dict[str, Any]
-
-    @property
-    def slot(self) -> str:
-        return slot_of(self.key, self.client)
-
-    @property
-    def reason(self) -> str:
-        return "; ".join(str(b) for b in self.breaches)
-
-    def to_record(self) -> dict[str, Any]:
-        """As shared with other replicas (board.py)."""
-        return {
-            "slot": self.slot,
-            "key": self.key,
-            "client": self.client,
-            "fromTier": self.from_tier.value,
-            "toTier": self.to_tier.value,
-            "at": self.at,
-            "stamp": self.stamp,
-            "breaches": [b.to_json() for b in self.breaches],
-            "examples": list(self.examples),
-            "window": self.window,
-        }
-
-    @classmethod
-    def from_record(cls, raw: dict[str, Any]) -> Demotion:
-        client = raw.get("client")
-        return cls(
-            str(raw["key"]),
-            str(client) if client is not None else None,
-            Tier(raw["fromTier"]),
-            Tier(raw["toTier"]),
-            float(raw["at"]),
-            raw.get("stamp"),
-            tuple(Breach.from_json(b) for b in raw["breaches"]),
-            tuple(raw.get("examples") or ()),
-            dict(raw.get("window") or {}),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "client": self.client or "everyone",
-            "fromTier": self.from_tier.value,
-            "toTier": self.to_tier.value,
-            "at": _iso(self.at),
-            "reason": self.reason,
-            "breaches": [b.to_json() for b in self.breaches],
-            "examples": list(self.examples),
-            "window": self.window,
-            "profileTestedAt": self.stamp,
-        }
-
-
-@dataclass
-class _Pair:
-    window: Window  # the figures shown; verdicts are the tests'
-    tier: Tier = Tier.SMALL  # the tier whose ceilings the pair is judged on (its profile's or pin's)
-    source: str = "measured"  # "measured" | "pinned"
-    stamp: str | None = None
-    tests: dict[Fault, Cusum] = field(default_factory=dict)
-    pooled: Pooled = field(default_factory=Pooled)
-    own: OrderedDict[str, dict[Fault, float]] = field(default_factory=OrderedDict)
-    restoring: dict[Scope, Tally] = field(default_factory=dict)  # the calls since each demotion in force
-    alarmed: set[Scope] = field(default_factory=set)  # scopes drifting where no demotion can follow
-    history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=_HISTORY))
-
-    def own_scores(self, client: str) -> dict[Fault, float]:
-        scores = self.own.get(client)
-        if scores is None:
-            if len(self.own) >= _MAX_CLIENTS:
-                gone, _ = self.own.popitem(last=False)
-                self.alarmed.discard(gone)
-            scores = self.own[client] = {}
-        self.own.move_to_end(client)
-        return scores
-
-    def reset_evidence(self) -> None:
-        self.pooled.reset()
-        self.own.clear()
-        self.alarmed.clear()
 
 
 class DriftMonitor:
@@ -245,7 +82,7 @@ class DriftMonitor:
         self._inbox: deque[
             tuple[float, str, Tier, str, str | None, str, Sequence[Call], Mapping[str, Schema | None]]
         ] = deque(maxlen=_INBOX)
-        self._pairs: OrderedDict[str, _Pair] = OrderedDict()
+        self._pairs: OrderedDict[str, PairState] = OrderedDict()
         self._demotions: dict[tuple[str, Scope], Demotion] = {}
         self._lock = threading.RLock()  # the pairs and demotions
         self._draining = threading.Lock()  # one drain at a time, so a drain sees all before it
@@ -285,7 +122,7 @@ class DriftMonitor:
             calls = [c for c in calls if c.name not in hidden]
             if not calls:
                 return
-        item = (self._clock(), served.key, tier, source, _stamp(profile), client or ANONYMOUS, calls, offered)
+        item = (self._clock(), served.key, tier, source, stamp_of(profile), client or ANONYMOUS, calls, offered)
         self._inbox.append(item)
         if not self._wake.is_set():
             if self._worker is None:
@@ -354,6 +191,11 @@ class DriftMonitor:
         with self._lock:
             keys = set(self._pairs) | {k for k, _ in self._demotions}
             return {key: self._describe(key, now) for key in sorted(keys)}
+
+    def _describe(self, key: str, now: float) -> dict[str, Any]:
+        pair = self._pairs.get(key) or PairState(Window(self.settings.window_calls, self.settings.window_s))
+        demoted = {d.client: d for (k, _), d in self._demotions.items() if k == key}
+        return describe(key, pair, self.settings, demoted, now)
 
     def drain(self) -> None:
         """Judge everything queued so far (the worker calls this; so may tests and readers).
@@ -440,14 +282,14 @@ class DriftMonitor:
                 for test in tests:
                     own[test.fault] = test.step(own.get(test.fault, 0.0), seen.fault)
             if identified and not everyone:
-                pair.pooled.add(tests, client, seen.fault, _MAX_CLIENTS)
+                pair.pooled.add(tests, client, seen.fault, MAX_CLIENTS)
             if identified and everyone:
                 self._tally(pair, None).add(client, seen.fault)
             if mine:
                 self._tally(pair, client).add(client, seen.fault)
         self._judge(key, pair, client, at)
 
-    def _tally(self, pair: _Pair, scope: Scope) -> Tally:
+    def _tally(self, pair: PairState, scope: Scope) -> Tally:
         tally = pair.restoring.get(scope)
         if tally is None:  # e.g. a demotion adopted from another replica
             tally = pair.restoring[scope] = self._new_tally(scope)
@@ -460,16 +302,16 @@ class DriftMonitor:
         calls = self.settings.window_calls
         return Tally(calls * self.settings.min_clients, per_client=calls) if scope is None else Tally(calls)
 
-    def _pair(self, key: str) -> _Pair:
+    def _pair(self, key: str) -> PairState:
         pair = self._pairs.get(key)
         if pair is None:
             if len(self._pairs) >= _MAX_PAIRS:
                 self._pairs.popitem(last=False)
-            pair = self._pairs[key] = _Pair(Window(self.settings.window_calls, self.settings.window_s))
+            pair = self._pairs[key] = PairState(Window(self.settings.window_calls, self.settings.window_s))
         self._pairs.move_to_end(key)
         return pair
 
-    def _judge(self, key: str, pair: _Pair, client: str, now: float) -> None:
+    def _judge(self, key: str, pair: PairState, client: str, now: float) -> None:
         drop = self.settings.min_clients - 1
         alpha = 1 - self.settings.confidence
         everyone = self._demotions.get((key, None))
@@ -498,7 +340,7 @@ class DriftMonitor:
         ]
         self._verdict(key, pair, client, found, now)
 
-    def _since(self, pair: _Pair, scope: Scope) -> str:
+    def _since(self, pair: PairState, scope: Scope) -> str:
         tally = pair.restoring.get(scope)
         if tally is None:
             return "no calls"
@@ -506,11 +348,11 @@ class DriftMonitor:
         faults = ", ".join(f"{tally.faults[f]} {f.value}" for f in pair.tests)
         return f"{counted} calls counted of {tally.calls}: {faults}"
 
-    def _verdict(self, key: str, pair: _Pair, scope: Scope, found: list[Breach], now: float) -> None:
+    def _verdict(self, key: str, pair: PairState, scope: Scope, found: list[Breach], now: float) -> None:
         if not found:
             if scope in pair.alarmed:
                 pair.alarmed.discard(scope)
-                self._event(pair, now, "recovered", f"{_whom(scope)}: evidence back under the thresholds")
+                self._event(pair, now, "recovered", f"{whom(scope)}: evidence back under the thresholds")
             return
         lower = _LOWER.get(pair.tier)
         if pair.source == "measured" and lower is not None:
@@ -520,27 +362,18 @@ class DriftMonitor:
             return
         pair.alarmed.add(scope)
         why = "pinned: never demoted" if pair.source == "pinned" else "no lower tier"
-        self._event(pair, now, "drifting", f"{_whom(scope)}: {'; '.join(map(str, found))} ({why})")
-        log.warning(
-            "drift_detected",
-            key=key,
-            client=scope or "everyone",
-            tier=pair.tier.value,
-            source=pair.source,
-            demoted=False,
-            why=why,
-            window=pair.window.figures(now).to_json(),
-            breaches=[b.to_json() for b in found],
-            examples=[o.example() for o in pair.window.examples(_EXAMPLES)],
-        )
+        self._event(pair, now, "drifting", f"{whom(scope)}: {'; '.join(map(str, found))} ({why})")
+        examples = [o.example() for o in pair.window.examples(_EXAMPLES)]
+        evidence = _evidence(key, scope, pair.window.figures(now).to_json(), found, examples)
+        log.warning("drift_detected", **evidence, tier=pair.tier.value, source=pair.source, demoted=False, why=why)
 
-    def _demote(self, key: str, pair: _Pair, scope: Scope, lower: Tier, found: list[Breach], now: float) -> None:
+    def _demote(self, key: str, pair: PairState, scope: Scope, lower: Tier, found: list[Breach], now: float) -> None:
         if scope is not None:
             # Each client's demotion keeps its calls since: bound how many one pair holds. So
             # many failing clients have long since demoted it for everyone anyway.
             own = [d for (k, c), d in self._demotions.items() if k == key and c is not None]
-            if len(own) >= _MAX_CLIENTS:
-                self._end(min(own, key=lambda d: d.at), f"dropped: {_MAX_CLIENTS} clients demoted, the oldest goes")
+            if len(own) >= MAX_CLIENTS:
+                self._end(min(own, key=lambda d: d.at), f"dropped: {MAX_CLIENTS} clients demoted, the oldest goes")
         figures = pair.window.figures(now)
         window = {**figures.to_json(), "maxCalls": self.settings.window_calls, "maxAgeS": self.settings.window_s}
         demotion = Demotion(
@@ -563,19 +396,10 @@ class DriftMonitor:
             pair.own.pop(scope, None)
         self._outbox.append(("demoted", demotion.to_record()))
         remeasure = scope is None and self.settings.remeasure and self._remeasure is not None
-        self._event(pair, now, "demoted", f"{_whom(scope)}: {pair.tier.value} -> {lower.value}: {demotion.reason}")
+        self._event(pair, now, "demoted", f"{whom(scope)}: {pair.tier.value} -> {lower.value}: {demotion.reason}")
         metrics.DRIFT_DEMOTIONS.labels(from_tier=pair.tier.value, to_tier=lower.value).inc()
-        log.warning(
-            "drift_demoted",
-            key=key,
-            client=scope or "everyone",
-            from_tier=pair.tier.value,
-            to_tier=lower.value,
-            window=window,
-            breaches=[b.to_json() for b in found],
-            examples=list(demotion.examples),
-            remeasure=remeasure,
-        )
+        evidence = _evidence(key, scope, window, found, list(demotion.examples))
+        log.warning("drift_demoted", **evidence, from_tier=pair.tier.value, to_tier=lower.value, remeasure=remeasure)
         if self._changed is not None:
             self._changed()
         if remeasure:  # only everyone's: one client's traffic must not cost a measurement
@@ -601,7 +425,7 @@ class DriftMonitor:
             pair.reset_evidence()
         else:
             pair.own.pop(demotion.client, None)
-        self._event(pair, self._clock(), "ended", f"{_whom(demotion.client)}: {why}")
+        self._event(pair, self._clock(), "ended", f"{whom(demotion.client)}: {why}")
         log.info(
             "drift_demotion_ended",
             key=demotion.key,
@@ -640,7 +464,7 @@ class DriftMonitor:
                 pair,
                 self._clock(),
                 "demoted",
-                f"{_whom(demotion.client)}: {demotion.from_tier.value} -> {demotion.to_tier.value} "
+                f"{whom(demotion.client)}: {demotion.from_tier.value} -> {demotion.to_tier.value} "
                 f"on another replica: {demotion.reason}",
             )
         log.warning(
@@ -674,47 +498,16 @@ class DriftMonitor:
                 if adopted.slot not in records:
                     self._end(adopted, "ended on another replica while this one was away", share=False)
 
-    def _event(self, pair: _Pair, at: float, event: str, detail: str) -> None:
-        pair.history.append({"at": _iso(at), "event": event, "detail": detail})
-
-    def _describe(self, key: str, now: float) -> dict[str, Any]:
-        pair = self._pairs.get(key) or _Pair(Window(self.settings.window_calls, self.settings.window_s))
-        figures = pair.window.figures(now)
-        drop = self.settings.min_clients - 1
-        ceilings = self.settings.ceilings_for(pair.tier)
-        demotions = {d.client: d for (k, _), d in self._demotions.items() if k == key}
-        everyone = demotions.pop(None, None)
-
-        def shown(demotion: Demotion) -> dict[str, Any]:
-            tally = pair.restoring.get(demotion.client)
-            since = tally.to_json(drop if demotion.client is None else 0) if tally is not None else None
-            return {**demotion.to_json(), "since": since}
-
-        rates = {}
-        for fault in Fault:
-            count, test = figures.faults.get(fault, 0), pair.tests.get(fault)
-            rates[fault.value] = {
-                "count": count,
-                "rate": round(count / figures.calls, 4) if figures.calls else 0.0,
-                "ceiling": ceilings.of(fault),
-                "score": round(pair.pooled.standing(fault, drop), 2) if test is not None else None,
-                "threshold": round(test.threshold, 2) if test is not None else None,
-            }
-        return {
-            "tier": pair.tier.value,
-            "source": pair.source,
-            "window": {**figures.to_json(), "maxCalls": self.settings.window_calls, "maxAgeS": self.settings.window_s},
-            "rates": rates,
-            "clients": len(pair.own),
-            "drifting": bool(everyone or demotions or pair.alarmed),
-            "demoted": shown(everyone) if everyone is not None else None,
-            "clientsDemoted": {client: shown(d) for client, d in sorted(demotions.items()) if client is not None},
-            "history": list(pair.history),
-        }
+    def _event(self, pair: PairState, at: float, event: str, detail: str) -> None:
+        pair.history.append({"at": iso(at), "event": event, "detail": detail})
 
 
-def _whom(scope: Scope) -> str:
-    return "everyone" if scope is None else f"client {scope}"
+def _evidence(
+    key: str, scope: Scope, window: dict[str, Any], found: list[Breach], examples: list[Any]
+) -> dict[str, Any]:
+    """What a drift log line shows of the evidence: the pair, whom it covers, the window, the breaches."""
+    breaches = [b.to_json() for b in found]
+    return {"key": key, "client": scope or "everyone", "window": window, "breaches": breaches, "examples": examples}
 
 
 __all__ = ["ANONYMOUS", "Breach", "Demotion", "DriftMonitor", "Fault", "Served"]

@@ -27,7 +27,7 @@ from jsonschema.validators import validator_for
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gatekeeper.protocols.base import Call
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 Schema = dict[str, Any]
 

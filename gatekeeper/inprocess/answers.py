@@ -31,15 +31,15 @@ from typing import Any
 
 import orjson
 
-from gatekeeper import logs
 from gatekeeper.core.admit import Admitted, aadmit, admit
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, GatekeeperError, NotMeasured, RequestInvalid
+from gatekeeper.observe import logs
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Allowed, Codec, Enforced, Event, Offered, StreamFilter, may_carry_calls
-from gatekeeper.protocols.chat import loads
 from gatekeeper.protocols.enforce import asks_structured
 from gatekeeper.protocols.sse import SSEParser, encode
+from gatekeeper.protocols.stream import loads
 
 # Headers of the upstream's answer that describe bytes the client no longer gets as they were.
 _REWRITTEN = frozenset({"content-length", "content-encoding", "transfer-encoding"})

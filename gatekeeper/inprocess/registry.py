@@ -33,14 +33,15 @@ from typing import Any
 
 from jsonschema.protocols import Validator
 
-from gatekeeper import logs
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Route
+from gatekeeper.core.route_choice import Need
 from gatekeeper.errors import GatekeeperError, ToolNotAllowed
-from gatekeeper.gating import ToolPolicy, tool_name
 from gatekeeper.inprocess.tool_schema import FunctionTool, Handler, check_arguments, compile_schema, function_tool
-from gatekeeper.requirements import meets, unmet
-from gatekeeper.routing import Need
-from gatekeeper.tiers import Tier
+from gatekeeper.observe import logs
+from gatekeeper.protocols.gate import tool_name
+from gatekeeper.rules.requirements import meets, unmet
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolPolicy
 
 log = logs.get_logger("gatekeeper.inprocess.registry")
 

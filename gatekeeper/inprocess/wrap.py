@@ -31,16 +31,17 @@ import inspect
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from gatekeeper import logs
 from gatekeeper.core.admit import Decision, aadmit, adecide, admit, decide
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Snapshot
 from gatekeeper.errors import ToolNotAllowed
-from gatekeeper.gating import BUILTIN_FAMILIES, Gated, ToolId, listed_tool_id, tool_name
 from gatekeeper.inprocess.answers import AnswerGate
-from gatekeeper.protocols import fields
+from gatekeeper.observe import logs
+from gatekeeper.observe.redact import clip
+from gatekeeper.protocols import schema
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
-from gatekeeper.redact import clip
+from gatekeeper.protocols.gate import Gated, listed_tool_id, tool_name
+from gatekeeper.rules.tools import BUILTIN_FAMILIES, ToolId
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -166,7 +167,7 @@ def _set_aside(snapshot: Snapshot, codec: Codec, body: dict[str, Any], foreign: 
     aside = {k: body.pop(k) for k in foreign if k in body}
     try:
         if "extra_body" in aside:
-            fields.check_extra_body(
+            schema.check_extra_body(
                 aside["extra_body"], _entry(codec.name).request_fields, snapshot.policy.unknown_fields
             )
         with logs.request_scope():
@@ -421,7 +422,7 @@ def _hosted(tool: Any, model: str, decision: Decision) -> list[Any]:
     named `hosted_mcp` (`github.delete_*: large` left every tool of the server in)."""
     import dataclasses
 
-    from gatekeeper.protocols.responses import gate_request
+    from gatekeeper.protocols.responses.gate import gate_request
 
     name = getattr(tool, "name", type(tool).__name__)
     config = getattr(tool, "tool_config", None)

@@ -33,16 +33,16 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from gatekeeper import logs
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
 from gatekeeper.errors import NotMeasured
-from gatekeeper.gating import ToolId
 from gatekeeper.mcp import metrics
 from gatekeeper.mcp.names import exposed_name, split_exposed
 from gatekeeper.mcp.reads import ReadRules
 from gatekeeper.mcp.resources import Access, ServerReads
 from gatekeeper.mcp.upstream import ServerUnavailable, Upstream
-from gatekeeper.redact import clip
+from gatekeeper.observe import logs
+from gatekeeper.observe.redact import clip
+from gatekeeper.rules.tools import ToolId
 
 log = logs.get_logger("gatekeeper.mcp.gateway")
 

@@ -30,12 +30,12 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Message, Receive, Scope, Send
 
-from gatekeeper import logs
 from gatekeeper.drift.identity import client_identity
 from gatekeeper.errors import CredentialConflict, RequestInvalid
 from gatekeeper.mcp.gateway import BINDING, Binding, key_digest
+from gatekeeper.observe import logs
+from gatekeeper.observe.redact import clip
 from gatekeeper.peers import bearer_form
-from gatekeeper.redact import clip
 from gatekeeper.store.profile import check_effort, split_key
 
 if TYPE_CHECKING:

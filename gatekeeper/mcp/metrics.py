@@ -6,7 +6,7 @@ name is counted as `unmeasured`: model names come from clients and must not grow
 
 from prometheus_client import Counter, Gauge
 
-from gatekeeper.metrics import REGISTRY
+from gatekeeper.observe.metrics import REGISTRY
 
 TOOLS_LISTED = Counter(
     "gatekeeper_mcp_tools_listed",

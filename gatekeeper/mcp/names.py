@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from gatekeeper.gating import ToolId
+from gatekeeper.rules.tools import ToolId
 
 SEPARATOR = "__"
 _FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

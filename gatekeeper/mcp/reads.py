@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal
 
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 Kind = Literal["resource", "prompt"]  # a resource template is ruled as a resource
 _WILDCARDS = frozenset("*?[")

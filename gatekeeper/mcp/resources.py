@@ -24,12 +24,12 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
-from gatekeeper import logs
 from gatekeeper.core.gatekeeper import Resolution
 from gatekeeper.mcp.names import exposed_name, split_exposed
 from gatekeeper.mcp.reads import Kind, ReadRules, Verdict
 from gatekeeper.mcp.upstream import ServerUnavailable, Upstream
-from gatekeeper.redact import clip
+from gatekeeper.observe import logs
+from gatekeeper.observe.redact import clip
 
 log = logs.get_logger("gatekeeper.mcp.gateway")
 

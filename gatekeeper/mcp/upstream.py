@@ -29,11 +29,11 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp_types import CONNECTION_CLOSED
 
-from gatekeeper import logs
 from gatekeeper.config import McpServer
 from gatekeeper.mcp.bounded_http import BoundedTransport
 from gatekeeper.mcp.names import unusable
 from gatekeeper.mcp.stdio import bounded_stdio
+from gatekeeper.observe import logs
 
 log = logs.get_logger("gatekeeper.mcp.upstream")
 

@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 import httpx
 
-from gatekeeper import logs
 from gatekeeper.errors import BackendError
-from gatekeeper.redact import redact, redact_url
+from gatekeeper.observe import logs
+from gatekeeper.observe.redact import redact, redact_url
 from gatekeeper.types import Answer, ToolCall, strip_reasoning
 
 log = logs.get_logger("gatekeeper.measuring.backends")

@@ -81,11 +81,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from gatekeeper.tiers import DEFAULT_RISK, DESIGN_SCORE, Thresholds, Tier, certified_tier
+from gatekeeper.rules.tiers import DEFAULT_RISK, DESIGN_SCORE, Thresholds, Tier, certified_tier
 
 # (bet c, weight): the lower bound's mixture and the mirror's (the module docstring says why).
 BETS = ((0.95, 0.5), (0.8, 0.5))
@@ -254,19 +254,23 @@ class _Factor:
         return 1 + c * (m - z) / (1 - m)  # lam = c / (1 - m): at least 1 - c at z = 1
 
 
+def _edge(inside: float, outside: float, ruled_out: Callable[[float], bool]) -> float:
+    """The far end of the rates not ruled out, from `inside` (never ruled out) towards `outside`,
+    by bisection (a wealth grows monotonically towards `outside`): the conservative end."""
+    for _ in range(_BISECTIONS):
+        mid = (inside + outside) / 2
+        inside, outside = (inside, mid) if ruled_out(mid) else (mid, outside)
+    return outside
+
+
 @lru_cache(maxsize=65536)
 def _upper_failure(counts: Counts, risk: float) -> float:
     """U_n: the largest failure rate m the data cannot rule out (K_n(m) < 1/risk)."""
-    n = sum(k for _, k in counts)
     limit = math.log(1 / risk)
-    lo, hi = sum(z * k for z, k in counts) / n, 1.0  # the estimate is never ruled out
-    if lo >= 1:
+    mean = sum(z * k for z, k in counts) / sum(k for _, k in counts)  # the estimate is never ruled out
+    if mean >= 1:
         return 1.0
-    for _ in range(_BISECTIONS):
-        mid = (lo + hi) / 2
-        ruled_out = _log_wealth(counts, BETS, _Factor(mid, mirror=False)) >= limit
-        lo, hi = (lo, mid) if ruled_out else (mid, hi)
-    return hi  # the conservative end
+    return _edge(mean, 1.0, lambda m: _log_wealth(counts, BETS, _Factor(m, mirror=False)) >= limit)
 
 
 Pairs = tuple[tuple[tuple[float, float], int], ...]  # ((failed share Z, bet c), how many)
@@ -297,25 +301,16 @@ def _upper_failure_betting(pairs: Pairs, risk: float) -> float:
     log product is at most sum c_i (mean - Z_i) / (1 - mean), which may be positive with unequal
     bets, so the search starts at 0 and the bound is then capped at the estimate."""
     limit = math.log(1 / risk)
-    lo, hi = 0.0, 1.0
     if _betting_wealth(pairs, 0.0) >= limit:
         return 0.0
-    for _ in range(_BISECTIONS):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if _betting_wealth(pairs, mid) >= limit else (mid, hi)
-    return hi  # the conservative end
+    return _edge(0.0, 1.0, lambda m: _betting_wealth(pairs, m) >= limit)
 
 
 @lru_cache(maxsize=65536)
 def _lower_failure(counts: Counts, risk: float) -> float:
     """The smallest failure rate m the data cannot rule out (the mirror bound)."""
-    n = sum(k for _, k in counts)
     limit = math.log(1 / risk)
-    lo, hi = 0.0, sum(z * k for z, k in counts) / n
-    if hi <= 0:
+    mean = sum(z * k for z, k in counts) / sum(k for _, k in counts)
+    if mean <= 0:
         return 0.0
-    for _ in range(_BISECTIONS):
-        mid = (lo + hi) / 2
-        ruled_out = _log_wealth(counts, MIRROR_BETS, _Factor(mid, mirror=True)) >= limit
-        lo, hi = (mid, hi) if ruled_out else (lo, mid)
-    return lo  # the conservative end
+    return _edge(mean, 0.0, lambda m: _log_wealth(counts, MIRROR_BETS, _Factor(m, mirror=True)) >= limit)

@@ -27,8 +27,8 @@ from types import TracebackType
 import httpx
 from filelock import FileLock
 
-from gatekeeper import logs
 from gatekeeper.errors import LocalModelError
+from gatekeeper.observe import logs
 
 log = logs.get_logger(__name__)
 

@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gatekeeper import logs
 from gatekeeper.measuring.backends import Backend
 from gatekeeper.measuring.confidence import Estimate, category_risk, out_of_reach, settled, tier_of
 from gatekeeper.measuring.design import NEVER, WHOLE, CategoryPlan, Target, design_name
 from gatekeeper.measuring.effort import effort_ignored
+from gatekeeper.observe import logs
+from gatekeeper.rules.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, DESIGN_SCORE, Thresholds, Tier
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, TestResult
 from gatekeeper.suite.checks import run_check
 from gatekeeper.suite.loader import CATEGORIES, BenchTest, Suite, instantiate
-from gatekeeper.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, DESIGN_SCORE, Thresholds, Tier
 from gatekeeper.types import Answer
 
 log = logs.get_logger("gatekeeper.measuring.runner")

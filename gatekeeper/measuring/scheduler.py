@@ -26,11 +26,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gatekeeper import logs
 from gatekeeper.config import Settings
 from gatekeeper.errors import GatekeeperError, MeasurementFailed, WriteFenced
 from gatekeeper.measuring.runner import Progress
-from gatekeeper.redact import clip
+from gatekeeper.observe import logs
+from gatekeeper.observe.redact import clip
 from gatekeeper.store import Coordinator, Lease, ProfileStore
 from gatekeeper.store.profile import EFFORTS, Profile, profile_key
 from gatekeeper.suite.loader import Suite

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gatekeeper import logs, metrics, telemetry
 from gatekeeper.config import Settings
 from gatekeeper.errors import InconclusiveMeasurement
 from gatekeeper.measuring.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestSettings
 from gatekeeper.measuring.runner import DEFAULT_EFFORTS, Progress, ProgressFn, RunSettings, recommend, sweep
+from gatekeeper.observe import logs, metrics, telemetry
 from gatekeeper.store import Lease, ProfileStore, WriteFenced
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile
 from gatekeeper.suite.loader import Suite

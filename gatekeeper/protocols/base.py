@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from gatekeeper.errors import AnswerInvalid, RequestInvalid  # noqa: F401  (raised by codecs)
-from gatekeeper.gating import Gated, ToolId, ToolKind, ToolPolicy
-from gatekeeper.tiers import Tier
+from gatekeeper.protocols.gate import Gated
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolId, ToolKind, ToolPolicy
 
 
 @dataclass(frozen=True)

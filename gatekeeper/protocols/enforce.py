@@ -18,11 +18,24 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from gatekeeper.errors import AnswerInvalid, RequestInvalid
-from gatekeeper.gating import RequestGate, ToolId, ToolKind, required_name
-from gatekeeper.protocols import fields as F
+from gatekeeper.protocols import schema as S
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Offered, Schema
+from gatekeeper.protocols.gate import RequestGate, required_name
+from gatekeeper.rules.tools import ToolId, ToolKind
 
 _SHOWN_CHARS = 80  # a called name longer than this is shown cut (it comes from the model)
+
+
+def enforce_answer(
+    doc: Any, protocol: str, enforce_doc: Callable[[dict[str, Any], Allowed, Enforced], None], allow: Allowed
+) -> Enforced:
+    """A plain answer (a JSON object) with its calls to tools not offered removed in place by
+    `enforce_doc`, and what was removed."""
+    if not isinstance(doc, dict):
+        raise AnswerInvalid(f"a {protocol} answer must be a JSON object, got {type(doc).__name__}")
+    result = Enforced()
+    enforce_doc(doc, allow, result)
+    return result
 
 
 def allowed(value: Allowed | Offered | Mapping[str, Schema | None]) -> Allowed:
@@ -131,7 +144,7 @@ def admitted_listing(listed: Any, server: str, allow: Allowed, what: str) -> lis
 
 
 def admitted_request_listing(
-    tools: Any, label: str, entry_fields: F.Fields, where: str, g: RequestGate
+    tools: Any, label: str, entry_fields: S.Fields, where: str, g: RequestGate
 ) -> list[dict[str, Any]]:
     """The request-side twin of `admitted_listing`: an MCP listing that a request carries back
     (Responses `mcp_list_tools` in `input`, Messages `mcp_tool_listing`), each entry's fields
@@ -143,7 +156,7 @@ def admitted_request_listing(
     for k, entry in enumerate(tools):
         if not isinstance(entry, dict):
             raise RequestInvalid(f"{where}.tools[{k}] must be an object")
-        F.check(entry, entry_fields, f"{where}.tools[{k}]", g.unknown)
+        S.check(entry, entry_fields, f"{where}.tools[{k}]", g.unknown)
         name = required_name(entry.get("name"), f"{where}.tools[{k}].name")
         if server and g.policy.allows(g.tier, g.mcp(label, name)):
             kept.append(entry)

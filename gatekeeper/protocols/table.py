@@ -14,16 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
-from gatekeeper.protocols import chat, fields, messages, responses
 from gatekeeper.protocols.base import Codec, Translator
-from gatekeeper.protocols.translate.messages import MessagesTranslator
-from gatekeeper.protocols.translate.responses import ResponsesTranslator
+from gatekeeper.protocols.chat import codec as chat_codec
+from gatekeeper.protocols.chat import fields as chat_fields
+from gatekeeper.protocols.messages import codec as messages_codec
+from gatekeeper.protocols.messages import fields as messages_fields
+from gatekeeper.protocols.messages.translate import MessagesTranslator
+from gatekeeper.protocols.responses import codec as responses_codec
+from gatekeeper.protocols.responses import fields as responses_fields
+from gatekeeper.protocols.responses.translate import ResponsesTranslator
 
 # The efforts OpenAI's field can carry that routing may set (openai-python
-# types/shared/reasoning_effort.py); routing orders them itself (gatekeeper.routing.RANKED_EFFORTS).
+# types/shared/reasoning_effort.py); routing orders them itself (gatekeeper.core.route_choice.RANKED_EFFORTS).
 _OPENAI_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 
@@ -70,10 +74,10 @@ def register_protocol(protocol: ClientProtocol) -> ClientProtocol:
 register_protocol(
     ClientProtocol(
         "chat",
-        chat.CODEC,
+        chat_codec.CODEC,
         ("/v1/chat/completions",),
-        fields.REQUEST_TABLES["chat"],
-        partial(fields.carriers, "chat"),
+        chat_fields.CHAT_REQUEST,
+        chat_fields.carriers,
         effort=(None, "reasoning_effort"),
         effort_targets=_OPENAI_EFFORTS,
         tool_fields=("tools", "tool_choice", "functions", "function_call"),
@@ -83,10 +87,10 @@ register_protocol(
 register_protocol(
     ClientProtocol(
         "responses",
-        responses.CODEC,
+        responses_codec.CODEC,
         ("/v1/responses",),
-        fields.REQUEST_TABLES["responses"],
-        partial(fields.carriers, "responses"),
+        responses_fields.RESPONSES_REQUEST,
+        responses_fields.carriers,
         ResponsesTranslator(),
         effort=("reasoning", "effort"),
         effort_targets=_OPENAI_EFFORTS,
@@ -97,12 +101,12 @@ register_protocol(
 register_protocol(
     ClientProtocol(
         "messages",
-        messages.CODEC,
+        messages_codec.CODEC,
         ("/v1/messages",),
-        fields.REQUEST_TABLES["messages"],
-        partial(fields.carriers, "messages"),
+        messages_fields.MESSAGES_REQUEST,
+        messages_fields.carriers,
         MessagesTranslator(),
-        count_tokens=("/v1/messages/count_tokens", messages.COUNT_TOKENS_CODEC),
+        count_tokens=("/v1/messages/count_tokens", messages_codec.COUNT_TOKENS_CODEC),
         # `output_config.effort`, read before a thinking budget. Anthropic's effort
         # (anthropic-sdk-python types/output_config_param.py) also has max, which cannot be placed
         # against OpenAI's levels: never a routing target.

@@ -18,11 +18,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gatekeeper import logs
 from gatekeeper.errors import ConfigError, ProxyError, RequestInvalid, StoreError
 from gatekeeper.measuring.confidence import shown_scores
+from gatekeeper.observe import logs
+from gatekeeper.observe.redact import redact
 from gatekeeper.peers import bearer_form
-from gatekeeper.redact import redact
 from gatekeeper.server.console import console_routes
 from gatekeeper.server.throttle import KeyThrottle, client_source, shared_counts
 from gatekeeper.store.profile import check_effort, profile_key, split_key

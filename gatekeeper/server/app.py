@@ -26,7 +26,6 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gatekeeper import logs, metrics, redact, telemetry
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.errors import (
     AnswerInvalid,
@@ -37,10 +36,12 @@ from gatekeeper.errors import (
     RequestInvalid,
     ToolChoiceBlocked,
 )
-from gatekeeper.protocols import fields
+from gatekeeper.observe import logs, metrics, redact, telemetry
+from gatekeeper.observe.redact import clip
+from gatekeeper.protocols import schema
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
-from gatekeeper.redact import clip
+from gatekeeper.protocols.passthrough import PASSTHROUGH_TABLES
 from gatekeeper.server.admin import admin_routes
 from gatekeeper.server.mounts import Upstreams
 from gatekeeper.server.pipeline import JSON, forward, model_call, read_json, routed_header
@@ -200,7 +201,7 @@ async def passthrough(request: Request) -> Response:
     if carried:
         raise ProxyError(400, f"{request.url.path} carries no tools; refused fields: {carried}", "invalid_request")
     try:  # every other field known too (extra_body, messages, ... are not)
-        fields.check(body, fields.PASSTHROUGH_TABLES[request.url.path], "", settings.upstream.unknown_fields)
+        schema.check(body, PASSTHROUGH_TABLES[request.url.path], "", settings.upstream.unknown_fields)
     except RequestInvalid as exc:
         raise ProxyError(400, f"{request.url.path}: {exc}", "invalid_request") from None
     return await forward(request, "POST", request.url.path.removeprefix("/v1"), body)

@@ -18,11 +18,11 @@ from typing import Any
 
 import orjson
 
-from gatekeeper import logs, metrics
 from gatekeeper.config import ModelRoute
 from gatekeeper.errors import ProxyError
+from gatekeeper.observe import logs, metrics
+from gatekeeper.observe.redact import redact
 from gatekeeper.protocols.base import Event
-from gatekeeper.redact import redact
 from gatekeeper.server.upstream import UpstreamRequest, rate_limit_headers
 
 log = logs.get_logger("gatekeeper.server.app")

@@ -28,12 +28,12 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from gatekeeper import logs, metrics, redact
 from gatekeeper.core.admit import aadmit
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
 from gatekeeper.drift.identity import ANONYMOUS, client_identity, evidence_identity
 from gatekeeper.drift.monitor import DriftMonitor
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, ProxyError
+from gatekeeper.observe import logs, metrics, redact
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import (
     Allowed,
@@ -45,9 +45,9 @@ from gatekeeper.protocols.base import (
     Translator,
     may_carry_calls,
 )
-from gatekeeper.protocols.chat import loads
 from gatekeeper.protocols.enforce import asks_structured
 from gatekeeper.protocols.sse import encode
+from gatekeeper.protocols.stream import loads
 from gatekeeper.server.mounts import Upstreams
 from gatekeeper.server.upstream import (
     TransferError,

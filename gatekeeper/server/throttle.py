@@ -35,9 +35,9 @@ from typing import Any, TypeVar
 from cachetools import TTLCache
 from starlette.requests import Request
 
-from gatekeeper import logs
+from gatekeeper.observe import logs
+from gatekeeper.observe.redact import clip, redact
 from gatekeeper.peers import is_trusted
-from gatekeeper.redact import clip, redact
 from gatekeeper.store import WrongKeyCounts
 
 log = logs.get_logger("gatekeeper.server.throttle")

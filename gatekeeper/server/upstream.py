@@ -33,12 +33,12 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from gatekeeper import logs, metrics
 from gatekeeper.config import Upstream as UpstreamSettings
 from gatekeeper.errors import ProxyError
+from gatekeeper.observe import logs, metrics
+from gatekeeper.observe.redact import redact_url, scrub
 from gatekeeper.protocols.base import Event
 from gatekeeper.protocols.sse import SSEParser
-from gatekeeper.redact import redact_url, scrub
 
 # Headers that describe one hop, or that the client library recomputes: never copied across the
 # proxy, either way. `x-request-id` stays here too: some servers (llama.cpp's) reject ids that

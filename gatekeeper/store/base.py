@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from gatekeeper import logs
+from gatekeeper.observe import logs
 from gatekeeper.store.profile import Profile
 
 log = logs.get_logger("gatekeeper.store")

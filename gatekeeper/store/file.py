@@ -18,8 +18,8 @@ from typing import Any
 from cachetools import TTLCache
 from filelock import FileLock
 
-from gatekeeper import logs
 from gatekeeper.errors import StoreError
+from gatekeeper.observe import logs
 from gatekeeper.store.base import ChangeListener, Lease, StoreData, backoff_delay, read_entries
 from gatekeeper.store.profile import Profile
 

@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from gatekeeper.errors import RequestInvalid
-from gatekeeper.redact import clip
+from gatekeeper.observe.redact import clip
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.suite.loader import Suite
-from gatekeeper.tiers import Tier
 
 DEFAULT_EFFORT = "default"
 # The levels the protocols themselves define: openai-python `types/shared/reasoning_effort.py`

@@ -37,9 +37,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from gatekeeper import logs
 from gatekeeper.errors import StoreError
-from gatekeeper.redact import redact_url
+from gatekeeper.observe import logs
+from gatekeeper.observe.redact import redact_url
 from gatekeeper.store.base import ChangeListener, Lease, StoreData, read_entries, read_entry
 from gatekeeper.store.file import owner_id
 from gatekeeper.store.profile import Profile

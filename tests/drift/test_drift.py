@@ -17,7 +17,7 @@ from gatekeeper.drift.window import (
     observe,
 )
 from gatekeeper.protocols.base import Call
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 WEATHER = {
     "type": "object",

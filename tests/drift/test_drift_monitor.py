@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import pytest
 from conftest import wait_until
 
-from gatekeeper import metrics
 from gatekeeper.drift.monitor import ANONYMOUS, DriftMonitor
 from gatekeeper.drift.window import DriftSettings
+from gatekeeper.observe import metrics
 from gatekeeper.protocols.base import Call
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.store.profile import Profile
-from gatekeeper.tiers import Tier
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 OFFERED = {"count": SCHEMA}
@@ -270,7 +270,7 @@ def test_calls_to_tools_the_tier_hid_are_no_evidence(monitor: DriftMonitor) -> N
 
 
 def test_a_pair_keeps_a_bounded_number_of_client_demotions(clock: Clock, monkeypatch) -> None:
-    monkeypatch.setattr("gatekeeper.drift.monitor._MAX_CLIENTS", 3)
+    monkeypatch.setattr("gatekeeper.drift.monitor.MAX_CLIENTS", 3)
     mon = DriftMonitor(DriftSettings(min_clients=10), clock=clock)
     for i in range(4):
         clock.now += 1

@@ -11,7 +11,7 @@ from drift_traffic import first_alarm
 
 from gatekeeper.drift.sequential import Cusum, Pooled, Tally, binomial_cdf, cusums_for, make_cusum, under_rate
 from gatekeeper.drift.window import DriftSettings, Fault
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 SETTINGS = DriftSettings()
 LARGE = cusums_for(SETTINGS.ceilings_for(Tier.LARGE), SETTINGS)

@@ -20,8 +20,8 @@ from litellm.proxy._types import UserAPIKeyAuth
 from gatekeeper import ConfigError
 from gatekeeper.adapters.litellm_hook import GatekeeperHook
 from gatekeeper.adapters.openai_sdk import gate_client
-from gatekeeper.gating import ToolChoiceBlocked
-from gatekeeper.tiers import Tier
+from gatekeeper.errors import ToolChoiceBlocked
+from gatekeeper.rules.tiers import Tier
 
 TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
 HI = [{"role": "user", "content": "hi"}]

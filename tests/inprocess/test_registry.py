@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from gatekeeper import Gatekeeper, NotMeasured, ToolArgumentsInvalid, ToolNotAllowed, ToolRegistry
 from gatekeeper.inprocess.registry import function_schema
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 
 @pytest.fixture

@@ -207,6 +207,8 @@ sys.meta_path.insert(0, BlockOpenAI())
 import anthropic
 from gatekeeper.adapters.anthropic_sdk import gate_client
 from gatekeeper import Gatekeeper, Settings
+
+
 client = gate_client(anthropic.Anthropic(api_key="x"), Gatekeeper(Settings(store=sys.argv[1])))
 assert "openai" not in sys.modules, sorted(m for m in sys.modules if m.startswith("openai"))
 print("ok")

@@ -15,8 +15,8 @@ from mcp import ClientSession
 from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.suite.loader import Suite
-from gatekeeper.tiers import Tier
 
 KEY = "mcp-test-key"
 TOY = Path(__file__).with_name("toy_server.py")

@@ -165,7 +165,7 @@ async def test_tools_list_pages_through_every_tool(tmp_path, default_suite, note
 async def test_open_sessions_hear_list_changed_when_their_tier_changes(tmp_path, default_suite, notes_dir):
     from conftest import make_profile
 
-    from gatekeeper.tiers import Tier
+    from gatekeeper.rules.tiers import Tier
 
     with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}) as proxy:
         await wait_listed(proxy.url + "/mcp/large-model", NOTES_ALL)
@@ -457,7 +457,7 @@ async def test_tools_requires_hides_an_mcp_tool_whose_minimums_the_model_misses(
     from conftest import make_profile
     from gateway_helpers import RULES
 
-    from gatekeeper.tiers import Tier
+    from gatekeeper.rules.tiers import Tier
 
     tools = {"required_tier": RULES, "requires": {"notes.write_note": {"toolCalling": 0.95}}}
     with gateway(tmp_path, default_suite, {"notes": toy("notes", notes_dir)}, tools=tools) as proxy:

@@ -14,7 +14,7 @@ from scripted import ThreadedServer, free_port
 from starlette.types import Receive, Scope, Send
 
 from gatekeeper.config import load_settings
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 SECRET = "clock-secret-7c1"
 

@@ -74,7 +74,7 @@ from mcp.shared.exceptions import MCPError
 from scripted import ThreadedServer
 from starlette.types import Receive, Scope, Send
 
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 HOSTILE = Path(__file__).with_name("hostile_servers.py")
 NOTES_SMALL = ["notes__read_note", "notes__broken_tool"]

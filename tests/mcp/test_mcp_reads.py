@@ -146,7 +146,7 @@ async def test_a_server_with_no_tools_is_read_only_under_a_rule_or_its_default_t
 
 def test_an_exact_rule_beats_a_pattern_and_patterns_go_in_config_order() -> None:
     from gatekeeper.mcp.reads import ReadRules
-    from gatekeeper.tiers import Tier
+    from gatekeeper.rules.tiers import Tier
 
     rules = ReadRules({"v.a*": Tier.LARGE, "v.*": Tier.MEDIUM, "v.abc": Tier.SMALL}, {}, {})
     assert rules.judge(Tier.SMALL, "resource", "v", "abc", False).allowed
@@ -157,7 +157,7 @@ def test_an_exact_rule_beats_a_pattern_and_patterns_go_in_config_order() -> None
 
 def test_a_lookalike_name_gets_the_strictest_rule_and_a_linked_uri_its_server_default() -> None:
     from gatekeeper.mcp.reads import ReadRules
-    from gatekeeper.tiers import Tier
+    from gatekeeper.rules.tiers import Tier
 
     rules = ReadRules({"v.readme": Tier.SMALL, "v.secret": Tier.LARGE}, {}, {"v": Tier.MEDIUM})
     assert rules.judge(Tier.MEDIUM, "resource", "v", "readme\u200b", True).required == Tier.LARGE

@@ -74,7 +74,7 @@ from test_mcp_hostile import ACCEPT, INIT, NOTES_ALL, SIGNED, calls, list_change
 
 from gatekeeper.config import McpSettings
 from gatekeeper.mcp.upstream import RELIST_PAUSE_S
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 SERVERS = Path(__file__).with_name("round2_servers.py")
 MB = 2**20

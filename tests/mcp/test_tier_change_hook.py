@@ -8,7 +8,7 @@ import yaml
 from conftest import make_profile
 
 from gatekeeper.core.gatekeeper import Gatekeeper
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 
 def test_listeners_hear_a_landed_profile_a_removal_and_a_reload(tmp_path: Path, default_suite):

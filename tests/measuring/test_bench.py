@@ -28,10 +28,10 @@ from gatekeeper.measuring.backends import (
 )
 from gatekeeper.measuring.runner import RunSettings, sweep
 from gatekeeper.measuring.service import MeasurementService
+from gatekeeper.rules.tiers import DEFAULT_SAMPLES
 from gatekeeper.store import JsonFileStore
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import load_suite
-from gatekeeper.tiers import DEFAULT_SAMPLES
 from gatekeeper.types import Answer, ToolCall, strip_reasoning
 
 FIXTURE_SUITE = ROOT / "tests" / "fixtures" / "seed_format_suite"

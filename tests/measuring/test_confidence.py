@@ -17,7 +17,7 @@ from gatekeeper.measuring.confidence import (
     tier_of,
 )
 from gatekeeper.measuring.effort import chi2_sf, friedman_p
-from gatekeeper.tiers import Thresholds
+from gatekeeper.rules.tiers import Thresholds
 
 CHAIN = 4 / 17  # the default suite's weight-4 chains, as a share of toolCalling
 

@@ -17,8 +17,8 @@ from stochastic import StochasticModel, pass_probabilities, true_scores, true_ti
 from structlog.testing import capture_logs
 
 from gatekeeper.measuring.runner import RunSettings, run_test, sweep
+from gatekeeper.rules.tiers import Tier, compute_tier
 from gatekeeper.suite.loader import CATEGORIES, Suite
-from gatekeeper.tiers import Tier, compute_tier
 
 
 def coin_flip_chain(suite: Suite) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gatekeeper.tiers import Thresholds, Tier, compute_tier
+from gatekeeper.rules.tiers import Thresholds, Tier, compute_tier
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,9 @@ from pathlib import Path
 
 
 def app(config: str):
-    from gatekeeper import logs
     from gatekeeper.config import load_settings
     from gatekeeper.core.gatekeeper import Gatekeeper
+    from gatekeeper.observe import logs
     from gatekeeper.server.app import create_app
 
     settings = load_settings(Path(config))

@@ -28,9 +28,9 @@ from gateway_helpers import KEY  # noqa: E402
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 from test_mcp_round2 import SERVERS, peak_rss_growth, roomy_client  # noqa: E402
 
-from gatekeeper.logs import configure as configure_logs  # noqa: E402
+from gatekeeper.observe.logs import configure as configure_logs  # noqa: E402
+from gatekeeper.rules.tiers import Tier  # noqa: E402
 from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, load_suite  # noqa: E402
-from gatekeeper.tiers import Tier  # noqa: E402
 
 
 async def timed_call(session: ClientSession, tool: str, mb: int, timeout_s: float) -> tuple[float, str]:

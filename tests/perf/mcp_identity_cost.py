@@ -8,7 +8,7 @@ timed alone and subtracted), under `github.delete_*: large` at tier small, for t
 named `github`, a renamed `gh` (gated as possibly any server) and `gh` bound by its URL through
 `tools.mcp_servers`. Prints microseconds per gate: the fastest of `--repeat` rounds (the round
 least disturbed on a shared machine) and the median. Run from a checkout: the bound arm is left out
-where gatekeeper has no `gatekeeper.mcp_identity` (to compare with an older commit).
+where gatekeeper has no `gatekeeper.rules.mcp_identity` (to compare with an older commit).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from gatekeeper.gating import ToolPolicy
-from gatekeeper.protocols.messages import CODEC as MESSAGES
-from gatekeeper.protocols.responses import CODEC as RESPONSES
-from gatekeeper.tiers import Tier
+from gatekeeper.protocols.messages.codec import CODEC as MESSAGES
+from gatekeeper.protocols.responses.codec import CODEC as RESPONSES
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolPolicy
 
 URL = "https://api.githubcopilot.com/mcp/"
 TOOLS = ["delete_repo", "list_repos", "get_issue", "create_issue"]
@@ -49,7 +49,7 @@ def messages_body(label: str) -> dict[str, Any]:
 def policies() -> dict[str, ToolPolicy]:
     found = {"named": ToolPolicy(RULES), "renamed": ToolPolicy(RULES)}
     try:
-        from gatekeeper.mcp_identity import ServerBindings
+        from gatekeeper.rules.mcp_identity import ServerBindings
 
         found["bound"] = ToolPolicy(RULES, servers=ServerBindings.of({"github": {"urls": [URL]}}))
     except (ImportError, TypeError):  # a commit before MCP identity

@@ -42,9 +42,9 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.server.mcpserver import MCPServer  # noqa: E402
 from scripted import ThreadedServer  # noqa: E402
 
-from gatekeeper.logs import configure as configure_logs  # noqa: E402
+from gatekeeper.observe.logs import configure as configure_logs  # noqa: E402
+from gatekeeper.rules.tiers import Tier  # noqa: E402
 from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, load_suite  # noqa: E402
-from gatekeeper.tiers import Tier  # noqa: E402
 
 
 def echo_server() -> MCPServer:

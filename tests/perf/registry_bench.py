@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gatekeeper import Gatekeeper, JsonFileStore, Profile, Settings, ToolRegistry
-from gatekeeper.logs import configure as configure_logs
+from gatekeeper.observe.logs import configure as configure_logs
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, load_suite
-from gatekeeper.tiers import Tier
 
 GOAL_S = 0.001
 

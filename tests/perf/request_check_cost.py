@@ -1,5 +1,5 @@
 """What the request gate costs per request: each codec's `gate` (every field checked against
-protocols/fields.py, nested objects included, and the tools gated) on a long agent turn.
+protocols/<protocol>/fields.py, nested objects included, and the tools gated) on a long agent turn.
 
     python tests/perf/request_check_cost.py [--turns 20] [--calls 2000]
 
@@ -17,11 +17,11 @@ import statistics
 import time
 from typing import Any
 
-from gatekeeper.gating import ToolPolicy
-from gatekeeper.protocols.chat import CODEC as CHAT
-from gatekeeper.protocols.messages import CODEC as MESSAGES
-from gatekeeper.protocols.responses import CODEC as RESPONSES
-from gatekeeper.tiers import Tier
+from gatekeeper.protocols.chat.codec import CODEC as CHAT
+from gatekeeper.protocols.messages.codec import CODEC as MESSAGES
+from gatekeeper.protocols.responses.codec import CODEC as RESPONSES
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolPolicy
 
 PNG = "data:image/png;base64," + "A" * 64
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}

@@ -3,7 +3,7 @@
     python tests/perf/routing_cost.py [--requests 2000] [--tools 3] [--rounds 25]
 
 Measures, in one process with a seeded JSON store (memory-cached, as the proxy reads it):
-  * the pure decision (`gatekeeper.routing.decide`) over plain data: decisions per second;
+  * the pure decision (`gatekeeper.core.route_choice.choose_route`) over plain data: decisions per second;
   * the request step without and with a `routing:` section, for a Chat Completions body at
     `low` whose tools need `medium` (so every request is escalated): parse + resolve + gate, and
     parse + resolve + route (dry gate, decision, rewrite) + gate. Their difference is what routing
@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from gatekeeper import Gatekeeper, JsonFileStore, Profile, Settings
-from gatekeeper.logs import configure as configure_logs
+from gatekeeper.core.route_choice import Need, RoutingRules, choose_route
+from gatekeeper.observe.logs import configure as configure_logs
 from gatekeeper.protocols import table
-from gatekeeper.requirements import Capability
-from gatekeeper.routing import Need, RoutingRules, decide
+from gatekeeper.rules.requirements import Capability
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, load_suite
-from gatekeeper.tiers import Tier
 
 CHAT = table.codec("chat")
 assert CHAT is not None
@@ -98,7 +98,7 @@ def decision_rate(n: int, rounds: int) -> float:
     asked = pairs["m@low"]
 
     def one() -> object:
-        return decide("m", "low", need, asked, rules, lambda m, e: pairs.get(f"{m}@{e}"))
+        return choose_route("m", "low", need, asked, rules, lambda m, e: pairs.get(f"{m}@{e}"))
 
     return 1e6 / interleaved_us([one], n, rounds)[0]
 
@@ -113,7 +113,7 @@ def request_step(gk: Gatekeeper, effort: str, tools: int, route: bool) -> Callab
         else:
             del request["tools"]
         if route:
-            chosen = gk.route_body(CHAT, request)  # parse, resolve, dry gate, decide, rewrite
+            chosen = gk.route_body(CHAT, request)  # parse, resolve, dry gate, choose_route, rewrite
             return CHAT.gate(request, chosen.resolution.tier, chosen.policy)
         info = CHAT.parse(request)
         asked = gk.resolve(info.model, info.effort)
@@ -131,7 +131,7 @@ def main() -> int:
     configure_logs("warning")
     suite = load_suite(DEFAULT_SUITE_DIR)
 
-    print(f"decide(): {decision_rate(args.requests * 5, args.rounds):,.0f} decisions/s (pure, plain data)")
+    print(f"choose_route(): {decision_rate(args.requests * 5, args.rounds):,.0f} decisions/s (pure, plain data)")
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "models_profile.json"
         JsonFileStore(store).save(

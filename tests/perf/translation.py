@@ -27,8 +27,8 @@ from litellm.responses.litellm_completion_transformation.transformation import (
 )
 from litellm.types.utils import ModelResponse
 
-from gatekeeper.protocols.translate import messages as translate_messages
-from gatekeeper.protocols.translate import responses as translate_responses
+from gatekeeper.protocols.messages import translate as translate_messages
+from gatekeeper.protocols.responses import translate as translate_responses
 
 TOOLS = [
     {

@@ -21,7 +21,7 @@ import openai
 
 from gatekeeper import Gatekeeper, Settings
 from gatekeeper.adapters.openai_sdk import gate_client
-from gatekeeper.logs import configure as configure_logs
+from gatekeeper.observe.logs import configure as configure_logs
 
 TOOLS = [
     {"type": "function", "function": {"name": f"tool_{i}", "parameters": {"type": "object", "properties": {}}}}

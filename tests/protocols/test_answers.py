@@ -12,12 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid
-from gatekeeper.gating import BUILTIN_FAMILIES, ToolId, ToolPolicy
 from gatekeeper.protocols.base import Allowed, Event
-from gatekeeper.protocols.chat import ChatCodec
-from gatekeeper.protocols.messages import _SERVER_CALLS, _TOOL_USE_NAMES, MessagesCodec
-from gatekeeper.protocols.responses import _BUILTIN_CALLS, ResponsesCodec
-from gatekeeper.tiers import Tier
+from gatekeeper.protocols.chat.codec import ChatCodec
+from gatekeeper.protocols.messages.answer import _SERVER_CALLS, _TOOL_USE_NAMES
+from gatekeeper.protocols.messages.codec import MessagesCodec
+from gatekeeper.protocols.responses.answer import _BUILTIN_CALLS
+from gatekeeper.protocols.responses.codec import ResponsesCodec
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import BUILTIN_FAMILIES, ToolId, ToolPolicy
 
 C, R, M = ChatCodec(), ResponsesCodec(), MessagesCodec()
 POLICY = ToolPolicy({"execute_command": Tier.LARGE, "github.delete_*": Tier.LARGE, "computer": Tier.LARGE})
@@ -345,7 +347,7 @@ def test_the_known_responses_item_events_are_the_sdk_s():
 
     from openai.types.responses.response_stream_event import ResponseStreamEvent
 
-    from gatekeeper.protocols.responses import _ITEM_EVENTS, _KNOWN_EVENTS
+    from gatekeeper.protocols.responses.answer import _ITEM_EVENTS, _KNOWN_EVENTS
 
     members = typing.get_args(typing.get_args(ResponseStreamEvent)[0])
     kinds = {typing.get_args(m.model_fields["type"].annotation)[0]: "output_index" in m.model_fields for m in members}

@@ -26,7 +26,7 @@ from upstreams import NativeServer
 
 from gatekeeper import Gatekeeper
 from gatekeeper.adapters import openai_sdk
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 HI = [{"role": "user", "content": "which city, and how many live there?"}]
 EXPLAINED = "A call to the tool `execute_command` was removed: it needs tier large"

@@ -31,7 +31,7 @@ from upstreams import NativeServer
 
 from gatekeeper import Gatekeeper, gating_http_client
 from gatekeeper.adapters import anthropic_sdk, openai_sdk
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 JS = ROOT / "tests" / "js"
 NAMES = ("read_file", "write_file", "execute_command")  # small, medium, large under settings_for

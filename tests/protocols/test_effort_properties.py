@@ -24,14 +24,14 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gatekeeper.errors import RequestInvalid
-from gatekeeper.gating import ToolPolicy
-from gatekeeper.protocols.chat import CODEC as CHAT
-from gatekeeper.protocols.messages import CODEC as MESSAGES
-from gatekeeper.protocols.responses import CODEC as RESPONSES
-from gatekeeper.protocols.routing import effort_targets, rerouted
-from gatekeeper.protocols.translate import messages as messages_to_chat
-from gatekeeper.protocols.translate import responses as responses_to_chat
-from gatekeeper.tiers import Tier
+from gatekeeper.protocols.chat.codec import CODEC as CHAT
+from gatekeeper.protocols.messages import translate as messages_to_chat
+from gatekeeper.protocols.messages.codec import CODEC as MESSAGES
+from gatekeeper.protocols.reroute import effort_targets, rerouted
+from gatekeeper.protocols.responses import translate as responses_to_chat
+from gatekeeper.protocols.responses.codec import CODEC as RESPONSES
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolPolicy
 
 # openai-python types/shared/reasoning_effort.py; anthropic-sdk-python types/output_config_param.py
 OPENAI_EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max"]

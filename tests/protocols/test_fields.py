@@ -1,10 +1,11 @@
-"""The codecs' field allowlists (gatekeeper/protocols/fields.py) against the installed SDKs'
+"""The codecs' field allowlists (gatekeeper/protocols/<protocol>/fields.py) against the installed SDKs'
 request types: every field a real client can send is known, so none is refused as unknown."""
 
 from __future__ import annotations
 
 import collections.abc
 import functools
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -12,7 +13,14 @@ from typing import Any, Union, get_args, get_origin
 
 import pytest
 
-from gatekeeper.protocols import fields as F
+from gatekeeper.errors import RequestInvalid
+from gatekeeper.protocols import passthrough, schema
+from gatekeeper.protocols.chat import fields as chat_fields
+from gatekeeper.protocols.messages import fields as messages_fields
+from gatekeeper.protocols.responses import fields as responses_fields
+
+# Every table module: the language (schema), each protocol's tables and the tool-free endpoints'.
+TABLE_MODULES = (schema, chat_fields, responses_fields, messages_fields, passthrough)
 
 
 def _keys(td: Any) -> set[str]:
@@ -108,7 +116,7 @@ class _Walk:
         self.seen.add(key)
         sdk = set().union(*map(_keys, tds)) - skip
         missing = sdk - set(table)
-        assert not missing, f"{what}: fields of the SDK missing from protocols/fields.py: {sorted(missing)}"
+        assert not missing, f"{what}: fields of the SDK missing from protocols/<protocol>/fields.py: {sorted(missing)}"
         if nested:
             self.extras |= {f"{what}.{k}" for k in set(table) - sdk}
         for name in sorted(sdk):
@@ -129,22 +137,26 @@ class _Walk:
         for hint in hints:
             t, m, a, lit = _kinds(hint)
             tds, maps, anything, literals = tds + t, maps + m, anything or a, literals + lit
-        if entry == F.GATED or isinstance(entry, (F.Refused, F.Opaque)):
+        if entry == schema.GATED or isinstance(entry, (schema.Refused, schema.Opaque)):
             return  # the codec checks a GATED value; an Opaque one is free-form (on the list)
         if tds:
-            assert isinstance(entry, (F.Obj, F.Typed)), f"{what}: the SDK sends an object here, the table no shape"
-            if isinstance(entry, F.Obj):
+            assert isinstance(entry, (schema.Obj, schema.Typed)), (
+                f"{what}: the SDK sends an object here, the table no shape"
+            )
+            if isinstance(entry, schema.Obj):
                 self.fields(entry.fields, tds, what, nested=True)
             else:
                 self.typed(entry.tables, tds, what, entry.default, nested=True)
         elif maps:
-            assert isinstance(entry, F.Map), f"{what}: the SDK sends a map here, the table no Map or Opaque"
+            assert isinstance(entry, schema.Map), f"{what}: the SDK sends a map here, the table no Map or Opaque"
             self.entry(entry.values, maps, f"{what}.*")
         elif anything:
             raise AssertionError(f"{what}: the SDK allows any value here: list it as Opaque (saying why)")
-        elif isinstance(entry, F.OneOf):
+        elif isinstance(entry, schema.OneOf):
             unknown = set(literals) - entry.values
-            assert not unknown, f"{what}: values of the SDK missing from protocols/fields.py: {sorted(unknown)}"
+            assert not unknown, (
+                f"{what}: values of the SDK missing from protocols/<protocol>/fields.py: {sorted(unknown)}"
+            )
 
 
 def _assert_covers(
@@ -193,21 +205,23 @@ def test_chat_request_fields() -> None:
     from openai.types.chat.chat_completion_tool_union_param import ChatCompletionToolUnionParam
     from openai.types.shared_params.function_definition import FunctionDefinition
 
-    _assert_covers(F.CHAT_REQUEST, p.CompletionCreateParamsStreaming, "chat request")
+    _assert_covers(chat_fields.CHAT_REQUEST, p.CompletionCreateParamsStreaming, "chat request")
     for member in _members(ChatCompletionMessageParam):
         for role in _literal(member, "role"):
-            _assert_covers(F.CHAT_MESSAGE[role], member, f"chat {role} message")
-    _assert_typed(F.CHAT_TOOL, ChatCompletionToolUnionParam, what="chat tool")
-    _assert_covers(F.CHAT_FUNCTION, FunctionDefinition, "chat function")
-    _assert_covers(F.CHAT_CUSTOM, Custom, "chat custom tool")
-    _assert_covers(F.CHAT_LEGACY_FUNCTION, p.Function, "chat legacy function")
+            _assert_covers(chat_fields.CHAT_MESSAGE[role], member, f"chat {role} message")
+    _assert_typed(chat_fields.CHAT_TOOL, ChatCompletionToolUnionParam, what="chat tool")
+    _assert_covers(chat_fields.CHAT_FUNCTION, FunctionDefinition, "chat function")
+    _assert_covers(chat_fields.CHAT_CUSTOM, Custom, "chat custom tool")
+    _assert_covers(chat_fields.CHAT_LEGACY_FUNCTION, p.Function, "chat legacy function")
 
 
 def test_tool_free_endpoint_fields() -> None:
     from openai.types import completion_create_params, embedding_create_params
 
-    _assert_covers(F.COMPLETIONS_REQUEST, completion_create_params.CompletionCreateParamsStreaming, "completions")
-    _assert_covers(F.EMBEDDINGS_REQUEST, embedding_create_params.EmbeddingCreateParams, "embeddings")
+    _assert_covers(
+        passthrough.COMPLETIONS_REQUEST, completion_create_params.CompletionCreateParamsStreaming, "completions"
+    )
+    _assert_covers(passthrough.EMBEDDINGS_REQUEST, embedding_create_params.EmbeddingCreateParams, "embeddings")
     # what they forward as is passes the check: token arrays, a logit_bias map, stream_options
     body = {
         "model": "m",
@@ -215,14 +229,14 @@ def test_tool_free_endpoint_fields() -> None:
         "logit_bias": {"50256": -100},
         "stream_options": {"include_usage": True},
     }
-    F.check(body, F.COMPLETIONS_REQUEST, "", "refuse")
-    F.check({"model": "m", "input": [[1, 2], [3]]}, F.EMBEDDINGS_REQUEST, "", "refuse")
+    schema.check(body, passthrough.COMPLETIONS_REQUEST, "", "refuse")
+    schema.check({"model": "m", "input": [[1, 2], [3]]}, passthrough.EMBEDDINGS_REQUEST, "", "refuse")
 
 
 def test_chat_tool_choice_fields() -> None:
     from openai.types.chat.chat_completion_tool_choice_option_param import ChatCompletionToolChoiceOptionParam
 
-    _assert_typed(F.CHAT_TOOL_CHOICE, ChatCompletionToolChoiceOptionParam, what="chat tool_choice")
+    _assert_typed(chat_fields.CHAT_TOOL_CHOICE, ChatCompletionToolChoiceOptionParam, what="chat tool_choice")
 
 
 def test_responses_request_fields() -> None:
@@ -231,11 +245,13 @@ def test_responses_request_fields() -> None:
     from openai.types.responses.response_input_item_param import ResponseInputItemParam
     from openai.types.responses.tool_param import ToolParam
 
-    _assert_covers(F.RESPONSES_REQUEST, p.ResponseCreateParamsStreaming, "responses request")
-    _assert_typed(F.RESPONSES_TOOL, ToolParam, what="responses tool")
-    _assert_typed(F.RESPONSES_NAMESPACE_TOOL, NamespaceTool, what="responses namespace tool")
-    _assert_typed(F.RESPONSES_TOOL_CHOICE, p.ToolChoice, what="responses tool_choice")
-    _assert_typed(F.RESPONSES_INPUT_ITEM, ResponseInputItemParam, untyped="item_reference", what="input item")
+    _assert_covers(responses_fields.RESPONSES_REQUEST, p.ResponseCreateParamsStreaming, "responses request")
+    _assert_typed(responses_fields.RESPONSES_TOOL, ToolParam, what="responses tool")
+    _assert_typed(responses_fields.RESPONSES_NAMESPACE_TOOL, NamespaceTool, what="responses namespace tool")
+    _assert_typed(responses_fields.RESPONSES_TOOL_CHOICE, p.ToolChoice, what="responses tool_choice")
+    _assert_typed(
+        responses_fields.RESPONSES_INPUT_ITEM, ResponseInputItemParam, untyped="item_reference", what="input item"
+    )
 
 
 @pytest.mark.parametrize("beta", [False, True])
@@ -252,15 +268,17 @@ def test_messages_request_fields(beta: bool) -> None:
         from anthropic.types.tool_union_param import ToolUnionParam as Tools  # type: ignore[assignment]
 
     header = frozenset({"betas"})  # the SDK sends it as the anthropic-beta header, not in the body
-    _assert_covers(F.MESSAGES_REQUEST, p.MessageCreateParamsStreaming, "messages request", header, beta)
-    _assert_covers(F.MESSAGES_COUNT_TOKENS, c.MessageCountTokensParams, "count_tokens request", header, beta)
-    _assert_typed(F.MESSAGES_TOOL, Tools, untyped="custom", what="messages tool", extras=beta)
-    _assert_typed(F.MESSAGES_TOOL_CHOICE, Choice, what="messages tool_choice", extras=beta)
+    _assert_covers(messages_fields.MESSAGES_REQUEST, p.MessageCreateParamsStreaming, "messages request", header, beta)
+    _assert_covers(
+        messages_fields.MESSAGES_COUNT_TOKENS, c.MessageCountTokensParams, "count_tokens request", header, beta
+    )
+    _assert_typed(messages_fields.MESSAGES_TOOL, Tools, untyped="custom", what="messages tool", extras=beta)
+    _assert_typed(messages_fields.MESSAGES_TOOL_CHOICE, Choice, what="messages tool_choice", extras=beta)
     for member in _members(Tools):
         names = _literal(member, "name")
         for kind in _literal(member, "type"):
             if names and kind != "custom":
-                assert F.MESSAGES_BUILTIN_NAMES.get(kind) == names[0], kind
+                assert messages_fields.MESSAGES_BUILTIN_NAMES.get(kind) == names[0], kind
 
 
 def test_messages_messages_blocks_and_servers() -> None:
@@ -275,12 +293,16 @@ def test_messages_messages_blocks_and_servers() -> None:
 
     for member in _members(BetaMessageParam):
         for role in _literal(member, "role"):
-            _assert_covers(F.MESSAGES_MESSAGE[role], member, f"messages {role} message")
-    _assert_typed(F.MESSAGES_CONTENT_BLOCK, BetaContentBlockParam, what="content block")
-    _assert_covers(F.MESSAGES_MCP_SERVER, BetaRequestMCPServerURLDefinitionParam, "mcp server")
-    _assert_covers(F.MESSAGES_MCP_TOOL_CONFIGURATION, BetaRequestMCPServerToolConfigurationParam, "tool_configuration")
-    _assert_covers(F.MESSAGES_MCP_TOOL_CONFIG, BetaMCPToolConfigParam, "mcp tool config")
-    _assert_covers(F.MESSAGES_LISTED_MCP_TOOL, BetaMCPToolParamParam, "listed mcp tool")
+            _assert_covers(messages_fields.MESSAGES_MESSAGE[role], member, f"messages {role} message")
+    _assert_typed(messages_fields.MESSAGES_CONTENT_BLOCK, BetaContentBlockParam, what="content block")
+    _assert_covers(messages_fields.MESSAGES_MCP_SERVER, BetaRequestMCPServerURLDefinitionParam, "mcp server")
+    _assert_covers(
+        messages_fields.MESSAGES_MCP_TOOL_CONFIGURATION,
+        BetaRequestMCPServerToolConfigurationParam,
+        "tool_configuration",
+    )
+    _assert_covers(messages_fields.MESSAGES_MCP_TOOL_CONFIG, BetaMCPToolConfigParam, "mcp tool config")
+    _assert_covers(messages_fields.MESSAGES_LISTED_MCP_TOOL, BetaMCPToolParamParam, "listed mcp tool")
 
 
 def test_messages_toolset_members_are_the_sdks() -> None:
@@ -293,12 +315,12 @@ def test_messages_toolset_members_are_the_sdks() -> None:
         "browser_toolset_20260801": browser.BetaBrowserToolsetConfigsParam,
         "computer_toolset_20260801": computer.BetaComputerToolsetConfigsParam,
     }
-    assert set(F.MESSAGES_TOOLSET_MEMBERS) == set(sdk)
+    assert set(messages_fields.MESSAGES_TOOLSET_MEMBERS) == set(sdk)
     for kind, configs in sdk.items():
-        assert F.MESSAGES_TOOLSET_MEMBERS[kind] == _keys(configs), kind
+        assert messages_fields.MESSAGES_TOOLSET_MEMBERS[kind] == _keys(configs), kind
         for member, hint in _hints(configs).items():
             (config,) = _kinds(hint)[0]
-            assert _keys(config) == set(F.MESSAGES_MEMBER_CONFIG), (kind, member)
+            assert _keys(config) == set(messages_fields.MESSAGES_MEMBER_CONFIG), (kind, member)
 
 
 def test_unknown_fields_are_refused_or_dropped_and_logged() -> None:
@@ -307,17 +329,17 @@ def test_unknown_fields_are_refused_or_dropped_and_logged() -> None:
     from gatekeeper.errors import RequestInvalid
 
     with pytest.raises(RequestInvalid, match=r"'extra_body' is not a field gatekeeper knows"):
-        F.check({"model": "m", "extra_body": {}}, F.CHAT_REQUEST, "", "refuse")
+        schema.check({"model": "m", "extra_body": {}}, chat_fields.CHAT_REQUEST, "", "refuse")
     with pytest.raises(RequestInvalid, match=r"tools\[0\]\.function\.x"):
-        F.check({"x": 1}, F.CHAT_FUNCTION, "tools[0].function", "refuse")
+        schema.check({"x": 1}, chat_fields.CHAT_FUNCTION, "tools[0].function", "refuse")
     body = {"model": "m", "extra_body": {"tools": []}}
     with structlog.testing.capture_logs() as logs:
-        F.check(body, F.CHAT_REQUEST, "", "drop")
+        schema.check(body, chat_fields.CHAT_REQUEST, "", "drop")
     assert body == {"model": "m"}
     assert logs[0]["event"] == "request_field_dropped" and logs[0]["field"] == "extra_body"
     long = "k" * 10_000
     with pytest.raises(RequestInvalid) as info:
-        F.check({long: 1}, F.CHAT_REQUEST, "", "refuse")
+        schema.check({long: 1}, chat_fields.CHAT_REQUEST, "", "refuse")
     assert len(str(info.value)) < 300  # a client's key is capped in the error
 
 
@@ -325,16 +347,16 @@ def test_refused_fields_say_why() -> None:
     from gatekeeper.errors import RequestInvalid
 
     with pytest.raises(RequestInvalid, match="stored prompt"):
-        F.check({"prompt": {"id": "p"}}, F.RESPONSES_REQUEST, "", "drop")  # refused even under drop
+        schema.check({"prompt": {"id": "p"}}, responses_fields.RESPONSES_REQUEST, "", "drop")  # refused even under drop
     with pytest.raises(RequestInvalid, match="substitute models"):
-        F.check({"fallbacks": ["m2"]}, F.MESSAGES_REQUEST, "", "refuse")
+        schema.check({"fallbacks": ["m2"]}, messages_fields.MESSAGES_REQUEST, "", "refuse")
 
 
 def test_messages_system_carries_text_blocks_only() -> None:
     from gatekeeper.errors import RequestInvalid
-    from gatekeeper.gating import ToolPolicy
-    from gatekeeper.protocols.messages import CODEC
-    from gatekeeper.tiers import Tier
+    from gatekeeper.protocols.messages.codec import CODEC
+    from gatekeeper.rules.tiers import Tier
+    from gatekeeper.rules.tools import ToolPolicy
 
     body = {"model": "m", "max_tokens": 1, "messages": [], "system": [{"type": "text", "text": "be brief"}]}
     CODEC.gate(body, Tier.SMALL, ToolPolicy())
@@ -343,22 +365,15 @@ def test_messages_system_carries_text_blocks_only() -> None:
         CODEC.gate(body | {"system": [addition]}, Tier.SMALL, ToolPolicy())
 
 
-def test_every_refused_field_is_in_the_fast_pre_filter() -> None:
-    tables = [v for v in vars(F).values() if isinstance(v, dict)]
-    tables += [t for v in tables for t in v.values() if isinstance(t, dict)]
-    refused = {k for t in tables for k, how in t.items() if isinstance(how, F.Refused)}
-    assert refused and refused <= F._REFUSABLE
-
-
 def test_carriers_name_what_could_offer_tools() -> None:
     hi = [{"role": "user", "content": "hi"}]
-    assert F.carriers("chat", {"model": "m", "messages": hi}) == []
-    assert F.carriers("chat", {"model": "m", "messages": hi, "extra_body": {}}) == []  # empty: nothing merged
-    assert F.carriers("chat", {"model": "m", "messages": hi, "extra_body": {"x": 1}}) == ["extra_body"]
+    assert chat_fields.carriers({"model": "m", "messages": hi}) == []
+    assert chat_fields.carriers({"model": "m", "messages": hi, "extra_body": {}}) == []  # empty: nothing merged
+    assert chat_fields.carriers({"model": "m", "messages": hi, "extra_body": {"x": 1}}) == ["extra_body"]
     addition = {"type": "additional_tools", "tools": []}
-    assert F.carriers("responses", {"model": "m", "input": [addition]}) == ["input"]
+    assert responses_fields.carriers({"model": "m", "input": [addition]}) == ["input"]
     block = {"type": "tool_addition", "tool": {"name": "x"}}
-    assert F.carriers("messages", {"model": "m", "messages": [{"role": "user", "content": [block]}]}) == ["messages"]
+    assert messages_fields.carriers({"model": "m", "messages": [{"role": "user", "content": [block]}]}) == ["messages"]
 
 
 def _entries(value: Any, seen: set[int]) -> list[tuple[str, Any]]:
@@ -366,11 +381,11 @@ def _entries(value: Any, seen: set[int]) -> list[tuple[str, Any]]:
     if id(value) in seen:
         return []
     seen.add(id(value))
-    if isinstance(value, F.Obj):
+    if isinstance(value, schema.Obj):
         return _entries(value.fields, seen)
-    if isinstance(value, F.Typed):
+    if isinstance(value, schema.Typed):
         return _entries(value.tables, seen)
-    if isinstance(value, F.Map):
+    if isinstance(value, schema.Map):
         return _entries(value.values, seen)
     if not isinstance(value, Mapping):
         return []
@@ -380,21 +395,41 @@ def _entries(value: Any, seen: set[int]) -> list[tuple[str, Any]]:
     return found
 
 
-def test_every_refused_field_of_every_table_is_in_check_s_pre_filter():
-    # `check` looks for refused keys among _REFUSABLE only: a Refused added to any other table
-    # (a nested one too) must be found there too, or it would be forwarded.
+def _tables(value: Any, seen: set[int]) -> list[Mapping[str, Any]]:
+    """Every field table reachable from `value` (a table: a mapping of field names to entries)."""
+    if id(value) in seen:
+        return []
+    seen.add(id(value))
+    if isinstance(value, schema.Obj):
+        return _tables(value.fields, seen)
+    if isinstance(value, (schema.Typed, schema.Map)):
+        return _tables(value.tables if isinstance(value, schema.Typed) else value.values, seen)
+    if not isinstance(value, Mapping):
+        return []
+    found = [value] if any(isinstance(how, schema.Refused) for how in value.values()) else []
+    for inner in value.values():
+        found += _tables(inner, seen)
+    return found
+
+
+def test_every_refused_field_of_every_table_is_refused_by_check():
+    # `check` looks for refused keys among each table's own pre-filter: every Refused of every
+    # table (a nested one too) must be refused with its reason, never forwarded.
     seen: set[int] = set()
-    entries = [e for v in vars(F).values() for e in _entries(v, seen)]
-    every = {k for k, how in entries if isinstance(how, F.Refused)}
-    assert every and every <= F._REFUSABLE, every - F._REFUSABLE
+    tables = [t for m in TABLE_MODULES for v in vars(m).values() for t in _tables(v, seen)]
+    refused = [(t, k) for t in tables for k, how in t.items() if isinstance(how, schema.Refused)]
+    assert len(refused) >= 3
+    for table, key in refused:
+        with pytest.raises(RequestInvalid, match=re.escape(f"'{key}' is refused: {table[key].why}")):
+            schema.check({key: "x"}, table, "", "refuse")
 
 
 def test_every_free_form_value_is_on_the_one_commented_list():
     seen: set[int] = set()
-    entries = [e for v in vars(F).values() for e in _entries(v, seen)]
-    used = {id(how) for _, how in entries if isinstance(how, (F.Opaque, F.Map))}
-    listed = {id(v) for v in F.OPAQUE_VALUES}
-    assert used and used <= listed, "an Opaque or Map not on fields.OPAQUE_VALUES"
+    entries = [e for v in (v for m in TABLE_MODULES for v in vars(m).values()) for e in _entries(v, seen)]
+    used = {id(how) for _, how in entries if isinstance(how, (schema.Opaque, schema.Map))}
+    listed = {id(v) for v in schema.OPAQUE_VALUES}
+    assert used and used <= listed, "an Opaque or Map not on schema.OPAQUE_VALUES"
 
 
 # -- nested objects: the same refuse/drop rule, the same paths -------------------------------------
@@ -406,7 +441,7 @@ def _chat(**fields: Any) -> dict[str, Any]:
 
 def test_an_unknown_key_in_a_content_part_is_refused_naming_its_path() -> None:
     from gatekeeper.errors import RequestInvalid
-    from gatekeeper.protocols.chat import check_request
+    from gatekeeper.protocols.chat.gate import check_request
 
     parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b", "foo": 1}]
     with pytest.raises(RequestInvalid, match=r"^messages\[0\]\.content\[1\]\.foo is not a field gatekeeper knows"):
@@ -416,7 +451,7 @@ def test_an_unknown_key_in_a_content_part_is_refused_naming_its_path() -> None:
 def test_an_unknown_nested_key_is_dropped_and_logged_under_drop() -> None:
     import structlog
 
-    from gatekeeper.protocols.chat import check_request
+    from gatekeeper.protocols.chat.gate import check_request
 
     schema = {"name": "a", "schema": {"type": "object", "x-anything": 1}, "tools": [{"name": "execute_command"}]}
     body = _chat(response_format={"type": "json_schema", "json_schema": schema})
@@ -429,7 +464,7 @@ def test_an_unknown_nested_key_is_dropped_and_logged_under_drop() -> None:
 @pytest.mark.parametrize("mode", ["refuse", "drop"])
 def test_an_object_in_a_plain_field_is_refused_whatever_the_mode(mode: str) -> None:
     from gatekeeper.errors import RequestInvalid
-    from gatekeeper.protocols.chat import check_request
+    from gatekeeper.protocols.chat.gate import check_request
 
     with pytest.raises(RequestInvalid, match=r"^top_p is an object where gatekeeper knows only plain values"):
         check_request(_chat(top_p={"tools": [{"name": "execute_command"}]}), mode)
@@ -442,7 +477,7 @@ def test_an_object_in_a_plain_field_is_refused_whatever_the_mode(mode: str) -> N
 @pytest.mark.parametrize("mode", ["refuse", "drop"])
 def test_a_nested_object_of_an_unknown_type_is_refused_whatever_the_mode(mode: str) -> None:
     from gatekeeper.errors import RequestInvalid
-    from gatekeeper.protocols.chat import check_request
+    from gatekeeper.protocols.chat.gate import check_request
 
     with pytest.raises(RequestInvalid, match=r"^response_format\.type 'tools' is not a type gatekeeper knows"):
         check_request(_chat(response_format={"type": "tools", "tools": []}), mode)
@@ -458,9 +493,9 @@ def test_include_values_are_a_closed_set() -> None:
 
     body = {"model": "m", "include": ["reasoning.encrypted_content", "tools.hidden"]}
     with pytest.raises(RequestInvalid, match=r"^include\[1\] 'tools.hidden' is not a value gatekeeper knows"):
-        F.check(dict(body, include=list(body["include"])), F.RESPONSES_REQUEST, "", "refuse")
+        schema.check(dict(body, include=list(body["include"])), responses_fields.RESPONSES_REQUEST, "", "refuse")
     with structlog.testing.capture_logs() as logs:
-        F.check(body, F.RESPONSES_REQUEST, "", "drop")
+        schema.check(body, responses_fields.RESPONSES_REQUEST, "", "drop")
     assert body["include"] == ["reasoning.encrypted_content"]
     assert logs[0]["event"] == "request_value_dropped" and logs[0]["field"] == "include[1]"
 
@@ -469,20 +504,25 @@ def test_gated_objects_are_checked_too() -> None:
     from gatekeeper.errors import RequestInvalid
 
     with pytest.raises(RequestInvalid, match=r"^reasoning\.tools is not a field"):
-        F.check({"model": "m", "reasoning": {"effort": "low", "tools": []}}, F.RESPONSES_REQUEST, "", "refuse")
+        schema.check(
+            {"model": "m", "reasoning": {"effort": "low", "tools": []}},
+            responses_fields.RESPONSES_REQUEST,
+            "",
+            "refuse",
+        )
     with pytest.raises(RequestInvalid, match=r"^thinking\.type 'tools' is not a type"):
-        F.check({"model": "m", "thinking": {"type": "tools"}}, F.MESSAGES_REQUEST, "", "drop")
+        schema.check({"model": "m", "thinking": {"type": "tools"}}, messages_fields.MESSAGES_REQUEST, "", "drop")
     with pytest.raises(RequestInvalid, match=r"^output_config\.format\.tools is not a field"):
         body = {"model": "m", "output_config": {"format": {"type": "json_schema", "schema": {}, "tools": []}}}
-        F.check(body, F.MESSAGES_REQUEST, "", "refuse")
+        schema.check(body, messages_fields.MESSAGES_REQUEST, "", "refuse")
 
 
 def test_free_form_values_are_forwarded_unread() -> None:
     # A tool's JSON schema, an earlier call's input: their keys are the protocol's business.
     tool = {"name": "f", "parameters": {"type": "object", "properties": {"tools": {"type": "array"}}, "$defs": {}}}
-    F.check(tool, F.CHAT_FUNCTION, "tools[0].function", "refuse")
+    schema.check(tool, chat_fields.CHAT_FUNCTION, "tools[0].function", "refuse")
     block = {"type": "tool_use", "id": "t", "name": "f", "input": {"anything": {"nested": [1, {"x": 2}]}}}
-    F.check_typed(block, F.MESSAGES_CONTENT_BLOCK, "messages[1].content[0]", "refuse")
+    schema.check_typed(block, messages_fields.MESSAGES_CONTENT_BLOCK, "messages[1].content[0]", "refuse")
 
 
 def test_messages_content_blocks_nested_objects_are_checked() -> None:
@@ -490,11 +530,11 @@ def test_messages_content_blocks_nested_objects_are_checked() -> None:
 
     image = {"type": "image", "source": {"type": "url", "url": "https://x/y.png", "tools": []}}
     with pytest.raises(RequestInvalid, match=r"^messages\[0\]\.content\[0\]\.source\.tools is not a field"):
-        F.check_typed(image, F.MESSAGES_CONTENT_BLOCK, "messages[0].content[0]", "refuse")
+        schema.check_typed(image, messages_fields.MESSAGES_CONTENT_BLOCK, "messages[0].content[0]", "refuse")
     result = {
         "type": "tool_result",
         "tool_use_id": "t",
         "content": [{"type": "text", "text": "ok", "cache_control": {"type": "ephemeral", "scope": "all"}}],
     }
     with pytest.raises(RequestInvalid, match=r"content\[0\]\.content\[0\]\.cache_control\.scope is not a field"):
-        F.check_typed(result, F.MESSAGES_CONTENT_BLOCK, "messages[0].content[0]", "refuse")
+        schema.check_typed(result, messages_fields.MESSAGES_CONTENT_BLOCK, "messages[0].content[0]", "refuse")

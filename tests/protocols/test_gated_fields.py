@@ -13,10 +13,13 @@ from typing import Any
 import pytest
 
 from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
-from gatekeeper.gating import ToolPolicy
-from gatekeeper.protocols import fields as F
+from gatekeeper.protocols import schema
+from gatekeeper.protocols.chat import fields as chat_fields
+from gatekeeper.protocols.messages import fields as messages_fields
+from gatekeeper.protocols.responses import fields as responses_fields
 from gatekeeper.protocols.table import PROTOCOLS
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolPolicy
 
 POLICY = ToolPolicy({"execute_command": Tier.LARGE, "github.delete_*": Tier.LARGE}, Tier.SMALL)
 SMUGGLED = [{"tools": [{"name": "execute_command"}]}, [{"type": "function", "name": "execute_command"}]]
@@ -30,13 +33,13 @@ GITHUB = {"type": "url", "url": "https://mcp.example", "name": "github"}
 
 
 def _gated(table: Mapping[str, Any]) -> list[str]:
-    return [k for k, how in table.items() if how == F.GATED and k not in ("type", "model")]
+    return [k for k, how in table.items() if how == schema.GATED and k not in ("type", "model")]
 
 
 def _tool(protocol: str, kind: str) -> dict[str, Any]:
     tool: dict[str, Any] = {"type": kind}
-    if protocol == "messages" and kind in F.MESSAGES_BUILTIN_NAMES:
-        tool["name"] = F.MESSAGES_BUILTIN_NAMES[kind]
+    if protocol == "messages" and kind in messages_fields.MESSAGES_BUILTIN_NAMES:
+        tool["name"] = messages_fields.MESSAGES_BUILTIN_NAMES[kind]
     if kind == "mcp_toolset":
         tool["mcp_server_name"] = "github"
     if kind == "mcp":
@@ -45,26 +48,39 @@ def _tool(protocol: str, kind: str) -> dict[str, Any]:
 
 
 def cases() -> Iterator[Any]:
-    for protocol, table in F.REQUEST_TABLES.items():
+    requests = {
+        "chat": chat_fields.CHAT_REQUEST,
+        "responses": responses_fields.RESPONSES_REQUEST,
+        "messages": messages_fields.MESSAGES_REQUEST,
+    }
+    for protocol, table in requests.items():
         for key in _gated(table):
             yield pytest.param(protocol, (key,), id=f"{protocol}.{key}")
-    tables = {"chat": F.CHAT_TOOL, "responses": F.RESPONSES_TOOL, "messages": F.MESSAGES_TOOL}
+    tables = {
+        "chat": chat_fields.CHAT_TOOL,
+        "responses": responses_fields.RESPONSES_TOOL,
+        "messages": messages_fields.MESSAGES_TOOL,
+    }
     for protocol, by_type in tables.items():
         for kind, fields in by_type.items():
             for key in _gated(fields):
                 yield pytest.param(protocol, ("tools", kind, key), id=f"{protocol}.tools.{kind}.{key}")
-    choices = {"chat": F.CHAT_TOOL_CHOICE, "responses": F.RESPONSES_TOOL_CHOICE, "messages": F.MESSAGES_TOOL_CHOICE}
+    choices = {
+        "chat": chat_fields.CHAT_TOOL_CHOICE,
+        "responses": responses_fields.RESPONSES_TOOL_CHOICE,
+        "messages": messages_fields.MESSAGES_TOOL_CHOICE,
+    }
     for protocol, by_type in choices.items():
         for kind, fields in by_type.items():
             for key in _gated(fields):
                 yield pytest.param(protocol, ("tool_choice", kind, key), id=f"{protocol}.tool_choice.{kind}.{key}")
-    for kind, fields in F.MESSAGES_CONTENT_BLOCK.items():
+    for kind, fields in messages_fields.MESSAGES_CONTENT_BLOCK.items():
         for key in _gated(fields):
             yield pytest.param("messages", ("block", kind, key), id=f"messages.block.{kind}.{key}")
-    for kind, fields in F.RESPONSES_INPUT_ITEM.items():
+    for kind, fields in responses_fields.RESPONSES_INPUT_ITEM.items():
         for key in _gated(fields):
             yield pytest.param("responses", ("item", kind, key), id=f"responses.item.{kind}.{key}")
-    for key in _gated(F.MESSAGES_MCP_SERVER) + _gated(F.MESSAGES_MCP_TOOL_CONFIGURATION):
+    for key in _gated(messages_fields.MESSAGES_MCP_SERVER) + _gated(messages_fields.MESSAGES_MCP_TOOL_CONFIGURATION):
         yield pytest.param("messages", ("server", key), id=f"messages.mcp_servers.{key}")
 
 
@@ -86,7 +102,7 @@ def _body(protocol: str, where: tuple[str, ...], value: Any) -> dict[str, Any]:
     else:  # an mcp_servers entry, or its tool_configuration
         configuration = {"allowed_tools": ["list_repos"]}
         server = GITHUB | {"tool_configuration": configuration}
-        (server if where[1] in F.MESSAGES_MCP_SERVER else configuration)[where[1]] = value
+        (server if where[1] in messages_fields.MESSAGES_MCP_SERVER else configuration)[where[1]] = value
         body["mcp_servers"] = [server]
     return body
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gatekeeper.gating import RequestInvalid, ToolChoiceBlocked, ToolPolicy, gate_request
-from gatekeeper.tiers import Tier
+from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
+from gatekeeper.protocols.chat.gate import gate_request
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolPolicy
 
 POLICY = ToolPolicy({"execute_command": Tier.LARGE, "write_*": Tier.MEDIUM, "write_log": Tier.SMALL}, Tier.SMALL)
 

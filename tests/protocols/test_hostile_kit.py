@@ -23,10 +23,10 @@ from conftest import Proxy, make_profile, running_proxy, seed_store, settings_fo
 from scripted import RawAnswer, RawUpstream, ScriptedServer, chat_completion, free_port
 from serving import served
 
-from gatekeeper.protocols.chat import ChatCodec
-from gatekeeper.protocols.routing import rerouted
-from gatekeeper.redact import redact, redact_url
-from gatekeeper.tiers import Tier
+from gatekeeper.observe.redact import redact, redact_url
+from gatekeeper.protocols.chat.codec import ChatCodec
+from gatekeeper.protocols.reroute import rerouted
+from gatekeeper.rules.tiers import Tier
 
 HI = [{"role": "user", "content": "hi"}]
 HIDDEN = "execute_command"  # large under settings_for's rules

@@ -15,7 +15,7 @@ from conftest import ROOT, make_profile, seed_store, tool
 from serving import litellm_served
 from upstreams import NativeServer
 
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 HIDDEN = "execute_command"  # large under examples/gatekeeper.yaml
 

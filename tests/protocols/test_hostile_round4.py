@@ -56,10 +56,10 @@ from upstreams import NativeServer
 from gatekeeper.config import ModelRoute, load_settings
 from gatekeeper.drift.window import _validator, _validator_for
 from gatekeeper.errors import ConfigError
-from gatekeeper.gating import MEMO_NAME_LIMIT
-from gatekeeper.mcp_identity import _normalised, normalise_url
+from gatekeeper.rules.mcp_identity import _normalised, normalise_url
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import MEMO_NAME_LIMIT
 from gatekeeper.server.litellm_route import _upstream_error
-from gatekeeper.tiers import Tier
 
 HI = [{"role": "user", "content": "hi"}]
 RULES = {"execute_command": "large", "write_*": "medium", "github.delete_*": "large"}

@@ -75,7 +75,7 @@ from gatekeeper import Gatekeeper, RequestInvalid
 from gatekeeper.adapters import anthropic_sdk, openai_sdk
 from gatekeeper.adapters.litellm_hook import GatekeeperHook
 from gatekeeper.inprocess.wrap import gate_agent
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 # Under settings_for's rules (conftest): read_file small, execute_command large.
 OBJECT = {"type": "object", "properties": {}}

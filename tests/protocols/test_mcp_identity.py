@@ -1,5 +1,5 @@
-"""MCP rules a client cannot escape by renaming the server (gatekeeper/mcp_identity.py, the
-ToolPolicy lookups in gatekeeper/gating.py, the MCP gating of the Responses and Messages codecs).
+"""MCP rules a client cannot escape by renaming the server (gatekeeper/rules/mcp_identity.py, the
+ToolPolicy lookups in gatekeeper/rules/tools.py, the MCP gating of the Responses and Messages codecs).
 
 Closed by default: a label no server-scoped rule names may be any server. Exact by configuration:
 `tools.mcp_servers` binds labels to URLs / connector ids / tunnel ids. Through the real proxy:
@@ -18,14 +18,14 @@ from pydantic import ValidationError
 from gatekeeper import Gatekeeper
 from gatekeeper.config import Settings, describe_errors
 from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
-from gatekeeper.gating import ToolId, ToolPolicy, fold_name
 from gatekeeper.inprocess.wrap import gate_body
-from gatekeeper.mcp_identity import ServerBindings, normalise_url
 from gatekeeper.protocols.base import Allowed
-from gatekeeper.protocols.messages import CODEC as MESSAGES
-from gatekeeper.protocols.responses import CODEC as RESPONSES
-from gatekeeper.requirements import PairPolicy, Requirements
-from gatekeeper.tiers import Tier
+from gatekeeper.protocols.messages.codec import CODEC as MESSAGES
+from gatekeeper.protocols.responses.codec import CODEC as RESPONSES
+from gatekeeper.rules.mcp_identity import ServerBindings, normalise_url
+from gatekeeper.rules.requirements import PairPolicy, Requirements
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolId, ToolPolicy, fold_name
 
 GITHUB_URL = "https://api.githubcopilot.com/mcp/"
 EVIL_URL = "https://mcp.evil.example/github"

@@ -1,6 +1,6 @@
 """Objects inside requests that the codecs forward as they are (content parts, `response_format`,
 `text.format`, image sources, `metadata`, ...) are checked against their own tables
-(protocols/fields.py), through the real proxy in front of a real upstream (tests/upstreams.py),
+(protocols/<protocol>/fields.py), through the real proxy in front of a real upstream (tests/upstreams.py),
 sent by the official clients, native and translated to chat: an unknown key is a 400 naming its
 path (`upstream.unknown_fields: refuse`) or is dropped (`drop`), and what real clients send by
 default still arrives as it was sent."""

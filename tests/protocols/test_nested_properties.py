@@ -28,12 +28,12 @@ from scripted import chat_completion
 from starlette.testclient import TestClient
 
 from gatekeeper import Gatekeeper
-from gatekeeper.gating import BUILTIN_FAMILIES
-from gatekeeper.protocols import fields as F
+from gatekeeper.protocols.messages import fields as messages_fields
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import BUILTIN_FAMILIES
 from gatekeeper.server.app import create_app
 from gatekeeper.server.mock import MockAnswer, MockUpstream
 from gatekeeper.server.upstream import UpstreamRequest
-from gatekeeper.tiers import Tier
 
 RULES = {
     "execute_command": "large",
@@ -53,7 +53,7 @@ MCP_NAMES = st.lists(st.sampled_from(["list_repos", "delete_repo", "execute_comm
 GITHUB_URL = "https://mcp.example/github"
 OBJECT = {"type": "object", "properties": {}}
 JUNK = st.sampled_from(["execute_command", {"name": "execute_command"}, [{"type": "bash_20250124", "name": "bash"}]])
-# Free-form values (protocols/fields.py OPAQUE_VALUES): a name there is data, not an offer.
+# Free-form values (protocols/schema.py OPAQUE_VALUES): a name there is data, not an offer.
 OPAQUE_KEYS = frozenset({"parameters", "schema", "input_schema", "output_schema", "input", "arguments"})
 
 
@@ -98,14 +98,14 @@ def messages_reachable(body: dict[str, Any]) -> list[str]:
         kind = tool.get("type")
         configs = tool.get("configs") or {}
         found += named({k: v for k, v in tool.items() if k != "configs"})
-        if kind in F.MESSAGES_TOOLSET_MEMBERS:
+        if kind in messages_fields.MESSAGES_TOOLSET_MEMBERS:
             family = BUILTIN_FAMILIES[kind]
             found += [
                 f"{family}.{m}"
-                for m in F.MESSAGES_TOOLSET_MEMBERS[kind]
+                for m in messages_fields.MESSAGES_TOOLSET_MEMBERS[kind]
                 if (configs.get(m) or {}).get("enabled") is not False and hidden_member(family, m)
             ]
-            found += [f"{family}.{k}" for k in configs if k not in F.MESSAGES_TOOLSET_MEMBERS[kind]]
+            found += [f"{family}.{k}" for k in configs if k not in messages_fields.MESSAGES_TOOLSET_MEMBERS[kind]]
         elif kind == "mcp_toolset":
             found += [
                 f"github.{n}" for n, c in configs.items() if (c or {}).get("enabled") is not False and hidden_mcp(n)
@@ -220,8 +220,8 @@ MEMBER_CONFIG = st.one_of(
 
 @st.composite
 def member_toolset(draw: Any) -> dict[str, Any]:
-    kind = draw(st.sampled_from(sorted(F.MESSAGES_TOOLSET_MEMBERS)))
-    keys = st.sampled_from([*sorted(F.MESSAGES_TOOLSET_MEMBERS[kind]), "execute_command", "ghost"])
+    kind = draw(st.sampled_from(sorted(messages_fields.MESSAGES_TOOLSET_MEMBERS)))
+    keys = st.sampled_from([*sorted(messages_fields.MESSAGES_TOOLSET_MEMBERS[kind]), "execute_command", "ghost"])
     tool: dict[str, Any] = {"type": kind}
     if draw(st.booleans()):
         configs = draw(st.dictionaries(keys, MEMBER_CONFIG, max_size=5))
@@ -241,8 +241,8 @@ def sdk_tool(draw: Any) -> dict[str, Any]:
         tool["name"] = draw(NAMES)
     elif kind == "mcp_toolset":
         return draw(mcp_toolset())
-    elif kind in F.MESSAGES_BUILTIN_NAMES:
-        tool["name"] = draw(st.sampled_from([F.MESSAGES_BUILTIN_NAMES[kind]] * 3 + ["read_file"]))
+    elif kind in messages_fields.MESSAGES_BUILTIN_NAMES:
+        tool["name"] = draw(st.sampled_from([messages_fields.MESSAGES_BUILTIN_NAMES[kind]] * 3 + ["read_file"]))
     return junk(draw, tool)
 
 
@@ -261,8 +261,8 @@ def mcp_toolset(draw: Any) -> dict[str, Any]:
 
 @st.composite
 def typed_tool(draw: Any) -> dict[str, Any]:
-    kind = draw(st.sampled_from(sorted(F.MESSAGES_BUILTIN_NAMES)))
-    fixed = F.MESSAGES_BUILTIN_NAMES[kind]
+    kind = draw(st.sampled_from(sorted(messages_fields.MESSAGES_BUILTIN_NAMES)))
+    fixed = messages_fields.MESSAGES_BUILTIN_NAMES[kind]
     return {"type": kind, "name": draw(st.sampled_from([fixed, fixed, "read_file", "execute_command"]))}
 
 

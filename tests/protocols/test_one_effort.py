@@ -30,7 +30,7 @@ import structlog.testing
 from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for
 from upstreams import NativeServer
 
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 HI = {"role": "user", "content": "hi"}
 HIDDEN = "execute_command"  # large under settings_for's rules; write_file is medium

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from scripted import RawAnswer, RawUpstream
 
 from gatekeeper.protocols.sse import SSEParser
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 OFFERED = {"read_file"}
 TOOLS = [
@@ -266,7 +266,7 @@ def _plain(value: Any) -> Any:
 
 def _hidden_in(doc: Any) -> list[str]:
     """Every hidden tool a request body offers or names, found by walking all of it."""
-    from gatekeeper.gating import BUILTIN_FAMILIES
+    from gatekeeper.rules.tools import BUILTIN_FAMILIES
 
     found: list[str] = []
     if isinstance(doc, dict):
@@ -283,7 +283,7 @@ def _hidden_in(doc: Any) -> list[str]:
     return found
 
 
-# Values the protocols define as free-form (protocols/fields.py OPAQUE_VALUES): forwarded unread,
+# Values the protocols define as free-form (protocols/schema.py OPAQUE_VALUES): forwarded unread,
 # so a hidden tool's name written inside one (a schema's property, a call's input) is data, not
 # an offer; extras are not put there.
 OPAQUE_KEYS = frozenset({"parameters", "schema", "input_schema", "output_schema", "input", "input_examples"})

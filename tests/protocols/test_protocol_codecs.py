@@ -7,11 +7,11 @@ import json
 import pytest
 
 from gatekeeper.errors import AnswerInvalid, RequestInvalid, ToolChoiceBlocked
-from gatekeeper.gating import ToolId, ToolPolicy
 from gatekeeper.protocols.base import Event, Offered
-from gatekeeper.protocols.messages import MessagesCodec
-from gatekeeper.protocols.responses import ResponsesCodec
-from gatekeeper.tiers import Tier
+from gatekeeper.protocols.messages.codec import MessagesCodec
+from gatekeeper.protocols.responses.codec import ResponsesCodec
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolId, ToolPolicy
 
 POLICY = ToolPolicy(
     {

@@ -14,7 +14,7 @@ from conftest import ROOT, make_profile, seed_store
 from serving import litellm_served
 from upstreams import NativeServer
 
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 FUNCTIONS = [
     {"type": "function", "name": n, "parameters": {"type": "object", "properties": {}}}

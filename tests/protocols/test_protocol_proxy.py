@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, Proxy, claude, make_profile, running_proxy, seed_store, settings_for
 from upstreams import NativeServer
 
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 FUNCTIONS = [
     {

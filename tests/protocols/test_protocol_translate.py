@@ -8,10 +8,10 @@ import pytest
 
 from gatekeeper.errors import AnswerInvalid, RequestInvalid
 from gatekeeper.protocols.base import Event
-from gatekeeper.protocols.messages import MessagesCodec
-from gatekeeper.protocols.responses import ResponsesCodec
-from gatekeeper.protocols.translate.messages import MessagesTranslator
-from gatekeeper.protocols.translate.responses import ResponsesTranslator
+from gatekeeper.protocols.messages.codec import MessagesCodec
+from gatekeeper.protocols.messages.translate import MessagesTranslator
+from gatekeeper.protocols.responses.codec import ResponsesCodec
+from gatekeeper.protocols.responses.translate import ResponsesTranslator
 
 RT, MT = ResponsesTranslator(), MessagesTranslator()
 

@@ -8,7 +8,8 @@ import pytest
 
 from gatekeeper.errors import AnswerInvalid
 from gatekeeper.protocols.base import Event
-from gatekeeper.protocols.chat import ChatCodec, ChatStreamFilter
+from gatekeeper.protocols.chat.answer import ChatStreamFilter
+from gatekeeper.protocols.chat.codec import ChatCodec
 from gatekeeper.protocols.sse import SSEParser, encode
 
 

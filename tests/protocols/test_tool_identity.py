@@ -7,8 +7,8 @@ from typing import Any, Union, get_args, get_origin
 
 import pytest
 
-from gatekeeper.gating import BUILTIN_FAMILIES, ToolId, ToolKind, ToolPolicy, builtin_family
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import BUILTIN_FAMILIES, ToolId, ToolKind, ToolPolicy, builtin_family
 
 
 def _union_members(union: Any) -> list[Any]:
@@ -95,7 +95,7 @@ def test_rule_hiding_part_of_a_group() -> None:
     assert policy.rule_hiding_part_of("github", Tier.LARGE) is None
     assert policy.rule_hiding_part_of("files", Tier.SMALL) == "files.write"
     assert policy.rule_hiding_part_of("files", Tier.MEDIUM) is None
-    # A label no rule names may be any server (gatekeeper.mcp_identity): every server-scoped
+    # A label no rule names may be any server (gatekeeper.rules.mcp_identity): every server-scoped
     # rule may name one of its tools; with none above the tier it is offered whole.
     assert policy.rule_hiding_part_of("docs", Tier.SMALL) == "files.write"
     assert policy.rule_hiding_part_of("docs", Tier.LARGE) is None

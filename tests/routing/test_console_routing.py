@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 from conftest import make_profile, running_proxy, seed_store, settings_for
 
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 KEY = "console-routing-key-41"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from conftest import make_profile, measuring_upstream, seed_store, settings_for, tool, wait_until
 
 from gatekeeper.core.gatekeeper import Gatekeeper
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 WRITE, EXEC, READ = tool("write_file", path="string"), tool("execute_command", command="string"), tool("read_file")
 SURE = {"instruction": [0.95, 1.0], "json": [0.95, 1.0], "toolCalling": [0.95, 1.0]}

@@ -1,12 +1,12 @@
-"""The routing decision over plain data (gatekeeper.routing): no store, no server."""
+"""The routing decision over plain data (gatekeeper.core.route_choice): no store, no server."""
 
 from __future__ import annotations
 
 import pytest
 
-from gatekeeper.requirements import Capability
-from gatekeeper.routing import Decision, Need, RoutingRules, decide, rank
-from gatekeeper.tiers import Tier
+from gatekeeper.core.route_choice import Need, RouteChoice, RoutingRules, choose_route, rank
+from gatekeeper.rules.requirements import Capability
+from gatekeeper.rules.tiers import Tier
 
 S, M, L = Tier.SMALL, Tier.MEDIUM, Tier.LARGE
 ESCALATE = RoutingRules()
@@ -28,8 +28,10 @@ def cap(tier: Tier, **bounds: float) -> Capability:
     return Capability(tier, bounds)
 
 
-def route(model: str, effort: str, need: Need | None, pairs: dict[str, Capability], rules=ESCALATE, **kw) -> Decision:
-    return decide(model, effort, need, pairs.get(f"{model}@{effort}", cap(S)), rules, known_from(pairs), **kw)
+def route(
+    model: str, effort: str, need: Need | None, pairs: dict[str, Capability], rules=ESCALATE, **kw
+) -> RouteChoice:
+    return choose_route(model, effort, need, pairs.get(f"{model}@{effort}", cap(S)), rules, known_from(pairs), **kw)
 
 
 def test_efforts_are_ordered_and_default_is_not_ranked():
@@ -44,7 +46,7 @@ def test_need_is_the_highest_tier_and_the_strictest_minimum_of_each_category():
 
 def test_a_request_without_tools_is_never_routed():
     pairs = {"m@low": cap(S), "m@high": cap(L)}
-    assert route("m", "low", Need.of([]), pairs) == Decision("m", "low", "none")
+    assert route("m", "low", Need.of([]), pairs) == RouteChoice("m", "low", "none")
 
 
 def test_escalates_to_the_cheapest_higher_effort_that_admits_the_tools():
@@ -115,7 +117,7 @@ def test_escalation_is_preferred_to_fallback():
 def test_untouched_when_the_asked_pair_admits_the_tools():
     rules = RoutingRules(fallback=(("*", ("big",)),))
     pairs = {"m@low": cap(M), "m@high": cap(L), "big@default": cap(L)}
-    assert route("m", "low", Need(M), pairs, rules) == Decision("m", "low", "none")
+    assert route("m", "low", Need(M), pairs, rules) == RouteChoice("m", "low", "none")
 
 
 def test_nothing_admits_the_tools_so_they_are_hidden_as_today():
@@ -193,5 +195,5 @@ def test_the_asked_model_is_not_its_own_fallback():
 @pytest.mark.parametrize("asked", [None, cap(S)])
 def test_an_unknown_asked_pair_is_routed_like_a_small_one(asked):
     pairs = {"m@high": cap(L)}
-    decision = decide("m", "low", Need(L), asked, ESCALATE, known_from(pairs))
+    decision = choose_route("m", "low", Need(L), asked, ESCALATE, known_from(pairs))
     assert decision.effort == "high"

@@ -9,9 +9,9 @@ from scripted import chat_completion
 from starlette.testclient import TestClient
 
 from gatekeeper import Gatekeeper
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.server.app import create_app
 from gatekeeper.server.mock import MockAnswer, MockUpstream
-from gatekeeper.tiers import Tier
 
 HI = [{"role": "user", "content": "hi"}]
 

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scripted import ScriptedServer
 from upstreams import NativeServer
 
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 PROTOCOLS = ["chat", "responses", "messages"]
 STREAMED = [False, True]

@@ -6,7 +6,7 @@ import pytest
 from conftest import make_profile, seed_store, settings_for, tool
 
 from gatekeeper.core.gatekeeper import Gatekeeper
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 ROUTING = {
     "escalate_effort": True,

@@ -8,7 +8,7 @@ from conftest import make_profile, seed_store, settings_for, tool
 from gatekeeper import ToolRegistry
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.errors import ToolNotAllowed
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 SURE = {"instruction": [0.95, 1.0], "json": [0.95, 1.0], "toolCalling": [0.95, 1.0]}
 

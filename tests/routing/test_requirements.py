@@ -7,9 +7,10 @@ from conftest import make_profile, tool
 from pydantic import ValidationError
 
 from gatekeeper.config import Settings, describe_errors
-from gatekeeper.gating import ToolId, ToolPolicy, gate_request
-from gatekeeper.requirements import PairPolicy, Requirements, bounds_of, unmet
-from gatekeeper.tiers import Tier
+from gatekeeper.protocols.chat.gate import gate_request
+from gatekeeper.rules.requirements import PairPolicy, Requirements, bounds_of, unmet
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolId, ToolPolicy
 
 POLICY = ToolPolicy({"emit_invoice": Tier.MEDIUM, "delete_*": Tier.SMALL})
 REQUIRES = Requirements({"emit_invoice": {"json": 0.9}, "delete_*": {"toolCalling": 0.95}})

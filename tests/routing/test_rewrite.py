@@ -1,9 +1,9 @@
-"""How a routed request is rewritten in each protocol's own fields (gatekeeper.protocols.routing)."""
+"""How a routed request is rewritten in each protocol's own fields (gatekeeper.protocols.reroute)."""
 
 from __future__ import annotations
 
 from gatekeeper.protocols import table
-from gatekeeper.protocols.routing import rerouted
+from gatekeeper.protocols.reroute import rerouted
 
 CHAT, RESPONSES, MESSAGES = (table.codec(n) for n in ("chat", "responses", "messages"))
 

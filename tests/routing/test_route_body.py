@@ -7,7 +7,7 @@ from conftest import make_profile, seed_store, settings_for
 
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.protocols import table
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 CHAT, RESPONSES, MESSAGES = (table.codec(n) for n in ("chat", "responses", "messages"))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gatekeeper.config import Settings, load_settings
+from gatekeeper.core.route_choice import RoutingRules
 from gatekeeper.errors import ConfigError
-from gatekeeper.routing import RoutingRules
 
 
 def test_without_a_routing_section_there_is_no_routing():

@@ -24,7 +24,7 @@ What was wrong, and what happens now:
    Messages request carrying what only a native upstream takes (a built-in tool, server-held
    state): its translation refused it, so routing turned a request the asked pair serves (with
    the tool hidden) into a 400. Now a candidate the request cannot be sent to is passed over for
-   the next one (`decide(reachable=...)`, asked only of the pair that would be chosen), else the
+   the next one (`choose_route(reachable=...)`, asked only of the pair that would be chosen), else the
    request goes as asked.
 5. An error the proxy answered itself for a routed request (its upstream unreachable) carried
    the routed pair's `x-gatekeeper-tier` but no `x-gatekeeper-routed`: the client could not tell
@@ -81,12 +81,12 @@ from upstreams import NativeServer
 from gatekeeper import ToolRegistry
 from gatekeeper.config import Settings, load_settings
 from gatekeeper.core.gatekeeper import Gatekeeper
+from gatekeeper.core.route_choice import Need, RoutingRules, choose_route
 from gatekeeper.drift.identity import client_identity
 from gatekeeper.protocols.base import Call
-from gatekeeper.requirements import Capability
-from gatekeeper.routing import Need, RoutingRules, decide
+from gatekeeper.rules.requirements import Capability
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.suite.loader import Suite
-from gatekeeper.tiers import Tier
 
 HI = [{"role": "user", "content": "hi"}]
 KEY = "client-key"  # every official client below sends it as `Authorization: Bearer client-key`
@@ -587,7 +587,7 @@ def test_reachable_is_asked_only_of_the_pair_that_would_be_chosen_and_passes_it_
         return model != "big" and effort != "high"
 
     rules = RoutingRules(fallback=(("m", ("big", "bigger")),))
-    decision = decide(
+    decision = choose_route(
         "m",
         "low",
         Need(Tier.LARGE),

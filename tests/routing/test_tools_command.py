@@ -8,7 +8,7 @@ import sys
 
 from conftest import make_profile, seed_store
 
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 
 def run_tools(*args: str) -> str:

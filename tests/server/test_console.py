@@ -22,10 +22,10 @@ from scripted import ScriptedServer, SuiteScript
 from serving import served
 from starlette.requests import Request
 
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.server.console.session import COOKIE, Signer, same_origin
 from gatekeeper.server.throttle import KeyThrottle, client_source, request_scheme
 from gatekeeper.suite.loader import DEFAULT_SUITE_DIR, Suite
-from gatekeeper.tiers import Tier
 
 KEY = "console-test-key-9f2c"
 

@@ -18,10 +18,10 @@ from scripted import chat_chunk, chat_completion
 from starlette.testclient import TestClient
 
 from gatekeeper import Gatekeeper
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.server.app import create_app
 from gatekeeper.server.mock import MockAnswer, MockUpstream
 from gatekeeper.server.upstream import UpstreamRequest
-from gatekeeper.tiers import Tier
 
 HI = [{"role": "user", "content": "hi"}]
 TEXT = chat_completion({"content": "hello"})

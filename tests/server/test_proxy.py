@@ -25,8 +25,8 @@ from conftest import (
 from scripted import RawAnswer, RawUpstream, ScriptedServer, SuiteScript, ThreadedServer, chat_completion, free_port
 
 from gatekeeper import Gatekeeper
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.server.app import create_app
-from gatekeeper.tiers import Tier
 
 TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
 

@@ -35,8 +35,8 @@ from serving import served
 from gatekeeper import Gatekeeper, ToolRegistry
 from gatekeeper.config import Settings
 from gatekeeper.errors import RequestInvalid
-from gatekeeper.redact import cap_strings, clip, redact, redact_url
-from gatekeeper.tiers import Tier
+from gatekeeper.observe.redact import cap_strings, clip, redact, redact_url
+from gatekeeper.rules.tiers import Tier
 
 TOOLS = [tool("read_file"), tool("execute_command")]  # at tier small only read_file is offered
 HI = [{"role": "user", "content": "hi"}]

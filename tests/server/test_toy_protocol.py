@@ -13,7 +13,7 @@ from fixtures.toy_protocol import TOY
 from fixtures.toy_protocol.upstream import ToyUpstream
 
 from gatekeeper import PROTOCOLS, register_protocol
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 TOOLS = [{"name": "read_file"}, {"name": "write_file"}, {"name": "execute_command"}]
 

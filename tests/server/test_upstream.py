@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.tiers import Tier
 
 
 def completion(message: dict) -> dict:

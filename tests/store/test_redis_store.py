@@ -15,9 +15,9 @@ from fake_backend import FakeBackends
 from redis_server import RedisServer, require_server
 
 from gatekeeper import Gatekeeper
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.store import JsonFileStore, open_store
 from gatekeeper.store.redis import PROFILES, RedisStore
-from gatekeeper.tiers import Tier
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from redis_server import RedisServer, require_server
 
 from gatekeeper.config import Settings
 from gatekeeper.errors import StoreError
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.store import JsonFileStore, is_shared, open_store
 from gatekeeper.store.redis import RedisStore
-from gatekeeper.tiers import Tier
 
 
 @pytest.mark.parametrize(

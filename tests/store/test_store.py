@@ -13,9 +13,9 @@ import pytest
 from conftest import ROOT, make_profile
 
 from gatekeeper.errors import RequestInvalid, StoreError
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.store import JsonFileStore
 from gatekeeper.store.profile import profile_key, split_key
-from gatekeeper.tiers import Tier
 
 
 def test_file_is_in_the_seed_format(store_path, default_suite):
@@ -124,7 +124,7 @@ def test_a_temp_file_left_by_a_killed_writer_is_removed_by_the_next_write(store_
         from conftest import make_profile
         from gatekeeper.store import JsonFileStore
         from gatekeeper.suite.loader import load_suite
-        from gatekeeper.tiers import Tier
+        from gatekeeper.rules.tiers import Tier
         os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)  # die mid-save, temp file written
         JsonFileStore(sys.argv[1]).save([make_profile("m", Tier.SMALL, load_suite({str(ROOT / "benchmarks")!r}))])
     """)
@@ -154,7 +154,7 @@ def test_two_processes_writing_at_once_lose_nothing(store_path):
         from conftest import make_profile
         from gatekeeper.store import JsonFileStore
         from gatekeeper.suite.loader import load_suite
-        from gatekeeper.tiers import Tier
+        from gatekeeper.rules.tiers import Tier
         suite = load_suite({str(ROOT / "benchmarks")!r})
         name = sys.argv[1]
         store = JsonFileStore(sys.argv[2], cache_ttl_s=0)

@@ -21,9 +21,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gatekeeper import logs
 from gatekeeper.errors import RequestInvalid, StoreError
-from gatekeeper.redact import clip, redact
+from gatekeeper.observe import logs
+from gatekeeper.observe.redact import clip, redact
 from gatekeeper.server.console import views
 from gatekeeper.server.console.session import COOKIE, SESSION_TTL_S, Session, Signer, same_origin
 from gatekeeper.server.throttle import KeyThrottle, client_source, request_scheme, shared_counts

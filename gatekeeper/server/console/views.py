@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gatekeeper import logs
 from gatekeeper.core.resolver import Resolution
+from gatekeeper.core.route_choice import Need
 from gatekeeper.measuring.runner import EFFORT_COST, Progress
-from gatekeeper.requirements import PairPolicy, describe_minimums
-from gatekeeper.routing import Need
+from gatekeeper.observe import logs
+from gatekeeper.rules.requirements import PairPolicy, describe_minimums
+from gatekeeper.rules.tiers import Thresholds, Tier
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key, split_key
 from gatekeeper.suite.loader import CATEGORIES
-from gatekeeper.tiers import Thresholds, Tier
 
 log = logs.get_logger("gatekeeper.server.console")
 

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 import structlog
 
-from gatekeeper.redact import cap_strings
+from gatekeeper.observe.redact import cap_strings
 
 logging.getLogger("gatekeeper").addHandler(logging.NullHandler())
 

@@ -24,11 +24,11 @@ from typing import Any
 
 from cachetools import Cache
 
-from gatekeeper.gating import MEMO_NAME_LIMIT, ToolId, ToolKind, ToolPolicy, builtin_family
-from gatekeeper.gating import named_groups as gating_named_groups
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import MEMO_NAME_LIMIT, ToolId, ToolKind, ToolPolicy, builtin_family
+from gatekeeper.rules.tools import named_groups as gating_named_groups
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import CATEGORIES
-from gatekeeper.tiers import Tier
 
 __all__ = [
     "Capability",
@@ -50,7 +50,7 @@ class Capability:
     """What one `model@effort` offers a request: its tier, and the measured lower bounds of its
     categories (empty: nothing measured that category minimums can be judged on). `pinned`: an
     admin's pin sets the tier, so the bounds (a stored measurement's, if any) are not what it
-    was decided on and cannot show that another pair is as good (gatekeeper.routing.no_worse)."""
+    was decided on and cannot show that another pair is as good (gatekeeper.core.route_choice.no_worse)."""
 
     tier: Tier
     bounds: Mapping[str, float] = field(default_factory=dict)

@@ -28,7 +28,7 @@ from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from gatekeeper.errors import RequestInvalid
-from gatekeeper.redact import clip, redact_url
+from gatekeeper.observe.redact import clip, redact_url
 
 __all__ = ["IDENTITY_KINDS", "ServerBindings", "normalise_url"]
 

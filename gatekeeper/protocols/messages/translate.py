@@ -15,9 +15,9 @@ import orjson
 
 from gatekeeper.errors import AnswerInvalid, RequestInvalid
 from gatekeeper.protocols.base import Event
-from gatekeeper.protocols.messages import CODEC as MESSAGES
-from gatekeeper.protocols.messages import effort_of
-from gatekeeper.protocols.translate.chat import FromChatStream, read_answer, text_of
+from gatekeeper.protocols.chat.read import FromChatStream, read_answer, text_of
+from gatekeeper.protocols.messages.codec import CODEC as MESSAGES
+from gatekeeper.protocols.messages.gate import effort_of
 from gatekeeper.suite.jsonrepair import extract_json
 
 _STOP = {

@@ -8,10 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
 from gatekeeper.protocols.base import Event
+from gatekeeper.protocols.stream import loads
 
 
 @dataclass
@@ -119,10 +118,7 @@ class ChatDelta:
 def read_chunk(event: Event) -> ChatDelta:
     if event.data.strip() == "[DONE]":
         return ChatDelta(done=True)
-    try:
-        doc = orjson.loads(event.data)
-    except orjson.JSONDecodeError as exc:
-        raise AnswerInvalid(f"chat stream: an event is not valid JSON: {exc}") from None
+    doc = loads(event.data, "chat stream: an event")
     if not isinstance(doc, dict):
         raise AnswerInvalid(f"chat stream: an event must be a JSON object, got {type(doc).__name__}")
     if doc.get("error") is not None:

@@ -19,7 +19,7 @@ from typing import Any
 from gatekeeper.errors import RequestInvalid
 from gatekeeper.protocols import table
 from gatekeeper.protocols.base import Codec
-from gatekeeper.protocols.messages import thinking_at
+from gatekeeper.protocols.messages.gate import thinking_at
 from gatekeeper.store.profile import DEFAULT_EFFORT
 
 

@@ -1,4 +1,4 @@
-"""The OpenAI Chat Completions codec (`POST /v1/chat/completions`).
+"""The OpenAI Chat Completions answer side (`POST /v1/chat/completions`): plain answers and streams.
 
 Answers are read strictly: any wrong type where a call could be (choices, message, delta,
 tool_calls, function, name, index) raises AnswerInvalid, never a guess.
@@ -12,8 +12,7 @@ a call's name fragments, openai-node keeps the last non-empty one):
     changes nothing (the call stays removed);
   * a delta without `index` is a call of its own (some servers send each call whole in one delta
     without one); it gets a fresh index and is decided like any first delta;
-  * kept calls are renumbered so the client sees contiguous indexes.
-"""
+  * kept calls are renumbered so the client sees contiguous indexes."""
 
 from __future__ import annotations
 
@@ -21,143 +20,24 @@ from typing import Any
 
 import orjson
 
-from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
-from gatekeeper.gating import Gated, ToolId, ToolKind, ToolPolicy, builtin_family, gate_request, tool_name
-from gatekeeper.protocols import fields as F
-from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered, RequestInfo
+from gatekeeper.errors import AnswerIncomplete, AnswerInvalid
+from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered
 from gatekeeper.protocols.enforce import allowed, settle
-from gatekeeper.tiers import Tier
-
-_MARKERS = (b"tool_calls", b"function_call")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+from gatekeeper.protocols.stream import loads
+from gatekeeper.rules.tools import ToolId, ToolKind
 
 
-def loads(raw: bytes | str, what: str) -> Any:
-    """Strict JSON (orjson: no NaN/Infinity, valid UTF-8 only)."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise AnswerInvalid(f"{what} is not valid JSON: {exc}") from None
-
-
-def _template_effort(body: dict[str, Any], effort: str | None) -> str | None:
-    """The effort a request really runs at. Servers such as vLLM let `chat_template_kwargs`
-    override the top-level field (`reasoning_effort` for gpt-oss templates; `enable_thinking` /
-    `thinking` false turn reasoning off, effort `none`): the tier must be the one of that effort,
-    so a template effort is the request's effort, and one that contradicts `reasoning_effort` is
-    refused (a high effort's tier for a low-effort run)."""
-    kwargs = body.get("chat_template_kwargs")
-    if not isinstance(kwargs, dict):
-        return effort
-    implied = kwargs.get("reasoning_effort")
-    if implied is not None and (not isinstance(implied, str) or not implied or "@" in implied):
-        raise RequestInvalid("'chat_template_kwargs.reasoning_effort' must be a non-empty string without '@'")
-    for key in ("enable_thinking", "thinking"):
-        # Only true and false are read here; a template may take 0, "" or "false" for off.
-        if kwargs.get(key) is not None and not isinstance(kwargs[key], bool):
-            raise RequestInvalid(f"'chat_template_kwargs.{key}' must be true or false")
-    off = [k for k in ("enable_thinking", "thinking") if kwargs.get(k) is False]
-    if off and implied not in (None, "none"):
-        raise RequestInvalid(
-            f"'chat_template_kwargs.{off[0]}' false (no reasoning) contradicts "
-            f"'chat_template_kwargs.reasoning_effort' {implied[:32]!r}"
-        )
-    implied = implied or ("none" if off else None)
-    if implied is None or effort == implied:
-        return effort
-    if effort is not None:
-        where = "reasoning_effort" if "reasoning_effort" in kwargs else f"{off[0]}: false"
-        raise RequestInvalid(
-            f"'chat_template_kwargs.{where}' contradicts 'reasoning_effort' {effort[:32]!r}: the server "
-            f"would run at effort {implied[:32]!r}; send one effort, in 'reasoning_effort'"
-        )
-    return implied
-
-
-class ChatCodec:
-    name = "chat"
-    upstream_path = "/chat/completions"
-    markers: tuple[bytes, ...] = _MARKERS
-    plain_types: frozenset[bytes] | None = (
-        None  # a chat answer's calls are its `tool_calls` / `function_call`: the markers
-    )
-
-    def parse(self, body: dict[str, Any]) -> RequestInfo:
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise RequestInvalid("'model' is required and must be a non-empty string")
-        effort = body.get("reasoning_effort")
-        if effort is not None and (not isinstance(effort, str) or not effort):
-            raise RequestInvalid("'reasoning_effort' must be a non-empty string")
-        if effort is not None and "@" in effort:
-            raise RequestInvalid("'reasoning_effort' must not contain '@'")
-        if not isinstance(body.get("messages"), list):
-            raise RequestInvalid("'messages' is required and must be an array")
-        stream = body.get("stream", False)
-        if stream is not None and not isinstance(stream, bool):
-            raise RequestInvalid("'stream' must be a boolean")
-        return RequestInfo(model, _template_effort(body, effort), bool(stream))
-
-    def gate(self, body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
-        check_request(body, policy.unknown_fields)
-        gated = gate_request(body, tier, policy)
-        if body.get("web_search_options") is not None:
-            # It switches on the search models' built-in web search: gated as that built-in.
-            search = ToolId.builtin("web_search")
-            if policy.allows(tier, search):
-                gated.kept.append(search.name)
-            else:
-                del body["web_search_options"]
-                gated.hidden.append(search.name)
-        return gated
-
-    def offered(self, body: dict[str, Any]) -> Offered:
-        tools: list[tuple[ToolId, dict[str, Any] | None]] = []
-        for tool in body.get("tools") or []:
-            kind = tool.get("type", "function")
-            if kind in ("function", "custom"):
-                make = ToolId.function if kind == "function" else ToolId.custom
-                tools.append((make(tool_name(tool, "tools[]")), _schema(tool.get(kind))))
-            else:
-                tools.append((ToolId.builtin(kind), None))  # chat answers carry no call to one
-        for function in body.get("functions") or []:
-            tools.append((ToolId.function(function["name"]), _schema(function)))
-        return Offered(tools)
-
-    def enforce(self, doc: Any, offered: Allowed | Offered) -> Enforced:
-        allow = allowed(offered)
-        result = Enforced()
-        for choice in _choices(doc, "upstream answer"):
-            _refuse_calls_in(choice.get("delta"), "a plain answer's 'delta'")
-            message = choice.get("message")
-            if message is None:
-                continue
-            if not isinstance(message, dict):
-                raise AnswerInvalid("upstream answer: 'choices[].message' must be an object")
-            _check_calls(message.get("tool_calls"), "choices[].message.tool_calls")
-            legacy = message.get("function_call")
-            if legacy is not None and not (isinstance(legacy, dict) and isinstance(legacy.get("name"), str)):
-                raise AnswerInvalid("upstream answer: 'function_call' must be an object with a string 'name'")
-            _enforce_choice(choice, message, allow, result)
-        return result
-
-    def stream_filter(self, offered: Allowed | Offered) -> ChatStreamFilter:
-        return ChatStreamFilter(offered)
-
-    def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
-        return {"error": {"message": message, "type": kind, "code": code}}
-
-    def stream_error(self, message: str, kind: str, code: str | None) -> Event:
-        # openai-python and -node raise APIError on a chunk with an `error` member.
-        return Event(orjson.dumps(self.error_body(0, message, kind, code)).decode())
-
-
-def _schema(function: Any) -> dict[str, Any] | None:
+def parameters_of(function: Any) -> dict[str, Any] | None:
     schema = function.get("parameters") if isinstance(function, dict) else None
     return schema if isinstance(schema, dict) else None
+
+
+def _put_calls(doc: dict[str, Any], calls: list[Any]) -> None:
+    """`tool_calls` set to the calls that remain, or removed when none does."""
+    if calls:
+        doc["tool_calls"] = calls
+    else:
+        del doc["tool_calls"]
 
 
 def _called(call: Any) -> tuple[ToolId, str | None] | None:
@@ -201,10 +81,7 @@ def _enforce_choice(choice: dict[str, Any], message: dict[str, Any], allow: Allo
             tool, arguments = called if called is not None else (None, None)
             if kept(tool, str(tool) if tool is not None else _any_name(call), arguments):
                 keep.append(call)
-        if keep:
-            message["tool_calls"] = keep
-        else:
-            del message["tool_calls"]
+        _put_calls(message, keep)
     legacy = message.get("function_call")
     if legacy is not None:
         args = legacy.get("arguments")
@@ -252,68 +129,6 @@ def _add_text(message: dict[str, Any], text: str) -> None:
         message["content"] = f"{content}\n\n{text}"
     else:
         message["content"] = text
-
-
-# -- request fields (the allowlists are in protocols/fields.py) -----------------------------------
-
-
-def check_request(body: dict[str, Any], unknown: str) -> None:
-    """Every field of a chat request, its messages, tools and tool choice is one the chat tables
-    know (else refused, or dropped when `unknown` is "drop"); raises RequestInvalid."""
-    F.check(body, F.CHAT_REQUEST, "", unknown)
-    messages = body.get("messages")
-    for i, message in enumerate(messages if isinstance(messages, list) else []):
-        if not isinstance(message, dict):
-            raise RequestInvalid(f"messages[{i}] must be an object, got {type(message).__name__}")
-        role = message.get("role")
-        if not isinstance(role, str) or role not in F.CHAT_MESSAGE:
-            raise RequestInvalid(f"messages[{i}].role must be one of {sorted(F.CHAT_MESSAGE)}")
-        F.check(message, F.CHAT_MESSAGE[role], f"messages[{i}]", unknown)
-    kwargs = body.get("chat_template_kwargs")
-    if kwargs is not None:
-        if not isinstance(kwargs, dict):
-            raise RequestInvalid(f"'chat_template_kwargs' must be an object, got {type(kwargs).__name__}")
-        F.check(kwargs, F.CHAT_TEMPLATE_KWARGS, "chat_template_kwargs", unknown)
-    tools = body.get("tools")
-    for i, tool in enumerate(tools if isinstance(tools, list) else []):
-        _check_tool(tool, f"tools[{i}]", unknown)
-    functions = body.get("functions")
-    for i, function in enumerate(functions if isinstance(functions, list) else []):
-        if isinstance(function, dict):
-            F.check(function, F.CHAT_LEGACY_FUNCTION, f"functions[{i}]", unknown)
-    legacy = body.get("function_call")
-    if isinstance(legacy, dict):
-        F.check(legacy, F.CHAT_NAMED, "function_call", unknown)
-    choice = body.get("tool_choice")
-    if isinstance(choice, dict):
-        kind = F.check_typed(choice, F.CHAT_TOOL_CHOICE, "tool_choice", unknown)
-        inner = choice.get(kind)
-        if kind == "allowed_tools" and isinstance(inner, dict):
-            F.check(inner, F.CHAT_ALLOWED_TOOLS, "tool_choice.allowed_tools", unknown)
-            entries = inner.get("tools")
-            for i, tool in enumerate(entries if isinstance(entries, list) else []):
-                _check_tool(tool, f"tool_choice.allowed_tools.tools[{i}]", unknown)
-        elif isinstance(inner, dict):
-            F.check(inner, F.CHAT_NAMED, f"tool_choice.{kind}", unknown)
-
-
-def _check_tool(tool: Any, where: str, unknown: str) -> None:
-    if not isinstance(tool, dict):
-        raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
-    kind = tool.get("type", "function")
-    if isinstance(kind, str) and builtin_family(kind) is not None:
-        # A typed built-in some chat servers take (as Responses or Messages define it): its own
-        # fields, gated by its type.
-        table = F.RESPONSES_TOOL.get(kind) or F.MESSAGES_TOOL.get(kind) or {"type": F.GATED}
-        F.check(tool, table, where, unknown)
-        fixed = F.MESSAGES_BUILTIN_NAMES.get(kind)
-        if "name" in tool and tool["name"] != fixed:
-            raise RequestInvalid(f"{where}.name must be {fixed!r} for a {kind!r} tool (its name is fixed)")
-        return
-    kind = F.check_typed(tool, F.CHAT_TOOL, where, unknown, default="function")
-    inner = tool.get(kind)
-    if isinstance(inner, dict):
-        F.check(inner, F.CHAT_FUNCTION if kind == "function" else F.CHAT_CUSTOM, f"{where}.{kind}", unknown)
 
 
 def _choices(doc: Any, what: str) -> list[dict[str, Any]]:
@@ -413,7 +228,7 @@ class ChatStreamFilter:
 
     def error(self, message: str, kind: str, code: str | None) -> Event:
         """The event that ends this stream in error."""
-        return CODEC.stream_error(message, kind, code)
+        return stream_error(message, kind, code)
 
     def _choice(self, choice: dict[str, Any]) -> None:
         ci = choice.get("index", 0)
@@ -428,15 +243,7 @@ class ChatStreamFilter:
         calls = delta.get("tool_calls")
         if calls is not None:
             _check_calls(calls, "choices[].delta.tool_calls", "upstream stream event")
-            kept = []
-            for call in calls:
-                out = self._call(ci, call)
-                if out is not None:
-                    kept.append(out)
-            if kept:
-                delta["tool_calls"] = kept
-            else:
-                del delta["tool_calls"]
+            _put_calls(delta, [out for call in calls if (out := self._call(ci, call)) is not None])
         legacy = delta.get("function_call")
         if legacy is not None:
             if not isinstance(legacy, dict) or any(
@@ -526,4 +333,33 @@ class ChatStreamFilter:
         return tool is not None and self.allow.admits(tool)
 
 
-CODEC = ChatCodec()
+def error_body(status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": code}}
+
+
+def stream_error(message: str, kind: str, code: str | None) -> Event:
+    # openai-python and -node raise APIError on a chunk with an `error` member.
+    return Event(orjson.dumps(error_body(0, message, kind, code)).decode())
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def enforce(doc: Any, offered: Allowed | Offered) -> Enforced:
+    """A plain answer with its calls to tools not offered removed (in place), and what was removed."""
+    allow = allowed(offered)
+    result = Enforced()
+    for choice in _choices(doc, "upstream answer"):
+        _refuse_calls_in(choice.get("delta"), "a plain answer's 'delta'")
+        message = choice.get("message")
+        if message is None:
+            continue
+        if not isinstance(message, dict):
+            raise AnswerInvalid("upstream answer: 'choices[].message' must be an object")
+        _check_calls(message.get("tool_calls"), "choices[].message.tool_calls")
+        legacy = message.get("function_call")
+        if legacy is not None and not (isinstance(legacy, dict) and isinstance(legacy.get("name"), str)):
+            raise AnswerInvalid("upstream answer: 'function_call' must be an object with a string 'name'")
+        _enforce_choice(choice, message, allow, result)
+    return result

@@ -21,7 +21,7 @@ request at `default` may escalate to any ranked effort. Any other effort a clien
 `max`, a vendor's own word) cannot be ordered, so it is neither escalated nor economized.
 
 Only pins and valid measurements are candidates (`known`). A candidate that is not known yet is
-listed in `Decision.measure` when it would have been preferred to the choice: the caller starts
+listed in `RouteChoice.measure` when it would have been preferred to the choice: the caller starts
 its lazy measurement and uses it on a later request, never waiting for it now. A candidate that
 admits the tools but that this request cannot be sent to (`reachable`: its upstream cannot carry
 what the request holds) is passed over for the next.
@@ -35,10 +35,10 @@ from fnmatch import fnmatchcase
 from typing import Literal
 
 from gatekeeper.config import Routing
-from gatekeeper.requirements import Capability, meets
-from gatekeeper.tiers import Tier
+from gatekeeper.rules.requirements import Capability, meets
+from gatekeeper.rules.tiers import Tier
 
-__all__ = ["RANKED_EFFORTS", "Decision", "Need", "Reason", "RoutingRules", "decide", "rank"]
+__all__ = ["RANKED_EFFORTS", "Need", "Reason", "RouteChoice", "RoutingRules", "choose_route", "rank"]
 
 RANKED_EFFORTS: tuple[str, ...] = ("none", "minimal", "low", "medium", "high", "xhigh")
 _RANK = {effort: i for i, effort in enumerate(RANKED_EFFORTS)}
@@ -106,7 +106,7 @@ class RoutingRules:
 
 
 @dataclass(frozen=True)
-class Decision:
+class RouteChoice:
     """Where to send the request: `model@effort`, and why. `reason == "none"` is today's
     behaviour (the asked pair, its hidden tools hidden). `measure`: pairs to measure lazily."""
 
@@ -121,7 +121,7 @@ class Decision:
         return self.reason != "none"
 
 
-def decide(
+def choose_route(
     model: str,
     effort: str,
     need: Need | None,
@@ -130,7 +130,7 @@ def decide(
     known: Known,
     targets: Sequence[str] = RANKED_EFFORTS,
     reachable: Reachable | None = None,
-) -> Decision:
+) -> RouteChoice:
     """The pair a request for `model@effort` whose tools need `need` is sent to.
 
     `asked`: the asked pair's capability as the request would be gated today (its pin, profile,
@@ -139,7 +139,7 @@ def decide(
     `reachable`: asked only of a candidate that would be chosen (None: every pair is).
     """
     if need is None:
-        return Decision(model, effort, "none")
+        return RouteChoice(model, effort, "none")
     unknown: list[tuple[str, str]] = []
 
     def first(pairs: Iterable[tuple[str, str]], ok: Callable[[Capability], bool]) -> tuple[str, str, Capability] | None:
@@ -176,8 +176,8 @@ def decide(
             reason = "fallback"
     measure = _measuring_order(unknown) if unknown else ()
     if chosen is None:
-        return Decision(model, effort, "none", measure=measure)
-    return Decision(chosen[0], chosen[1], reason, chosen[2], measure)
+        return RouteChoice(model, effort, "none", measure=measure)
+    return RouteChoice(chosen[0], chosen[1], reason, chosen[2], measure)
 
 
 def _measuring_order(pairs: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:

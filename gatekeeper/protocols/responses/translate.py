@@ -28,11 +28,11 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import RequestInvalid
-from gatekeeper.gating import builtin_family
 from gatekeeper.protocols.base import Event
-from gatekeeper.protocols.responses import CODEC as RESPONSES
-from gatekeeper.protocols.responses import effort_of
-from gatekeeper.protocols.translate.chat import ChatAnswer, FromChatStream, read_answer, text_of
+from gatekeeper.protocols.chat.read import ChatAnswer, FromChatStream, read_answer, text_of
+from gatekeeper.protocols.responses.codec import CODEC as RESPONSES
+from gatekeeper.protocols.responses.gate import effort_of
+from gatekeeper.rules.tools import builtin_family
 
 _STATEFUL = ("previous_response_id", "conversation", "background")
 _PASSED = ("model", "temperature", "top_p", "user", "parallel_tool_calls", "stream", "top_logprobs")

@@ -1,0 +1,153 @@
+"""What every codec's request gating shares: a tool object's identity (chat's, and a flat list's of
+any protocol), the outcome of gating one request (Gated), one request's gating state
+(RequestGate) and the name checks. Pure: no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gatekeeper.errors import RequestInvalid
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolId, ToolPolicy, builtin_family
+
+
+@dataclass
+class Gated:
+    """The outcome of gating one request's tools."""
+
+    kept: list[str] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)
+    # A client's MCP server label -> the label whose rules gate it, where they differ (a server
+    # bound by its URL in tools.mcp_servers, offered under another label): for the answer side.
+    servers: dict[str, str] = field(default_factory=dict)
+
+
+def nonempty(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def tool_id(tool: Any, where: str) -> ToolId:
+    """The identity of a chat tool: `function.name` (FUNCTION), `custom.name` (CUSTOM); any other
+    typed tool is a BUILTIN by its `type` (a `name` the client put on it is never used)."""
+    if not isinstance(tool, dict):
+        raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
+    kind = tool.get("type", "function")
+    if not isinstance(kind, str) or not kind:
+        raise RequestInvalid(f"{where}.type must be a non-empty string")
+    return named_id(tool, kind, where)
+
+
+def named_id(obj: dict[str, Any], kind: str, where: str) -> ToolId:
+    """A chat tool's (or tool choice's) identity: `function` / `custom` by the name in its object of
+    that kind, any other type a BUILTIN by that type. `where` names `obj` in errors."""
+    if kind == "function" or kind == "custom":
+        inner = obj.get(kind)
+        name = nonempty(inner.get("name")) if isinstance(inner, dict) else None
+        if name is None:
+            raise RequestInvalid(f"{where}.{kind}.name must be a non-empty string")
+        return ToolId.function(name) if kind == "function" else ToolId.custom(name)
+    return ToolId.builtin(kind)
+
+
+def tool_name(tool: Any, where: str) -> str:
+    """The name a chat tool is gated and logged by (`str(tool_id(...))`)."""
+    return tool_id(tool, where).name
+
+
+def listed_tool_id(tool: Any, where: str) -> ToolId:
+    """The identity of one tool of a flat list filtered outside any request (`filter_tools`, the
+    `gated` wrappers), in the shape of any protocol: a chat tool (`tool_id`), a Responses
+    `function` / `custom` or a Messages client tool (by `name`), a built-in by its type and
+    never a name put on it (`{"type": "computer_20250124", "name": "notes"}` is `computer`).
+    What a flat list cannot judge (an MCP server, a namespace: tools of their own, narrowed by
+    the codecs) or a type no codec knows is RequestInvalid: gate the request body instead."""
+    if not isinstance(tool, dict):
+        raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
+    kind = tool.get("type")
+    if isinstance(tool.get(kind or "function"), dict):
+        return tool_id(tool, where)  # chat: the name is in its `function` / `custom` object
+    if isinstance(kind, str) and builtin_family(kind) is not None:
+        return ToolId.builtin(kind)
+    if kind in (None, "function", "custom"):
+        name = nonempty(tool.get("name"))
+        if name is None:
+            raise RequestInvalid(f"{where}.name must be a non-empty string")
+        return ToolId.custom(name) if kind == "custom" else ToolId.function(name)
+    raise RequestInvalid(
+        f"{where}: a tool of type {str(kind)[:64]!r} cannot be judged in a list of tools (an MCP server or "
+        "a namespace has tools of its own); gate the request body (gatekeeper.gate_body)"
+    )
+
+
+@dataclass
+class RequestGate:
+    """One request's gating: the verdicts (`gated`), the hidden tools' identities (for 400
+    messages) and the MCP listings the request itself carries (server -> tool names)."""
+
+    tier: Tier
+    policy: ToolPolicy
+    unknown: str  # upstream.unknown_fields: refuse | drop
+    gated: Gated = field(default_factory=Gated)
+    hidden: list[ToolId | str] = field(default_factory=list)
+    listings: dict[str, list[str]] = field(default_factory=dict)
+    _labels: set[str] = field(default_factory=set)  # MCP server labels identified so far
+
+    def identify(self, label: str, offered: list[tuple[str, str, object]], where: str) -> None:
+        """Learn which server the request's MCP server `label` is (ServerBindings.identify); every
+        later `server(label)` and `mcp(label, tool)` of this request uses it. A label offered twice
+        for servers of different identities is refused (an answer's call names only the label)."""
+        identity = self.policy.servers.identify(label, offered, where)
+        known = self.gated.servers.get(label, label) if label in self._labels else None
+        if known is not None and known != identity:
+            raise RequestInvalid(f"{where}: MCP server label {label!r} is offered twice, for different servers")
+        self._labels.add(label)
+        if identity != label:
+            self.gated.servers[label] = identity
+
+    def server(self, label: str) -> str:
+        """The label whose rules gate the request's MCP server `label`."""
+        return self.gated.servers.get(label, label)
+
+    def any_server(self, label: str) -> str:
+        """For a 400: why the rules of other servers apply to `label` ("" when its own do)."""
+        if self.server(label) in self.policy.named_groups:
+            return ""
+        return f" (no rule names {label!r} and tools.mcp_servers does not bind it: it may be any server)"
+
+    def mcp(self, label: str, tool: str) -> ToolId:
+        """The identity a tool of the request's MCP server `label` is gated by."""
+        return ToolId.mcp(self.server(label), tool)
+
+    def admits(self, tool: ToolId | str, record_kept: bool = True) -> bool:
+        """Is `tool` admitted? Recorded as kept (unless `record_kept` is False: a server or
+        namespace whose tools are recorded one by one) or hidden."""
+        if self.policy.allows(self.tier, tool):
+            if record_kept:
+                self.gated.kept.append(str(tool))
+            return True
+        self.gated.hidden.append(str(tool))
+        self.hidden.append(tool)
+        return False
+
+
+def require_boolean(body: dict[str, Any], key: str) -> None:
+    """A GATED switch (`parallel_tool_calls`) is true, false or absent: the codec reads it, so any
+    other value would be forwarded unread."""
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise RequestInvalid(f"'{key}' must be true or false, got {type(value).__name__}")
+
+
+def required_name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise RequestInvalid(f"{where} must be a non-empty string")
+    return value
+
+
+def group_name(value: Any, where: str) -> str:
+    """An MCP server label or namespace name: rules spell its tools `group.tool`."""
+    name = required_name(value, where)
+    if "." in name:
+        raise RequestInvalid(f"{where} must not contain '.' (rules name its tools as '<group>.<tool>')")
+    return name

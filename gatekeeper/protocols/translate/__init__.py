@@ -1,1 +1,0 @@
-"""Translation of Responses and Messages to chat, for chat-only upstreams."""
