@@ -195,7 +195,7 @@ class DriftMonitor:
     def _describe(self, key: str, now: float) -> dict[str, Any]:
         pair = self._pairs.get(key) or PairState(Window(self.settings.window_calls, self.settings.window_s))
         demoted = {d.client: d for (k, _), d in self._demotions.items() if k == key}
-        return describe(key, pair, self.settings, demoted, now)
+        return describe(pair, self.settings, demoted, now)
 
     def drain(self) -> None:
         """Judge everything queued so far (the worker calls this; so may tests and readers).

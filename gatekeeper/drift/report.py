@@ -10,14 +10,12 @@ from gatekeeper.drift.demotion import Demotion, PairState, Scope
 from gatekeeper.drift.window import DriftSettings, Fault
 
 
-def describe(
-    key: str, pair: PairState, settings: DriftSettings, demoted: Mapping[Scope, Demotion], now: float
-) -> dict[str, Any]:
+def describe(pair: PairState, settings: DriftSettings, demoted: Mapping[Scope, Demotion], now: float) -> dict[str, Any]:
     """One pair's drift report, as `DriftMonitor.report` and the admin API show it."""
     figures = pair.window.figures(now)
     drop = settings.min_clients - 1
     ceilings = settings.ceilings_for(pair.tier)
-    demotions = dict(demoted)
+    demotions = dict(demoted)  # scope -> the demotion in force
     everyone = demotions.pop(None, None)
 
     def shown(demotion: Demotion) -> dict[str, Any]:

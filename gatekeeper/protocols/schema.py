@@ -21,7 +21,7 @@ new field: add it to its protocol's table with how it is treated, and, if GATED,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,9 +160,7 @@ def check(obj: dict[str, Any], fields: Fields, where: str, unknown: str) -> None
     # message, content part, tool and item of every request.
     if not obj.keys() <= fields.keys():
         _unknown(obj, fields, where, unknown)
-    refusable = _REFUSABLE.get(id(fields))
-    if refusable is None:
-        refusable = _REFUSABLE[id(fields)] = frozenset(k for k, how in fields.items() if isinstance(how, Refused))
+    refusable = _derived(_REFUSABLE, fields, _refusable)
     if not refusable.isdisjoint(obj):
         _refused(obj, fields, refusable, where)
     plain = _PLAIN
@@ -288,14 +286,33 @@ def check_extra_body(extra: Any, fields: Fields, unknown: str) -> None:
             raise RequestInvalid(
                 f"'extra_body.{shown(key)}' cannot be gated there: pass it as a request field of its own"
             )
-    forwarded = _FORWARDED.get(id(fields))
-    if forwarded is None:
-        forwarded = _FORWARDED[id(fields)] = {k: e for k, e in fields.items() if how_of(e) == FORWARD}
-    check(extra, forwarded, "extra_body", unknown)
+    check(extra, _derived(_FORWARDED, fields, _forwarded), "extra_body", unknown)
 
 
-_FORWARDED: dict[int, Fields] = {}  # per top-level table: its FORWARD fields (the tables live as long as the module)
-_REFUSABLE: dict[int, frozenset[str]] = {}  # per table: the fields it refuses (a fast pre-filter for `check`)
+def _refusable(fields: Fields) -> frozenset[str]:
+    return frozenset(k for k, how in fields.items() if isinstance(how, Refused))
+
+
+def _forwarded(fields: Fields) -> Fields:
+    return {k: e for k, e in fields.items() if how_of(e) == FORWARD}
+
+
+# What `check` derives from a table, per table: the fields it refuses (a fast pre-filter) and, for
+# `extra_body`, its FORWARD fields. Keyed by id, holding the table itself so that an id is never
+# another table's (a table built per call would otherwise reuse a dead one's id); cleared whole
+# past a bound, should a caller build tables per call.
+_REFUSABLE: dict[int, tuple[Fields, frozenset[str]]] = {}
+_FORWARDED: dict[int, tuple[Fields, Fields]] = {}
+_TABLES_KEPT = 4096
+
+
+def _derived(cache: dict[int, tuple[Fields, Any]], fields: Fields, derive: Callable[[Fields], Any]) -> Any:
+    hit = cache.get(id(fields))
+    if hit is None or hit[0] is not fields:
+        if len(cache) >= _TABLES_KEPT:
+            cache.clear()
+        hit = cache[id(fields)] = (fields, derive(fields))
+    return hit[1]
 
 
 def offered_in(body: dict[str, Any], carriers: frozenset[str]) -> list[str]:

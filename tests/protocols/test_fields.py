@@ -538,3 +538,15 @@ def test_messages_content_blocks_nested_objects_are_checked() -> None:
     }
     with pytest.raises(RequestInvalid, match=r"content\[0\]\.content\[0\]\.cache_control\.scope is not a field"):
         schema.check_typed(result, messages_fields.MESSAGES_CONTENT_BLOCK, "messages[0].content[0]", "refuse")
+
+
+def test_a_table_built_per_call_is_read_as_itself():
+    # `check` remembers what it derives per table; a table built per call may take a dead one's
+    # id, and must still be read as itself (a cache keyed by id alone let its Refused field pass).
+    for _ in range(200):
+        plain = {"x": schema.FORWARD, "y": schema.FORWARD}
+        schema.check({"y": 1}, plain, "", "refuse")
+        del plain
+        refusing = {"x": schema.FORWARD, "y": schema.Refused("not here")}
+        with pytest.raises(RequestInvalid, match="'y' is refused: not here"):
+            schema.check({"y": 1}, refusing, "", "refuse")

@@ -203,6 +203,9 @@ def check_request(body: dict[str, Any], unknown: str) -> None:
             S.check(inner, F.CHAT_NAMED, f"tool_choice.{kind}", unknown)
 
 
+_TYPE_GATED: S.Fields = {"type": S.GATED}  # a typed built-in no table describes further
+
+
 def _check_tool(tool: Any, where: str, unknown: str) -> None:
     if not isinstance(tool, dict):
         raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
@@ -210,9 +213,7 @@ def _check_tool(tool: Any, where: str, unknown: str) -> None:
     if isinstance(kind, str) and builtin_family(kind) is not None:
         # A typed built-in some chat servers take (as Responses or Messages define it): its own
         # fields, gated by its type.
-        table = (
-            responses_fields.RESPONSES_TOOL.get(kind) or messages_fields.MESSAGES_TOOL.get(kind) or {"type": S.GATED}
-        )
+        table = responses_fields.RESPONSES_TOOL.get(kind) or messages_fields.MESSAGES_TOOL.get(kind) or _TYPE_GATED
         S.check(tool, table, where, unknown)
         fixed = messages_fields.MESSAGES_BUILTIN_NAMES.get(kind)
         if "name" in tool and tool["name"] != fixed:
