@@ -93,7 +93,7 @@ def gated(
 
 def default_tool_identity(tool: Any) -> str | ToolId:
     """What `gated` judges a tool by: a dict's typed identity in any protocol's shape
-    (gating.listed_tool_id: a built-in by its type, never by a name put on it), else the
+    (protocols.gate.listed_tool_id: a built-in by its type, never by a name put on it), else the
     `name` attribute of an object."""
     if isinstance(tool, dict):
         return listed_tool_id(tool, "tool")
@@ -395,7 +395,7 @@ def _gated_handoff(gk: Gatekeeper, item: Any) -> Any:
 class _GatedMCPServer:
     """An Agents SDK MCP server as a gated agent sees it: its tools listed, and called, only
     when the tier of the agent's model allows `<server name>.<tool>` (a label the client chose:
-    the rules of every server it may be apply, gating.ToolPolicy). Anything else is the server's."""
+    the rules of every server it may be apply, rules.tools.ToolPolicy). Anything else is the server's."""
 
     def __init__(self, gk: Gatekeeper, server: Any, model: str, effort: str | None) -> None:
         self._gk, self._server, self._model, self._effort = gk, server, model, effort

@@ -1,2 +1,3 @@
-"""One codec per client protocol (chat, responses, messages); `base.py` holds the contract,
-`table.py` the explicit table of codecs and translators, `translate/` the bridges to chat."""
+"""The client protocols: one package each (`chat/`, `responses/`, `messages/`: codec, fields,
+gate, answer, translate); `base.py` holds the contract, `table.py` the registry (one entry per
+protocol), `schema.py` the allowlists' language, the rest what the codecs share."""

@@ -160,7 +160,7 @@ def _refuse_nested_tools(body: dict[str, Any]) -> None:
             )
 
 
-# -- one request's gating, shared by the codecs that gate tool lists of several kinds ----------
+# -- the request's fields (the allowlists are in protocols/chat/fields.py) -----------------------
 
 
 def check_request(body: dict[str, Any], unknown: str) -> None:

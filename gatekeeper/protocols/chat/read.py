@@ -183,7 +183,7 @@ def text_of(content: Any, where: str) -> str:
 
 
 class FromChatStream:
-    """What both chat-to-X stream converters share (translate/responses.py, translate/messages.py):
+    """What both chat-to-X stream converters share (responses/translate.py, messages/translate.py):
     reading each chunk strictly, the model name, the opening events, an error chunk, [DONE], text
     and call deltas, the finish reason and usage. A subclass says how each piece is spelled in its
     protocol (`_begin`, `_text`, `_call`, `_arguments`, `_complete`, `_error`). A tool call keeps
