@@ -160,9 +160,11 @@ def check(obj: dict[str, Any], fields: Fields, where: str, unknown: str) -> None
     # message, content part, tool and item of every request.
     if not obj.keys() <= fields.keys():
         _unknown(obj, fields, where, unknown)
-    refusable = _derived(_REFUSABLE, fields, _refusable)
-    if not refusable.isdisjoint(obj):
-        _refused(obj, fields, refusable, where)
+    hit = _REFUSABLE.get(id(fields))  # inline: this runs for every object of every request
+    if hit is None or hit[0] is not fields:
+        hit = _remember(_REFUSABLE, fields, _refusable)
+    if not hit[1].isdisjoint(obj):
+        _refused(obj, fields, hit[1], where)
     plain = _PLAIN
     for key, value in obj.items():
         if type(value) in plain or not isinstance(value, _CONTAINERS):
@@ -308,11 +310,16 @@ _TABLES_KEPT = 4096
 
 def _derived(cache: dict[int, tuple[Fields, Any]], fields: Fields, derive: Callable[[Fields], Any]) -> Any:
     hit = cache.get(id(fields))
-    if hit is None or hit[0] is not fields:
-        if len(cache) >= _TABLES_KEPT:
-            cache.clear()
-        hit = cache[id(fields)] = (fields, derive(fields))
-    return hit[1]
+    return hit[1] if hit is not None and hit[0] is fields else _remember(cache, fields, derive)[1]
+
+
+def _remember(
+    cache: dict[int, tuple[Fields, Any]], fields: Fields, derive: Callable[[Fields], Any]
+) -> tuple[Fields, Any]:
+    if len(cache) >= _TABLES_KEPT:
+        cache.clear()
+    hit = cache[id(fields)] = (fields, derive(fields))
+    return hit
 
 
 def offered_in(body: dict[str, Any], carriers: frozenset[str]) -> list[str]:
