@@ -91,6 +91,9 @@ class Profile(_Camel):
     samples: int | None = None
     score_intervals: dict[str, list[float]] | None = None
     instance_seed: int | None = None
+    # The largest number of offered tools at which choosing the right one is certified at the
+    # tier's toolCalling threshold (`toolBudget`; absent: not measured, no budget applies).
+    tool_budget: int | None = None
 
     def lower_bound(self, category: str) -> float | None:
         """The bound the tier was decided on for `category`: the lower end of its stored interval
@@ -110,5 +113,5 @@ class Profile(_Camel):
     def to_json(self) -> dict[str, Any]:
         # The optional confidence fields are left out when unset, so a one-sample profile of a
         # fixed suite is written in exactly the seed's format.
-        unset = {k for k in ("samples", "score_intervals", "instance_seed") if getattr(self, k) is None}
+        unset = {k for k in ("samples", "score_intervals", "instance_seed", "tool_budget") if getattr(self, k) is None}
         return self.model_dump(mode="json", by_alias=True, exclude=unset)
