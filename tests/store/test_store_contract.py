@@ -128,7 +128,7 @@ def test_a_store_declares_what_it_brings_on_its_scheme(toy_store, tmp_path):
 def test_a_proxy_serves_from_the_toy_store(toy_store, default_suite):
     open_store("toy://proxy").save([make_profile("small-model", Tier.SMALL, default_suite)])
     with ScriptedServer() as upstream:
-        settings = settings_for(upstream.base_url, Path("unused"), store="toy://proxy")
+        settings = settings_for(upstream.base_url, Path("unused")).model_copy(update={"store": "toy://proxy"})
         with running_proxy(settings) as proxy:
             answer = httpx.post(
                 f"{proxy.url}/v1/chat/completions",
