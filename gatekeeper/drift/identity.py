@@ -8,8 +8,9 @@ changing how it presents itself. The identity is, in order:
   (which must overwrite whatever the client sent), believed only from a peer in
   `trusted_proxies` (as the throttle's forwarded address is);
 - else the credential **the upstream checks** (`drift.credential_header`; `auto` derives it from
-  the upstream: Azure's `api-key` on an Azure host, `x-api-key` or `Authorization` on a request
-  sent natively as Anthropic Messages, else `Authorization`). An answer to a refused credential (401/403) carries
+  the upstream: Azure's `api-key` on an Azure host, the protocol's own headers on a request sent
+  natively (its registry entry's `credential_headers`: Anthropic Messages' `x-api-key` or
+  `Authorization`), else `Authorization`). An answer to a refused credential (401/403) carries
   no tool calls, so evidence only ever counts for a credential the upstream accepted. A
   credential in another header is checked by nobody (a made-up one would be a new client for
   free): alone it is ANONYMOUS; beside a different value in the checked header the request is
@@ -34,6 +35,7 @@ from urllib.parse import urlsplit
 
 from gatekeeper.errors import CredentialConflict
 from gatekeeper.peers import is_trusted
+from gatekeeper.protocols import table
 
 if TYPE_CHECKING:  # read, never built, here: drift sits below the config layer
     from gatekeeper.config import Settings
@@ -54,10 +56,10 @@ def checked_headers(settings: Settings, protocol: str = "chat") -> tuple[str, ..
     host = (urlsplit(str(settings.upstream.base_url)).hostname or "").lower()
     if host.endswith(_AZURE_HOSTS):
         return ("api-key",)
-    if protocol == "messages" and "messages" in settings.upstream.protocols:
-        # Sent natively to an Anthropic-shaped upstream, which reads an API key from x-api-key
-        # and an auth token from Authorization (two that differ are refused below).
-        return ("x-api-key", "authorization")
+    entry = table.protocol(protocol)
+    if entry is not None and protocol in settings.upstream.protocols:
+        # Sent natively: the headers that protocol's upstreams read (two that differ are refused below).
+        return entry.credential_headers
     return ("authorization",)
 
 
