@@ -373,6 +373,7 @@ def parse_arguments(arguments: str | Mapping[str, Any] | None) -> dict[str, Any]
     try:
         text.encode("utf-8")  # a lone surrogate: decoded one way here, another way elsewhere
         parsed = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")  # an escaped lone surrogate (`\\ud800`)
     except (ValueError, UnicodeError) as exc:
         raise Invalid(str(exc)) from None
     if not isinstance(parsed, dict):
