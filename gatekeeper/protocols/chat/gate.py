@@ -60,7 +60,9 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
                     hidden_here.append(tool)
                     gated.hidden.append(tool.name)
         _gate_choice(body, choice_name, tier, policy, bool(items) and not kept, hidden_here)
-        if items is not None and len(kept) != len(items):
+        if items is not None and (
+            len(kept) != len(items) or any(k is not i for k, i in zip(kept, items, strict=False))
+        ):
             if kept:
                 body[field_name] = kept
             else:
