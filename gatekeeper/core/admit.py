@@ -16,6 +16,7 @@ front end answers with (the proxy's headers and span) it reads from the request'
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -133,6 +134,10 @@ class Decision:
 
     def allows(self, tool: str | ToolId) -> bool:
         return self.policy.allows(self.resolution.tier, tool)
+
+    def admits_call(self, tool: str | ToolId, arguments: str | Mapping[str, Any] | None) -> bool:
+        """Whether one call of `tool` with `arguments` is admitted (`tools.arguments` judged too)."""
+        return self.policy.admits_call(self.resolution.tier, tool, arguments)
 
 
 def decide(gk: Gatekeeper, model: str, effort: str | None) -> Decision:

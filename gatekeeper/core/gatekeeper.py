@@ -130,6 +130,7 @@ class Gatekeeper:
             settings.upstream.unknown_fields,
             settings.mcp_bindings(),
             settings.tools.requires,  # its `server.tool` rules name servers too
+            settings.tools.arguments,
         )
         resolver = TierResolver(settings, suite, self.store, self.drift.demotion)
         return Snapshot(
