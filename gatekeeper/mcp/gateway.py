@@ -285,7 +285,9 @@ class McpGateway:
             allowed = policy.allows(resolution.tier, rule)
             counts[label][0 if allowed else 1] += 1
             if allowed:
-                shown.append(tool)
+                # Argument rules may admit only some calls at this tier: the schema says which.
+                narrowed = policy.narrowed(resolution.tier, rule, tool.input_schema)
+                shown.append(tool if narrowed is None else tool.model_copy(update={"input_schema": narrowed}))
                 fingerprints[tool.name] = fp
         start = _offset(params.cursor if params is not None else None, len(shown))
         if start == 0:  # one listing counts once, however many pages it is read in
