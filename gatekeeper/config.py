@@ -269,6 +269,34 @@ class McpServer(_Section):
         return self
 
 
+class McpUriRule(_Section):
+    """A rule on the servers' resources and resource templates by URI (gatekeeper.mcp.reads): what
+    reading one whose URI matches `uri` requires, beside the rules by name. Every matching rule
+    applies (the strictest decides); a rule can only raise what an item requires."""
+
+    # A shell-style pattern matched against the whole URI, in any case, as written and normalised
+    # (percent-escapes decoded, `.` and `..` segments resolved, repeated slashes collapsed); a
+    # template is matched as written (`repo://{owner}/{repo}/delete`) and so is each URI read through it.
+    uri: str = Field(min_length=1)
+    server: str | None = None  # the label of the server it applies to; None: every server
+    tier: Tier | None = None  # the tier reading it needs
+    # The tool whose action reading it performs (`files.write_file`, `<label>.<tool>` as in tool
+    # rules, or a bare name): a read needs what a call of that tool needs (its tier under
+    # tools.required_tier, tools.requires), at least.
+    acts_as: str | None = Field(default=None, min_length=1)
+    # true: reading it is an action of its own server: it needs what a call of a tool of that
+    # server named as the resource or template (`<label>.<name>`) would need, at least.
+    action: bool = False
+
+    @model_validator(mode="after")
+    def _says_something(self) -> McpUriRule:
+        if self.tier is None and self.acts_as is None and not self.action:
+            raise ValueError("expected `tier`, `acts_as` or `action: true` (what a read of it needs)")
+        if self.acts_as is not None and self.action:
+            raise ValueError("expected one of `acts_as` (another tool) or `action: true` (itself as a tool)")
+        return self
+
+
 class McpSettings(_Section):
     """The MCP gateway at /mcp (served only when `servers` is set)."""
 
@@ -282,6 +310,9 @@ class McpSettings(_Section):
     # a completion follows the prompt or template it completes (gatekeeper.mcp.reads).
     resources: dict[str, Tier] = Field(default_factory=dict)
     prompts: dict[str, Tier] = Field(default_factory=dict)
+    # Rules on resources and resource templates by URI (McpUriRule): a read that acts (a template
+    # whose read deletes, sends, writes) needs at least what the tool doing the same needs.
+    resource_uris: list[McpUriRule] = Field(default_factory=list)
 
     @field_validator("servers")
     @classmethod
@@ -301,6 +332,13 @@ class McpSettings(_Section):
             if "." not in rule and rule != "*":
                 raise ValueError(f"{rule!r}: expected <label>.<name> (shell-style patterns allowed; '*' for all)")
         return value
+
+    @model_validator(mode="after")
+    def _uri_servers(self) -> McpSettings:
+        for i, rule in enumerate(self.resource_uris):
+            if rule.server is not None and rule.server not in self.servers:
+                raise ValueError(f"resource_uris[{i}].server: {rule.server!r} is not one of mcp.servers")
+        return self
 
     @field_validator("allowed_origins")
     @classmethod
