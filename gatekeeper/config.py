@@ -170,6 +170,10 @@ class BenchSettings(_Section):
     temperature: float | None = Field(default=0.0, ge=0)
     max_tokens: int | None = Field(default=512, ge=1)
     timeout_s: float = Field(default=120.0, gt=0)
+    # A call is bounded by what its test needs: the test's answer tokens (`maxTokens`, else its
+    # category's), and the seconds those take at this rate plus 30 s for the prompt; an answer
+    # past either is a failed answer. 2 tokens/s: a small model on two busy cores makes ~2-20.
+    min_tokens_per_s: float = Field(default=2.0, gt=0)
     # A call that fails (HTTP 5xx/429, a timeout, a dropped connection) is asked again; past the
     # retries the measurement fails and stores nothing (a broken backend never reads as a weak
     # model). 6: a level makes up to 200 x 23 calls, and at a 10% transient error rate 3 retries

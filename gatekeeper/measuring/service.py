@@ -119,6 +119,7 @@ class MeasurementService:
             max_tokens=bench.max_tokens,
             timeout_s=bench.timeout_s,
             max_retries=bench.max_retries,
+            min_tokens_per_s=bench.min_tokens_per_s,
         )
 
     def run_settings(self) -> RunSettings:
