@@ -430,9 +430,8 @@ def profiles(
     except GatekeeperError as exc:
         _fail(str(exc), 1)
         raise
-    problem = getattr(profile_store, "problem", None)
-    if problem:
-        _fail(f"{profile_store.location}: not a usable profile store ({problem})", 1)
+    if profile_store.problem:
+        _fail(f"{profile_store.location}: not a usable profile store ({profile_store.problem})", 1)
     drift = _live_drift(proxy, admin_key or settings.admin_key) if proxy else None
     if as_json:
         doc = data.to_json()

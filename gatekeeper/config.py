@@ -15,6 +15,7 @@ from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
 from gatekeeper.observe.redact import clip
 from gatekeeper.protocols import table as protocol_table
+from gatekeeper.rules.arguments import ArgumentRule
 from gatekeeper.rules.mcp_identity import ServerBindings, normalise_url
 from gatekeeper.rules.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds, Tier
 from gatekeeper.store.profile import EFFORT_NAME, EFFORTS
@@ -116,6 +117,9 @@ class ToolRules(_Section):
     requires: dict[str, dict[Category, Annotated[float, Field(ge=0, le=1)]]] = Field(default_factory=dict)
     # MCP server label -> what identifies that server in a request (gatekeeper.rules.mcp_identity).
     mcp_servers: dict[str, McpServerIdentity] = Field(default_factory=dict)
+    # Tool name or shell-style pattern -> entries `{match: {<argument path>: <pattern> | {regex}
+    # | {equals} | {type}}, tier}`: the tier a call needs from its arguments (gatekeeper.rules.arguments).
+    arguments: dict[str, list[ArgumentRule]] = Field(default_factory=dict)
 
     @field_validator("mcp_servers")
     @classmethod

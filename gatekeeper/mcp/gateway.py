@@ -404,6 +404,33 @@ class McpGateway:
                     "reason": "requirements_unmet" if tier_ok else "tier_too_low",
                 },
             )
+        arguments = params.arguments if params.arguments is not None else {}
+        if not policy.admits_call(resolution.tier, rule, arguments):
+            # tools.arguments: this call's arguments need more than the tier (never logged: values).
+            needs = policy.call_tier(rule, arguments)
+            metrics.CALLS_REFUSED.labels(label, model).inc()
+            self._tally(label, model, refused=1)
+            log.warning(
+                "mcp_call_refused",
+                tool=name,
+                model=binding.shown,
+                tier=resolution.tier.value,
+                required=needs.value,
+                source=resolution.source,
+                reason="arguments",
+            )
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"Tool {name!r} with these arguments needs tier {needs.value} (tools.arguments); model "
+                f"{binding.shown} is at tier {resolution.tier.value} ({resolution.source}); the call was not forwarded",
+                {
+                    "tool": name,
+                    "required_tier": needs.value,
+                    "tier": resolution.tier.value,
+                    "source": resolution.source,
+                    "reason": "arguments_tier_too_low",
+                },
+            )
         session_id = _session_id(ctx)
         watched = self._watched.get(session_id) if session_id is not None else None
         listed = watched.listed.get(name) if watched is not None else None

@@ -179,6 +179,21 @@ class Allowed:
             and self.policy.allows(self.tier, self.gated_as(tool))
         )
 
+    def admits_call(self, tool: ToolId, arguments: str | Mapping[str, Any] | None) -> bool:
+        """Whether this one call may reach the client: `admits(tool)`, and the tier its
+        arguments need (`tools.arguments`) is within the request's tier. Arguments are JSON text
+        or an object (None: none that can be read, which rules judge at their strictest)."""
+        if not self.admits(tool):
+            return False
+        if self.tier is None or self.policy is None or not self.policy.judges_arguments(self.gated_as(tool)):
+            return True
+        return self.tier.allows(self.policy.call_tier(self.gated_as(tool), arguments))
+
+    def holds(self, tool: ToolId) -> bool:
+        """Whether a streamed call of `tool` must be held until its arguments are complete: what
+        it needs depends on them."""
+        return self.policy is not None and self.tier is not None and self.policy.judges_arguments(self.gated_as(tool))
+
 
 class Codec(Protocol):
     name: str  # "chat" | "responses" | "messages"

@@ -11,9 +11,10 @@ reaches the client with a tool call in it (502 `upstream_invalid`, or a stream t
 error event); a request field that could carry tools or redirect the upstream is understood and
 gated, or refused. Answers whose bytes cannot spell a call are relayed unparsed (the fast path).
 
-What a request learns goes to the log context (structlog context variables, scoped per request
-by the app's middleware), so every line logged for it, the final `request` line included, says
-which request, model, tier and tools it was about.
+What a request learns goes to its record (server/served.py: the answer's headers and the span
+are read from it) and to the log context (structlog context variables, scoped per request by the
+app's middleware), so every line logged for it, the final `request` line included, says which
+request, model, tier and tools it was about.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from gatekeeper.protocols.enforce import asks_structured
 from gatekeeper.protocols.sse import encode
 from gatekeeper.protocols.stream import loads
 from gatekeeper.server.mounts import Upstreams
+from gatekeeper.server.served import Served, served
 from gatekeeper.server.upstream import (
     TransferError,
     UpstreamAnswer,
@@ -191,6 +193,8 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     started = time.perf_counter()
     request_id = redact.request_id(request.headers.get("x-request-id"))  # the client's, when it is safe to log
     structlog.contextvars.bind_contextvars(request_id=request_id)
+    record = served(request)
+    record.request_id = request_id
     codec = protocols.codec(protocol, "count_tokens" if count else None)  # its own field allowlist
     if codec is None:
         raise ProxyError(404, f"protocol {protocol!r} is not served", "protocol_not_served")
@@ -202,7 +206,8 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     # Whose demotions and drift evidence: the credential the upstream checks (a 400 when the
     # request carries two that differ).
     client = client_identity(request.headers, snapshot.settings, peer, protocol)
-    admitted = await aadmit(gk, codec, body, snapshot, route=True, client=client)  # routing: may rewrite model/effort
+    # routing: may rewrite model/effort
+    admitted = await aadmit(gk, codec, body, snapshot, route=True, client=client, into=record.admission)
     resolution = admitted.resolution
     tier = resolution.tier.value
     metrics.REQUESTS.labels(tier, resolution.source).inc()
@@ -233,6 +238,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
         started,
         gk.drift,
         (evidence_identity(client, snapshot.settings, admitted.info.model), admitted.gated.hidden),
+        record,
     )
     if count and (local := call.exchange.local_count(body)) is not None:
         return call.finish(Response(orjson.dumps(local), media_type=JSON, headers=call.headers))
@@ -240,6 +246,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     stream = admitted.info.stream
     answer = await upstream.send(UpstreamRequest("POST", path, request.scope["headers"], upstream_body, stream))
     status = answer.status_code
+    record.upstream_status = status
     structlog.contextvars.bind_contextvars(upstream_status=status)
     if status >= 300:
         return await call.upstream_error(answer)
@@ -253,7 +260,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
 class ModelCall:
     """What one model call carries from the request side to the answer side."""
 
-    __slots__ = ("drift", "evidence", "exchange", "headers", "offered", "request", "resolution", "started")
+    __slots__ = ("drift", "evidence", "exchange", "headers", "offered", "record", "request", "resolution", "started")
 
     def __init__(
         self,
@@ -265,9 +272,11 @@ class ModelCall:
         started: float,
         drift: DriftMonitor | None,
         evidence: tuple[str, list[str]] = (ANONYMOUS, []),  # the drift identity, the tools the tier hid
+        record: Served | None = None,  # the request's record (server/served.py)
     ) -> None:
         self.exchange, self.offered, self.request, self.resolution = exchange, offered, request, resolution
         self.headers, self.started, self.drift, self.evidence = headers, started, drift, evidence
+        self.record = record if record is not None else Served()
 
     def plain(self, status: int, raw: bytes, passed: dict[str, str]) -> Response:
         headers = passed | self.headers
@@ -345,6 +354,7 @@ class ModelCall:
             return
         if enforced.removed:
             metrics.TOOL_CALLS_BLOCKED.inc(len(enforced.removed))
+            self.record.blocked_calls = enforced.removed
             structlog.contextvars.bind_contextvars(blocked_calls=enforced.removed)
             log.warning("tool_calls_blocked", tools=enforced.removed)
         if enforced.calls and self.drift is not None:
@@ -412,7 +422,8 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
 async def forward(request: Request, method: str, path: str, body: dict[str, Any] | None = None) -> Response:
     """A tool-free endpoint on the default upstream: its answer relayed as it is (size-capped)."""
     request_id = redact.request_id(request.headers.get("x-request-id"))
-    structlog.contextvars.bind_contextvars(request_id=request_id)  # errors from here on carry it too
+    served(request).request_id = request_id  # errors from here on carry it too
+    structlog.contextvars.bind_contextvars(request_id=request_id)
     settings = request.app.state.gk.settings
     upstream = request.app.state.upstreams.mounts(settings).default
     answer = await upstream.send(UpstreamRequest(method, path, request.scope["headers"], body))
