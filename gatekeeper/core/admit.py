@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from gatekeeper.core.budget import Budgeted, apply_budget, routed_for_budget
 from gatekeeper.core.gate import check_before_measuring, gate_resolved
 from gatekeeper.observe.redact import clip
 from gatekeeper.protocols.base import Codec, RequestInfo
@@ -40,6 +41,7 @@ class Admitted:
     gated: Gated
     policy: ToolPolicy  # the tool policy the request was gated with (the pair's)
     route: Route | None = None  # the routing decision (None: no `routing:` section, or no tools)
+    budget: Budgeted | None = None  # what the tool budget did (tools.budget; gatekeeper.core.budget)
 
 
 def admit(gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot | None = None) -> Admitted:
@@ -97,8 +99,11 @@ def _gate(
     # The pair's policy: the tier rules, and `tools.requires` judged on its measured bounds.
     policy = routed.policy if routed is not None else snap.router.policy_for(resolution)
     gated = gate_resolved(codec, body, resolution, policy)
+    gated, budgeted = apply_budget(snap.settings, codec, body, resolution, policy, gated)
+    if routed is not None and routed.routed and budgeted.action is None and snap.settings.tools.budget == "route":
+        budgeted = routed_for_budget(routed, budgeted)
     structlog.contextvars.bind_contextvars(tools_kept=gated.kept, tools_hidden=gated.hidden)
-    return Admitted(info, resolution, gated, policy, routed)
+    return Admitted(info, resolution, gated, policy, routed, budgeted)
 
 
 @dataclass(frozen=True, slots=True)

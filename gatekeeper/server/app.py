@@ -34,6 +34,7 @@ from gatekeeper.errors import (
     NotMeasured,
     ProxyError,
     RequestInvalid,
+    ToolBudgetExceeded,
     ToolChoiceBlocked,
 )
 from gatekeeper.observe import logs, metrics, redact, telemetry
@@ -219,6 +220,7 @@ async def metrics_endpoint(request: Request) -> Response:
 
 _KINDS: dict[type[GatekeeperError], tuple[int, str, str]] = {
     ToolChoiceBlocked: (400, "invalid_request_error", "tool_not_allowed"),
+    ToolBudgetExceeded: (400, "invalid_request_error", "tool_budget_exceeded"),
     RequestInvalid: (400, "invalid_request_error", "invalid_request"),
     NotMeasured: (503, "service_unavailable", "model_not_measured"),
     AnswerInvalid: (502, "upstream_error", "upstream_invalid"),
