@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from gatekeeper.core.budget import Budgeted, apply_budget, routed_for_budget
 from gatekeeper.core.gate import check_before_measuring, gate_resolved
 from gatekeeper.observe.redact import clip
 from gatekeeper.protocols.base import Codec, RequestInfo
@@ -45,6 +46,7 @@ class Admitted:
     gated: Gated
     policy: ToolPolicy  # the tool policy the request was gated with (the pair's)
     route: Route | None = None  # the routing decision (None: no `routing:` section, or no tools)
+    budget: Budgeted | None = None  # what the tool budget did (tools.budget; gatekeeper.core.budget)
 
 
 @dataclass(slots=True)
@@ -129,8 +131,11 @@ def _gate(
     into.resolution, into.route = resolution, routed
     structlog.contextvars.bind_contextvars(tier=resolution.tier.value, source=resolution.source)
     gated = gate_resolved(codec, body, resolution, policy)
+    gated, budgeted = apply_budget(snap.settings, codec, body, resolution, policy, gated)
+    if routed is not None and routed.routed and budgeted.action is None and snap.settings.tools.budget == "route":
+        budgeted = routed_for_budget(routed, budgeted)
     structlog.contextvars.bind_contextvars(tools_kept=gated.kept, tools_hidden=gated.hidden)
-    into.admitted = Admitted(info, resolution, gated, policy, routed)
+    into.admitted = Admitted(info, resolution, gated, policy, routed, budgeted)
     return into.admitted
 
 

@@ -36,3 +36,10 @@ ROUTED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+TOOL_BUDGET = Counter(
+    "gatekeeper_tool_budget_exceeded",
+    "Requests offering more tools than their pair's budget (tools.budget), by action: reported, trimmed, "
+    "refused, routed",
+    ["action"],
+    registry=REGISTRY,
+)

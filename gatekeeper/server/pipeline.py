@@ -216,6 +216,8 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
         metrics.ROUTED.labels(admitted.route.reason).inc()
         if admitted.route.routed:
             headers["x-gatekeeper-routed"] = routed_header(admitted.route.pair)
+    if admitted.budget is not None and (budget := admitted.budget.header()) is not None:
+        headers["x-gatekeeper-tool-budget"] = budget
     upstreams: Upstreams = state.upstreams
     upstream = upstreams.mounts(snapshot.settings).for_model(admitted.info.model)
     call = ModelCall(
