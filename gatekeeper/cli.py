@@ -111,10 +111,12 @@ def bench(
     recommend_only: bool = typer.Option(
         False,
         "--recommend-only",
-        help="Only the recommendation is wanted: stop a level once a cheaper level is certified large "
-        "(no profile is stored for it).",
+        help="Only the recommendation is wanted: explicit levels run one at a time, cheapest first, and a "
+        "level is skipped once a cheaper one is certified large (no profile is stored for it).",
     ),
-    seed: int | None = typer.Option(None, help="Replay the randomised tests drawn with this instanceSeed."),
+    seed: int | None = typer.Option(
+        None, help="Replay the draws (tests and instances) of the measurement stored with this instanceSeed."
+    ),
     concurrency: int | None = typer.Option(None, min=1, help="Tests in flight at once."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
 ) -> None:
@@ -258,9 +260,11 @@ def _print_results(results: list[ModelResult], service: MeasurementService) -> N
                 f"sequential stopping saved {result.calls_saved} of {result.calls + result.calls_saved} calls",
                 highlight=False,
             )
+        for effort, why in result.uneven_errors.items():
+            out.print(f"[yellow]warning[/yellow] {result.model}@{effort}: {why}", highlight=False)
         if result.seed is not None:
             out.print(
-                f"randomised tests drawn with instanceSeed {result.seed} (replay: --seed {result.seed})",
+                f"tests and instances drawn with instanceSeed {result.seed} (replay: --seed {result.seed})",
                 highlight=False,
             )
 
@@ -440,9 +444,8 @@ def profiles(
     except GatekeeperError as exc:
         _fail(str(exc), 1)
         raise
-    problem = getattr(profile_store, "problem", None)
-    if problem:
-        _fail(f"{profile_store.location}: not a usable profile store ({problem})", 1)
+    if profile_store.problem:
+        _fail(f"{profile_store.location}: not a usable profile store ({profile_store.problem})", 1)
     drift = _live_drift(proxy, admin_key or settings.admin_key) if proxy else None
     if as_json:
         doc = data.to_json()

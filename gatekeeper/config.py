@@ -15,6 +15,8 @@ from gatekeeper.drift.window import DriftSettings
 from gatekeeper.errors import ConfigError
 from gatekeeper.observe.redact import clip
 from gatekeeper.protocols import table as protocol_table
+from gatekeeper.rules.arguments import ArgumentRule
+from gatekeeper.rules.clients import ClientRules
 from gatekeeper.rules.mcp_identity import ServerBindings, normalise_url
 from gatekeeper.rules.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds, Tier
 from gatekeeper.store.profile import EFFORT_NAME, EFFORTS
@@ -116,6 +118,9 @@ class ToolRules(_Section):
     requires: dict[str, dict[Category, Annotated[float, Field(ge=0, le=1)]]] = Field(default_factory=dict)
     # MCP server label -> what identifies that server in a request (gatekeeper.rules.mcp_identity).
     mcp_servers: dict[str, McpServerIdentity] = Field(default_factory=dict)
+    # Tool name or shell-style pattern -> entries `{match: {<argument path>: <pattern> | {regex}
+    # | {equals} | {type}}, tier}`: the tier a call needs from its arguments (gatekeeper.rules.arguments).
+    arguments: dict[str, list[ArgumentRule]] = Field(default_factory=dict)
 
     @field_validator("mcp_servers")
     @classmethod
@@ -165,6 +170,10 @@ class BenchSettings(_Section):
     temperature: float | None = Field(default=0.0, ge=0)
     max_tokens: int | None = Field(default=512, ge=1)
     timeout_s: float = Field(default=120.0, gt=0)
+    # A call is bounded by what its test needs: the test's answer tokens (`maxTokens`, else its
+    # category's), and the seconds those take at this rate plus 30 s for the prompt; an answer
+    # past either is a failed answer. 2 tokens/s: a small model on two busy cores makes ~2-20.
+    min_tokens_per_s: float = Field(default=2.0, gt=0)
     # A call that fails (HTTP 5xx/429, a timeout, a dropped connection) is asked again; past the
     # retries the measurement fails and stores nothing (a broken backend never reads as a weak
     # model). 6: a level makes up to 200 x 23 calls, and at a 10% transient error rate 3 retries
@@ -392,6 +401,10 @@ class Settings(_Section):
     # answer emptied by enforcement makes agent frameworks raise, and the text names only what
     # the model itself called); `strip`, nothing (round 2's behaviour).
     blocked_calls: Literal["explain", "strip"] = "explain"
+    # Per-client policy: a client (named by its credential's SHA-256 or the trusted
+    # drift.client_header) may have its own allow/deny lists, tier ceiling and argument rules;
+    # the stricter of those and the global ones applies (gatekeeper.rules.clients).
+    clients: dict[str, ClientRules] = Field(default_factory=dict)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -415,6 +428,26 @@ class Settings(_Section):
             self.mcp_bindings()
         except ValueError as exc:  # a gateway server's URL bound to another label in tools.mcp_servers
             raise ValueError(f"tools.mcp_servers / mcp.servers: {exc}") from None
+        return self
+
+    @field_validator("clients")
+    @classmethod
+    def _client_names(cls, value: dict[str, ClientRules]) -> dict[str, ClientRules]:
+        seen: dict[tuple[str, str], str] = {}
+        for name, rules in value.items():
+            if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+                raise ValueError(f"{clip(name)!r}: a client's name is 1-64 letters, digits, '_', '-' or '.'")
+            match = rules.match
+            key = ("credential", match.credential_sha256) if match.credential_sha256 else ("header", str(match.header))
+            if key in seen:
+                raise ValueError(f"{name}: matches the same client as {seen[key]}")
+            seen[key] = name
+        return value
+
+    @model_validator(mode="after")
+    def _header_clients(self) -> Settings:
+        if any(r.match.header is not None for r in self.clients.values()) and self.drift.client_header is None:
+            raise ValueError("clients: a match by header needs drift.client_header (the trusted proxy's header)")
         return self
 
     @field_validator("admin_key")

@@ -35,7 +35,6 @@ from gatekeeper.drift.demotion import (
     MAX_CLIENTS,
     Breach,
     Demotion,
-    DemotionBoard,
     PairState,
     Scope,
     Served,
@@ -50,6 +49,7 @@ from gatekeeper.drift.window import DriftSettings, Fault, Schema, Window, observ
 from gatekeeper.observe import logs, metrics
 from gatekeeper.protocols.base import Call
 from gatekeeper.rules.tiers import Tier
+from gatekeeper.store.base import DemotionBoard
 from gatekeeper.store.profile import Profile
 
 log = logs.get_logger("gatekeeper.drift.window")

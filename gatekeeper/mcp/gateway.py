@@ -295,7 +295,9 @@ class McpGateway:
             allowed = policy.allows(resolution.tier, rule)
             counts[label][0 if allowed else 1] += 1
             if allowed:
-                shown.append(tool)
+                # Argument rules may admit only some calls at this tier: the schema says which.
+                narrowed = policy.narrowed(resolution.tier, rule, tool.input_schema)
+                shown.append(tool if narrowed is None else tool.model_copy(update={"input_schema": narrowed}))
                 fingerprints[tool.name] = fp
         start = _offset(params.cursor if params is not None else None, len(shown))
         if start == 0:  # one listing counts once, however many pages it is read in
@@ -413,6 +415,33 @@ class McpGateway:
                     "tier": resolution.tier.value,
                     "source": resolution.source,
                     "reason": "requirements_unmet" if tier_ok else "tier_too_low",
+                },
+            )
+        arguments = params.arguments if params.arguments is not None else {}
+        if not policy.admits_call(resolution.tier, rule, arguments):
+            # tools.arguments: this call's arguments need more than the tier (never logged: values).
+            needs = policy.call_tier(rule, arguments)
+            metrics.CALLS_REFUSED.labels(label, model).inc()
+            self._tally(label, model, refused=1)
+            log.warning(
+                "mcp_call_refused",
+                tool=name,
+                model=binding.shown,
+                tier=resolution.tier.value,
+                required=needs.value,
+                source=resolution.source,
+                reason="arguments",
+            )
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"Tool {name!r} with these arguments needs tier {needs.value} (tools.arguments); model "
+                f"{binding.shown} is at tier {resolution.tier.value} ({resolution.source}); the call was not forwarded",
+                {
+                    "tool": name,
+                    "required_tier": needs.value,
+                    "tier": resolution.tier.value,
+                    "source": resolution.source,
+                    "reason": "arguments_tier_too_low",
                 },
             )
         session_id = _session_id(ctx)
