@@ -37,7 +37,6 @@ from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, GatekeeperError, 
 from gatekeeper.observe import logs
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Allowed, Codec, Enforced, Event, Offered, StreamFilter, may_carry_calls
-from gatekeeper.protocols.enforce import asks_structured
 from gatekeeper.protocols.sse import SSEParser, encode
 from gatekeeper.protocols.stream import loads
 
@@ -79,7 +78,7 @@ def needs_gate(codec: Codec, body: dict[str, Any]) -> bool:
 def allowed(gk: Gatekeeper, codec: Codec, body: Any, admitted: Admitted | None) -> Allowed:
     """What the answer to `body` may carry: the tools it offers at the tier `admitted` found."""
     explain = gk.settings.blocked_calls == "explain"
-    structured = isinstance(body, dict) and asks_structured(body)
+    structured = isinstance(body, dict) and codec.asks_structured(body)
     if admitted is None:
         return Allowed(Offered(), explain=explain, structured=structured)
     gated = admitted.gated

@@ -9,7 +9,7 @@ import random
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import httpx
@@ -83,6 +83,26 @@ async def _bounded(model: str, bound: CallBound, call: Callable[[], Awaitable[Co
 # How OpenAI-compatible servers (OpenAI, vLLM, llama.cpp) say a prompt is longer than the context.
 _CONTEXT_EXCEEDED = re.compile(r"maximum context length|context_length_exceeded", re.IGNORECASE)
 
+# How servers say the model's own output did not parse (a tool call it wrote malformed, or, on the
+# next step, that call's arguments replayed as history). The model failed that answer: retrying
+# would resample it until the model got lucky and store the model above what an agent sees.
+#   llama.cpp  HTTP 500 "Failed to parse input at pos 395: <|tool_call_start|>..." (common/chat
+#              parser; ggml-org/llama.cpp#20761, #23838), and "Failed to parse tool call
+#              arguments as JSON" for a malformed call replayed as history (#25510)
+#   Ollama     HTTP 500 "error parsing tool call: raw='...', err=invalid character ..." (#12884, #17638)
+#   LM Studio  "Failed to parse tool call: Unexpected end of content" (lmstudio-bug-tracker #942, #1528)
+#   vLLM       HTTP 400 with the tool parser's json.JSONDecodeError, "Invalid \escape: line 1
+#              column 2271 (char 2270)": Python's "<why>: line L column C" form
+_MODEL_OUTPUT_UNPARSED = re.compile(
+    r"Failed to parse input at pos \d+"
+    r"|Failed to parse tool call"
+    r"|error parsing tool call"
+    r"|(?:Expecting [^:\n]{1,40}|Invalid \\+escape|Invalid control character at|Unterminated string starting at"
+    r"|Extra data): line \d+ column \d+",
+    re.IGNORECASE,
+)
+UNPARSED = "unparsed"  # Answer.finish_reason of an answer the server could not parse: a failed answer
+
 
 @dataclass(frozen=True)
 class Completion:
@@ -90,6 +110,7 @@ class Completion:
     completion_tokens: int
     seconds: float
     effort_applied: bool
+    retries: int = 0  # failed attempts before this answer (a category's count is reported)
 
 
 class Backend(Protocol):
@@ -144,7 +165,8 @@ async def _with_retries(
 ) -> Completion:
     for n in range(settings.max_retries + 1):
         try:
-            return await attempt()
+            completion = await attempt()
+            return replace(completion, retries=n) if n else completion
         except _Retry as exc:
             if n == settings.max_retries:
                 raise BackendError(f"{what}: giving up after {n + 1} attempts: {exc}") from None
@@ -202,13 +224,22 @@ class OpenAIBackend:
 
     provider = "openai-compatible"
 
-    def __init__(self, base_url: str, api_key: str | None = None, settings: RequestSettings | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        settings: RequestSettings | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """`transport`: httpx's (a MockTransport in a simulation: the real client, no socket)."""
         self.settings = settings or RequestSettings()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
         self._shown = redact_url(self.base_url)  # what messages say: never the URL's credentials
         self._secrets = _secrets(api_key, httpx.URL(self.base_url).password)
-        self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.settings.timeout_s)
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=self.settings.timeout_s, transport=transport
+        )
 
     async def complete(
         self,
@@ -237,7 +268,7 @@ class OpenAIBackend:
             completion = await _with_retries(
                 what, self.settings, lambda: self._once(model, messages, tools, None, tokens)
             )
-            return Completion(completion.answer, completion.completion_tokens, completion.seconds, effort_applied=False)
+            return replace(completion, effort_applied=False)
 
     async def _once(
         self,
@@ -256,6 +287,11 @@ class OpenAIBackend:
         except httpx.TransportError as exc:
             raise _Retry(f"connection failed: {type(exc).__name__}: {_scrubbed(str(exc), self._secrets)}") from None
         seconds = time.perf_counter() - started
+        if response.status_code >= 400 and _MODEL_OUTPUT_UNPARSED.search(response.text):
+            log.info(
+                "model_output_unparsed", model=model, status=response.status_code, detail=self._excerpt(response, 200)
+            )
+            return Completion(Answer("", (), UNPARSED), 0, seconds, effort_applied=True)
         if response.status_code in RETRY_STATUSES:
             raise _Retry(f"HTTP {response.status_code}: {self._excerpt(response, 200)}")
         if response.status_code >= 400:
@@ -338,7 +374,7 @@ class LiteLLMBackend:
         except _EffortRejected:
             log.warning("effort_rejected", model=model, effort=effort)
             completion = await _with_retries(what, self.settings, lambda: self._once(messages, tools, None, tokens))
-            return Completion(completion.answer, completion.completion_tokens, completion.seconds, effort_applied=False)
+            return replace(completion, effort_applied=False)
 
     async def _once(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None, tokens: int | None
@@ -351,7 +387,13 @@ class LiteLLMBackend:
         extra = {k: v for k, v in (("api_key", self.api_key), ("api_base", self.api_base)) if v}
         started = time.perf_counter()
         try:
-            response = await litellm.acompletion(**body, **extra, timeout=self.settings.timeout_s, num_retries=0)
+            try:
+                response = await litellm.acompletion(**body, **extra, timeout=self.settings.timeout_s, num_retries=0)
+            except Exception as exc:  # whichever class litellm maps it to: the words say whose failure it is
+                if not _MODEL_OUTPUT_UNPARSED.search(str(exc)):
+                    raise
+                log.info("model_output_unparsed", model=self.litellm_model, detail=self._shown(exc)[:200])
+                return Completion(Answer("", (), UNPARSED), 0, time.perf_counter() - started, effort_applied=True)
         except (
             errors.RateLimitError,
             errors.APIConnectionError,

@@ -146,7 +146,7 @@ class Allowed:
     `structured`: the request asked for a structured answer (a JSON format, what an SDK's
     `parse` validates its text with): an explanation then goes where no parser reads it (chat's
     `refusal`, a Responses `refusal` part) or, where the protocol has no such place (Messages),
-    is left out; the text stays JSON (`enforce.asks_structured`).
+    is left out; the text stays JSON (`Codec.asks_structured`).
     """
 
     offered: Offered
@@ -197,7 +197,7 @@ class Allowed:
 
 class Codec(Protocol):
     name: str  # "chat" | "responses" | "messages"
-    upstream_path: str  # appended to upstream.base_url: "/chat/completions", "/responses", "/messages"
+    upstream_path: str  # appended to upstream.base_url: "/chat/completions", ...; a token count codec's: its path
     markers: tuple[bytes, ...]  # byte strings without which an answer cannot carry a call
     plain_types: frozenset[bytes] | None  # item types an answer relayed unparsed may hold (None: any)
 
@@ -215,6 +215,9 @@ class Codec(Protocol):
         Raises AnswerInvalid when `doc` is not a well-formed answer of this protocol."""
 
     def stream_filter(self, offered: Allowed | Offered) -> StreamFilter: ...
+
+    def asks_structured(self, body: dict[str, Any]) -> bool:
+        """Whether the request asks for its answer's text in a JSON format (`Allowed.structured`)."""
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         """The protocol's error shape (a plain answer's body)."""

@@ -51,16 +51,10 @@ def allowed(value: Allowed | Offered | Mapping[str, Schema | None]) -> Allowed:
 _JSON_FORMATS = frozenset({"json_schema", "json_object"})
 
 
-def asks_structured(body: dict[str, Any]) -> bool:
-    """Whether a client request asks for its answer's text in a JSON format (`Allowed.structured`):
-    chat `response_format`, Responses `text.format`, Messages `output_config.format` (or the
-    beta's `output_format`)."""
-    chat = body.get("response_format")
-    text = body.get("text")
-    responses = text.get("format") if isinstance(text, dict) else None
-    config = body.get("output_config")
-    messages = (config.get("format") if isinstance(config, dict) else None) or body.get("output_format")
-    return any(isinstance(f, dict) and f.get("type") in _JSON_FORMATS for f in (chat, responses, messages))
+def json_format(value: Any) -> bool:
+    """Whether a request's answer-format object asks for JSON (`{"type": "json_schema" |
+    "json_object", ...}`): what each codec's `asks_structured` reads, at its own field."""
+    return isinstance(value, dict) and value.get("type") in _JSON_FORMATS
 
 
 def explanation(allow: Allowed, name: str, tool: ToolId | None, arguments: str | None = None) -> str | None:

@@ -452,12 +452,12 @@ def test_a_confident_model_stops_sampling_early_and_reports_the_calls_saved(tmp_
     )
     result = asyncio.run(service.sweep("m", ["low"]))
     (profile,) = result.profiles
-    # Every check of every sample passed, yet the bounds keep their width: 44 samples are what it
-    # takes for toolCalling's bound to reach 0.90 at risk 0.05 / 3 (and the level stops there).
-    assert profile.samples == 44 and profile.tier == "large"
+    # Every check of every sample passed, yet the bounds keep their width: 32 samples are what it
+    # takes for toolCalling's bound to reach 0.90 at risk 0.05 (and the level stops there).
+    assert profile.samples == 32 and profile.tier == "large"
     assert all(0.85 <= low < 1.0 == high for low, high in profile.score_intervals.values())
-    assert len(backend.requests) == 44 * calls_per_pass(default_suite)
-    assert result.calls_saved == 6 * calls_per_pass(default_suite)
+    assert len(backend.requests) == 32 * calls_per_pass(default_suite)
+    assert result.calls_saved == 18 * calls_per_pass(default_suite)
 
 
 def test_a_model_passing_every_check_is_certified_large_in_about_140_calls(tmp_path, default_suite):
@@ -495,11 +495,11 @@ def once_wrong_answers():
 def test_a_model_that_fails_once_is_not_large_on_its_mean(tmp_path, default_suite):
     backend = mock_answering(SuiteScript(default_suite), once_wrong_answers())
     service = MeasurementService(
-        sampled(44, "whole"), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend
+        sampled(32, "whole"), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend
     )
     (profile,) = asyncio.run(service.sweep("m", ["low"])).profiles
     low, _ = profile.score_intervals["toolCalling"]
-    assert profile.samples == 44  # a perfect model would be certified large here
+    assert profile.samples == 32  # a perfect model would be certified large here
     assert profile.scores["toolCalling"] >= 0.9 > low  # the mean alone would have made it large
     assert profile.tier == "medium"
     assert profile.scores["instruction"] == 1.0 and profile.score_intervals["instruction"][0] >= 0.85
@@ -540,7 +540,7 @@ def test_bench_prints_the_estimate_the_bound_and_what_it_would_need(tmp_path, de
     assert done.returncode == 0, done.stderr
     out = " ".join(done.stdout.split())
     assert "m@low: certified medium at risk 0.05 after 276 calls" in out  # 12 runs of the suite's 23 calls
-    assert "toolCalling 1.00, bound 0.69 (132 calls: whole 12) < 0.90: certified medium; about " in out
+    assert "toolCalling 1.00, bound 0.76 (132 calls: whole 12) < 0.90: certified medium; about " in out
     assert "more calls would decide" in out
     shown = subprocess.run(
         [sys.executable, "-m", "gatekeeper", "profiles", "--store", str(store)],
@@ -550,7 +550,7 @@ def test_bench_prints_the_estimate_the_bound_and_what_it_would_need(tmp_path, de
         timeout=60,
         env=WIDE,
     )
-    assert "1.00 (>= 0.69" in shown.stdout
+    assert "1.00 (>= 0.76" in shown.stdout
 
 
 def test_a_seed_format_profile_reads_as_one_sample(default_suite):
@@ -704,7 +704,7 @@ def test_admin_api_shows_scores_with_their_interval(store_path, default_suite):
             # generous: 2 cores shared by many test runs
             wait_until(lambda: proxy.gk.lookup("m", "low"), "the measurement to land", timeout_s=180)
             listed = httpx.get(proxy.url + "/admin/profiles", headers=auth).json()["profiles"]["m@low"]
-    # 3 samples cannot certify large at risk 0.05 (44 can): the level ran all 3.
+    # 3 samples cannot certify large at risk 0.05 (32 can): the level ran all 3.
     assert listed["samples"] == 3 and 0.2 < listed["scoreIntervals"]["json"][0] < 1.0
     assert all(shown.startswith("1.00 (>= 0.") for shown in listed["shown"].values())
 
