@@ -36,8 +36,8 @@ from gatekeeper.measuring.runner import Progress
 from gatekeeper.measuring.scheduler import Limits, MeasurementScheduler
 from gatekeeper.measuring.service import MeasurementService
 from gatekeeper.observe import logs
+from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
-from gatekeeper.protocols.chat import codec as chat_codec
 from gatekeeper.protocols.gate import Gated, listed_tool_id
 from gatekeeper.rules.requirements import Capability, Requirements
 from gatekeeper.rules.tiers import Tier
@@ -369,19 +369,21 @@ class Gatekeeper:
         """
         snap = self._snapshot
         check_before_measuring(
-            chat_codec.CODEC, body, snap.policy, snap.resolver, model, effort
+            protocols.PROTOCOLS["chat"].codec, body, snap.policy, snap.resolver, model, effort
         )  # a refused body measures nothing
         return self._gate(snap, body, self._resolve(snap, model, effort))
 
     async def agate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
         """`gate` for async code."""
         snap = self._snapshot
-        check_before_measuring(chat_codec.CODEC, body, snap.policy, snap.resolver, model, effort)
+        check_before_measuring(protocols.PROTOCOLS["chat"].codec, body, snap.policy, snap.resolver, model, effort)
         return self._gate(snap, body, await self._aresolve(snap, model, effort))
 
     @staticmethod
     def _gate(snap: Snapshot, body: dict[str, Any], resolution: Resolution) -> tuple[Resolution, Gated]:
-        return resolution, gate_resolved(chat_codec.CODEC, body, resolution, snap.router.policy_for(resolution))
+        return resolution, gate_resolved(
+            protocols.PROTOCOLS["chat"].codec, body, resolution, snap.router.policy_for(resolution)
+        )
 
     # -- profiles (for the admin API and the CLI) --------------------------------------------
 
