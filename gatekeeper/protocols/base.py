@@ -65,7 +65,7 @@ class Enforced:
 
 
 class Event(NamedTuple):
-    """One server-sent event, as the SSE specification defines it (gatekeeper/protocols/stream.py). A named
+    """One server-sent event, as the SSE specification defines it (protocols/sse.py reads and writes them). A named
     tuple: built for every event of every stream, it must be cheap."""
 
     data: str

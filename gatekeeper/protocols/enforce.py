@@ -23,7 +23,7 @@ from gatekeeper.errors import AnswerInvalid, RequestInvalid
 from gatekeeper.protocols import schema as S
 from gatekeeper.protocols.base import Allowed, Call, Codec, Enforced, Offered, Schema, may_carry_calls
 from gatekeeper.protocols.gate import RequestGate, required_name
-from gatekeeper.protocols.stream import loads
+from gatekeeper.protocols.strict_json import loads
 from gatekeeper.rules.tools import ToolId, ToolKind
 
 _SHOWN_CHARS = 80  # a called name longer than this is shown cut (it comes from the model)

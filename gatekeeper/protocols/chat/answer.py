@@ -26,7 +26,7 @@ import orjson
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered
 from gatekeeper.protocols.enforce import allowed, settle
-from gatekeeper.protocols.stream import loads
+from gatekeeper.protocols.strict_json import loads
 from gatekeeper.rules.tools import ToolId, ToolKind
 
 

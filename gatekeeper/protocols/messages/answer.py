@@ -17,7 +17,7 @@ from gatekeeper.protocols.enforce import (
     settle,
 )
 from gatekeeper.protocols.messages.fields import MESSAGES_BUILTIN_NAMES
-from gatekeeper.protocols.stream import read_object
+from gatekeeper.protocols.strict_json import read_object
 from gatekeeper.rules.tools import BUILTIN_FAMILIES, ToolId
 
 NOT_CALLS = frozenset({"text", "thinking", "redacted_thinking", "container_upload", "compaction", "fallback"})

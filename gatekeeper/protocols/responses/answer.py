@@ -16,7 +16,7 @@ from gatekeeper.protocols.enforce import (
     enforce_items,
     settle,
 )
-from gatekeeper.protocols.stream import read_object
+from gatekeeper.protocols.strict_json import read_object
 from gatekeeper.rules.tools import ToolId
 
 _log = logs.get_logger("gatekeeper")
