@@ -19,7 +19,7 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -39,6 +39,7 @@ from gatekeeper.observe import logs
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
 from gatekeeper.protocols.gate import Gated, listed_tool_id
+from gatekeeper.rules.clients import Clients
 from gatekeeper.rules.requirements import Capability, Requirements
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId, ToolPolicy
@@ -62,6 +63,7 @@ class Snapshot:
     resolver: TierResolver
     measurements: MeasurementService
     router: Router
+    clients: Clients = field(default_factory=Clients)  # per-client policy (`clients:`)
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ class Gatekeeper:
             resolver,
             MeasurementService(settings, suite, self.store, self._backend_factory),
             Router(settings, policy, resolver, lambda model, effort: self._scheduler.start(model, effort)),
+            Clients(settings.clients),
         )
 
     # -- the current settings ----------------------------------------------------------------

@@ -95,6 +95,7 @@ def create_app(gk: Gatekeeper, *, upstream: Upstream | None = None) -> Starlette
     app.state.admin_key = admin_key
     app.state.mcp = gateway
     app.state.injected_upstream = upstream
+    app.state.clients_seen = {}  # configured client name -> requests it made (the admin API shows it)
     return app
 
 

@@ -31,7 +31,7 @@ from starlette.responses import Response, StreamingResponse
 
 from gatekeeper.core.admit import aadmit, allowed_calls
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
-from gatekeeper.drift.identity import ANONYMOUS, client_identity, evidence_identity
+from gatekeeper.drift.identity import ANONYMOUS, evidence_identity, identity_of, presented
 from gatekeeper.drift.monitor import DriftMonitor
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, ProxyError
 from gatekeeper.observe import logs, metrics, redact
@@ -188,9 +188,15 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     peer = request.client.host if request.client else None
     # Whose demotions and drift evidence: the credential the upstream checks (a 400 when the
     # request carries two that differ).
-    client = client_identity(request.headers, snapshot.settings, peer, protocol)
+    found = presented(request.headers, snapshot.settings, peer, protocol)
+    client = identity_of(found)
+    named = snapshot.clients.name_of(found)  # a configured client (`clients:`): its rules apply too
+    if named is not None:
+        state.clients_seen[named] = state.clients_seen.get(named, 0) + 1
     # routing: may rewrite model/effort
-    admitted = await aadmit(gk, codec, body, snapshot, route=True, client=client, into=record.admission)
+    admitted = await aadmit(
+        gk, codec, body, snapshot, route=True, client=client, client_policy=named, into=record.admission
+    )
     resolution = admitted.resolution
     tier = resolution.tier.value
     metrics.REQUESTS.labels(tier, resolution.source).inc()
