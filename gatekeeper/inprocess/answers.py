@@ -39,6 +39,7 @@ from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Allowed, Codec, Enforced, Event, StreamFilter
 from gatekeeper.protocols.enforce import enforce_plain
 from gatekeeper.protocols.sse import SSEParser, encode
+from gatekeeper.protocols.strict_json import loads
 
 # Headers of the upstream's answer that describe bytes the client no longer gets as they were.
 _REWRITTEN = frozenset({"content-length", "content-encoding", "transfer-encoding"})
