@@ -459,7 +459,7 @@ class Gatekeeper:
         """The scheduler's measure step: the measurement service of the settings in force, saving
         fenced by the pair's lease."""
         profile = await self._snapshot.measurements.measure(model, effort, lease=lease, progress=progress)
-        self.drift.profile_landed(profile.key, profile)  # the new profile decides, not a demotion
+        self.drift.profile_landed(profile.key, profile)  # a standing demotion stays: the lower tier is served
         self._forget()  # a re-measured pair must not keep its old tier
         return profile
 

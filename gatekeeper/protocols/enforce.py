@@ -41,7 +41,7 @@ def enforce_answer(
     return result
 
 
-def allowed(value: Allowed | Offered | Mapping[str, Schema | None]) -> Allowed:
+def as_allowed(value: Allowed | Offered | Mapping[str, Schema | None]) -> Allowed:
     """What a codec's answer side works with. It also accepts a bare `Offered` (no tier: strip,
     exact identities only), or a plain mapping of function names to schemas (unit tests)."""
     if isinstance(value, Allowed):
