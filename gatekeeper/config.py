@@ -543,7 +543,9 @@ class Settings(_Section):
                 )
         return self
 
-    def route(self, model: str) -> ModelRoute | None:
+    def model_route(self, model: str) -> ModelRoute | None:
+        """The `models:` entry that calls `model` through litellm (None: the upstream serves it).
+        Not capability routing (`routing:`, core/router.py), which picks the pair a request uses."""
         return next((r for r in self.models if r.name == model), None)
 
     def pin_for(self, model: str, effort: str) -> Tier | None:
