@@ -167,8 +167,12 @@ def uri_forms(uri: str) -> set[str]:
             continue
         resolved = _resolved(path)
         forms.add(f"{scheme}{authority}{resolved}{tail}")
-        if not authority and path.startswith("/"):  # `file:/etc/x` and `file:///etc/x` are one file
+        if path.startswith("/"):  # `file:/etc/x`, `file://localhost/etc/x`, `file:///etc/x`: one file
             forms.add(f"{scheme}//{resolved}{tail}")
+        if authority[2:] and path:
+            # A custom scheme's "host" is often a name the server reads as a path (`act://x/../deploy`
+            # may mean `deploy`): resolved across it too.
+            forms.add(f"{scheme}//{_resolved(authority[2:] + path).lstrip('/')}{tail}")
     return forms
 
 

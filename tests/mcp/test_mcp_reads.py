@@ -212,6 +212,8 @@ def test_uri_rules_match_every_form_a_server_may_read_and_only_raise() -> None:
     assert "file:///etc/passwd" in uri_forms("file:////etc//passwd")
     assert "file:///etc/passwd" in uri_forms("file:///%65tc/passwd")
     assert "file:///etc/passwd" in uri_forms("file:/etc/passwd")
+    assert "file:///etc/passwd" in uri_forms("file://localhost/etc/passwd")
+    assert "act://deploy" in uri_forms("act://x%2F..%2Fdeploy")  # a custom scheme's host read as a path
     rules = ReadRules({}, {}, {"v": Tier.SMALL}, [UriRule("file:///etc/*", tier=Tier.LARGE)])
     for uri in ("file:///etc/shadow", "FILE:///ETC/shadow", "file:///tmp/./../etc/shadow", "file:///%2565tc/x"):
         verdict = rules.judge(Tier.MEDIUM, "resource", "v", "f", True, (uri,))

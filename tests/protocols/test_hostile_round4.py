@@ -246,7 +246,16 @@ def test_a_litellm_route_s_error_never_quotes_its_key_or_a_url_credential():
     )
     message = _upstream_error(route, failure).message
     assert OPERATOR_KEY not in message and "pw" not in message
-    assert "?key=***" in message and "https://***@h/v1" in message
+    # A provider that failed is named by the route alone (its address is the log's: issue 43) ...
+    assert message == "model 'r': the provider failed (RuntimeError)"
+
+    # ... and its verdict on the request (a 4xx) is relayed with every credential and URL scrubbed.
+    class Refused(RuntimeError):
+        status_code = 400
+
+    message = _upstream_error(route, Refused(str(failure))).message
+    assert OPERATOR_KEY not in message and "pw" not in message
+    assert message == "model 'r': Refused: POST https://h/v1/models/x?key=*** failed; sent *** to ***"
 
 
 # -- measurements a client can start ---------------------------------------------------------------
