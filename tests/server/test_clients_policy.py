@@ -145,3 +145,16 @@ def test_the_admin_api_shows_which_client_got_which_rule_and_never_its_credentia
 def test_a_bad_client_entry_is_refused(clients, says):
     with pytest.raises(ValueError, match=says):
         Settings.model_validate({"clients": clients})
+
+
+def test_the_console_shows_each_client_and_its_rules_never_its_credential(proxy, upstream):
+    ask(proxy, CI_KEY)
+    with httpx.Client(base_url=proxy.url, timeout=30) as browser:
+        signed = browser.post("/admin/login", data={"key": ADMIN}, headers={"origin": proxy.url})
+        assert signed.status_code == 303
+        page = browser.get("/admin/").text
+    section = page.split('<h2 id="clients">', 1)[1]
+    row = section.split("<td><code>ci-bot</code></td>", 1)[1].split("</tr>", 1)[0]
+    assert "credential_sha256" in row and "<code>execute_command</code>" in row and "medium" in row
+    assert '<td class="num">1</td>' in row
+    assert CI_KEY not in page and hashlib.sha256(CI_KEY.encode()).hexdigest() not in page
