@@ -233,3 +233,24 @@ def test_property_a_streamed_call_is_judged_as_the_same_call_in_a_plain_answer(c
     kept = [c["function"]["arguments"] for c in plain["choices"][0]["message"].get("tool_calls", [])]
     assert streamed == kept
     assert bool(kept) == POLICY.admits_call(Tier.SMALL, "execute_command", arguments)
+
+
+# -- the request side: a signed compaction block cannot be narrowed, and need not be ----------
+
+
+def test_a_compaction_block_may_add_a_tool_argument_rules_narrow_but_not_a_hidden_one():
+    from gatekeeper.errors import RequestInvalid
+    from gatekeeper.protocols.messages.codec import CODEC
+
+    def body(name: str) -> dict[str, Any]:
+        tool = {"name": name, "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}
+        block = {"type": "compaction", "content": "summary", "tool_changes": [{"type": "tool_addition", "tool": tool}]}
+        return {"model": "m", "max_tokens": 10, "messages": [{"role": "assistant", "content": [block]}]}
+
+    policy = ToolPolicy(
+        {"execute_command": Tier.LARGE, "deploy": Tier.LARGE},
+        arguments={"execute_command": [ArgumentRule.model_validate({"match": {"command": "ls *"}, "tier": "small"})]},
+    )
+    CODEC.gate(body("execute_command"), Tier.SMALL, policy)  # offered at small: kept as signed
+    with pytest.raises(RequestInvalid, match="adds a tool hidden"):
+        CODEC.gate(body("deploy"), Tier.SMALL, policy)
