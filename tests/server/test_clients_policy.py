@@ -135,6 +135,7 @@ def test_the_admin_api_shows_which_client_got_which_rule_and_never_its_credentia
         ({"x": {"match": {}}}, "exactly one of"),
         ({"x": {"match": {"header": "team-a"}}}, "drift.client_header"),
         ({"bad name!": {"match": {"credential_sha256": "a" * 64}}}, "client's name"),
+        ({"x": {"match": {"credential_sha256": "a" * 64}}, "drift": {"client_header": "x-team"}}, "match by header"),
         (
             {"a": {"match": {"credential_sha256": "a" * 64}}, "b": {"match": {"credential_sha256": "A" * 64}}},
             "matches the same client as a",
@@ -143,8 +144,9 @@ def test_the_admin_api_shows_which_client_got_which_rule_and_never_its_credentia
     ],
 )
 def test_a_bad_client_entry_is_refused(clients, says):
+    drift = clients.pop("drift", None)
     with pytest.raises(ValueError, match=says):
-        Settings.model_validate({"clients": clients})
+        Settings.model_validate({"clients": clients} | ({"drift": drift} if drift else {}))
 
 
 def test_the_console_shows_each_client_and_its_rules_never_its_credential(proxy, upstream):
