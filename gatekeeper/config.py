@@ -483,8 +483,16 @@ class Settings(_Section):
 
     @model_validator(mode="after")
     def _header_clients(self) -> Settings:
-        if any(r.match.header is not None for r in self.clients.values()) and self.drift.client_header is None:
-            raise ValueError("clients: a match by header needs drift.client_header (the trusted proxy's header)")
+        # The drift identity reads the client header when one is set, else the credential: a
+        # match of the other kind would never apply (a client silently under the global rules).
+        by_header = self.drift.client_header is not None
+        for name, rules in self.clients.items():
+            if rules.match.header is not None and not by_header:
+                raise ValueError(f"clients.{name}: a match by header needs drift.client_header (the trusted proxy's)")
+            if rules.match.credential_sha256 is not None and by_header:
+                raise ValueError(
+                    f"clients.{name}: with drift.client_header set, clients are named by that header: match by header"
+                )
         return self
 
     @field_validator("admin_key")

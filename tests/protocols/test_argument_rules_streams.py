@@ -4,14 +4,18 @@ nothing of it may follow its release."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gatekeeper.errors import AnswerInvalid
 from gatekeeper.protocols.base import Allowed, Event, Offered
 from gatekeeper.protocols.chat.answer import ChatStreamFilter
+from gatekeeper.protocols.chat.answer import enforce as chat_enforce
 from gatekeeper.protocols.messages.answer import MessagesStreamFilter
 from gatekeeper.protocols.responses.answer import ResponsesStreamFilter
 from gatekeeper.rules.arguments import ArgumentRule
@@ -191,3 +195,62 @@ def test_messages_holds_a_block_until_it_stops(parts, kept):
         assert "".join(d["delta"]["partial_json"] for d in out if d["type"] == "content_block_delta") == "".join(parts)
     else:
         assert out == [] and stream.result.removed == ["execute_command"]
+
+
+# -- property: however the arguments are split, a stream keeps what a plain answer keeps --------
+
+_PIECES = st.sampled_from(["ls", " ", "-la", "/tmp", ";", "&&", "|", "$(", ")", "rm", "\n", "`", "LS", '"', "\\"])
+
+
+def _splits(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
+    return [text[a:b] for a, b in itertools.pairwise(points)] or [""]
+
+
+@settings(max_examples=150, deadline=None)
+@given(command=st.lists(_PIECES, max_size=6).map("".join), cuts=st.lists(st.integers(0, 200), max_size=5))
+def test_property_a_streamed_call_is_judged_as_the_same_call_in_a_plain_answer(command, cuts):
+    arguments = json.dumps({"command": command})
+    parts = _splits(arguments, cuts)
+    events = [chunk(call_delta(parts[0], first=True)), *(chunk(call_delta(p)) for p in parts[1:])]
+    docs = run(ChatStreamFilter(ALLOW), [*events, chunk(finish="tool_calls"), Event("[DONE]")])
+    streamed = ["".join(c["function"]["arguments"] for c in chat_calls(docs))] if chat_calls(docs) else []
+    plain = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"id": "c", "type": "function", "function": {"name": "execute_command", "arguments": arguments}}
+                    ],
+                },
+            }
+        ]
+    }
+    chat_enforce(plain, ALLOW)
+    kept = [c["function"]["arguments"] for c in plain["choices"][0]["message"].get("tool_calls", [])]
+    assert streamed == kept
+    assert bool(kept) == POLICY.admits_call(Tier.SMALL, "execute_command", arguments)
+
+
+# -- the request side: a signed compaction block cannot be narrowed, and need not be ----------
+
+
+def test_a_compaction_block_may_add_a_tool_argument_rules_narrow_but_not_a_hidden_one():
+    from gatekeeper.errors import RequestInvalid
+    from gatekeeper.protocols.messages.codec import CODEC
+
+    def body(name: str) -> dict[str, Any]:
+        tool = {"name": name, "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}
+        block = {"type": "compaction", "content": "summary", "tool_changes": [{"type": "tool_addition", "tool": tool}]}
+        return {"model": "m", "max_tokens": 10, "messages": [{"role": "assistant", "content": [block]}]}
+
+    policy = ToolPolicy(
+        {"execute_command": Tier.LARGE, "deploy": Tier.LARGE},
+        arguments={"execute_command": [ArgumentRule.model_validate({"match": {"command": "ls *"}, "tier": "small"})]},
+    )
+    CODEC.gate(body("execute_command"), Tier.SMALL, policy)  # offered at small: kept as signed
+    with pytest.raises(RequestInvalid, match="adds a tool hidden"):
+        CODEC.gate(body("deploy"), Tier.SMALL, policy)

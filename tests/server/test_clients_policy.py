@@ -135,6 +135,7 @@ def test_the_admin_api_shows_which_client_got_which_rule_and_never_its_credentia
         ({"x": {"match": {}}}, "exactly one of"),
         ({"x": {"match": {"header": "team-a"}}}, "drift.client_header"),
         ({"bad name!": {"match": {"credential_sha256": "a" * 64}}}, "client's name"),
+        ({"x": {"match": {"credential_sha256": "a" * 64}}, "drift": {"client_header": "x-team"}}, "match by header"),
         (
             {"a": {"match": {"credential_sha256": "a" * 64}}, "b": {"match": {"credential_sha256": "A" * 64}}},
             "matches the same client as a",
@@ -143,5 +144,19 @@ def test_the_admin_api_shows_which_client_got_which_rule_and_never_its_credentia
     ],
 )
 def test_a_bad_client_entry_is_refused(clients, says):
+    drift = clients.pop("drift", None)
     with pytest.raises(ValueError, match=says):
-        Settings.model_validate({"clients": clients})
+        Settings.model_validate({"clients": clients} | ({"drift": drift} if drift else {}))
+
+
+def test_the_console_shows_each_client_and_its_rules_never_its_credential(proxy, upstream):
+    ask(proxy, CI_KEY)
+    with httpx.Client(base_url=proxy.url, timeout=30) as browser:
+        signed = browser.post("/admin/login", data={"key": ADMIN}, headers={"origin": proxy.url})
+        assert signed.status_code == 303
+        page = browser.get("/admin/").text
+    section = page.split('<h2 id="clients">', 1)[1]
+    row = section.split("<td><code>ci-bot</code></td>", 1)[1].split("</tr>", 1)[0]
+    assert "credential_sha256" in row and "<code>execute_command</code>" in row and "medium" in row
+    assert '<td class="num">1</td>' in row
+    assert CI_KEY not in page and hashlib.sha256(CI_KEY.encode()).hexdigest() not in page

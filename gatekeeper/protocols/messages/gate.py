@@ -428,6 +428,10 @@ def _gate_messages(body: dict[str, Any], g: _Gate) -> None:
             messages[i] = message | {"content": out}
 
 
+def _without_schema(tool: Any) -> Any:
+    return {k: v for k, v in tool.items() if k != "input_schema"} if isinstance(tool, dict) else tool
+
+
 def _gate_block(block: Any, where: str, g: _Gate) -> Any:
     kind = S.check_typed(block, F.MESSAGES_CONTENT_BLOCK, where, g.unknown)
     if kind == "tool_addition":
@@ -447,8 +451,10 @@ def _gate_block(block: Any, where: str, g: _Gate) -> Any:
             if change_kind == "tool_addition":
                 tool = change.get("tool")
                 tool_kind = S.check_typed(tool, F.MESSAGES_TOOL, f"{here}.tool", g.unknown, default="custom")
-                if tool_kind == "mcp_toolset" or _gate_tool(tool, f"{here}.tool", g, {}) is not tool:
-                    # A compaction block is signed: it cannot be narrowed, only refused.
+                kept = None if tool_kind == "mcp_toolset" else _gate_tool(tool, f"{here}.tool", g, {})
+                if kept is None or _without_schema(kept) != _without_schema(tool):
+                    # A compaction block is signed: it cannot be narrowed, only refused. (A schema
+                    # narrowed for argument rules is only a hint: every call is judged anyway.)
                     raise RequestInvalid(f"{here} adds a tool hidden at tier {g.tier.value!r}")
         return block
     if kind == "mcp_tool_listing":

@@ -258,6 +258,9 @@ class Console:
                 policy=gk.settings.unknown_models,
                 bar_width=views.BAR_WIDTH,
                 mcp=getattr(request.app.state, "mcp", None),  # the MCP gateway, when mcp.servers is set
+                # Configured clients (`clients:`): their rules and the requests each made.
+                clients=gk.snapshot().clients.describe(),
+                clients_seen=getattr(request.app.state, "clients_seen", {}),
             ),
         )
 
