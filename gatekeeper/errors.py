@@ -1,4 +1,28 @@
-"""One exception hierarchy for the whole library."""
+"""One exception hierarchy for the whole library.
+
+    GatekeeperError
+    ├── SuiteError                  a suite file is missing, malformed or invalid
+    ├── ConfigError                 the config file is invalid (names the key path)
+    ├── StoreError                  a store cannot be used or written
+    │   └── WriteFenced             a write under a lease lost meanwhile
+    ├── MeasurementFailed           a measurement could not start or land (retry_in_s)
+    ├── BackendError                the model backend failed: not a verdict on the model
+    │   └── InconclusiveMeasurement answers that say nothing about the model
+    ├── LocalModelError             the bundled local model could not be served
+    ├── NotMeasured                 unknown_models: reject, and no valid profile       -> 503
+    ├── RequestInvalid (ValueError) a request's fields cannot be gated                 -> 400
+    ├── AnswerInvalid (ValueError)  an upstream answer cannot be read with certainty   -> 502
+    │   └── AnswerIncomplete        a stream ended before its end marker
+    ├── ToolChoiceBlocked (ValueError)  tool_choice forces a tool the tier hides       -> 400
+    ├── ToolNotAllowed              an in-process call of a tool the tier hides
+    ├── ToolArgumentsInvalid        an in-process call's arguments break the tool's schema
+    └── ProxyError                  an HTTP answer the proxy gives (status, code, headers)
+        └── CredentialConflict      two headers carry different credentials          -> 400
+
+The statuses are the proxy's (server/app.py `HANDLERS`: one handler per class, looked up along
+the raised class's MRO); any other error is a 500 there. tests/core/test_api.py keeps the tree
+whole.
+"""
 
 from __future__ import annotations
 

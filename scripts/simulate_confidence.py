@@ -6,7 +6,8 @@ probability and otherwise answer nothing; the others are what a different checke
 failures that cost only some checks (partial credit), failures concentrated on the heaviest
 test, failures decided by the drawn instance, failures in streaks (every run of the k-th group
 of 19 first calls, a whole sample under `bench.design: whole`, fails together), scores just
-under and just over a threshold, and a transport that errors (HTTP 500) and dawdles.
+under and just over a threshold, a transport that errors (HTTP 500) and dawdles, and a server
+that answers the model's failed tool calls with HTTP 500 `Failed to parse input` (`unparsed`).
 Each scenario is measured many times in-process (the real runner and bounds through a
 MockBackend) and a few dozen times through the real `gatekeeper bench` CLI against the model
 served over HTTP, at the default settings unless told otherwise. Printed per scenario: the true
@@ -38,13 +39,25 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from stochastic import Behaviour, FaultModel, StochasticModel, failing_score, pass_probabilities, true_scores  # noqa: E402
+import answers  # noqa: E402
+from scripted import ScriptedServer, SuiteScript  # noqa: E402
+from stochastic import (  # noqa: E402
+    Behaviour,
+    FaultModel,
+    StochasticModel,
+    UnparsedCalls,
+    failing_score,
+    pass_probabilities,
+    true_scores,
+)
 
 from gatekeeper.config import Settings  # noqa: E402
-from gatekeeper.measuring.runner import RunSettings, sweep  # noqa: E402
+from gatekeeper.measuring.backends import MockBackend  # noqa: E402
+from gatekeeper.measuring.runner import RunSettings, category_scores, run_test, sweep  # noqa: E402
 from gatekeeper.observe import logs  # noqa: E402
 from gatekeeper.rules.tiers import Tier, compute_tier  # noqa: E402
 from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Suite, load_suite  # noqa: E402
+from gatekeeper.types import Answer, ToolCall  # noqa: E402
 
 Targets = Callable[[Suite], dict[str, float]]
 
@@ -67,6 +80,38 @@ class Coins:
 
     def server(self, **transport: Any) -> Any:
         return self.model.server()
+
+
+class Persona:
+    """A deterministic scripted model (tests/answers.py): the same answer to the same prompt,
+    so its true scores are one pass of the seed's scoring, exactly."""
+
+    def __init__(self, suite: Suite, behaviour: str) -> None:
+        self.suite, self.behaviour = suite, behaviour
+
+    def with_seed(self, seed: int) -> Persona:
+        return self
+
+    def true_scores(self) -> dict[str, float]:
+        backend = self.backend()
+        runs = [asyncio.run(run_test(backend, "m", t, None, RunSettings())) for t in self.suite.tests]
+        return category_scores([(run.test, run.score()) for run in runs])
+
+    def backend(self) -> Any:
+        script, behaviour = SuiteScript(self.suite), answers.BEHAVIOURS[self.behaviour]
+
+        def handle(request: Any) -> Answer:
+            message = behaviour(*script.locate({"messages": request.messages}))
+            calls = tuple(
+                ToolCall(f"call_{i}", c["name"], json.dumps(c["arguments"]))
+                for i, c in enumerate(message["tool_calls"])
+            )
+            return Answer(message["content"] or "", calls)
+
+        return MockBackend(handle)
+
+    def server(self, **transport: Any) -> Any:
+        return ScriptedServer(SuiteScript(self.suite).responder(answers.BEHAVIOURS[self.behaviour]))
 
 
 def per_category(instruction: float, json_: float, tool_calling: float) -> Targets:
@@ -160,6 +205,12 @@ def always_failing(*names: str) -> Callable[[Suite], FaultModel]:
     return lambda suite: FaultModel(suite, {name: Behaviour(1.0) for name in names})
 
 
+def unparsed(make: Callable[[Suite], FaultModel]) -> Callable[[Suite], UnparsedCalls]:
+    """`make`'s model behind a llama.cpp server: its failing tool calls come back HTTP 500
+    `Failed to parse input at pos N` (the real OpenAIBackend reads them, in process too)."""
+    return lambda suite: UnparsedCalls(make(suite))
+
+
 SCENARIOS: dict[str, Scenario] = {
     "perfect": Scenario("passes every check", coins(per_category(1.0, 1.0, 1.0))),
     "medium": Scenario("0.97/0.97/0.88 (every test at its category's score)", coins(per_category(0.97, 0.97, 0.88))),
@@ -199,6 +250,14 @@ SCENARIOS: dict[str, Scenario] = {
     "over": Scenario("just over large in each category: 0.855/0.855/0.905", coins(per_category(0.855, 0.855, 0.905))),
     "under_medium": Scenario(
         "just under medium: 0.9/0.495/0.595", spread("empty", instruction=0.9, json=0.495, toolCalling=0.595)
+    ),
+    "unparsed": Scenario(
+        "failing tool calls come back HTTP 500 'Failed to parse input' (0.98/0.98/0.88)",
+        unparsed(spread("empty", instruction=0.98, json=0.98, toolCalling=0.88)),
+    ),
+    "distracted": Scenario(
+        "deterministic: a distractor id in each chain, a call in the abstention trap (seed suite: toolCalling 0.65)",
+        lambda suite: Persona(suite, "distracted"),
     ),
     "flaky98": Scenario(
         "0.98 everywhere behind a transport: 10% HTTP 500, 0-20 ms latency",
@@ -330,6 +389,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, help="bench.samples (default: the config default)")
     parser.add_argument("--risk", type=float, help="bench.risk (default: the config default)")
     parser.add_argument("--design", choices=("adaptive", "whole"), help="bench.design (default: the config default)")
+    parser.add_argument("--suite", type=Path, default=DEFAULT_SUITE_DIR, help="the suite (default: benchmarks/)")
     parser.add_argument(
         "--ever",
         type=int,
@@ -339,7 +399,7 @@ def main() -> None:
     args = parser.parse_args()
     logs.configure("warning", json=False)
 
-    suite = load_suite(DEFAULT_SUITE_DIR)
+    suite = load_suite(args.suite)
     if args.ever:
         for level in (0.05, 0.05 / 3):
             ever_above(suite, args.ever, level)
@@ -348,7 +408,13 @@ def main() -> None:
     samples, risk = args.samples or bench.samples, args.risk or bench.risk
     design = args.design or bench.design
     settings = RunSettings(samples=samples, risk=risk, thresholds=bench.thresholds, design=design)
-    extra = [*(["--samples", str(args.samples)] if args.samples else []), "--design", design]
+    extra = [
+        *(["--samples", str(args.samples)] if args.samples else []),
+        "--design",
+        design,
+        "--suite",
+        str(args.suite),
+    ]
     if args.risk and args.cli:
         raise SystemExit("--risk applies in-process only (the CLI reads bench.risk from a config file): add --cli 0")
     print(

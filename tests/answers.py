@@ -220,10 +220,27 @@ def string_integer(test: BenchTest, step_index: int) -> Message:
     return message
 
 
+def distracted(test: BenchTest, step_index: int) -> Message:
+    """`wrong_distractor`, and where a test's answer is to call nothing though tools are offered
+    (an abstention trap), a call of the first tool offered instead of an answer: the seed
+    suite's toolCalling is then 0.65 exactly (the chain 0.625, the trap 0, weights 2/1/2)."""
+    message = wrong_distractor(test, step_index)
+    if (
+        test.tools
+        and not message["tool_calls"]
+        and any(c.type == "tool_not_called" for c in test.all_steps[step_index].checks)
+    ):
+        function = test.tools[0]["function"]
+        required = function.get("parameters", {}).get("required", [])
+        return _call(function["name"], **dict.fromkeys(required, "Roma"))
+    return message
+
+
 BEHAVIOURS: dict[str, Behaviour] = {
     "perfect": perfect,
     "fenced_json": fenced_json,
     "no_tool_calls": no_tool_calls,
     "wrong_distractor": wrong_distractor,
     "string_integer": string_integer,
+    "distracted": distracted,
 }

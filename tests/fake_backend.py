@@ -69,7 +69,9 @@ class _FakeBackend:
     def __init__(self, owner: FakeBackends) -> None:
         self.owner = owner
 
-    async def complete(self, model: str, messages: list[dict], tools: list[dict], effort: str | None) -> Completion:
+    async def complete(
+        self, model: str, messages: list[dict], tools: list[dict], effort: str | None, need: int | None = None
+    ) -> Completion:
         owner = self.owner
         with owner._lock:
             owner.calls[model] += 1

@@ -94,6 +94,8 @@ class ScriptedServer(ThreadedServer):
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         reply = self.responder(body)
+        if reply.get("delay_s"):  # this one answer is slow (a model rambling on)
+            await asyncio.sleep(reply["delay_s"])
         if "status" in reply:
             return JSONResponse(
                 {"error": {"message": reply["error"], "type": "scripted_error", "code": None}},
@@ -112,7 +114,7 @@ class ScriptedServer(ThreadedServer):
         ]
         content = reply.get("content")
         usage = {"prompt_tokens": 10, "completion_tokens": reply.get("completion_tokens", 7), "total_tokens": 17}
-        finish = "tool_calls" if calls else "stop"
+        finish = reply.get("finish_reason") or ("tool_calls" if calls else "stop")
         if body.get("stream"):
             return StreamingResponse(
                 self._stream(body["model"], content, calls, usage, finish, reply.get("refusal")),

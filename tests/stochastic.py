@@ -32,7 +32,7 @@ from scripted import BUDGET_TEST, ScriptedServer, SuiteScript, budget_reply
 from starlette.responses import JSONResponse
 
 from gatekeeper.measuring.backends import BackendRequest, MockBackend
-from gatekeeper.measuring.runner import score_test
+from gatekeeper.measuring.level import score_test
 from gatekeeper.rules.tiers import Tier, compute_tier
 from gatekeeper.suite.loader import CATEGORIES, BenchTest, Suite
 from gatekeeper.types import Answer, ToolCall
@@ -435,3 +435,67 @@ class FlakyServer(ScriptedServer):
             self.errors += 1
             return JSONResponse({"error": {"message": "scripted outage", "type": "server_error"}}, status_code=500)
         return await super()._chat(request)
+
+
+# A llama.cpp server in front of the model: a tool call the model gets wrong is one the server
+# cannot parse, and the call comes back HTTP 500 "Failed to parse input at pos N: ..." instead of
+# an answer (ggml-org/llama.cpp#20761). That error is the model's failure: measured as the empty
+# answer it stands for, the true scores are the FaultModel's; retried, it would be resampled
+# until the model got lucky.
+
+UNPARSED_BODY = {
+    "error": {"code": 500, "message": "Failed to parse input at pos 12: <tool_call>", "type": "server_error"}
+}
+
+
+class UnparsedCalls:
+    """A FaultModel whose failing runs, at a step where the perfect answer is a tool call, come
+    back as llama.cpp's HTTP 500 (in process through the real OpenAIBackend over an httpx
+    MockTransport, or over HTTP). Its true scores are the FaultModel's."""
+
+    def __init__(self, model: FaultModel) -> None:
+        self.model = model
+        self.unparsed = 0  # calls answered with the 500
+
+    def with_seed(self, seed: int) -> UnparsedCalls:
+        return UnparsedCalls(self.model.with_seed(seed))
+
+    def true_scores(self) -> dict[str, float]:
+        return self.model.true_scores()
+
+    def reply(self, messages: list[dict]) -> dict:
+        """The model's message, or `{"status": 500, "error": ...}` where its tool call failed."""
+        message = self.model.message(messages)
+        test, step = self.model.script.locate({"messages": messages})
+        if not (message.get("content") or message.get("tool_calls")) and answers.perfect(test, step)["tool_calls"]:
+            self.unparsed += 1
+            return {"status": 500, "error": UNPARSED_BODY["error"]["message"]}
+        return message
+
+    def backend(self):
+        import httpx
+
+        from gatekeeper.measuring.backends import OpenAIBackend, RequestSettings
+
+        def handle(request: httpx.Request) -> httpx.Response:
+            reply = self.reply(json.loads(request.content)["messages"])
+            if "status" in reply:
+                return httpx.Response(reply["status"], json=UNPARSED_BODY)
+            calls = [
+                {
+                    "id": c.get("id") or f"call_{i}",
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])},
+                }
+                for i, c in enumerate(reply.get("tool_calls") or [])
+            ]
+            message = {"role": "assistant", "content": reply.get("content")} | ({"tool_calls": calls} if calls else {})
+            doc = {"choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}]}
+            return httpx.Response(200, json=doc | {"usage": {"completion_tokens": 7}})
+
+        return OpenAIBackend(
+            "http://model.invalid/v1", settings=RequestSettings(backoff_s=0.0), transport=httpx.MockTransport(handle)
+        )
+
+    def server(self, **transport: object) -> ScriptedServer:
+        return ScriptedServer(lambda body: self.reply(body["messages"]))

@@ -9,11 +9,15 @@ made with one settings snapshot (`Gatekeeper.snapshot()`): the tier and the tool
 from the same config, whatever a reload does meanwhile.
 
 What is learnt is bound to the log context (model, effort, tier, source, tools kept and hidden),
-so every line logged for the request carries it; callers scope it (`logs.request_scope`).
+so every line logged for the request carries it; callers scope it (`logs.request_scope`). What a
+front end answers with (the proxy's headers and span) it reads from the request's own record,
+`Admission`, never back from the log context: renaming a log key changes no HTTP header.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +28,7 @@ from gatekeeper.core.gate import check_before_measuring, gate_resolved
 from gatekeeper.observe.redact import clip
 from gatekeeper.protocols.base import Codec, RequestInfo
 from gatekeeper.protocols.gate import Gated
+from gatekeeper.rules.clients import ClientPolicy, ceiling
 from gatekeeper.rules.tools import ToolId, ToolPolicy
 from gatekeeper.store.profile import DEFAULT_EFFORT
 
@@ -44,6 +49,19 @@ class Admitted:
     budget: Budgeted | None = None  # what the tool budget did (tools.budget; gatekeeper.core.budget)
 
 
+@dataclass(slots=True)
+class Admission:
+    """One request's admission as far as it got, filled as it goes: what the body asks (after
+    parse), the pair's resolution and route (after resolving and routing), the `Admitted` (after
+    gating). A refused request keeps what was learnt before the refusal, so its answer can still
+    say which tier refused it."""
+
+    asked: RequestInfo | None = None  # the body's own model, effort and stream flag (before routing)
+    resolution: Resolution | None = None  # of the pair the request is sent to
+    route: Route | None = None
+    admitted: Admitted | None = None
+
+
 def admit(gk: Gatekeeper, codec: Codec, body: dict[str, Any], snapshot: Snapshot | None = None) -> Admitted:
     """Parse, resolve (sync: under `wait` this blocks) and gate `body` in place.
 
@@ -61,14 +79,19 @@ async def aadmit(
     *,
     route: bool = False,
     client: str | None = None,
+    client_policy: str | None = None,
+    into: Admission | None = None,
 ) -> Admitted:
     """`admit` for async code: never blocks the event loop. `route` (the proxy): apply capability
     routing (`routing:`) first, rewriting `body` for the routed pair (gatekeeper.core.router).
-    `client`: the caller's drift identity (gatekeeper.drift.identity), whose demotions apply."""
+    `client`: the caller's drift identity (gatekeeper.drift.identity), whose demotions apply;
+    `client_policy`: the name of the configured client it is (`clients:`), whose rules apply too.
+    `into`: the request's record, filled step by step (kept when a step raises)."""
     snap = snapshot or gk.snapshot()
-    info = parse(codec, body, snap)
+    into = into if into is not None else Admission()
+    info = into.asked = parse(codec, body, snap)
     resolution = await gk.aresolve(info.model, info.effort, client, snapshot=snap)
-    return _gate(snap, codec, body, info, resolution, route, client)
+    return _gate(snap, codec, body, info, resolution, route, client, client_policy, into)
 
 
 def parse(codec: Codec, body: dict[str, Any], snap: Snapshot) -> RequestInfo:
@@ -89,21 +112,31 @@ def _gate(
     resolution: Resolution,
     route: bool = False,
     client: str | None = None,
+    client_policy: str | None = None,
+    into: Admission | None = None,
 ) -> Admitted:
+    into = into if into is not None else Admission()
+    rules = snap.clients.rules.get(client_policy) if client_policy is not None else None
     routed = snap.router.route_body(codec, body, info, resolution, client) if route else None
     if routed is not None and routed.routed:
         info = RequestInfo(routed.model, None if routed.effort == DEFAULT_EFFORT else routed.effort, info.stream)
         resolution = routed.resolution  # with this client's demotion: candidates are judged with it
         structlog.contextvars.bind_contextvars(routed=routed.pair, routed_reason=routed.reason)
-    structlog.contextvars.bind_contextvars(tier=resolution.tier.value, source=resolution.source)
     # The pair's policy: the tier rules, and `tools.requires` judged on its measured bounds.
     policy = routed.policy if routed is not None else snap.router.policy_for(resolution)
+    if rules is not None and client_policy is not None:  # the client's own rules: the stricter apply
+        resolution = dataclasses.replace(resolution, tier=ceiling(resolution.tier, rules))
+        policy = ClientPolicy(policy, client_policy, rules)
+        structlog.contextvars.bind_contextvars(client_policy=client_policy)
+    into.resolution, into.route = resolution, routed
+    structlog.contextvars.bind_contextvars(tier=resolution.tier.value, source=resolution.source)
     gated = gate_resolved(codec, body, resolution, policy)
     gated, budgeted = apply_budget(snap.settings, codec, body, resolution, policy, gated)
     if routed is not None and routed.routed and budgeted.action is None and snap.settings.tools.budget == "route":
         budgeted = routed_for_budget(routed, budgeted)
     structlog.contextvars.bind_contextvars(tools_kept=gated.kept, tools_hidden=gated.hidden)
-    return Admitted(info, resolution, gated, policy, routed, budgeted)
+    into.admitted = Admitted(info, resolution, gated, policy, routed, budgeted)
+    return into.admitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +149,10 @@ class Decision:
 
     def allows(self, tool: str | ToolId) -> bool:
         return self.policy.allows(self.resolution.tier, tool)
+
+    def admits_call(self, tool: str | ToolId, arguments: str | Mapping[str, Any] | None) -> bool:
+        """Whether one call of `tool` with `arguments` is admitted (`tools.arguments` judged too)."""
+        return self.policy.admits_call(self.resolution.tier, tool, arguments)
 
 
 def decide(gk: Gatekeeper, model: str, effort: str | None) -> Decision:

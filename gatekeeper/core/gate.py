@@ -14,6 +14,7 @@ Both sit here, below `core.gatekeeper` and `core.admit`, which both use them.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 from gatekeeper.core.resolver import Resolution, TierResolver
@@ -40,6 +41,12 @@ class Recorder(ToolPolicy):
     def allows(self, tier: Tier, tool: str | ToolId) -> bool:
         self.tools.append(tool)
         return True
+
+    def judges_arguments(self, tool: str | ToolId) -> bool:
+        return False
+
+    def narrowed(self, tier: Tier, tool: str | ToolId, schema: Mapping[str, Any]) -> dict[str, Any] | None:
+        return None
 
     def rule_hiding_part_of(self, group: str, tier: Tier) -> str | None:
         self.groups.append(group)

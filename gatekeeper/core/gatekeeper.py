@@ -8,7 +8,7 @@ under the old settings finishes under them. The jobs live in one-concept parts:
     gatekeeper.core.router     which pair serves a request's tools (routing:, tools.requires)
     gatekeeper.measuring.scheduler  when a pair is measured (single flight, leases, cap, backoff, limits)
     gatekeeper.measuring.service    how a pair is measured (backends, run settings, saving, recommending)
-    gatekeeper.store      where profiles live (JSON file or Redis)
+    gatekeeper.store      where profiles live (JSON file or Redis; store/schemes.py: what each kind brings)
     gatekeeper.rules      what a tier lets through (pure)
 """
 
@@ -19,7 +19,7 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -29,7 +29,6 @@ from gatekeeper.core.gate import check_before_measuring, gate_resolved
 from gatekeeper.core.resolver import Resolution, Source, TierResolver
 from gatekeeper.core.route_choice import RANKED_EFFORTS, Need
 from gatekeeper.core.router import Route, Router
-from gatekeeper.drift.demotion import DemotionBoard
 from gatekeeper.drift.monitor import DriftMonitor
 from gatekeeper.errors import ConfigError, MeasurementFailed, NotMeasured, SuiteError
 from gatekeeper.measuring.backends import Backend
@@ -40,10 +39,11 @@ from gatekeeper.observe import logs
 from gatekeeper.protocols.base import Codec
 from gatekeeper.protocols.chat import codec as chat_codec
 from gatekeeper.protocols.gate import Gated, listed_tool_id
+from gatekeeper.rules.clients import Clients
 from gatekeeper.rules.requirements import Capability, Requirements
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId, ToolPolicy
-from gatekeeper.store import Lease, ProfileStore, is_shared, open_store
+from gatekeeper.store import Lease, ProfileStore, demotion_board, open_store
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key, split_key
 from gatekeeper.suite.loader import Suite, load_suite
 
@@ -63,6 +63,7 @@ class Snapshot:
     resolver: TierResolver
     measurements: MeasurementService
     router: Router
+    clients: Clients = field(default_factory=Clients)  # per-client policy (`clients:`)
 
 
 @dataclass(frozen=True)
@@ -111,22 +112,13 @@ class Gatekeeper:
             settings.drift,
             remeasure=self._remeasure_drifting,
             changed=self._forget,
-            board=self._demotion_board(settings),
+            board=demotion_board(settings.store),  # the store's scheme says whether replicas share one
         )
         self._snapshot = self._build(settings)
         self._scheduler = MeasurementScheduler(self.store, self._measure, Limits.of(settings, self._snapshot.suite))
         self.store.on_change(self._changed)
         self._closed = False
         self._reload_lock = threading.Lock()
-
-    @staticmethod
-    def _demotion_board(settings: Settings) -> DemotionBoard | None:
-        """Replicas on one Redis share demotions too (drift_board); a file store keeps them local."""
-        if not is_shared(settings.store):
-            return None
-        from gatekeeper.drift.board import RedisDemotionBoard
-
-        return RedisDemotionBoard(str(settings.store))
 
     @classmethod
     def from_config(cls, path: str | Path, **kwargs: Any) -> Gatekeeper:
@@ -140,6 +132,7 @@ class Gatekeeper:
             settings.upstream.unknown_fields,
             settings.mcp_bindings(),
             settings.tools.requires,  # its `server.tool` rules name servers too
+            settings.tools.arguments,
         )
         resolver = TierResolver(settings, suite, self.store, self.drift.demotion)
         return Snapshot(
@@ -149,6 +142,7 @@ class Gatekeeper:
             resolver,
             MeasurementService(settings, suite, self.store, self._backend_factory),
             Router(settings, policy, resolver, lambda model, effort: self._scheduler.start(model, effort)),
+            Clients(settings.clients),
         )
 
     # -- the current settings ----------------------------------------------------------------

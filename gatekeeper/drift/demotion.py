@@ -1,10 +1,9 @@
 """What a demotion is and what it rests on: the breach that started it, its record as the
-replicas share it (a DemotionBoard), and one pair's evidence (PairState)."""
+replicas share it (a store's DemotionBoard, store/base.py), and one pair's evidence (PairState)."""
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -31,23 +30,6 @@ class Served(Protocol):
     def source(self) -> str: ...
     @property
     def profile(self) -> Profile | None: ...
-
-
-class DemotionBoard(Protocol):
-    """Where replicas share demotions (board.RedisDemotionBoard). Records are keyed by `slot`."""
-
-    def start(
-        self,
-        on_demoted: Callable[[dict[str, Any]], None],
-        on_ended: Callable[[str, str], None],
-        on_sync: Callable[[dict[str, dict[str, Any]]], None],
-    ) -> None: ...
-
-    def publish(self, record: dict[str, Any]) -> None: ...
-
-    def retract(self, slot: str, why: str) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def stamp_of(profile: Profile | None) -> str | None:
@@ -118,7 +100,7 @@ class Demotion:
         return "; ".join(str(b) for b in self.breaches)
 
     def to_record(self) -> dict[str, Any]:
-        """As shared with other replicas (board.py)."""
+        """As shared with other replicas (a DemotionBoard: store/redis_demotions.py)."""
         return {
             "slot": self.slot,
             "key": self.key,

@@ -35,7 +35,6 @@ from gatekeeper.drift.demotion import (
     MAX_CLIENTS,
     Breach,
     Demotion,
-    DemotionBoard,
     PairState,
     Scope,
     Served,
@@ -50,6 +49,7 @@ from gatekeeper.drift.window import DriftSettings, Fault, Schema, Window, observ
 from gatekeeper.observe import logs, metrics
 from gatekeeper.protocols.base import Call
 from gatekeeper.rules.tiers import Tier
+from gatekeeper.store.base import DemotionBoard
 from gatekeeper.store.profile import Profile
 
 log = logs.get_logger("gatekeeper.drift.window")
@@ -275,7 +275,7 @@ class DriftMonitor:
         own = None if everyone or mine else pair.own_scores(client)
         tests = list(pair.tests.values())
         for call in calls:
-            seen = observe(call, offered, at)
+            seen = observe(call, offered, at, self.settings.evidence_values)
             pair.window.add(seen)
             metrics.DRIFT_CALLS.labels(seen.fault.value if seen.fault else "ok").inc()
             if own is not None:

@@ -63,9 +63,18 @@ class RegisteredTool:
     def required_tier(self) -> Tier:
         """The tier the tool requires: the one given at registration, else the rule of the
         settings in force (read each time: a reload that raises a tool's rule applies at once)."""
-        if self.tier is not None:
-            return self.tier
-        return self.gk.policy.required_tier(self.name) if self.gk is not None else Tier.LARGE
+        if self.gk is None:
+            return self.tier or Tier.LARGE
+        if self.tier is not None:  # argument rules (tools.arguments) may still offer it lower
+            return self.gk.policy.lowest_call_tier(self.name, self.tier)
+        return self.gk.policy.required_tier(self.name)
+
+    def call_tier(self, arguments: str | dict[str, Any] | None) -> Tier:
+        """The tier one call with `arguments` needs (`tools.arguments`; the registered tier, or
+        the config's rule, when no entry matches)."""
+        if self.gk is None:
+            return self.tier or Tier.LARGE
+        return self.gk.policy.call_tier(self.name, arguments, self.tier)
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -257,7 +266,7 @@ class ToolRegistry:
         An async handler is run to completion here when no event loop is running.
         """
         tool = self._callable(name)
-        self._authorize(tool, self.gk.resolve(model, effort))
+        self._authorize(tool, self.gk.resolve(model, effort), arguments)
         kwargs = tool.arguments(arguments)
         handler = tool.handler
         if not _is_async(handler):
@@ -271,7 +280,7 @@ class ToolRegistry:
     ) -> Any:
         """`call` for async code. Async handlers are awaited; sync handlers run in a worker thread."""
         tool = self._callable(name)
-        self._authorize(tool, await self.gk.aresolve(model, effort))
+        self._authorize(tool, await self.gk.aresolve(model, effort), arguments)
         kwargs = tool.arguments(arguments)
         handler = tool.handler
         if _is_async(handler):
@@ -288,11 +297,12 @@ class ToolRegistry:
             raise GatekeeperError(f"tool {name!r} was registered without a handler; nothing to run")
         return tool
 
-    def _authorize(self, tool: RegisteredTool, resolution: Resolution) -> None:
+    def _authorize(self, tool: RegisteredTool, resolution: Resolution, arguments: str | dict[str, Any] | None) -> None:
         if resolution.tier.allows(tool.required_tier):
             minimums = self.gk.requirements.of(tool.name)
             missing = unmet(minimums, self.gk.capability(resolution).bounds) if minimums else []
             if not missing:
+                self._authorize_arguments(tool, resolution, arguments)
                 return
             log.warning(
                 "tool_call_refused", tool=tool.name, unmet=missing, key=resolution.key, source=resolution.source
@@ -312,6 +322,27 @@ class ToolRegistry:
         raise ToolNotAllowed(
             f"tool {tool.name!r} requires tier {tool.required_tier.value!r}; model {resolution.key!r} has tier "
             f"{resolution.tier.value!r} ({resolution.source}), so the tool was hidden from it and is not run"
+        )
+
+    def _authorize_arguments(
+        self, tool: RegisteredTool, resolution: Resolution, arguments: str | dict[str, Any] | None
+    ) -> None:
+        """Refuse a call whose arguments need more than the pair's tier (`tools.arguments`)."""
+        needs = tool.call_tier(arguments if arguments is not None else {})
+        if resolution.tier.allows(needs):
+            return
+        log.warning(
+            "tool_call_refused",
+            tool=tool.name,
+            required_tier=needs.value,
+            key=resolution.key,
+            tier=resolution.tier.value,
+            source=resolution.source,
+            reason="arguments",
+        )
+        raise ToolNotAllowed(
+            f"tool {tool.name!r} with these arguments requires tier {needs.value!r} (tools.arguments); model "
+            f"{resolution.key!r} has tier {resolution.tier.value!r} ({resolution.source}), so the call is not run"
         )
 
 

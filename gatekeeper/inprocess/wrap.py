@@ -411,8 +411,15 @@ class _GatedMCPServer:
         return [t for t in await self._server.list_tools(run_context, agent) if await self._allows(t.name)]
 
     async def call_tool(self, tool_name: str, arguments: dict[str, Any] | None, meta: Any = None) -> Any:
-        if not await self._allows(tool_name):  # a call of a tool it never listed: a hallucination
+        decision = await adecide(self._gk, self._model, self._effort)
+        tool = ToolId.mcp(self._server.name, tool_name)
+        if not decision.allows(tool):  # a call of a tool it never listed: a hallucination
             raise ToolNotAllowed(f"tool {clip(self._server.name)}.{clip(tool_name)} is hidden from {clip(self._model)}")
+        if not decision.admits_call(tool, arguments or {}):
+            raise ToolNotAllowed(
+                f"tool {clip(self._server.name)}.{clip(tool_name)} with these arguments needs a higher tier "
+                f"than {clip(self._model)}'s (tools.arguments); the call was not run"
+            )
         return await self._server.call_tool(tool_name, arguments, meta)
 
 

@@ -191,9 +191,8 @@ class Upstream:
         assert self.config.url is not None
         timeout = httpx2.Timeout(self.config.timeout_s, read=max(self.config.timeout_s, 300.0))
         # The SDK's client (create_mcp_http_client) with each answer bounded (gatekeeper.mcp.bounded_http).
-        http = httpx2.AsyncClient(
-            headers=dict(self.config.headers), timeout=timeout, transport=BoundedTransport(max_bytes)
-        )
+        headers = dict(self.config.headers)
+        http = httpx2.AsyncClient(headers=headers, timeout=timeout, transport=BoundedTransport(max_bytes, headers))
         async with (
             http as client,
             streamable_http_client(self.config.url, http_client=client, max_sse_event_size=max_bytes) as streams,
@@ -244,7 +243,9 @@ class Upstream:
 
     def _live(self) -> ClientSession:
         if self.session is None:
-            raise ServerUnavailable(f"MCP server {self.label!r} is unavailable: {self.error}")
+            # Why it is down (a URL, a command's path, a connection's words) is the log's and the
+            # console's (`mcp_server_down`, `error`), not the client's.
+            raise ServerUnavailable(f"MCP server {self.label!r} is unavailable")
         return self.session
 
     async def _deadline(self, what: str, call: Awaitable[Any]) -> Any:
@@ -260,7 +261,9 @@ class Upstream:
                 raise ServerUnavailable(f"MCP server {self.label!r} failed {what}: {self._ending}") from None
             raise MCPError(exc.code, self.scrub(exc.message), self._scrub_data(exc.data)) from None
         except Exception as exc:  # noqa: BLE001 - a broken transport or a garbled answer: say which
-            raise ServerUnavailable(self.scrub(f"MCP server {self.label!r} failed {what}: {_describe(exc)}")) from None
+            # The client is told what kind of failure it was; its words (an address, a path) are logged.
+            log.warning("mcp_server_failed", server=self.label, what=what, error=self.scrub(_describe(exc)))
+            raise ServerUnavailable(f"MCP server {self.label!r} failed {what}: {_kind(exc)}") from None
 
     def _scrub_data(self, data: Any) -> Any:
         if isinstance(data, str):
@@ -381,6 +384,12 @@ def fingerprint(tool: types.Tool) -> str:
 def _differences(was: types.Tool, now: types.Tool) -> list[str]:
     before, after = was.model_dump(by_alias=True, exclude_none=True), now.model_dump(by_alias=True, exclude_none=True)
     return sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
+
+
+def _kind(exc: BaseException) -> str:
+    """What a client may be told of a failure: its kind, without its words."""
+    described = _describe(exc)
+    return described if described == "it did not answer in time" else described.partition(":")[0]
 
 
 def _describe(exc: BaseException) -> str:

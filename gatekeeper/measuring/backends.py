@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import httpx
@@ -32,10 +33,75 @@ class RequestSettings:
     timeout_s: float = 120.0
     max_retries: int = 6  # config.BenchSettings.max_retries says why
     backoff_s: float = 0.5
+    min_tokens_per_s: float = 2.0  # the slowest generation a bounded call waits for (CallBound)
+    # What a bounded call may spend before its first token: the prompt read, queued behind others.
+    prompt_allowance_s: float = 30.0
+
+
+# Efforts at which a model answers without thinking first: its calls get the answer's bound only.
+_NOT_THINKING = (None, "none")
+
+
+@dataclass(frozen=True)
+class CallBound:
+    """What one benchmark call may spend, from what its test needs: completion tokens (None: no
+    limit sent) and seconds (retries included). An answer that runs past either is a failed
+    answer (`Answer.cut`), never a stalled measurement.
+
+    A call that may think first (an explicit reasoning level) gets `bench.max_tokens`, the room
+    an operator sized for thinking; without thinking, the test's own need, under that ceiling.
+    The seconds follow from the tokens at the slowest rate waited for, plus the prompt's allowance,
+    under `bench.timeout_s`."""
+
+    tokens: int | None
+    seconds: float
+
+    @classmethod
+    def of(cls, need: int | None, effort: str | None, settings: RequestSettings) -> CallBound:
+        if need is None:
+            return cls(settings.max_tokens, math.inf)
+        ceiling = settings.max_tokens
+        tokens = ceiling if effort not in _NOT_THINKING else min(need, ceiling or need)
+        seconds = settings.prompt_allowance_s + (tokens or need) / settings.min_tokens_per_s
+        return cls(tokens, min(seconds, settings.timeout_s * (settings.max_retries + 1)))
+
+
+async def _bounded(model: str, bound: CallBound, call: Callable[[], Awaitable[Completion]]) -> Completion:
+    """`call` within the bound's seconds; past them, a failed answer (finish_reason `timeout`)."""
+    if bound.seconds == math.inf:
+        return await call()
+    try:
+        completion = await asyncio.wait_for(call(), bound.seconds)
+    except TimeoutError:
+        log.warning("answer_over_bound", model=model, bound="seconds", seconds=round(bound.seconds, 1))
+        return Completion(Answer("", (), "timeout"), 0, bound.seconds, effort_applied=True)
+    if completion.answer.finish_reason == "length":
+        log.warning("answer_over_bound", model=model, bound="tokens", tokens=bound.tokens)
+    return completion
 
 
 # How OpenAI-compatible servers (OpenAI, vLLM, llama.cpp) say a prompt is longer than the context.
 _CONTEXT_EXCEEDED = re.compile(r"maximum context length|context_length_exceeded", re.IGNORECASE)
+
+# How servers say the model's own output did not parse (a tool call it wrote malformed, or, on the
+# next step, that call's arguments replayed as history). The model failed that answer: retrying
+# would resample it until the model got lucky and store the model above what an agent sees.
+#   llama.cpp  HTTP 500 "Failed to parse input at pos 395: <|tool_call_start|>..." (common/chat
+#              parser; ggml-org/llama.cpp#20761, #23838), and "Failed to parse tool call
+#              arguments as JSON" for a malformed call replayed as history (#25510)
+#   Ollama     HTTP 500 "error parsing tool call: raw='...', err=invalid character ..." (#12884, #17638)
+#   LM Studio  "Failed to parse tool call: Unexpected end of content" (lmstudio-bug-tracker #942, #1528)
+#   vLLM       HTTP 400 with the tool parser's json.JSONDecodeError, "Invalid \escape: line 1
+#              column 2271 (char 2270)": Python's "<why>: line L column C" form
+_MODEL_OUTPUT_UNPARSED = re.compile(
+    r"Failed to parse input at pos \d+"
+    r"|Failed to parse tool call"
+    r"|error parsing tool call"
+    r"|(?:Expecting [^:\n]{1,40}|Invalid \\+escape|Invalid control character at|Unterminated string starting at"
+    r"|Extra data): line \d+ column \d+",
+    re.IGNORECASE,
+)
+UNPARSED = "unparsed"  # Answer.finish_reason of an answer the server could not parse: a failed answer
 
 
 @dataclass(frozen=True)
@@ -44,6 +110,7 @@ class Completion:
     completion_tokens: int
     seconds: float
     effort_applied: bool
+    retries: int = 0  # failed attempts before this answer (a category's count is reported)
 
 
 class Backend(Protocol):
@@ -52,8 +119,16 @@ class Backend(Protocol):
     provider: str
 
     async def complete(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
-    ) -> Completion: ...
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        need: int | None = None,
+    ) -> Completion:
+        """One call; `need`: the longest answer the test needs (tokens), which bounds the call
+        (`CallBound`); None: bounded by the settings alone."""
+        ...
 
     async def list_models(self) -> list[str]: ...
 
@@ -90,7 +165,8 @@ async def _with_retries(
 ) -> Completion:
     for n in range(settings.max_retries + 1):
         try:
-            return await attempt()
+            completion = await attempt()
+            return replace(completion, retries=n) if n else completion
         except _Retry as exc:
             if n == settings.max_retries:
                 raise BackendError(f"{what}: giving up after {n + 1} attempts: {exc}") from None
@@ -106,12 +182,13 @@ def _body(
     tools: list[dict[str, Any]],
     effort: str | None,
     settings: RequestSettings,
+    max_tokens: int | None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": messages}
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
-    if settings.max_tokens is not None:
-        body["max_tokens"] = settings.max_tokens
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
     if tools:
         # Some servers (llama.cpp's among them) ignore `tools` unless `tool_choice` is set.
         body["tools"] = tools
@@ -147,29 +224,61 @@ class OpenAIBackend:
 
     provider = "openai-compatible"
 
-    def __init__(self, base_url: str, api_key: str | None = None, settings: RequestSettings | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        settings: RequestSettings | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """`transport`: httpx's (a MockTransport in a simulation: the real client, no socket)."""
         self.settings = settings or RequestSettings()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
         self._shown = redact_url(self.base_url)  # what messages say: never the URL's credentials
         self._secrets = _secrets(api_key, httpx.URL(self.base_url).password)
-        self._client = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.settings.timeout_s)
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=self.settings.timeout_s, transport=transport
+        )
 
     async def complete(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        need: int | None = None,
+    ) -> Completion:
+        bound = CallBound.of(need, effort, self.settings)
+        return await _bounded(model, bound, lambda: self._complete(model, messages, tools, effort, bound.tokens))
+
+    async def _complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        tokens: int | None,
     ) -> Completion:
         what = f"{self._shown} model {model!r}"
         try:
-            return await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, effort))
+            return await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, effort, tokens))
         except _EffortRejected:
             log.warning("effort_rejected", model=model, effort=effort)
-            completion = await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, None))
-            return Completion(completion.answer, completion.completion_tokens, completion.seconds, effort_applied=False)
+            completion = await _with_retries(
+                what, self.settings, lambda: self._once(model, messages, tools, None, tokens)
+            )
+            return replace(completion, effort_applied=False)
 
     async def _once(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        tokens: int | None,
     ) -> Completion:
-        body = _body(model, messages, tools, effort, self.settings)
+        body = _body(model, messages, tools, effort, self.settings, tokens)
         started = time.perf_counter()
         try:
             response = await self._client.post("/chat/completions", json=body)
@@ -178,6 +287,11 @@ class OpenAIBackend:
         except httpx.TransportError as exc:
             raise _Retry(f"connection failed: {type(exc).__name__}: {_scrubbed(str(exc), self._secrets)}") from None
         seconds = time.perf_counter() - started
+        if response.status_code >= 400 and _MODEL_OUTPUT_UNPARSED.search(response.text):
+            log.info(
+                "model_output_unparsed", model=model, status=response.status_code, detail=self._excerpt(response, 200)
+            )
+            return Completion(Answer("", (), UNPARSED), 0, seconds, effort_applied=True)
         if response.status_code in RETRY_STATUSES:
             raise _Retry(f"HTTP {response.status_code}: {self._excerpt(response, 200)}")
         if response.status_code >= 400:
@@ -236,28 +350,50 @@ class LiteLLMBackend:
         self.settings = settings or RequestSettings()
 
     async def complete(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        need: int | None = None,
+    ) -> Completion:
+        bound = CallBound.of(need, effort, self.settings)
+        return await _bounded(model, bound, lambda: self._complete(model, messages, tools, effort, bound.tokens))
+
+    async def _complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        tokens: int | None,
     ) -> Completion:
         what = f"litellm {self.litellm_model!r}"
         try:
-            return await _with_retries(what, self.settings, lambda: self._once(messages, tools, effort))
+            return await _with_retries(what, self.settings, lambda: self._once(messages, tools, effort, tokens))
         except _EffortRejected:
             log.warning("effort_rejected", model=model, effort=effort)
-            completion = await _with_retries(what, self.settings, lambda: self._once(messages, tools, None))
-            return Completion(completion.answer, completion.completion_tokens, completion.seconds, effort_applied=False)
+            completion = await _with_retries(what, self.settings, lambda: self._once(messages, tools, None, tokens))
+            return replace(completion, effort_applied=False)
 
     async def _once(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None, tokens: int | None
     ) -> Completion:
         import litellm  # heavy: imported only when a litellm route is used
 
         errors = litellm.exceptions  # the names litellm re-exports, where they are defined
 
-        body = _body(self.litellm_model, messages, tools, effort, self.settings)
+        body = _body(self.litellm_model, messages, tools, effort, self.settings, tokens)
         extra = {k: v for k, v in (("api_key", self.api_key), ("api_base", self.api_base)) if v}
         started = time.perf_counter()
         try:
-            response = await litellm.acompletion(**body, **extra, timeout=self.settings.timeout_s, num_retries=0)
+            try:
+                response = await litellm.acompletion(**body, **extra, timeout=self.settings.timeout_s, num_retries=0)
+            except Exception as exc:  # whichever class litellm maps it to: the words say whose failure it is
+                if not _MODEL_OUTPUT_UNPARSED.search(str(exc)):
+                    raise
+                log.info("model_output_unparsed", model=self.litellm_model, detail=self._shown(exc)[:200])
+                return Completion(Answer("", (), UNPARSED), 0, time.perf_counter() - started, effort_applied=True)
         except (
             errors.RateLimitError,
             errors.APIConnectionError,
@@ -298,6 +434,7 @@ class BackendRequest:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     effort: str | None
+    need: int | None = None
 
 
 Handler = Callable[[BackendRequest], "Answer | Completion"]
@@ -319,9 +456,14 @@ class MockBackend:
         self.closed = False
 
     async def complete(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        need: int | None = None,
     ) -> Completion:
-        request = BackendRequest(model, [dict(m) for m in messages], tools, effort)
+        request = BackendRequest(model, [dict(m) for m in messages], tools, effort, need)
         self.requests.append(request)
         result = self.handler(request)
         if isinstance(result, Completion):

@@ -49,7 +49,7 @@ fails whole multiplies it by about 1 - c. The bets: c = 0.95, near the best for 
 rarely fails, and c = 0.8 = 1 - p1 / m, the Kelly bet (the growth-optimal lam = (m - p1) /
 (m (1 - m))) for a model at the design score (p1 = 0.02) whose failures come as whole samples,
 tested at toolCalling's threshold (m = 0.1); equal weights. A model passing every check is then
-certified `large` after 32 samples at level 0.05, 44 at 0.05 / 3 (below). The mirror's bets (0.1, 0.3, 0.6: the Kelly bet for a rate
+certified `large` after 32 whole samples at level 0.05 (below). The mirror's bets (0.1, 0.3, 0.6: the Kelly bet for a rate
 p1 above m is (p1 - m) / (1 - m), small for rates near the cut) make a model clearly below a
 threshold settle in a few dozen samples.
 
@@ -58,13 +58,13 @@ independent evidence (8 clean samples certified `large`), which is false when fa
 a sample are correlated: a model failing every test of a sample with probability 0.12 (true
 toolCalling 0.89, `medium`) was certified `large` in 40 of 100 measurements.
 
-Each category's bounds are computed at level risk / 3 (`category_risk`): the three lower bounds
-then hold together with probability >= 1 - risk (Bonferroni), which is what a reader of the
-stored `scoreIntervals` takes them to say. Per category the bound is nearly tight when failures
-come as whole samples, and the three categories' misses then come together: at level 0.05 each,
-one of the three rose above the truth within 200 samples in 6.6% of 3,000 runs of such a model
-(2.1% at 0.05 / 3; docs/statistics.md). The price: a model passing every check is certified
-`large` after 44 samples instead of 32.
+Each category's bounds are computed at the full level `risk` (the argument below says why that
+is enough for the tier, and for any per-category minimum judged on a lower bound, such as
+`tools.requires`). The stored `scoreIntervals` are therefore each one-sided at level `risk`,
+one category at a time; read together they hold simultaneously at level 3 * risk (Bonferroni),
+not `risk`. An earlier version split the risk (risk / 3 per category) for the sake of that
+joint reading and paid for it in calls: a model passing every check needed 44 whole samples
+instead of 32, for no gain in the tier's guarantee.
 
 Why the tier is too high with probability <= risk
 -------------------------------------------------
@@ -73,8 +73,9 @@ thresholds, and every lower tier's, the bounds meet). If it exceeds the true tie
 meet the thresholds of the tier just above T, which the true scores do not (else `compute_tier`
 would give at least that tier): some category c, fixed by the true scores alone, has
 mu_c < theta_c <= low_c. So P(tier too high) <= P(low_c > mu_c) <= risk, one category at a time:
-a per-category bound at level `risk` suffices for the tier; the split over categories above is
-for the bounds as stored, and makes the tier's risk at most risk / 3.
+a per-category bound at level `risk` suffices for the tier. The same holds for any set of
+per-category minimums (a tool's `tools.requires`): if the true scores miss one, a category fixed
+by the truth alone has its lower bound above its true score.
 """
 
 from __future__ import annotations
@@ -91,12 +92,6 @@ from gatekeeper.rules.tiers import DEFAULT_RISK, DESIGN_SCORE, Thresholds, Tier,
 BETS = ((0.95, 0.5), (0.8, 0.5))
 MIRROR_BETS = ((0.1, 1 / 3), (0.3, 1 / 3), (0.6, 1 / 3))
 _BISECTIONS = 40  # of m in [0, 1]: far finer than the 4 decimals a bound is stored with
-
-
-def category_risk(risk: float, categories: int = 3) -> float:
-    """The level of each category's bounds: the stored bounds hold together at level `risk`.
-    `risk` 1 stays 1 (the seed's rule: the point estimates)."""
-    return risk if risk >= 1 else risk / categories
 
 
 @dataclass(frozen=True)
@@ -188,17 +183,31 @@ def out_of_reach(found: Mapping[str, Estimate], thresholds: Thresholds) -> bool:
     never costs validity (the bounds hold at any stopping time); it costs power only when a
     model at or above the design score has its upper bound fall that far below its true score,
     which happens with probability at most `risk` (in the simulation: never)."""
-    tier = tier_of(found, thresholds)
-    above = {Tier.SMALL: thresholds.medium, Tier.MEDIUM: thresholds.large}.get(tier)
-    if above is None:
-        return False
-    for category, threshold in above.items():
+    for category, threshold in next_tier(tier_of(found, thresholds), thresholds).items():
         e = found.get(category)
         if e is None or e.low >= threshold:
             continue
-        if threshold < DESIGN_SCORE and e.high < (threshold + DESIGN_SCORE) / 2:
+        if threshold < DESIGN_SCORE and e.high < halfway(threshold):
             return True
     return False
+
+
+def next_tier(tier: Tier, thresholds: Thresholds) -> dict[str, float]:
+    """The thresholds of the tier above `tier` (none above large): what sampling on could reach."""
+    return {Tier.SMALL: thresholds.medium, Tier.MEDIUM: thresholds.large}.get(tier, {})
+
+
+def halfway(threshold: float) -> float:
+    """Halfway from `threshold` to the design score the budget is sized for (the threshold itself
+    when it is at or above it): an upper bound under it shows the model far from the score a
+    budget could certify, and the next tier out of reach."""
+    return (threshold + DESIGN_SCORE) / 2 if threshold < DESIGN_SCORE else threshold
+
+
+def outward(e: Estimate) -> list[float]:
+    """[low, high] to 4 decimals, rounded outwards: a stored or shown bound is never tighter
+    than the one the tier was decided on."""
+    return [math.floor(e.low * 1e4) / 1e4, math.ceil(e.high * 1e4) / 1e4]
 
 
 def tier_of(found: Mapping[str, Estimate], thresholds: Thresholds) -> Tier:

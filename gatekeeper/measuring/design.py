@@ -31,10 +31,23 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-from gatekeeper.measuring.confidence import BETS, MIRROR_BETS, Estimate, estimate, log_wealth
+from gatekeeper.measuring.confidence import (
+    BETS,
+    MIRROR_BETS,
+    Estimate,
+    estimate,
+    halfway,
+    log_wealth,
+    next_tier,
+    out_of_reach,
+    settled,
+    tier_of,
+)
+from gatekeeper.rules.tiers import Thresholds
 from gatekeeper.suite.loader import BenchTest
 
 WHOLE = 0  # the design running every test of the category once; k >= 1 is k draws by weight
@@ -56,6 +69,28 @@ BET_GRID = (
     0.9,
     0.95,
 )  # calls still needed when no design can decide
+
+
+class StopReason(StrEnum):
+    """Why a level stopped spending calls."""
+
+    SETTLED = "settled"  # more calls cannot change the tier (with confidence)
+    OUT_OF_REACH = "out_of_reach"  # the next tier up cannot be reached within the budget
+    CAPPED = "capped"  # a category the next tier needs has spent its budget
+    SKIPPED = "skipped"  # --recommend-only: a cheaper explicit level is certified large
+    INCONCLUSIVE = "inconclusive"  # the answers say nothing about the model (cut at max_tokens)
+
+
+class CategoryState(StrEnum):
+    """What a category's measurement ended as (the report's `state`)."""
+
+    OPEN = "open"
+    DECIDED = "decided"  # no threshold of the category lies inside its bounds
+    OUT_OF_REACH = "out of reach"
+    CAPPED = "capped"
+    NOT_NEEDED = "not needed"  # undecided, but the tier did not depend on it
+    SKIPPED = "skipped"
+    INCONCLUSIVE = "inconclusive"
 
 
 @dataclass(frozen=True)
@@ -81,7 +116,7 @@ class CategoryPlan:
     calls: int = 0  # calls made
     spent: int = 0  # calls planned: every step of every test run (a broken chain makes fewer calls)
     designs: dict[str, int] = field(default_factory=dict)  # design name -> observations made
-    status: str = "open"  # open | decided | out of reach | capped | stopped | inconclusive
+    status: CategoryState = CategoryState.OPEN
 
     def __post_init__(self) -> None:
         self._predicted: dict[int, list[float]] = {}  # design -> predicted observations, until the next record
@@ -126,8 +161,30 @@ class CategoryPlan:
         self.designs[name] = self.designs.get(name, 0) + 1
 
     def estimate(self) -> Estimate:
-        """The bounds so far; before any observation, nothing is known: [0, 1]."""
-        return estimate(self.failures, self.risk, self.bets) if self.failures else Estimate(0.0, 0.0, 1.0, 0)
+        """The bounds so far, around the stratified estimate; before any observation, nothing is
+        known: [0, 1].
+
+        The bounds come from the observations Z (valid whatever the design); the point estimate
+        is `stratified()`, not 1 - mean(Z): each test's own runs already say what it scores, and
+        a whole observation and a one-test draw are not worth the same. Moving the point never
+        loosens a bound: `low` is kept at or under the point and `high` at or over it."""
+        if not self.failures:
+            return Estimate(0.0, 0.0, 1.0, 0)
+        found = estimate(self.failures, self.risk, self.bets)
+        mean = self.stratified()
+        return Estimate(mean, min(found.low, mean), max(found.high, mean), found.samples)
+
+    def stratified(self) -> float:
+        """sum_t a_t * (the mean score of test t's runs): the seed's category score (each test's
+        score weighted by its share), exact for a deterministic model after one run of each
+        test, and the weighted mean of the profile's `testResults`. A test never run counts 0
+        (fail closed; the first round runs every test)."""
+        total = 0.0
+        for test, share in zip(self.tests, self.shares, strict=True):
+            runs = self.seen.get(test.name)
+            if runs:
+                total += share * (1 - sum(runs) / len(runs))
+        return total
 
     # -- choosing ------------------------------------------------------------------------------
 
@@ -196,3 +253,76 @@ def _mean_log_factor(predicted: Sequence[float], c: float, target: Target) -> fl
             return -math.inf
         total += math.log(f)
     return total / len(predicted)
+
+
+# -- the adaptive policy: what a level does next ------------------------------------------------
+
+Pick = tuple[CategoryPlan, int, float | None]  # a planned observation: category, design, bet
+
+
+def first_target(plan: CategoryPlan, thresholds: Thresholds) -> Target:
+    """The lowest threshold of the category: what its first bet is made toward."""
+    cuts = [t[plan.name] for t in (thresholds.medium, thresholds.large) if plan.name in t]
+    return Target(1 - min(cuts, default=0.5))
+
+
+def plan_round(
+    plans: Mapping[str, CategoryPlan],
+    found: Mapping[str, Estimate],
+    thresholds: Thresholds,
+    concurrency: int,
+    whole: bool = False,
+) -> tuple[StopReason | None, list[Pick]]:
+    """Why the level stops (None while it goes on) and the observations of its next round.
+
+    `whole` (bench.design whole): every test once per round, until settled, out of reach
+    (`confidence.out_of_reach`) or a category's budget is spent. Adaptive: the first round runs
+    every test once (what draws are predicted from: the seed's one sample). Then only the
+    categories the next tier up still needs (lower bound under its threshold) are spent on. When
+    each of them is expected to reach its threshold within its budget, every one gets the
+    observations it is expected to need (at most `concurrency`), each of the design deciding
+    soonest per call; otherwise the one expected to fall soonest is spent on alone, since one
+    category below a threshold decides the tier. The next tier is out of reach when a category
+    it needs cannot reach its threshold within its budget at the rate seen and its upper bound
+    is below `halfway`. A category's last observation within its budget is whole.
+    """
+    if settled(found, thresholds):
+        return StopReason.SETTLED, []
+    if whole:
+        if out_of_reach(found, thresholds):
+            return StopReason.OUT_OF_REACH, []
+        if any(plan.remaining() <= 0 for plan in plans.values()):
+            return StopReason.CAPPED, []
+        return None, [(plan, WHOLE, None) for plan in plans.values()]
+    unseen = [plan for plan in plans.values() if not plan.failures]
+    if unseen:
+        return None, [(plan, WHOLE, plan.growth(WHOLE, first_target(plan, thresholds))[1]) for plan in unseen]
+    rising, falling = [], []
+    for c, threshold in next_tier(tier_of(found, thresholds), thresholds).items():
+        plan = plans.get(c)
+        if plan is None or found[c].low >= threshold:
+            continue
+        if plan.remaining() <= 0:
+            return StopReason.CAPPED, []
+        up = Target(1 - threshold)
+        need = plan.needed(up)
+        if need <= plan.remaining():
+            rising.append((plan, up, up, need))
+            continue
+        if found[c].high < halfway(threshold):
+            return StopReason.OUT_OF_REACH, []
+        down = Target(1 - halfway(threshold), mirror=True)
+        falling.append((plan, down, up, plan.needed(down)))
+    chosen = [min(falling, key=lambda f: f[3])] if falling else rising
+    picks: list[Pick] = []
+    for plan, target, up, need in chosen:
+        if plan.remaining() <= plan.whole_cost:  # the last observation within the budget
+            picks.append((plan, WHOLE, plan.growth(WHOLE, up)[1]))
+            continue
+        design = plan.choose(target)
+        per = plan.cost(design)
+        count = 1 if need == NEVER else math.ceil(need / per)
+        room = math.floor((plan.remaining() - plan.whole_cost) / per)
+        limit = max(1, concurrency // len(plan.tests) if design == WHOLE else concurrency)
+        picks += [(plan, design, plan.growth(design, up)[1])] * max(1, min(count, room, limit))
+    return None, picks

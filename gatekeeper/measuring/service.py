@@ -46,6 +46,7 @@ class ModelResult:
     calls_saved: int = 0
     seed: int | None = None
     error: str | None = None
+    uneven_errors: dict[str, str] = field(default_factory=dict)  # effort -> how retries fell on categories
 
     @property
     def note(self) -> str | None:
@@ -75,6 +76,8 @@ class ModelResult:
             }
         if self.categories:
             doc["categories"] = self.categories
+        if self.uneven_errors:
+            doc["unevenErrors"] = self.uneven_errors
         if self.seed is not None:
             doc["instanceSeed"] = self.seed
         doc["calls"], doc["callsSaved"] = self.calls, self.calls_saved
@@ -120,6 +123,7 @@ class MeasurementService:
             max_tokens=bench.max_tokens,
             timeout_s=bench.timeout_s,
             max_retries=bench.max_retries,
+            min_tokens_per_s=bench.min_tokens_per_s,
         )
 
     def run_settings(self) -> RunSettings:
@@ -202,8 +206,11 @@ class MeasurementService:
         """A measurement under its OpenTelemetry span (`measure {model}`: what it found per level)."""
         with telemetry.span("measure", model, efforts=efforts) as span:
             if seed is None:
-                seed = secrets.randbelow(2**31) if self.suite.randomised else 0
-            log.info("measurement_started", model=model, efforts=efforts, seed=seed if self.suite.randomised else None)
+                # Fresh on every measurement, randomised tests or not: the adaptive design draws
+                # tests from it, so a fixed seed would make "at most bench.risk" a fixed outcome
+                # for a deterministic model, and a wrong result repeat on every re-measurement.
+                seed = secrets.randbelow(2**31)
+            log.info("measurement_started", model=model, efforts=efforts, seed=seed)
             started = time.perf_counter()
             backend = self.backend_for(model)
             try:
@@ -226,7 +233,8 @@ class MeasurementService:
                 categories=measured.reports,
                 calls=measured.calls,
                 calls_saved=measured.calls_saved,
-                seed=seed if self.suite.randomised else None,
+                seed=seed,
+                uneven_errors=measured.uneven_errors,
             )
             if measured.profiles:
                 result.recommended = self._save(model, measured.profiles, lease)

@@ -97,40 +97,22 @@ def active() -> bool:
     return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
-# What a request's log context says (server/pipeline.py, core/admit.py bind it), as span attributes.
-_FROM_CONTEXT = {
-    "effort": "gatekeeper.effort",
-    "tier": "gatekeeper.tier",
-    "source": "gatekeeper.profile",
-    "tools_kept": "gatekeeper.tools.kept",
-    "tools_hidden": "gatekeeper.tools.hidden",
-    "blocked_calls": "gatekeeper.calls.blocked",
-    "blocked_choice": "gatekeeper.choice.blocked",
-    "routed": "gatekeeper.routed",
-    "routed_reason": "gatekeeper.routed.reason",
-    "upstream_status": "gatekeeper.upstream.status",
-}
-
-
 @contextmanager
 def request_span(protocol: str) -> Iterator[Any]:
     """One proxy request's span (SERVER kind), named `chat {model}` once the model is known. The
-    caller hands the finished request's log context to the yielded `end(context, status)`."""
+    caller hands what the finished request learnt to the yielded `end(model, attributes, status)`
+    (`attributes` by their full names; None: not known, not set)."""
     tracer = trace.get_tracer("gatekeeper")
     with tracer.start_as_current_span("chat", kind=trace.SpanKind.SERVER, record_exception=False) as raw:
 
-        def end(context: Mapping[str, Any], status: int) -> None:
-            model = context.get("model")
-            if isinstance(model, str):
+        def end(model: str | None, attributes: Mapping[str, Attribute | None], status: int) -> None:
+            if model is not None:
                 raw.update_name(f"chat {model}")
                 raw.set_attribute("gen_ai.request.model", model)
             raw.set_attribute("gen_ai.operation.name", "chat")
             raw.set_attribute("gatekeeper.protocol", protocol)
             raw.set_attribute("http.response.status_code", status)
-            for key, attribute in _FROM_CONTEXT.items():
-                value = context.get(key)
-                if isinstance(value, list):
-                    value = [str(v) for v in value]
+            for attribute, value in attributes.items():
                 if value is not None:
                     raw.set_attribute(attribute, value)
             if status >= 500:

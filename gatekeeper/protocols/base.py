@@ -146,7 +146,7 @@ class Allowed:
     `structured`: the request asked for a structured answer (a JSON format, what an SDK's
     `parse` validates its text with): an explanation then goes where no parser reads it (chat's
     `refusal`, a Responses `refusal` part) or, where the protocol has no such place (Messages),
-    is left out; the text stays JSON (`enforce.asks_structured`).
+    is left out; the text stays JSON (`Codec.asks_structured`).
     """
 
     offered: Offered
@@ -179,10 +179,25 @@ class Allowed:
             and self.policy.allows(self.tier, self.gated_as(tool))
         )
 
+    def admits_call(self, tool: ToolId, arguments: str | Mapping[str, Any] | None) -> bool:
+        """Whether this one call may reach the client: `admits(tool)`, and the tier its
+        arguments need (`tools.arguments`) is within the request's tier. Arguments are JSON text
+        or an object (None: none that can be read, which rules judge at their strictest)."""
+        if not self.admits(tool):
+            return False
+        if self.tier is None or self.policy is None or not self.policy.judges_arguments(self.gated_as(tool)):
+            return True
+        return self.tier.allows(self.policy.call_tier(self.gated_as(tool), arguments))
+
+    def holds(self, tool: ToolId) -> bool:
+        """Whether a streamed call of `tool` must be held until its arguments are complete: what
+        it needs depends on them."""
+        return self.policy is not None and self.tier is not None and self.policy.judges_arguments(self.gated_as(tool))
+
 
 class Codec(Protocol):
     name: str  # "chat" | "responses" | "messages"
-    upstream_path: str  # appended to upstream.base_url: "/chat/completions", "/responses", "/messages"
+    upstream_path: str  # appended to upstream.base_url: "/chat/completions", ...; a token count codec's: its path
     markers: tuple[bytes, ...]  # byte strings without which an answer cannot carry a call
     plain_types: frozenset[bytes] | None  # item types an answer relayed unparsed may hold (None: any)
 
@@ -200,6 +215,9 @@ class Codec(Protocol):
         Raises AnswerInvalid when `doc` is not a well-formed answer of this protocol."""
 
     def stream_filter(self, offered: Allowed | Offered) -> StreamFilter: ...
+
+    def asks_structured(self, body: dict[str, Any]) -> bool:
+        """Whether the request asks for its answer's text in a JSON format (`Allowed.structured`)."""
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         """The protocol's error shape (a plain answer's body)."""

@@ -51,27 +51,28 @@ def allowed(value: Allowed | Offered | Mapping[str, Schema | None]) -> Allowed:
 _JSON_FORMATS = frozenset({"json_schema", "json_object"})
 
 
-def asks_structured(body: dict[str, Any]) -> bool:
-    """Whether a client request asks for its answer's text in a JSON format (`Allowed.structured`):
-    chat `response_format`, Responses `text.format`, Messages `output_config.format` (or the
-    beta's `output_format`)."""
-    chat = body.get("response_format")
-    text = body.get("text")
-    responses = text.get("format") if isinstance(text, dict) else None
-    config = body.get("output_config")
-    messages = (config.get("format") if isinstance(config, dict) else None) or body.get("output_format")
-    return any(isinstance(f, dict) and f.get("type") in _JSON_FORMATS for f in (chat, responses, messages))
+def json_format(value: Any) -> bool:
+    """Whether a request's answer-format object asks for JSON (`{"type": "json_schema" |
+    "json_object", ...}`): what each codec's `asks_structured` reads, at its own field."""
+    return isinstance(value, dict) and value.get("type") in _JSON_FORMATS
 
 
-def explanation(allow: Allowed, name: str, tool: ToolId | None) -> str | None:
+def explanation(allow: Allowed, name: str, tool: ToolId | None, arguments: str | None = None) -> str | None:
     """The assistant text that replaces a removed call to `name` (None under `strip`). `tool` is
-    what the call calls, for the tier it needs (None: nothing the rules could name)."""
+    what the call calls, for the tier it needs (None: nothing the rules could name); `arguments`
+    its argument text, for the tier argument rules give it (never shown)."""
     if not allow.explain:
         return None
     shown = shown_name(name)
     if allow.tier is None or allow.policy is None or tool is None:
         return f"[gatekeeper] A call to the tool `{shown}` was removed: this request did not offer it."
     required = allow.policy.required_tier(allow.gated_as(tool))
+    if allow.tier.allows(required) and allow.admits(tool) and allow.policy.judges_arguments(allow.gated_as(tool)):
+        needs = allow.policy.call_tier(allow.gated_as(tool), arguments)
+        return (
+            f"[gatekeeper] A call to the tool `{shown}` was removed: with these arguments it needs tier "
+            f"{needs.value}, and this model has tier {allow.tier.value}."
+        )
     if allow.tier.allows(required):
         return f"[gatekeeper] A call to the tool `{shown}` was removed: this request did not offer it."
     return (
@@ -110,7 +111,7 @@ def settle(verdict: tuple[Call, ToolId | None] | bool, result: Enforced, allow: 
     call, tool = verdict
     if record(result, call):
         return True
-    return explanation(allow, call.name, tool) or False
+    return explanation(allow, call.name, tool, call.arguments) or False
 
 
 def enforce_items(
@@ -175,11 +176,27 @@ class ItemJudge:
     listing_server = ""
     call_ids: tuple[str, ...] = ("id",)  # the fields of a call item that its answers name it by
 
-    __slots__ = ("allow", "removed_ids")
+    __slots__ = ("allow", "partial", "removed_ids")
 
     def __init__(self, allow: Allowed) -> None:
         self.allow = allow
         self.removed_ids: set[str] = set()
+        # A stream's first event of a call: its arguments are not complete yet, so only the tool
+        # is judged; the stream holds a call whose arguments decide (`Allowed.holds`) and judges
+        # it again, whole, at its end.
+        self.partial = False
+
+    def admits(self, tool: ToolId, arguments: str | Mapping[str, Any] | None) -> bool:
+        """Whether a call of `tool` with `arguments` is kept (only the tool, when `partial`)."""
+        return self.allow.admits(tool) if self.partial else self.allow.admits_call(tool, arguments)
+
+    def held(self, verdict: tuple[Call, ToolId | None] | bool) -> bool:
+        """Whether a stream must hold the call `verdict` judged (on its tool alone) until its
+        arguments are complete."""
+        if verdict is True or verdict is False:
+            return False
+        call, tool = verdict
+        return call.offered and tool is not None and self.allow.holds(tool)
 
     def __call__(self, item: dict[str, Any]) -> tuple[Call, ToolId | None] | bool:
         kind = item.get("type")

@@ -119,6 +119,10 @@ class RequestGate:
         """The identity a tool of the request's MCP server `label` is gated by."""
         return ToolId.mcp(self.server(label), tool)
 
+    def narrowed(self, obj: dict[str, Any], key: str, tool: ToolId) -> dict[str, Any]:
+        """`narrowed` at this request's tier and policy."""
+        return narrowed(obj, key, self.tier, self.policy, tool)
+
     def admits(self, tool: ToolId | str, record_kept: bool = True) -> bool:
         """Is `tool` admitted? Recorded as kept (unless `record_kept` is False: a server or
         namespace whose tools are recorded one by one) or hidden."""
@@ -129,6 +133,14 @@ class RequestGate:
         self.gated.hidden.append(str(tool))
         self.hidden.append(tool)
         return False
+
+
+def narrowed(obj: dict[str, Any], key: str, tier: Tier, policy: ToolPolicy, tool: ToolId) -> dict[str, Any]:
+    """A kept tool object with its argument schema (under `key`) narrowed to the calls argument
+    rules admit at `tier` (`ToolPolicy.narrowed`): a copy, or `obj` itself when nothing narrows."""
+    schema = obj.get(key)
+    found = policy.narrowed(tier, tool, schema) if isinstance(schema, dict) else None
+    return obj if found is None else {**obj, key: found}
 
 
 def require_boolean(body: dict[str, Any], key: str) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from cachetools import Cache
 
 from gatekeeper.rules.tiers import Tier
-from gatekeeper.rules.tools import MEMO_NAME_LIMIT, ToolId, ToolKind, ToolPolicy, builtin_family
+from gatekeeper.rules.tools import MEMO_NAME_LIMIT, ToolId, ToolKind, ToolPolicy, covering_names
 from gatekeeper.rules.tools import named_groups as gating_named_groups
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import CATEGORIES
@@ -85,20 +85,6 @@ def meets(minimums: Minimums, bounds: Mapping[str, float]) -> bool:
         if bound is None or bound < minimum:
             return False
     return True
-
-
-def covering_names(tool: str | ToolId) -> tuple[str, ...]:
-    """Every rule name that covers a tool, as `ToolPolicy` reads them: a plain name as written; a
-    built-in by its versioned type and its family; an MCP or namespaced tool by its group,
-    `group.tool` and its bare name (a minimum for `delete_repo` is not escaped by offering it
-    inside a server or namespace)."""
-    if isinstance(tool, str):
-        return (tool,)
-    if tool.kind is ToolKind.BUILTIN:
-        family = builtin_family(tool.name)
-        return (tool.name, family) if family else (tool.name,)
-    group = tool.group
-    return (group, tool.name, tool.name.partition(".")[2]) if group is not None else (tool.name,)
 
 
 def overlaps_group(rule: str, group: str) -> bool:
@@ -201,6 +187,21 @@ class PairPolicy(ToolPolicy):
 
     def required_tier(self, tool: str | ToolId) -> Tier:
         return self.base.required_tier(tool)
+
+    def own_tier(self, tool: str | ToolId) -> Tier:
+        return self.base.own_tier(tool)
+
+    def judges_arguments(self, tool: str | ToolId) -> bool:
+        return self.base.judges_arguments(tool)
+
+    def call_tier(self, tool: str | ToolId, arguments: str | Mapping[str, Any] | None, own: Tier | None = None) -> Tier:
+        return self.base.call_tier(tool, arguments, own)
+
+    def lowest_call_tier(self, tool: str | ToolId, own: Tier) -> Tier:
+        return self.base.lowest_call_tier(tool, own)
+
+    def narrowed(self, tier: Tier, tool: str | ToolId, schema: Mapping[str, Any]) -> dict[str, Any] | None:
+        return self.base.narrowed(tier, tool, schema)
 
     def allows(self, tier: Tier, tool: str | ToolId) -> bool:
         return self.base.allows(tier, tool) and meets(self.requirements.of(tool), self.bounds)

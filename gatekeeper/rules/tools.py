@@ -6,12 +6,14 @@ from __future__ import annotations
 import enum
 import threading
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Any
 
 from cachetools import Cache
 
+from gatekeeper.rules import arguments as A
 from gatekeeper.rules.mcp_identity import ServerBindings
 from gatekeeper.rules.tiers import Tier
 
@@ -164,6 +166,11 @@ class ToolPolicy:
         it may be any server (gatekeeper.rules.mcp_identity). Not for a namespace: its functions are
         the client's own, which it could as well offer bare (where only bare-name rules reach).
     A name no rule matches requires `default_tier`.
+
+    `arguments` (`tools.arguments`, gatekeeper.rules.arguments) makes a call's requirement depend
+    on its arguments: `required_tier` is then the lowest tier some call of the tool needs (where
+    it is offered), `own_tier` the requirement of a call no entry matches, and `call_tier` what one
+    call needs. Argument rules reach a tool by the same names as `covering_names`.
     """
 
     def __init__(
@@ -173,8 +180,10 @@ class ToolPolicy:
         unknown_fields: str = "refuse",
         servers: ServerBindings | None = None,
         also_naming: Iterable[str] = (),
+        arguments: Mapping[str, Sequence[A.ArgumentRule]] | None = None,
     ) -> None:
         rules = required_tier or {}
+        self.arguments = A.ArgumentRules(arguments)
         self.default_tier = default_tier
         # What a codec does with a request field it does not know: "refuse" (400) or "drop".
         self.unknown_fields = unknown_fields
@@ -196,7 +205,7 @@ class ToolPolicy:
         # `also_naming`, the tools.requires rules) or the config binds: their labels are taken at
         # their word. Any other group may be any of them.
         scoped = [(rule.partition("."), tier) for rule, tier in rules.items() if "." in rule]
-        self.named_groups = self.servers.labels | named_groups([*rules, *also_naming])
+        self.named_groups = self.servers.labels | named_groups([*rules, *also_naming, *self.arguments.keys()])
         # What a tool of an unnamed group needs: every server-scoped rule by its tool part, and
         # the whole-server rule of every named group (`github: large` hides github's tools
         # whatever the label).
@@ -258,15 +267,74 @@ class ToolPolicy:
         return self._tool_rule(tool.name) or self.default_tier
 
     def required_tier(self, tool: str | ToolId) -> Tier:
+        """The lowest tier that sees `tool`: its own requirement, or lower when an argument rule
+        admits some of its calls lower (`call_tier` then judges each call)."""
         if isinstance(tool, ToolId) and tool.kind in _BY_NAME:
             tool = tool.name  # the same lookup as the plain name, and a str hashes fastest
         tier = self._memo.get(tool)
         if tier is None:
-            tier = self._lookup(tool)
+            tier = self.lowest_call_tier(tool, self._lookup(tool))
             if len(str(tool)) <= MEMO_NAME_LIMIT:
                 with self._memo_lock:
                     self._memo[tool] = tier
         return tier
+
+    def lowest_call_tier(self, tool: str | ToolId, own: Tier) -> Tier:
+        """The lowest tier some call of `tool` needs when a call no argument rule matches needs
+        `own`: the lowest of `own` and its entries' tiers (a name that only reads like a rule's
+        key: the strictest)."""
+        if not self.arguments:
+            return own
+        entries, doubt = self.argument_entries(tool)
+        if doubt is not None:
+            return max([A.strictest(entries, own), doubt], key=lambda t: t.rank)
+        return A.lowest(entries, own)
+
+    def own_tier(self, tool: str | ToolId) -> Tier:
+        """What a call of `tool` needs when no argument rule matches it."""
+        return self._lookup(tool.name if isinstance(tool, ToolId) and tool.kind in _BY_NAME else tool)
+
+    def argument_entries(self, tool: str | ToolId) -> tuple[tuple[A.Entry, ...], Tier | None]:
+        """The argument rules' entries for `tool`, and the tier of those it only reads like."""
+        unnamed = isinstance(tool, ToolId) and tool.kind is ToolKind.MCP and tool.group not in self.named_groups
+        # A tool of a server no rule names may be any server's: `github.create_file`'s entries
+        # reach `gh.create_file` as a doubt (their strictest tier), never to lower it.
+        return self.arguments.entries(covering_names(tool), any_group=unnamed)
+
+    def judges_arguments(self, tool: str | ToolId) -> bool:
+        """Does what a call of `tool` needs depend on its arguments (an answer must then hold
+        the call until its arguments are complete)?"""
+        if not self.arguments:
+            return False
+        entries, doubt = self.argument_entries(tool)
+        return bool(entries) or doubt is not None
+
+    def call_tier(self, tool: str | ToolId, arguments: str | Mapping[str, Any] | None, own: Tier | None = None) -> Tier:
+        """The tier one call of `tool` with `arguments` (JSON text or an object) needs; `own`
+        overrides the tool's own requirement (a tier given at registration, in process)."""
+        own = own if own is not None else self.own_tier(tool)
+        if not self.arguments:
+            return own
+        entries, doubt = self.argument_entries(tool)
+        if doubt is not None:
+            return max([A.strictest(entries, own), doubt], key=lambda t: t.rank)
+        return A.call_tier(entries, own, arguments) if entries else own
+
+    def narrowed(self, tier: Tier, tool: str | ToolId, schema: Mapping[str, Any]) -> dict[str, Any] | None:
+        """`schema` (the tool's arguments') narrowed to the calls argument rules admit at `tier`,
+        when only they admit the tool there and the schema can say it (A.narrowed_schema); None:
+        offered as it is."""
+        if not self.arguments:
+            return None
+        entries, doubt = self.argument_entries(tool)
+        if doubt is not None or not entries or tier.allows(self.own_tier(tool)):
+            return None
+        return A.narrowed_schema(schema, [e for e in entries if tier.allows(e.tier)])
+
+    def admits_call(self, tier: Tier, tool: str | ToolId, arguments: str | Mapping[str, Any] | None) -> bool:
+        """Is one call of `tool` with `arguments` admitted at `tier` (the tool's rules and its
+        arguments' rules)?"""
+        return self.allows(tier, tool) and tier.allows(self.call_tier(tool, arguments))
 
     def allows(self, tier: Tier, tool: str | ToolId) -> bool:
         return tier.allows(self.required_tier(tool))
@@ -307,6 +375,19 @@ def fold_name(name: str) -> str:
         return name.lower()
     folded = unicodedata.normalize("NFKC", name)
     return "".join(c for c in folded if unicodedata.category(c) not in _INVISIBLE).casefold()
+
+
+def covering_names(tool: str | ToolId) -> tuple[str, ...]:
+    """Every rule name that covers a tool: a plain name as written; a built-in by its versioned
+    type and its family; an MCP or namespaced tool by its group, `group.tool` and its bare name
+    (a rule for `delete_repo` is not escaped by offering it inside a server or namespace)."""
+    if isinstance(tool, str):
+        return (tool,)
+    if tool.kind is ToolKind.BUILTIN:
+        family = builtin_family(tool.name)
+        return (tool.name, family) if family else (tool.name,)
+    group = tool.group
+    return (group, tool.name, tool.name.partition(".")[2]) if group is not None else (tool.name,)
 
 
 def named_groups(rules: Iterable[str]) -> frozenset[str]:

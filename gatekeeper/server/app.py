@@ -4,8 +4,10 @@ This module is the wiring: the routes, the upstreams' lifetime, the per-request 
 exception handlers. One model call's path, whatever the protocol or the upstream, is
 gatekeeper/server/pipeline.py; which upstream serves a model is gatekeeper/server/upstream.py.
 
-Endpoints raise (ProxyError and the core's errors); `_on_error` turns every error into the
-client protocol's shape, with the request's log context (request_id, model, effort, tier).
+Endpoints raise (ProxyError and the core's errors); one handler per exception class (`HANDLERS`,
+found along the raised class's MRO, as Starlette's own `_exception_handler.py` does) says what the
+error is, and `_answer` shapes it in the client protocol's error shape with the request's headers
+(request id, tier, profile: from its own record, server/served.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -43,6 +46,7 @@ from gatekeeper.protocols import schema
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
 from gatekeeper.protocols.passthrough import PASSTHROUGH_TABLES
+from gatekeeper.server import served
 from gatekeeper.server.admin import admin_routes
 from gatekeeper.server.mounts import Upstreams
 from gatekeeper.server.pipeline import JSON, forward, model_call, read_json, routed_header
@@ -85,13 +89,14 @@ def create_app(gk: Gatekeeper, *, upstream: Upstream | None = None) -> Starlette
     app = _App(
         routes=routes,
         lifespan=_lifespan,
-        exception_handlers={GatekeeperError: _on_error, HTTPException: _on_error, Exception: _on_error},
+        exception_handlers={kind: _answering(handler) for kind, handler in HANDLERS.items()},
     )
     app.router.redirect_slashes = False  # a trailing slash is a 404 naming the endpoints, never a 307
     app.state.gk = gk
     app.state.admin_key = admin_key
     app.state.mcp = gateway
     app.state.injected_upstream = upstream
+    app.state.clients_seen = {}  # configured client name -> requests it made (the admin API shows it)
     return app
 
 
@@ -126,22 +131,23 @@ class RequestScope:
             await self.app(scope, receive, send)
             return
         with logs.request_scope():
+            record = served.start(scope.setdefault("state", {}))
             found = protocols.for_path(scope["path"])
             protocol = found.name if found is not None and scope["path"] in found.paths else None
             if protocol is None or not telemetry.active():
                 await self.app(scope, receive, send)
                 return
-            await self._traced(protocol, scope, receive, send)
+            await self._traced(protocol, record, scope, receive, send)
 
-    async def _traced(self, protocol: str, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _traced(self, protocol: str, record: served.Served, scope: Scope, receive: Receive, send: Send) -> None:
         """A model call under its OpenTelemetry span, ended when the answer (a stream included)
-        is sent, with what the request's log context learnt."""
+        is sent, with what the request learnt (its record)."""
         sending = _StatusSeen(send)
         with telemetry.request_span(protocol) as end:
             try:
                 await self.app(scope, receive, sending)
             finally:
-                end(structlog.contextvars.get_contextvars(), sending.status)
+                end(record.model, record.span_attributes(), sending.status)
 
 
 class _StatusSeen:
@@ -218,16 +224,20 @@ async def metrics_endpoint(request: Request) -> Response:
 
 # -- errors --------------------------------------------------------------------------------------
 
-_KINDS: dict[type[GatekeeperError], tuple[int, str, str]] = {
-    ToolChoiceBlocked: (400, "invalid_request_error", "tool_not_allowed"),
-    ToolBudgetExceeded: (400, "invalid_request_error", "tool_budget_exceeded"),
-    RequestInvalid: (400, "invalid_request_error", "invalid_request"),
-    NotMeasured: (503, "service_unavailable", "model_not_measured"),
-    AnswerInvalid: (502, "upstream_error", "upstream_invalid"),
-}
+
+@dataclass(frozen=True, slots=True)
+class ErrorAnswer:
+    """What an error says to the client: its status, message, OpenAI-style type and code, and
+    any headers of its own (a 405's Allow, a 429's Retry-After)."""
+
+    status: int
+    message: str
+    kind: str
+    code: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
-def _served(request: Request) -> str:
+def _served_routes(request: Request) -> str:
     names = [
         f"{','.join(sorted(r.methods or []))} {r.path}"
         for r in request.app.routes
@@ -236,34 +246,67 @@ def _served(request: Request) -> str:
     return "; ".join(names)
 
 
-def _describe(request: Request, exc: Exception) -> tuple[int, str, str, str | None, dict[str, str]]:
-    if isinstance(exc, ProxyError):
-        return exc.status, exc.message, exc.kind, exc.code, exc.headers
-    if isinstance(exc, HTTPException):
-        method, path = clip(request.method), clip(request.url.path)  # the client's: capped for the body and log
-        if exc.status_code == 405:
-            return (
-                405,
-                f"{method} is not allowed on {path}; served: {_served(request)}",
-                "invalid_request_error",
-                "method_not_allowed",
-                dict(exc.headers or {}),
-            )
-        if exc.status_code == 404:
-            return (
-                404,
-                f"{method} {path} is not served; served: {_served(request)}",
-                "invalid_request_error",
-                "not_found",
-                {},
-            )
-        return exc.status_code, str(exc.detail), "invalid_request_error", None, dict(exc.headers or {})
-    for kind, (status, name, code) in _KINDS.items():
-        if isinstance(exc, kind):
-            return status, str(exc), name, code, {}
+def _proxy_error(request: Request, exc: ProxyError) -> ErrorAnswer:
+    return ErrorAnswer(exc.status, exc.message, exc.kind, exc.code, exc.headers)
+
+
+def _http_error(request: Request, exc: HTTPException) -> ErrorAnswer:
+    method, path = clip(request.method), clip(request.url.path)  # the client's: capped for the body and log
+    if exc.status_code == 405:
+        message = f"{method} is not allowed on {path}; served: {_served_routes(request)}"
+        return ErrorAnswer(405, message, "invalid_request_error", "method_not_allowed", dict(exc.headers or {}))
+    if exc.status_code == 404:
+        return ErrorAnswer(
+            404,
+            f"{method} {path} is not served; served: {_served_routes(request)}",
+            "invalid_request_error",
+            "not_found",
+        )
+    return ErrorAnswer(exc.status_code, str(exc.detail), "invalid_request_error", None, dict(exc.headers or {}))
+
+
+def _tool_choice_blocked(request: Request, exc: ToolChoiceBlocked) -> ErrorAnswer:
+    return ErrorAnswer(400, str(exc), "invalid_request_error", "tool_not_allowed")
+
+
+def _tool_budget_exceeded(request: Request, exc: ToolBudgetExceeded) -> ErrorAnswer:
+    return ErrorAnswer(400, str(exc), "invalid_request_error", "tool_budget_exceeded")
+
+
+def _request_invalid(request: Request, exc: RequestInvalid) -> ErrorAnswer:
+    return ErrorAnswer(400, str(exc), "invalid_request_error", "invalid_request")
+
+
+def _not_measured(request: Request, exc: NotMeasured) -> ErrorAnswer:
+    return ErrorAnswer(503, str(exc), "service_unavailable", "model_not_measured")
+
+
+def _answer_invalid(request: Request, exc: AnswerInvalid) -> ErrorAnswer:
+    return ErrorAnswer(502, str(exc), "upstream_error", "upstream_invalid")
+
+
+def _unexpected(request: Request, exc: Exception) -> ErrorAnswer:
+    """Anything else, a GatekeeperError without a handler of its own included: a 500 naming the
+    request, the traceback in the log."""
     log.error("request_failed", exc_info=exc)
-    request_id = structlog.contextvars.get_contextvars().get("request_id", "")
-    return 500, f"gatekeeper internal error (request {request_id})", "internal_error", None, {}
+    request_id = served.served(request).request_id or ""
+    return ErrorAnswer(500, f"gatekeeper internal error (request {request_id})", "internal_error")
+
+
+# One handler per exception class; Starlette finds the handler of the nearest class along the
+# raised one's MRO (AnswerIncomplete -> AnswerInvalid, CredentialConflict -> ProxyError), and
+# `Exception` is its handler of last resort (run outermost: the request's scope is still open).
+HANDLERS: dict[type[Exception], Callable[[Request, Any], ErrorAnswer]] = {
+    ProxyError: _proxy_error,
+    HTTPException: _http_error,
+    ToolChoiceBlocked: _tool_choice_blocked,
+    ToolBudgetExceeded: _tool_budget_exceeded,
+    RequestInvalid: _request_invalid,
+    NotMeasured: _not_measured,
+    AnswerInvalid: _answer_invalid,
+    GatekeeperError: _unexpected,
+    Exception: _unexpected,
+}
 
 
 def codec_for_path(path: str) -> Codec:
@@ -271,22 +314,26 @@ def codec_for_path(path: str) -> Codec:
     return (protocols.for_path(path) or protocols.PROTOCOLS["chat"]).codec
 
 
-async def _on_error(request: Request, exc: Exception) -> Response:
-    status, message, kind, code, extra = _describe(request, exc)
-    context = structlog.contextvars.get_contextvars()
-    headers = dict(extra)
+def _answering(handler: Callable[[Request, Any], ErrorAnswer]) -> Callable[[Request, Exception], Awaitable[Response]]:
+    async def answer(request: Request, exc: Exception) -> Response:
+        return _answer(request, exc, handler(request, exc))
+
+    return answer
+
+
+def _answer(request: Request, exc: Exception, error: ErrorAnswer) -> Response:
+    """An error in the client protocol's shape, with the request's own headers."""
+    record = served.served(request)
+    headers = dict(error.headers)
     # Every answer names its request, also one refused before any route ran (a 404, a 405).
-    headers["x-request-id"] = context.get("request_id") or redact.request_id(request.headers.get("x-request-id"))
-    if "tier" in context:
-        headers["x-gatekeeper-tier"] = context["tier"]
-        headers["x-gatekeeper-profile"] = context["source"]
-    if "routed" in context:  # the tier above is the routed pair's: say which pair that is
-        headers["x-gatekeeper-routed"] = routed_header(context["routed"])
-    if isinstance(exc, ToolChoiceBlocked):
-        context_fields: dict[str, Any] = {"blocked_choice": exc.tool}
-    else:
-        context_fields = {}
-    if context:
-        log.info("request", status=status, error=message, **context_fields)
-    body = orjson.dumps(codec_for_path(request.url.path).error_body(status, message, kind, code))
-    return Response(body, status_code=status, headers=headers, media_type=JSON)
+    headers["x-request-id"] = record.request_id or redact.request_id(request.headers.get("x-request-id"))
+    route = record.admission.route
+    # When routed, the tier is the routed pair's: say which pair that is.
+    headers |= record.tier_headers(routed_header(route.pair) if route is not None and route.routed else None)
+    if structlog.contextvars.get_contextvars():  # inside a request that logged anything: its one `request` line
+        fields: dict[str, Any] = {"blocked_choice": exc.tool} if isinstance(exc, ToolChoiceBlocked) else {}
+        log.info("request", status=error.status, error=error.message, **fields)
+    body = orjson.dumps(
+        codec_for_path(request.url.path).error_body(error.status, error.message, error.kind, error.code)
+    )
+    return Response(body, status_code=error.status, headers=headers, media_type=JSON)

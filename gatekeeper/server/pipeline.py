@@ -11,9 +11,10 @@ reaches the client with a tool call in it (502 `upstream_invalid`, or a stream t
 error event); a request field that could carry tools or redirect the upstream is understood and
 gated, or refused. Answers whose bytes cannot spell a call are relayed unparsed (the fast path).
 
-What a request learns goes to the log context (structlog context variables, scoped per request
-by the app's middleware), so every line logged for it, the final `request` line included, says
-which request, model, tier and tools it was about.
+What a request learns goes to its record (server/served.py: the answer's headers and the span
+are read from it) and to the log context (structlog context variables, scoped per request by the
+app's middleware), so every line logged for it, the final `request` line included, says which
+request, model, tier and tools it was about.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from starlette.responses import Response, StreamingResponse
 
 from gatekeeper.core.admit import aadmit
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
-from gatekeeper.drift.identity import ANONYMOUS, client_identity, evidence_identity
+from gatekeeper.drift.identity import ANONYMOUS, evidence_identity, identity_of, presented
 from gatekeeper.drift.monitor import DriftMonitor
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, ProxyError
 from gatekeeper.observe import logs, metrics, redact
@@ -45,10 +46,10 @@ from gatekeeper.protocols.base import (
     Translator,
     may_carry_calls,
 )
-from gatekeeper.protocols.enforce import asks_structured
 from gatekeeper.protocols.sse import encode
 from gatekeeper.protocols.stream import loads
 from gatekeeper.server.mounts import Upstreams
+from gatekeeper.server.served import Served, served
 from gatekeeper.server.upstream import (
     TransferError,
     UpstreamAnswer,
@@ -72,10 +73,10 @@ class Exchange:
     def __init__(self, codec: Codec, translator: Translator | None = None) -> None:
         self.codec, self.translator = codec, translator
 
-    def upstream_request(self, body: dict[str, Any], count: bool = False) -> tuple[str, dict[str, Any]]:
+    def upstream_request(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """The path (under the upstream's base URL) and body to send for a gated client body."""
         if self.translator is None:
-            return ("/messages/count_tokens" if count else self.codec.upstream_path), body
+            return self.codec.upstream_path, body
         chat = self.translator.to_chat(body)
         untranslated = getattr(self.translator, "untranslated", None)
         if untranslated is not None and (left_out := untranslated(body)):
@@ -84,12 +85,15 @@ class Exchange:
         return _CHAT_PATH, chat
 
     def local_count(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        """`/v1/messages/count_tokens` answered here when the upstream cannot (None: ask it)."""
+        """A token count (the protocol's count endpoint) answered here when the upstream cannot
+        (None: ask it)."""
         if self.translator is None:
             return None
         counter = getattr(self.translator, "count_tokens", None)
         if counter is None:
-            raise ProxyError(404, "count_tokens needs an upstream that speaks 'messages'", "protocol_not_served")
+            raise ProxyError(
+                404, f"count_tokens needs an upstream that speaks {self.codec.name!r}", "protocol_not_served"
+            )
         result: dict[str, Any] = counter(body)
         return result
 
@@ -156,30 +160,20 @@ class _Translated:
         return self._enforcer.error(message, kind, code)
 
 
-_EXCHANGES: dict[tuple[str, bool], Exchange] = {}
-
-
-def exchange(protocol: str, native: tuple[str, ...]) -> Exchange:
-    """The exchange for a client protocol and an upstream speaking `native` (built once per pair)."""
-    key = (protocol, protocol in native)
-    found = _EXCHANGES.get(key)
-    if found is not None:
-        return found
-    codec = protocols.codec(protocol)
-    if codec is None:
-        raise ProxyError(404, f"protocol {protocol!r} is not served", "protocol_not_served")
-    translator = None
-    if not key[1]:
-        translator = protocols.translator(protocol)
-        if translator is None:
-            raise ProxyError(
-                404,
-                f"the upstream does not speak {protocol!r} (upstream.protocols) and no "
-                "translation to chat is installed",
-                "protocol_not_served",
-            )
-    found = _EXCHANGES[key] = Exchange(codec, translator)
-    return found
+def exchange(protocol: str, codec: Codec, native: tuple[str, ...]) -> Exchange:
+    """The exchange for a request read by `codec` (its protocol's, or its token count's) and an
+    upstream speaking `native`. Built per request from the registry as it is now: a protocol
+    registered again (another codec or translator) is used whole, both ways, at once."""
+    if protocol in native:
+        return Exchange(codec)
+    translator = protocols.translator(protocol)
+    if translator is None:
+        raise ProxyError(
+            404,
+            f"the upstream does not speak {protocol!r} (upstream.protocols) and no translation to chat is installed",
+            "protocol_not_served",
+        )
+    return Exchange(codec, translator)
 
 
 # -- one model call -------------------------------------------------------------------------
@@ -191,6 +185,8 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     started = time.perf_counter()
     request_id = redact.request_id(request.headers.get("x-request-id"))  # the client's, when it is safe to log
     structlog.contextvars.bind_contextvars(request_id=request_id)
+    record = served(request)
+    record.request_id = request_id
     codec = protocols.codec(protocol, "count_tokens" if count else None)  # its own field allowlist
     if codec is None:
         raise ProxyError(404, f"protocol {protocol!r} is not served", "protocol_not_served")
@@ -201,8 +197,15 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     peer = request.client.host if request.client else None
     # Whose demotions and drift evidence: the credential the upstream checks (a 400 when the
     # request carries two that differ).
-    client = client_identity(request.headers, snapshot.settings, peer, protocol)
-    admitted = await aadmit(gk, codec, body, snapshot, route=True, client=client)  # routing: may rewrite model/effort
+    found = presented(request.headers, snapshot.settings, peer, protocol)
+    client = identity_of(found)
+    named = snapshot.clients.name_of(found)  # a configured client (`clients:`): its rules apply too
+    if named is not None:
+        state.clients_seen[named] = state.clients_seen.get(named, 0) + 1
+    # routing: may rewrite model/effort
+    admitted = await aadmit(
+        gk, codec, body, snapshot, route=True, client=client, client_policy=named, into=record.admission
+    )
     resolution = admitted.resolution
     tier = resolution.tier.value
     metrics.REQUESTS.labels(tier, resolution.source).inc()
@@ -218,7 +221,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     upstreams: Upstreams = state.upstreams
     upstream = upstreams.mounts(snapshot.settings).for_model(admitted.info.model)
     call = ModelCall(
-        exchange(protocol, upstream.protocols),
+        exchange(protocol, codec, upstream.protocols),
         # What the answer may carry: the offered tools, the rules of the pair used (tier rules and
         # tools.requires), what replaces a removed call (and where, for a structured answer).
         Allowed(
@@ -227,7 +230,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
             admitted.policy,
             snapshot.settings.blocked_calls == "explain",
             admitted.gated.servers,
-            asks_structured(body),
+            codec.asks_structured(body),
         ),
         body,
         resolution,
@@ -235,13 +238,15 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
         started,
         gk.drift,
         (evidence_identity(client, snapshot.settings, admitted.info.model), admitted.gated.hidden),
+        record,
     )
     if count and (local := call.exchange.local_count(body)) is not None:
         return call.finish(Response(orjson.dumps(local), media_type=JSON, headers=call.headers))
-    path, upstream_body = call.exchange.upstream_request(body, count)
+    path, upstream_body = call.exchange.upstream_request(body)
     stream = admitted.info.stream
     answer = await upstream.send(UpstreamRequest("POST", path, request.scope["headers"], upstream_body, stream))
     status = answer.status_code
+    record.upstream_status = status
     structlog.contextvars.bind_contextvars(upstream_status=status)
     if status >= 300:
         return await call.upstream_error(answer)
@@ -255,7 +260,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
 class ModelCall:
     """What one model call carries from the request side to the answer side."""
 
-    __slots__ = ("drift", "evidence", "exchange", "headers", "offered", "request", "resolution", "started")
+    __slots__ = ("drift", "evidence", "exchange", "headers", "offered", "record", "request", "resolution", "started")
 
     def __init__(
         self,
@@ -267,9 +272,11 @@ class ModelCall:
         started: float,
         drift: DriftMonitor | None,
         evidence: tuple[str, list[str]] = (ANONYMOUS, []),  # the drift identity, the tools the tier hid
+        record: Served | None = None,  # the request's record (server/served.py)
     ) -> None:
         self.exchange, self.offered, self.request, self.resolution = exchange, offered, request, resolution
         self.headers, self.started, self.drift, self.evidence = headers, started, drift, evidence
+        self.record = record if record is not None else Served()
 
     def plain(self, status: int, raw: bytes, passed: dict[str, str]) -> Response:
         headers = passed | self.headers
@@ -347,6 +354,7 @@ class ModelCall:
             return
         if enforced.removed:
             metrics.TOOL_CALLS_BLOCKED.inc(len(enforced.removed))
+            self.record.blocked_calls = enforced.removed
             structlog.contextvars.bind_contextvars(blocked_calls=enforced.removed)
             log.warning("tool_calls_blocked", tools=enforced.removed)
         if enforced.calls and self.drift is not None:
@@ -414,7 +422,8 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
 async def forward(request: Request, method: str, path: str, body: dict[str, Any] | None = None) -> Response:
     """A tool-free endpoint on the default upstream: its answer relayed as it is (size-capped)."""
     request_id = redact.request_id(request.headers.get("x-request-id"))
-    structlog.contextvars.bind_contextvars(request_id=request_id)  # errors from here on carry it too
+    served(request).request_id = request_id  # errors from here on carry it too
+    structlog.contextvars.bind_contextvars(request_id=request_id)
     settings = request.app.state.gk.settings
     upstream = request.app.state.upstreams.mounts(settings).default
     answer = await upstream.send(UpstreamRequest(method, path, request.scope["headers"], body))

@@ -107,8 +107,8 @@ class KeyThrottle:
 
 def shared_counts(request: Request) -> WrongKeyCounts | None:
     """The store's cluster-wide counts of wrong keys (Redis), or None (a JSON file: per process)."""
-    wrong_keys = getattr(request.app.state.gk.store, "wrong_keys", None)
-    return wrong_keys() if wrong_keys is not None else None
+    counts: WrongKeyCounts | None = request.app.state.gk.store.wrong_keys()
+    return counts
 
 
 def _shared(call: Callable[..., T], *args: Any) -> T | None:

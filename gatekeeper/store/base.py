@@ -126,14 +126,37 @@ class WrongKeyCounts(Protocol):
     def clear(self, source: str) -> None: ...
 
 
+class DemotionBoard(Protocol):
+    """Where replicas share drift demotions (a scheme's `demotions`, store/schemes.py; the Redis
+    one is store/redis_demotions.py). Records are plain JSON objects keyed by their `slot`; what
+    they mean is drift's business (drift/demotion.py)."""
+
+    def start(
+        self,
+        on_demoted: Callable[[dict[str, Any]], None],
+        on_ended: Callable[[str, str], None],
+        on_sync: Callable[[dict[str, dict[str, Any]]], None],
+    ) -> None: ...
+
+    def publish(self, record: dict[str, Any]) -> None: ...
+
+    def retract(self, slot: str, why: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class ProfileStore(Protocol):
     """Where profiles live. Implementations must be safe to call from several threads.
 
     `get` and `load` may answer from a local cache (the hot path); `fetch` asks the source of
     truth (used before starting a measurement, so a profile another process just wrote is seen).
+    Every member is required; the two a store may not have say so with None: `problem` (why the
+    last read found no usable store, as a JSON file that is not one) and `wrong_keys()` (wrong
+    admin keys counted for every replica; None: each process counts its own).
     """
 
     location: str
+    problem: str | None
 
     def load(self) -> StoreData: ...
 
@@ -152,6 +175,8 @@ class ProfileStore(Protocol):
     def coordinator(self) -> Coordinator: ...
 
     def sessions(self) -> SessionRevocations: ...
+
+    def wrong_keys(self) -> WrongKeyCounts | None: ...
 
     def on_change(self, listener: ChangeListener) -> None: ...
 

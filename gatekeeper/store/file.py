@@ -102,6 +102,10 @@ class JsonFileStore:
             self._sessions = FileSessions(self.path.with_name(self.path.name + ".sessions"))
         return self._sessions
 
+    def wrong_keys(self) -> None:
+        """None: each process counts wrong admin keys itself (server/throttle.py)."""
+        return None
+
     def on_change(self, listener: ChangeListener) -> None:
         self._listeners.append(listener)
 

@@ -94,6 +94,10 @@ class Profile(_Camel):
     # The largest number of offered tools at which choosing the right one is certified at the
     # tier's toolCalling threshold (`toolBudget`; absent: not measured, no budget applies).
     tool_budget: int | None = None
+    # Per category, the failed attempts (transport, rate limit, server error) retried before an
+    # answer came (`retries`; absent: none). A model's own failure (its output did not parse) is
+    # never retried: it is a failed answer.
+    retries: dict[str, int] | None = None
 
     def lower_bound(self, category: str) -> float | None:
         """The bound the tier was decided on for `category`: the lower end of its stored interval
@@ -113,5 +117,9 @@ class Profile(_Camel):
     def to_json(self) -> dict[str, Any]:
         # The optional confidence fields are left out when unset, so a one-sample profile of a
         # fixed suite is written in exactly the seed's format.
-        unset = {k for k in ("samples", "score_intervals", "instance_seed", "tool_budget") if getattr(self, k) is None}
+        unset = {
+            k
+            for k in ("samples", "score_intervals", "instance_seed", "tool_budget", "retries")
+            if getattr(self, k) is None
+        }
         return self.model_dump(mode="json", by_alias=True, exclude=unset)

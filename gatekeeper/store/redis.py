@@ -101,6 +101,7 @@ class RedisStore:
 
     def __init__(self, url: str, *, listen: bool = True, timeout_s: float = 1.0) -> None:
         self.location = redact_url(url)  # what logs, errors and pages show: never the password
+        self.problem: str | None = None  # Redis holds profiles or nothing: never a non-store to refuse
         self._redis = connect(url, timeout_s)
         self._listen = listen
         self._lock = threading.Lock()

@@ -2,8 +2,11 @@
 
 A location with a scheme (`name://...`) is opened by the store its scheme names, and one whose
 scheme is not in the table is refused (never taken for a file path); anything else is a path to
-a `models_profile.json`. Adding a store (Postgres, say) is one module with its `StoreScheme` and
-one line in `SCHEMES`.
+a `models_profile.json` (`FILE`). Adding a store (Postgres, say) is one module and one line: the
+module holds a `ProfileStore` (store/base.py: every member required, the ones a store may lack
+answered with None) and its `StoreScheme`, which declares everything else the rest of the code
+asks of a store; the line is `SCHEMES["postgres"] = POSTGRES` here, or `register_store` in the
+application that adds it. Nothing is probed: what is not declared is not used.
 """
 
 from __future__ import annotations
@@ -16,18 +19,22 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from gatekeeper.errors import StoreError
-from gatekeeper.store.base import ProfileStore
+from gatekeeper.store.base import DemotionBoard, ProfileStore
+from gatekeeper.store.file import JsonFileStore
 
 
 @dataclass(frozen=True)
 class StoreScheme:
-    """One kind of store reached by URL. `check(url)` raises ValueError saying what is wrong
-    (config validation names the key); `open(url, listen)` builds the store (`listen=False`:
-    one-shot commands, no background listener); `shared`: replicas share it (and its demotions)."""
+    """One kind of store. `check(location)` raises ValueError saying what is wrong (config
+    validation names the key); `open(location, listen)` builds the store (`listen=False`:
+    one-shot commands, no background listener); `shared`: replicas share it (its profiles,
+    leases and backoff); `demotions(location)` builds the board replicas share drift demotions
+    through (None: each process keeps its own, even on a shared store)."""
 
     check: Callable[[str], None]
     open: Callable[[str, bool], ProfileStore]
-    shared: bool = True
+    shared: bool
+    demotions: Callable[[str], DemotionBoard] | None
 
 
 def _check_redis(url: str) -> None:
@@ -61,8 +68,23 @@ def _open_redis(url: str, listen: bool) -> ProfileStore:
     return RedisStore(url, listen=listen)
 
 
-REDIS = StoreScheme(_check_redis, _open_redis)
-REDIS_SOCKET = StoreScheme(_check_redis_socket, _open_redis)
+def _redis_demotions(url: str) -> DemotionBoard:
+    from gatekeeper.store.redis_demotions import RedisDemotionBoard  # redis is only imported when used
+
+    return RedisDemotionBoard(url)
+
+
+def _check_path(location: str) -> None:
+    """Any path names a file store; what is wrong with the file is said when it is read."""
+
+
+def _open_file(location: str, listen: bool) -> ProfileStore:
+    return JsonFileStore(location)
+
+
+FILE = StoreScheme(_check_path, _open_file, shared=False, demotions=None)
+REDIS = StoreScheme(_check_redis, _open_redis, shared=True, demotions=_redis_demotions)
+REDIS_SOCKET = StoreScheme(_check_redis_socket, _open_redis, shared=True, demotions=_redis_demotions)
 
 SCHEMES: dict[str, StoreScheme] = {
     "redis": REDIS,
@@ -71,6 +93,17 @@ SCHEMES: dict[str, StoreScheme] = {
 }
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def register_store(name: str, scheme: StoreScheme) -> None:
+    """Serve `name://` locations with `scheme` (replacing any store that served them)."""
+    SCHEMES[name.lower()] = scheme
+
+
+def store_scheme(location: str | Path) -> StoreScheme:
+    """The store that serves `location`: its scheme's, or `FILE` for a path. Raises ValueError
+    for a URL whose scheme no store serves."""
+    return scheme_of(location) or FILE
 
 
 def scheme_of(location: str | Path) -> StoreScheme | None:

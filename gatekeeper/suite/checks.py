@@ -256,9 +256,11 @@ def _tool_arg_regex(check: Check, answer: Answer) -> bool:
     if value is _INVALID:
         return False
     # Unlike `regex`, argument matching ignores case unless the check says otherwise; a missing
-    # argument is matched as "" (the seed's `String(args[arg] ?? '')`).
+    # or `null` argument is matched as "" (the seed's `String(args[arg] ?? '')`: `??` reads null
+    # as absent, and a model sending `null` sent no value).
     flags = _flags("i" if check.flags is None else check.flags)
-    return re.search(str(check.value), "" if value is _MISSING else text_form(value), flags) is not None
+    absent = value is _MISSING or value is None
+    return re.search(str(check.value), "" if absent else text_form(value), flags) is not None
 
 
 # Every check type of the DSL -> the function that decides it.

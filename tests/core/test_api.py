@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
 
 import gatekeeper
 from gatekeeper import errors
@@ -33,6 +34,12 @@ def test_every_error_is_in_the_one_tree_and_exported():
     assert {cls.__name__ for cls in public} <= set(gatekeeper.__all__)
     defined = {n for n, obj in vars(errors).items() if inspect.isclass(obj) and issubclass(obj, Exception)}
     assert defined <= set(gatekeeper.__all__)
+
+
+def test_the_error_tree_drawn_in_errors_py_names_every_error():
+    defined = {n for n, obj in vars(errors).items() if inspect.isclass(obj) and issubclass(obj, Exception)}
+    drawn = {"GatekeeperError", *re.findall(r"── (\w+)", errors.__doc__ or "")}
+    assert drawn == defined
 
 
 def test_errors_carry_their_details_from_construction():

@@ -12,9 +12,9 @@ from conftest import wait_until
 from scripted import free_port
 from test_drift_monitor import BAD_ARGS, GOOD, MEASURED, OFFERED
 
-from gatekeeper.drift.board import DEMOTIONS, RedisDemotionBoard
 from gatekeeper.drift.monitor import DriftMonitor
 from gatekeeper.drift.window import DriftSettings
+from gatekeeper.store.redis_demotions import DEMOTIONS, RedisDemotionBoard
 
 redis_server = pytest.importorskip("redis_server", reason="tests/redis_server.py (the store's helper) is missing")
 RedisServer = redis_server.RedisServer

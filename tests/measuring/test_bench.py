@@ -17,7 +17,7 @@ from scripted import ScriptedServer, SuiteScript
 
 from gatekeeper.config import Settings
 from gatekeeper.core.gatekeeper import Gatekeeper
-from gatekeeper.errors import BackendError, InconclusiveMeasurement
+from gatekeeper.errors import BackendError, InconclusiveMeasurement, SuiteError
 from gatekeeper.measuring.backends import (
     BackendRequest,
     Completion,
@@ -31,7 +31,7 @@ from gatekeeper.measuring.service import MeasurementService
 from gatekeeper.rules.tiers import DEFAULT_SAMPLES
 from gatekeeper.store import JsonFileStore
 from gatekeeper.store.profile import Profile
-from gatekeeper.suite.loader import load_suite
+from gatekeeper.suite.loader import ANSWER_TOKENS, load_suite
 from gatekeeper.types import Answer, ToolCall, strip_reasoning
 
 FIXTURE_SUITE = ROOT / "tests" / "fixtures" / "seed_format_suite"
@@ -66,7 +66,7 @@ def test_perfect_model_scores_one_in_every_category_of_the_default_suite(default
 def test_requests_are_repeatable_and_offer_tools_with_tool_choice_auto(default_suite):
     with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
         run_sweep(server, default_suite)
-    assert all(b["temperature"] == 0 and b["max_tokens"] == 512 for b in server.requests)
+    assert all(b["temperature"] == 0 for b in server.requests)
     with_tools = [b for b in server.requests if "tools" in b]
     assert with_tools and all(b["tool_choice"] == "auto" for b in with_tools)
     assert not any("reasoning_effort" in b for b in server.requests)
@@ -453,12 +453,12 @@ def test_a_confident_model_stops_sampling_early_and_reports_the_calls_saved(tmp_
     )
     result = asyncio.run(service.sweep("m", ["low"]))
     (profile,) = result.profiles
-    # Every check of every sample passed, yet the bounds keep their width: 44 samples are what it
-    # takes for toolCalling's bound to reach 0.90 at risk 0.05 / 3 (and the level stops there).
-    assert profile.samples == 44 and profile.tier == "large"
+    # Every check of every sample passed, yet the bounds keep their width: 32 samples are what it
+    # takes for toolCalling's bound to reach 0.90 at risk 0.05 (and the level stops there).
+    assert profile.samples == 32 and profile.tier == "large"
     assert all(0.85 <= low < 1.0 == high for low, high in profile.score_intervals.values())
-    assert len(backend.requests) == 44 * calls_per_pass(default_suite)
-    assert result.calls_saved == 6 * calls_per_pass(default_suite)
+    assert len(backend.requests) == 32 * calls_per_pass(default_suite)
+    assert result.calls_saved == 18 * calls_per_pass(default_suite)
 
 
 def test_a_model_passing_every_check_is_certified_large_in_about_140_calls(tmp_path, default_suite):
@@ -496,11 +496,11 @@ def once_wrong_answers():
 def test_a_model_that_fails_once_is_not_large_on_its_mean(tmp_path, default_suite):
     backend = mock_answering(SuiteScript(default_suite), once_wrong_answers())
     service = MeasurementService(
-        sampled(44, "whole"), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend
+        sampled(32, "whole"), default_suite, JsonFileStore(tmp_path / "p.json"), lambda m: backend
     )
     (profile,) = asyncio.run(service.sweep("m", ["low"])).profiles
     low, _ = profile.score_intervals["toolCalling"]
-    assert profile.samples == 44  # a perfect model would be certified large here
+    assert profile.samples == 32  # a perfect model would be certified large here
     assert profile.scores["toolCalling"] >= 0.9 > low  # the mean alone would have made it large
     assert profile.tier == "medium"
     assert profile.scores["instruction"] == 1.0 and profile.score_intervals["instruction"][0] >= 0.85
@@ -541,7 +541,7 @@ def test_bench_prints_the_estimate_the_bound_and_what_it_would_need(tmp_path, de
     assert done.returncode == 0, done.stderr
     out = " ".join(done.stdout.split())
     assert "m@low: certified medium at risk 0.05 after 276 calls" in out  # 12 runs of the suite's 23 calls
-    assert "toolCalling 1.00, bound 0.69 (132 calls: whole 12) < 0.90: certified medium; about " in out
+    assert "toolCalling 1.00, bound 0.76 (132 calls: whole 12) < 0.90: certified medium; about " in out
     assert "more calls would decide" in out
     shown = subprocess.run(
         [sys.executable, "-m", "gatekeeper", "profiles", "--store", str(store)],
@@ -551,7 +551,7 @@ def test_bench_prints_the_estimate_the_bound_and_what_it_would_need(tmp_path, de
         timeout=60,
         env=WIDE,
     )
-    assert "1.00 (>= 0.69" in shown.stdout
+    assert "1.00 (>= 0.76" in shown.stdout
 
 
 def test_a_seed_format_profile_reads_as_one_sample(default_suite):
@@ -705,7 +705,7 @@ def test_admin_api_shows_scores_with_their_interval(store_path, default_suite):
             # generous: 2 cores shared by many test runs
             wait_until(lambda: proxy.gk.lookup("m", "low"), "the measurement to land", timeout_s=180)
             listed = httpx.get(proxy.url + "/admin/profiles", headers=auth).json()["profiles"]["m@low"]
-    # 3 samples cannot certify large at risk 0.05 (44 can): the level ran all 3.
+    # 3 samples cannot certify large at risk 0.05 (32 can): the level ran all 3.
     assert listed["samples"] == 3 and 0.2 < listed["scoreIntervals"]["json"][0] < 1.0
     assert all(shown.startswith("1.00 (>= 0.") for shown in listed["shown"].values())
 
@@ -796,3 +796,65 @@ def test_any_other_400_is_still_a_backend_failure_and_stores_nothing(tmp_path, d
         with pytest.raises(BackendError, match="HTTP 400"):
             asyncio.run(MeasurementService(settings, default_suite, store).measure("m"))
     assert store.load().profiles == {}
+
+
+# -- each call bounded by what its test needs (issue 43) ---------------------------------------
+
+
+def test_each_call_asks_for_the_tokens_its_test_needs_under_the_ceiling(default_suite):
+    script = SuiteScript(default_suite)
+    with ScriptedServer(script.responder(answers.perfect)) as server:
+        run_sweep(server, default_suite)
+    asked = {script.locate(b)[0].category: b["max_tokens"] for b in server.requests}
+    assert asked == ANSWER_TOKENS
+    with ScriptedServer(script.responder(answers.perfect)) as server:
+        run_sweep(server, default_suite, max_tokens=100)
+    assert {b["max_tokens"] for b in server.requests} == {100}
+
+
+def test_an_explicit_effort_level_gets_the_configured_room_to_think(default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        run_sweep(server, default_suite, efforts=("low",))
+    assert {b["max_tokens"] for b in server.requests} == {512}
+
+
+def test_a_test_file_may_say_how_long_its_answer_is(tmp_path):
+    (tmp_path / "t.json").write_text(
+        json.dumps(
+            {"name": "t", "category": "json", "maxTokens": 40, "prompt": "p", "checks": [{"type": "json_valid"}]}
+        )
+    )
+    assert load_suite(tmp_path).tests[0].answer_tokens == 40
+    (tmp_path / "t.json").write_text(
+        json.dumps({"name": "t", "category": "json", "maxTokens": 0, "prompt": "p", "checks": [{"type": "json_valid"}]})
+    )
+    with pytest.raises(SuiteError, match="maxTokens"):
+        load_suite(tmp_path)
+
+
+def _one_test(default_suite, name: str, change: dict):
+    """Perfect answers, but `name`'s answers come with `change` (cut short, or slow)."""
+    script = SuiteScript(default_suite)
+
+    def respond(body: dict) -> dict:
+        test, step = script.locate(body)
+        return answers.perfect(test, step) | (change if test.name == name else {})
+
+    return respond
+
+
+def test_an_answer_cut_at_its_token_bound_is_a_failed_answer(default_suite):
+    with ScriptedServer(_one_test(default_suite, "sentence_seven_words", {"finish_reason": "length"})) as server:
+        (profile,) = run_sweep(server, default_suite, samples=1)
+    scores = {r.name: r.score for r in profile.test_results}
+    assert scores.pop("sentence_seven_words") == 0  # the text would pass: cut, it is not an answer
+    assert set(scores.values()) == {1.0}
+
+
+def test_an_answer_past_its_time_bound_is_a_failed_answer_and_the_measurement_goes_on(default_suite):
+    slow = _one_test(default_suite, "json_inventory_selection", {"delay_s": 30})
+    with ScriptedServer(slow) as server:
+        (profile,) = run_sweep(server, default_suite, samples=1, prompt_allowance_s=0.5, min_tokens_per_s=1e6)
+    scores = {r.name: r.score for r in profile.test_results}
+    assert scores.pop("json_inventory_selection") == 0
+    assert set(scores.values()) == {1.0}

@@ -353,6 +353,17 @@ def test_tool_arg_regex_matches_the_text_form_of_a_non_string():
     assert run_check(check("tool_arg_regex", "^8080$", arg="port"), calls(("open_port", {"port": 8080})))
 
 
+def test_tool_arg_regex_reads_a_null_argument_as_the_seed_does_as_empty():
+    answer = calls(("write_file", {"content": None}))
+    assert run_check(check("tool_arg_regex", "^$", arg="content"), answer)
+    assert not run_check(check("tool_arg_regex", "null", arg="content"), answer)
+
+
+def test_tool_arg_regex_fails_when_arguments_are_valid_json_but_not_an_object():
+    # The seed reads every argument of such a call as missing (""); a runtime cannot run it.
+    assert not run_check(check("tool_arg_regex", "^$", arg="path"), calls(("write_file", '"a"')))
+
+
 def test_tool_arg_regex_fails_without_a_match():
     assert not run_check(check("tool_arg_regex", "ready", arg="content"), calls(("write_file", {"content": "boot"})))
 

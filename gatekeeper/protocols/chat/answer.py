@@ -12,7 +12,10 @@ a call's name fragments, openai-node keeps the last non-empty one):
     changes nothing (the call stays removed);
   * a delta without `index` is a call of its own (some servers send each call whole in one delta
     without one); it gets a fresh index and is decided like any first delta;
-  * kept calls are renumbered so the client sees contiguous indexes."""
+  * kept calls are renumbered so the client sees contiguous indexes;
+  * a call whose tier depends on its arguments (`tools.arguments`: `Allowed.holds`) is held: none
+    of its deltas reaches the client until its choice finishes (`finish_reason`, or [DONE]), when
+    it is judged on its whole arguments and sent as one delta, or removed."""
 
 from __future__ import annotations
 
@@ -68,7 +71,9 @@ def _enforce_choice(choice: dict[str, Any], message: dict[str, Any], allow: Allo
     texts: list[str] = []
 
     def kept(tool: ToolId | None, name: str, arguments: str | None) -> bool:
-        fate = settle((Call(name, arguments, tool is not None and allow.admits(tool)), tool), result, allow)
+        fate = settle(
+            (Call(name, arguments, tool is not None and allow.admits_call(tool, arguments)), tool), result, allow
+        )
         if isinstance(fate, str):
             texts.append(fate)
         return fate is True
@@ -183,6 +188,9 @@ class ChatStreamFilter:
         self._texts: list[str] = []  # explanations of the calls this event removed
         self._wrote: set[int] = set()  # choices whose deltas carried text (read when structured)
         self._anonymous = 0
+        self._held: dict[tuple[int, int], _Held] = {}  # calls judged once their arguments are whole
+        self._last: dict[str, Any] = {}  # the last parsed chunk's envelope, for a chunk of released calls
+        self._whole: set[tuple[int, int]] = set()  # held calls released: judged whole, nothing may follow
 
     def feed(self, event: Event) -> list[Event]:
         if self.done:
@@ -190,11 +198,13 @@ class ChatStreamFilter:
         data = event.data
         if data.startswith("[DONE]"):
             self.done = True
-            return [Event("[DONE]")]
+            return [*self._release_all(), Event("[DONE]")]
         # Fast path: no marker and no escape that could spell one: it cannot carry a call. (A
-        # structured answer's chunks are all read: where an explanation goes depends on its text.)
+        # structured answer's chunks are all read: where an explanation goes depends on its text;
+        # so is every chunk while a call is held: a finish_reason releases it.)
         if (
-            "tool_calls" not in data
+            not self._held
+            and "tool_calls" not in data
             and "function_call" not in data
             and "\\u" not in data
             and "\x00" not in data
@@ -202,7 +212,9 @@ class ChatStreamFilter:
         ):
             return [event]
         doc = loads(data, "upstream stream event")
-        for choice in _choices(doc, "upstream stream event"):
+        choices = _choices(doc, "upstream stream event")
+        self._last = {k: doc[k] for k in ("id", "object", "created", "model") if k in doc}
+        for choice in choices:
             self._choice(choice)
         if isinstance(doc.get("choices"), list):
             doc["choices"] = [
@@ -230,12 +242,57 @@ class ChatStreamFilter:
         """The event that ends this stream in error."""
         return stream_error(message, kind, code)
 
-    def _choice(self, choice: dict[str, Any]) -> None:
+    def _release_all(self) -> list[Event]:
+        """At [DONE]: the calls still held (their choices sent no finish_reason), judged whole,
+        in one chunk before it."""
+        if not self._held:
+            return []
+        choices = []
+        for ci in sorted({ci for ci, _ in self._held}):
+            choice: dict[str, Any] = {"index": ci, "delta": {}, "finish_reason": None}
+            self._choice(choice, release=True)
+            if choice["delta"]:
+                choices.append(choice)
+        if not choices:
+            return []
+        chunk = {"id": "", "object": "chat.completion.chunk", "created": 0, "model": "", **self._last}
+        return [Event(orjson.dumps(chunk | {"choices": choices}).decode())]
+
+    def _released(self, ci: int) -> list[dict[str, Any]]:
+        """The held calls of choice `ci`, judged on their whole arguments: those kept, each as one
+        whole delta (a removed one's explanation goes to `_texts`)."""
+        out: list[dict[str, Any]] = []
+        for key in [k for k in self._held if k[0] == ci]:
+            held = self._held.pop(key)
+            self._whole.add(key)
+            arguments = "".join(held.parts)
+            call = Call(str(held.tool), arguments, self.allow.admits_call(held.tool, arguments))
+            fate = settle((call, held.tool), self.result, self.allow)
+            if fate is not True:
+                self._index[key] = None
+                if fate is not False:
+                    self._texts.append(fate)
+                continue
+            index = self._kept.get(ci, 0)
+            self._index[key] = index
+            self._kept[ci] = index + 1
+            self._names[key] = held.name
+            self._arguments[key] = (len(self.result.calls) - 1, list(held.parts))
+            whole = {"name": held.name, "arguments": arguments}
+            if key[1] == -1:  # the legacy `function_call`
+                out.append({"function_call": whole})
+            else:
+                out.append({**held.first, "index": index, "function": whole})
+        return out
+
+    def _choice(self, choice: dict[str, Any], release: bool = False) -> None:
         ci = choice.get("index", 0)
         if not _is_int(ci):
             raise AnswerInvalid("upstream stream event: 'choices[].index' must be an integer")
         _refuse_calls_in(choice.get("message"), "a stream event's 'message'")
         delta = choice.get("delta")
+        if delta is None and choice.get("finish_reason") and any(k[0] == ci for k in self._held):
+            delta = choice["delta"] = {}  # the finish releases held calls: they go in this delta
         if delta is None:
             return  # clients accumulate deltas only
         if not isinstance(delta, dict):
@@ -257,6 +314,15 @@ class ChatStreamFilter:
                 del delta["function_call"]
             elif verdict is False:
                 delta["function_call"] = {k: v for k, v in legacy.items() if k != "name"}
+        # The finish of a choice releases its held calls (after its own deltas are read).
+        if release or choice.get("finish_reason"):
+            released = self._released(ci)
+            legacy_released = [r["function_call"] for r in released if "function_call" in r]
+            whole_calls = [r for r in released if "function_call" not in r]
+            if whole_calls:
+                delta["tool_calls"] = [*(delta.get("tool_calls") or []), *whole_calls]
+            if legacy_released and "function_call" not in delta:
+                delta["function_call"] = legacy_released[0]
         content = delta.get("content")
         if isinstance(content, str) and content:
             self._wrote.add(ci)
@@ -293,6 +359,9 @@ class ChatStreamFilter:
         inner = call.get("function") or {}
         arguments = inner.get("arguments") if called is None or called[0].kind is ToolKind.FUNCTION else None
         verdict = self._decide(ci, ui, called[0] if called else None, next(iter(names), None), arguments)
+        held = self._held.get((ci, ui))
+        if held is not None and not held.first:
+            held.first = {k: call[k] for k in ("id", "type") if k in call}
         if verdict is None:
             return None
         out = dict(call, index=self._index[(ci, ui)])
@@ -305,10 +374,22 @@ class ChatStreamFilter:
     def _decide(self, ci: int, ui: int, tool: ToolId | None, name: str | None, arguments: Any) -> bool | None:
         """None: drop this delta. True: the first delta of a kept call. False: a later one."""
         key = (ci, ui)
+        held = self._held.get(key)
+        if held is not None:  # a later delta of a held call: its arguments, kept for the judgement
+            if name and name != held.name:
+                raise AnswerInvalid(f"upstream stream renames tool call {held.name!r} to {name!r}")
+            if isinstance(arguments, str):
+                held.parts.append(arguments)
+            return None
+        if key in self._whole:
+            raise AnswerInvalid("upstream stream continues a tool call after its choice finished")
         if key not in self._index:
             self._decided.add(ci)
             shown = str(tool) if tool is not None else name or ""
             call = Call(shown, arguments if isinstance(arguments, str) else None, bool(name) and self._admits(tool))
+            if call.offered and tool is not None and tool.kind is ToolKind.FUNCTION and self.allow.holds(tool):
+                self._held[key] = _Held(tool, name or "", [arguments] if isinstance(arguments, str) else [])
+                return None
             fate = settle((call, tool), self.result, self.allow)
             if fate is True:
                 index = self._kept.get(ci, 0)
@@ -330,7 +411,22 @@ class ChatStreamFilter:
         return False
 
     def _admits(self, tool: ToolId | None) -> bool:
-        return tool is not None and self.allow.admits(tool)
+        # A function call held for its arguments is judged on them when whole; a custom tool's
+        # free-form input is no JSON object: argument rules judge it at their strictest.
+        if tool is None:
+            return False
+        return self.allow.admits(tool) if tool.kind is ToolKind.FUNCTION else self.allow.admits_call(tool, None)
+
+
+class _Held:
+    """A streamed call held until its arguments are whole: what it calls, the name its first
+    delta gave, its argument parts, and its first delta's `id` and `type` (sent with it)."""
+
+    __slots__ = ("first", "name", "parts", "tool")
+
+    def __init__(self, tool: ToolId, name: str, parts: list[str]) -> None:
+        self.tool, self.name, self.parts = tool, name, parts
+        self.first: dict[str, Any] = {}
 
 
 def error_body(status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:

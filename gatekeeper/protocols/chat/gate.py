@@ -14,11 +14,10 @@ from typing import Any
 from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
 from gatekeeper.protocols import schema as S
 from gatekeeper.protocols.chat import fields as F
-from gatekeeper.protocols.gate import Gated, named_id, nonempty, require_boolean, tool_id
+from gatekeeper.protocols.gate import Gated, named_id, narrowed, nonempty, require_boolean, tool_id
 from gatekeeper.protocols.messages import fields as messages_fields
-from gatekeeper.protocols.responses import fields as responses_fields
 from gatekeeper.rules.tiers import Tier
-from gatekeeper.rules.tools import ToolId, ToolPolicy, builtin_family
+from gatekeeper.rules.tools import ToolId, ToolKind, ToolPolicy, builtin_family
 
 
 def _legacy_id(function: Any, where: str) -> ToolId:
@@ -54,13 +53,15 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
             for i, item in enumerate(items):
                 tool = id_of(item, f"{field_name}[{i}]")
                 if policy.allows(tier, tool):
-                    kept.append(item)
+                    kept.append(_narrowed(item, field_name, tier, policy, tool))
                     gated.kept.append(tool.name)
                 else:
                     hidden_here.append(tool)
                     gated.hidden.append(tool.name)
         _gate_choice(body, choice_name, tier, policy, bool(items) and not kept, hidden_here)
-        if items is not None and len(kept) != len(items):
+        if items is not None and (
+            len(kept) != len(items) or any(k is not i for k, i in zip(kept, items, strict=False))
+        ):
             if kept:
                 body[field_name] = kept
             else:
@@ -71,6 +72,17 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
                 if field_name == "tools":
                     body.pop("parallel_tool_calls", None)
     return gated
+
+
+def _narrowed(item: Any, field_name: str, tier: Tier, policy: ToolPolicy, tool: ToolId) -> Any:
+    """A kept function with its `parameters` narrowed to what argument rules admit at `tier`."""
+    if field_name == "functions":
+        return narrowed(item, "parameters", tier, policy, tool)
+    function = item.get("function") if tool.kind is ToolKind.FUNCTION else None
+    if not isinstance(function, dict):
+        return item
+    found = narrowed(function, "parameters", tier, policy, tool)
+    return item if found is function else {**item, "function": found}
 
 
 def _gate_choice(
@@ -203,18 +215,13 @@ def check_request(body: dict[str, Any], unknown: str) -> None:
             S.check(inner, F.CHAT_NAMED, f"tool_choice.{kind}", unknown)
 
 
-_TYPE_GATED: S.Fields = {"type": S.GATED}  # a typed built-in no table describes further
-
-
 def _check_tool(tool: Any, where: str, unknown: str) -> None:
     if not isinstance(tool, dict):
         raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
     kind = tool.get("type", "function")
     if isinstance(kind, str) and builtin_family(kind) is not None:
-        # A typed built-in some chat servers take (as Responses or Messages define it): its own
-        # fields, gated by its type.
-        table = responses_fields.RESPONSES_TOOL.get(kind) or messages_fields.MESSAGES_TOOL.get(kind) or _TYPE_GATED
-        S.check(tool, table, where, unknown)
+        # A typed built-in some chat servers take: what chat does not read of it is refused.
+        S.check(tool, F.CHAT_BUILTIN_TOOL[kind], where, unknown)
         fixed = messages_fields.MESSAGES_BUILTIN_NAMES.get(kind)
         if "name" in tool and tool["name"] != fixed:
             raise RequestInvalid(f"{where}.name must be {fixed!r} for a {kind!r} tool (its name is fixed)")

@@ -90,11 +90,21 @@ class _Judge(ItemJudge):
     not_calls = NOT_CALLS
     answers = dict.fromkeys(_RESULTS, "tool_use_id")
     listing, listing_server = "mcp_tool_listing", "mcp_server_name"
-    __slots__ = ()
+    __slots__ = ("input_text",)
+
+    def __init__(self, allow: Allowed) -> None:
+        super().__init__(allow)
+        # A streamed block's input as its `input_json_delta` parts spelled it (set by the stream
+        # filter for the block it judges whole): what the client parses, judged as sent.
+        self.input_text: str | None = None
 
     def _call(self, kind: str, block: dict[str, Any]) -> tuple[Call, ToolId | None]:
         # `input` arrives parsed; its JSON text is what the drift tracker validates.
         arguments = orjson.dumps(block["input"]).decode() if "input" in block else None
+        raw = block.get("input")
+        judged = self.input_text if self.input_text is not None else raw if isinstance(raw, dict) else None
+        if self.input_text is not None:
+            arguments = self.input_text
         if kind not in ("tool_use", "server_tool_use", "mcp_tool_use"):  # not a type this codec knows
             return Call(kind, arguments, False), None
         name = block.get("name")
@@ -106,20 +116,21 @@ class _Judge(ItemJudge):
             if not isinstance(server, str):
                 raise AnswerInvalid("an mcp_tool_use block has no string 'server_name'")
             tool = ToolId.mcp(server, name)
-            return Call(str(tool), arguments, self.allow.admits(tool)), tool
+            return Call(str(tool), arguments, self.admits(tool, judged)), tool
         if kind == "tool_use":
             function = ToolId.function(name)
             if function in offered:
-                return Call(name, arguments, True), function
+                return Call(name, arguments, self.admits(function, judged)), function
             typed = [t for t, called in _TOOL_USE_NAMES.items() if called == name]
             builtin = next((t for t in typed if ToolId.builtin(t) in offered), None)
             if builtin is not None:
-                return Call(builtin, arguments, True), ToolId.builtin(builtin)
+                return Call(builtin, arguments, self.admits(ToolId.builtin(builtin), judged)), ToolId.builtin(builtin)
             return Call(name, arguments, False), ToolId.builtin(typed[0]) if typed else function
         types = _SERVER_CALLS.get(name, ())
         matched = next((t for t in types if ToolId.builtin(t) in offered), None)
         stands_for = ToolId.builtin(matched or types[0]) if types else None
-        return Call(matched or name, arguments, matched is not None), stands_for
+        kept = matched is not None and self.admits(ToolId.builtin(matched), judged)
+        return Call(matched or name, arguments, kept), stands_for
 
 
 def answer_side(offered: Allowed | Offered) -> Allowed:
@@ -172,6 +183,10 @@ class MessagesStreamFilter:
         self._open: set[int] = set()
         self._tool_uses_kept = 0
         self._arguments: dict[int, tuple[int, list[str]]] = {}  # index -> (position in calls, input parts)
+        # Blocks whose tier depends on their input (`Allowed.holds`): index -> (the block, its
+        # events so far, its input parts). None of their events is sent before the block stops
+        # and is judged on its whole input.
+        self._held: dict[int, tuple[dict[str, Any], list[dict[str, Any]], list[str]]] = {}
         self._ended = False
 
     def feed(self, event: Event) -> list[Event]:
@@ -224,6 +239,8 @@ class MessagesStreamFilter:
             citation = delta.get("citation")
             if not (isinstance(citation, dict) and citation.get("type") in CITATIONS):
                 return []  # a citation of a type the API does not define: removed
+        if index in self._held:
+            return self._hold(kind, index, doc, delta)
         if index in self._arguments and isinstance(delta, dict) and delta.get("type") == "input_json_delta":
             part = delta.get("partial_json")
             if isinstance(part, str):
@@ -240,22 +257,37 @@ class MessagesStreamFilter:
         return [doc]
 
     def _start(self, index: int, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        if index in self._positions:
+        if index in self._positions or index in self._held:
             raise AnswerInvalid(f"content block {index} was started twice")
         block = doc.get("content_block")
         if not isinstance(block, dict):
             raise AnswerInvalid("a content_block_start event has no 'content_block' object")
         _known_citations(block)
         self._open.add(index)
-        verdict = self._judge(block)
+        self._judge.partial = True  # its input streams after this event: the tool alone, first
+        try:
+            verdict = self._judge(block)
+        finally:
+            self._judge.partial = False
+        if self._judge.held(verdict):
+            self._held[index] = (block, [doc], [])
+            return []
+        # Not held: nothing about it depends on its input, so the verdict is already whole.
         if verdict is not True and verdict is not False:
             self._arguments[index] = (len(self.result.calls), [])  # its streamed input, for the record
-        fate = settle(verdict, self.result, self.allow)
+        return self._placed(index, block, settle(verdict, self.result, self.allow), [doc])
+
+    def _placed(
+        self, index: int, block: dict[str, Any], fate: bool | str, docs: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """A judged block's events as the client gets them: renumbered, removed, or replaced by a
+        stand-in text block under `explain`."""
         position = self._positions.place(index, fate is not False)
         if fate is True:
             self._tool_uses_kept += block.get("type") == "tool_use"
-            doc["index"] = position
-            return [doc]
+            for doc in docs:
+                doc["index"] = position
+            return docs
         self._removed.add(index)
         if fate is False or position is None:
             return []
@@ -264,6 +296,27 @@ class MessagesStreamFilter:
             {"type": "content_block_delta", "index": position, "delta": {"type": "text_delta", "text": fate}},
             {"type": "content_block_stop", "index": position},
         ]
+
+    def _hold(self, kind: str, index: int, doc: dict[str, Any], delta: Any) -> list[dict[str, Any]]:
+        """An event of a held block: kept back; at its stop, the block judged on its whole input
+        (the text its `input_json_delta` parts spell, which is what the client parses)."""
+        block, docs, parts = self._held[index]
+        docs.append(doc)
+        if isinstance(delta, dict) and delta.get("type") == "input_json_delta":
+            part = delta.get("partial_json")
+            if not isinstance(part, str):
+                raise AnswerInvalid("an input_json_delta has no string 'partial_json'")
+            parts.append(part)
+        if kind != "content_block_stop":
+            return []
+        del self._held[index]
+        self._open.discard(index)
+        self._judge.input_text = "".join(parts) if parts else orjson.dumps(block.get("input", {})).decode()
+        try:
+            verdict = self._judge(block)
+        finally:
+            self._judge.input_text = None
+        return self._placed(index, block, settle(verdict, self.result, self.allow), docs)
 
     def finish(self) -> list[Event]:
         if not self._ended:

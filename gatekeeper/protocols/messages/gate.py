@@ -169,8 +169,11 @@ def _gate_tool(tool: Any, where: str, g: _Gate, servers: dict[str, dict[str, Any
     kind = S.check_typed(tool, F.MESSAGES_TOOL, where, g.unknown, default="custom")
     if kind == "mcp_toolset":
         return _gate_toolset(tool, where, g, servers)
-    if not _admits(g, _tool_ids(tool, kind, where)):
+    ids = _tool_ids(tool, kind, where)
+    if not _admits(g, ids):
         return None
+    if kind == "custom":
+        return g.narrowed(tool, "input_schema", ids[0])
     members = F.MESSAGES_TOOLSET_MEMBERS.get(kind)
     return tool if members is None else _gate_members(tool, kind, members, where, g)
 

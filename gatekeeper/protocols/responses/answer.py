@@ -52,6 +52,8 @@ _BUILTIN_CALLS: dict[str, tuple[str, ...]] = {
     "program": ("programmatic_tool_calling",),
 }
 _MCP_CALLS = frozenset({"mcp_call", "mcp_approval_request"})
+# What an output item calls: a later event of a held call must not change any of it.
+_IDENTITY = ("type", "name", "namespace", "server_label")
 # Events that end a Responses stream: nothing after one reaches the client.
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
 # Events about the whole response: their `response.output` is enforced like a plain answer.
@@ -145,18 +147,22 @@ class _Judge(ItemJudge):
                 tool = ToolId.function(name) if kind == "function_call" else ToolId.custom(name)
             if kind == "custom_tool_call":
                 arguments = None  # free-form input, not JSON: nothing for the drift tracker to validate
-            return Call(str(tool), arguments, self.allow.admits(tool)), tool
+            return Call(str(tool), arguments, self.admits(tool, arguments)), tool
         if kind in _MCP_CALLS:
             label, name = item.get("server_label"), item.get("name")
             if not isinstance(label, str) or not isinstance(name, str):
                 raise AnswerInvalid(f"an {kind} item has no string 'server_label' / 'name'")
             tool = ToolId.mcp(label, name)
-            return Call(str(tool), arguments, self.allow.admits(tool)), tool
+            return Call(str(tool), arguments, self.admits(tool, arguments)), tool
         types = _BUILTIN_CALLS.get(kind)
         if types is None:  # a type this codec does not know: it may be a call, so it goes
             return Call(kind, arguments, False), None
         offered = next((t for t in types if ToolId.builtin(t) in self.allow.offered.tools), None)
-        return Call(offered or kind, arguments, offered is not None), ToolId.builtin(offered or types[0])
+        tool = ToolId.builtin(offered or types[0])
+        # A built-in call's arguments, for argument rules: its `action` object (`command`, ...).
+        action = item.get("action")
+        kept = offered is not None and self.admits(tool, action if isinstance(action, dict) else None)
+        return Call(offered or kind, arguments, kept), tool
 
 
 def _arguments(item: dict[str, Any]) -> str | None:
@@ -236,6 +242,10 @@ class ResponsesStreamFilter:
         self._positions = Positions()
         self._items: dict[int, tuple[Any, Any]] = {}  # upstream output_index -> (type, name) seen at 'added'
         self._removed: set[int] = set()  # upstream indexes whose own events never reach the client
+        # Calls whose tier depends on their arguments (`Allowed.holds`): index -> their events so
+        # far, none sent before `output_item.done`, when the call is judged on its whole item.
+        self._held: dict[int, list[dict[str, Any]]] = {}
+        self._whole: set[int] = set()  # held calls released: nothing of theirs may follow
         self._sequence = 0
         self._ended = False
 
@@ -288,6 +298,10 @@ class ResponsesStreamFilter:
         item = doc.get("item")
         if item is not None and not isinstance(item, dict):
             raise AnswerInvalid(f"a {kind!r} event's 'item' is not an object")
+        if index in self._held:
+            return self._hold(kind, index, doc, item)
+        if index in self._whole:
+            raise AnswerInvalid(f"output_index {index} continues after its output_item.done")
         if index in self._positions:
             if kind == "response.output_item.added":
                 raise AnswerInvalid(f"output_index {index} was added twice")
@@ -299,15 +313,61 @@ class ResponsesStreamFilter:
         if kind != "response.output_item.added" or item is None:
             raise AnswerInvalid(f"a {kind!r} event for output_index {index} came before its output_item.added")
         self._items[index] = (item["type"], item.get("name"))
-        fate = settle(self._judge(item), self.result, self.allow)
+        self._judge.partial = True  # its arguments stream after this event: the tool alone, first
+        try:
+            verdict = self._judge(item)
+        finally:
+            self._judge.partial = False
+        if self._judge.held(verdict):
+            self._held[index] = [doc]
+            return []
+        # Not held: nothing about it depends on its arguments, so the verdict is already whole.
+        return self._placed(index, item, settle(verdict, self.result, self.allow), [doc])
+
+    def _placed(
+        self, index: int, item: dict[str, Any], fate: bool | str, docs: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """A judged item's events as the client gets them: renumbered, removed, or a stand-in."""
         position = self._positions.place(index, fate is not False)
         if fate is True:
-            doc["output_index"] = position
-            return [doc]
+            for doc in docs:
+                doc["output_index"] = position
+            return docs
         self._removed.add(index)
         if fate is False or position is None:
             return []
         return _stand_in_events(_stand_in(item, index, fate, self.allow.structured), position)
+
+    def _hold(self, kind: str, index: int, doc: dict[str, Any], item: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """An event of a held call: kept back; at `output_item.done`, the call judged on its done
+        item, whose arguments must be what its delta and done events spelled (a client may read
+        either)."""
+        docs = self._held[index]
+        if kind == "response.output_item.added":
+            raise AnswerInvalid(f"output_index {index} was added twice")
+        first = docs[0]["item"]
+        if item is not None and any(item.get(k) != first.get(k) for k in _IDENTITY):
+            raise AnswerInvalid(f"output_index {index} changed what it calls mid-stream")
+        if doc.get("name") is not None and doc.get("name") != first.get("name"):
+            raise AnswerInvalid(f"a {kind!r} event names another tool for output_index {index}")
+        docs.append(doc)
+        if kind != "response.output_item.done":
+            return []
+        del self._held[index]
+        self._whole.add(index)
+        if item is None:
+            raise AnswerInvalid(f"the output_item.done event of output_index {index} has no item")
+        final = item.get("arguments")
+        spelled: list[str] = []
+        for d in docs:
+            if d["type"].endswith("_arguments.delta"):
+                if not isinstance(d.get("delta"), str):
+                    raise AnswerInvalid(f"an arguments delta for output_index {index} is not a string")
+                spelled.append(d["delta"])
+        done = [d.get("arguments") for d in docs if d["type"].endswith("_arguments.done")]
+        if (spelled and "".join(spelled) != final) or any(text != final for text in done):
+            raise AnswerInvalid(f"output_index {index}: its streamed arguments differ from its item's")
+        return self._placed(index, item, settle(self._judge(item), self.result, self.allow), docs)
 
     def _check_same(self, kind: str, index: int, doc: dict[str, Any], item: dict[str, Any] | None) -> None:
         """A later event must not retype or rename its item: the client would see the new name."""

@@ -132,18 +132,21 @@ def _gate_tool(tool: Any, where: str, g: RequestGate) -> Any:
         kept = []
         for i, item in enumerate(inner):
             S.check_typed(item, F.RESPONSES_NAMESPACE_TOOL, f"{where}.tools[{i}]", g.unknown)
-            if g.admits(ToolId.namespaced(namespace, required_name(item.get("name"), f"{where}.tools[{i}].name"))):
-                kept.append(item)
+            member = ToolId.namespaced(namespace, required_name(item.get("name"), f"{where}.tools[{i}].name"))
+            if g.admits(member):
+                kept.append(g.narrowed(item, "parameters", member))
         if not kept:
             return None
-        return tool if len(kept) == len(inner) else tool | {"tools": kept}
+        return tool if kept == inner else tool | {"tools": kept}
     if kind == "function":
         tool_id = ToolId.function(required_name(tool.get("name"), f"{where}.name"))
     elif kind == "custom":
         tool_id = ToolId.custom(required_name(tool.get("name"), f"{where}.name"))
     else:
         tool_id = ToolId.builtin(kind)
-    return tool if g.admits(tool_id) else None
+    if not g.admits(tool_id):
+        return None
+    return g.narrowed(tool, "parameters", tool_id) if kind == "function" else tool
 
 
 # What identifies an `mcp` tool's server (gatekeeper.rules.mcp_identity): field -> tools.mcp_servers list.

@@ -1,4 +1,4 @@
-"""Demotions shared by the replicas of a gateway, through the Redis that holds their profiles.
+"""Drift demotions shared by the replicas of a gateway, through the Redis that holds their profiles.
 
 Each replica judges the traffic it relays (its windows stay local: counters in Redis would put
 a round trip on every answer); a demotion decided by any of them applies to all of them:
