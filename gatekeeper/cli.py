@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.errors import BackendError, GatekeeperError, RequestInvalid
+from gatekeeper.errors import BackendError, ConfigError, GatekeeperError, RequestInvalid
 from gatekeeper.measuring.confidence import show
 from gatekeeper.measuring.runner import DEFAULT_EFFORTS, RunSettings
 from gatekeeper.measuring.runner import Progress as MeasureProgress
@@ -111,8 +111,8 @@ def bench(
     recommend_only: bool = typer.Option(
         False,
         "--recommend-only",
-        help="Only the recommendation is wanted: stop a level once a cheaper level is certified large "
-        "(no profile is stored for it).",
+        help="Only the recommendation is wanted: explicit levels run one at a time, cheapest first, and a "
+        "level is skipped once a cheaper one is certified large (no profile is stored for it).",
     ),
     seed: int | None = typer.Option(
         None, help="Replay the draws (tests and instances) of the measurement stored with this instanceSeed."
@@ -344,15 +344,34 @@ def serve(
     config: Path | None = typer.Option(None, help="gatekeeper YAML config."),
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
+    workers: int = typer.Option(
+        1, help="Processes serving the port as one gateway (more than 1 needs a redis:// store; docs/replicas.md)."
+    ),
 ) -> None:
     """Run the OpenAI-compatible gating proxy. SIGHUP re-reads the config (pins, tool rules ...)."""
     import uvicorn
 
     from gatekeeper.core.gatekeeper import Gatekeeper
+    from gatekeeper.server import workers as fleet
     from gatekeeper.server.app import create_app
 
     settings = _settings(config)
     logs.configure(settings.log_level)
+    try:
+        fleet.check_fleet(settings, workers)
+        if workers > 1 and config is None:
+            raise ConfigError(f"--workers {workers}: give --config FILE (each worker reads it)")
+    except GatekeeperError as exc:
+        _fail(str(exc))
+        raise
+    if workers > 1 and config is not None:
+        err.print(
+            f"gatekeeper serving on http://{host}:{port}/v1 with {workers} workers -> "
+            f"{redact_url(settings.upstream.base_url)}",
+            highlight=False,
+        )
+        fleet.serve(config, host, port, workers)
+        return
     try:
         gk = Gatekeeper(settings, config_path=config)
     except GatekeeperError as exc:

@@ -119,6 +119,9 @@ class ToolRules(_Section):
     requires: dict[str, dict[Category, Annotated[float, Field(ge=0, le=1)]]] = Field(default_factory=dict)
     # MCP server label -> what identifies that server in a request (gatekeeper.rules.mcp_identity).
     mcp_servers: dict[str, McpServerIdentity] = Field(default_factory=dict)
+    # Tool name or shell-style pattern -> entries `{match: {<argument path>: <pattern> | {regex}
+    # | {equals} | {type}}, tier}`: the tier a call needs from its arguments (gatekeeper.rules.arguments).
+    arguments: dict[str, list[ArgumentRule]] = Field(default_factory=dict)
     # A request offering more tools than its pair's budget (gatekeeper.rules.budget): `report`
     # (forwarded, with a header, a log line and a metric), `trim`, `refuse` (400) or `route`.
     # `report` by default: it changes no request, and a budget is a lower bound (a conservative
@@ -127,9 +130,6 @@ class ToolRules(_Section):
     # Under `trim`: tools (names or shell-style patterns) kept first, in this order, after the
     # ones the conversation already used; then the client's order.
     budget_priority: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
-    # Tool name or shell-style pattern -> entries `{match: {<argument path>: <pattern> | {regex}
-    # | {equals} | {type}}, tier}`: the tier a call needs from its arguments (gatekeeper.rules.arguments).
-    arguments: dict[str, list[ArgumentRule]] = Field(default_factory=dict)
 
     @field_validator("mcp_servers")
     @classmethod
@@ -543,7 +543,9 @@ class Settings(_Section):
                 )
         return self
 
-    def route(self, model: str) -> ModelRoute | None:
+    def model_route(self, model: str) -> ModelRoute | None:
+        """The `models:` entry that calls `model` through litellm (None: the upstream serves it).
+        Not capability routing (`routing:`, core/router.py), which picks the pair a request uses."""
         return next((r for r in self.models if r.name == model), None)
 
     def pin_for(self, model: str, effort: str) -> Tier | None:

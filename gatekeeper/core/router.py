@@ -193,7 +193,7 @@ class Router:
         route speaks chat only; a request of another protocol is translated, and what cannot be
         translated (a built-in tool, server-held state) would make routing turn a request the
         asked pair serves, with the tool hidden, into a 400."""
-        native = ("chat",) if self.settings.route(model) is not None else tuple(self.settings.upstream.protocols)
+        native = ("chat",) if self.settings.model_route(model) is not None else tuple(self.settings.upstream.protocols)
         if codec.name in native:
             return None
         translator = protocol_table.translator(codec.name)

@@ -143,7 +143,7 @@ class MeasurementService:
 
     def _configured_backend(self, model: str) -> Backend:
         request = self.request_settings()
-        route = self.settings.route(model)
+        route = self.settings.model_route(model)
         if route is not None and self._base_url is None:
             return LiteLLMBackend(route.litellm_model, route.api_key, route.api_base, request)
         # Measurements always use the operator's key (config or CLI), never a client's.

@@ -134,9 +134,10 @@ async def invalidate(request: Request) -> Response:
 
 
 async def reload(request: Request) -> Response:
-    """Re-read the config file; a config that fails validation is refused, the old one stays."""
-    gk = request.app.state.gk
-    reload_config = getattr(gk, "reload", None)
+    """Re-read the config file; a config that fails validation is refused, the old one stays.
+    Under `serve --workers N` every worker is replaced by one that read it (server/workers.py)."""
+    fleet = getattr(request.app.state, "reload", None)
+    reload_config = fleet or getattr(request.app.state.gk, "reload", None)
     if reload_config is None:
         raise ProxyError(501, "this Gatekeeper cannot reload its config", "reload_unsupported", "server_error")
     try:
@@ -144,7 +145,7 @@ async def reload(request: Request) -> Response:
     except ConfigError as exc:
         message = f"config refused, the previous one stays in force: {redact(str(exc))}"
         raise ProxyError(400, message, "invalid_config") from None
-    return JSONResponse({"status": "reloaded"})
+    return JSONResponse({"status": "reloading every worker" if fleet else "reloaded"})
 
 
 def admin_routes() -> list[BaseRoute]:

@@ -219,7 +219,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def metrics_endpoint(request: Request) -> Response:
-    return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(metrics.served_registry()), media_type=CONTENT_TYPE_LATEST)
 
 
 # -- errors --------------------------------------------------------------------------------------
