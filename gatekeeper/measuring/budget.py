@@ -53,6 +53,7 @@ from gatekeeper.measuring.confidence import Estimate, estimate
 from gatekeeper.observe import logs
 from gatekeeper.rules.tiers import Thresholds, Tier
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile
+from gatekeeper.suite.loader import ANSWER_TOKENS
 from gatekeeper.types import Answer
 
 log = logs.get_logger("gatekeeper.measuring.budget")
@@ -334,7 +335,8 @@ async def _climb(
 async def _ask(backend: Backend, model: str, effort: str | None, case: Instance, system_prompt: str | None) -> Answer:
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     messages.append({"role": "user", "content": case.prompt})
-    return (await backend.complete(model, messages, case.tools, effort)).answer
+    # The answer is one call: bounded like a suite tool-calling test's (measuring/backends.py CallBound).
+    return (await backend.complete(model, messages, case.tools, effort, need=ANSWER_TOKENS["toolCalling"])).answer
 
 
 async def with_budgets(backend: Backend, profiles: list[Profile], settings: Settings, seed: int) -> list[Profile]:
