@@ -11,6 +11,7 @@
     ├── LocalModelError             the bundled local model could not be served
     ├── NotMeasured                 unknown_models: reject, and no valid profile       -> 503
     ├── RequestInvalid (ValueError) a request's fields cannot be gated                 -> 400
+    │   └── ToolBudgetExceeded      tools.budget: refuse, more tools than the budget   -> 400
     ├── AnswerInvalid (ValueError)  an upstream answer cannot be read with certainty   -> 502
     │   └── AnswerIncomplete        a stream ended before its end marker
     ├── ToolChoiceBlocked (ValueError)  tool_choice forces a tool the tier hides       -> 400
