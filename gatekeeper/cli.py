@@ -302,6 +302,10 @@ def _decision(profile: Profile, run: RunSettings, report: dict[str, dict[str, An
                     else f"the estimate is too close to {threshold:.2f} for more calls to decide"
                 )
         lines.append(line)
+    if profile.tool_budget is not None:
+        lines.append(
+            f"  tool budget {profile.tool_budget}: the most offered tools it chooses among, certified at risk {run.risk:g}"
+        )
     return lines
 
 
@@ -314,6 +318,7 @@ def _profile_table(profiles: list[Profile], title: str | None = None, suite: Sui
         "json",
         "toolCalling",
         "samples",
+        "tool budget",
         "tok/s",
         "avg tokens",
         "tested at",
@@ -329,6 +334,7 @@ def _profile_table(profiles: list[Profile], title: str | None = None, suite: Sui
             p.tier.value,
             *(show(p.scores.get(c, 0.0), intervals.get(c)) for c in ("instruction", "json", "toolCalling")),
             str(p.samples or 1),
+            "-" if p.tool_budget is None else str(p.tool_budget),
             f"{p.tokens_per_second:.1f}",
             f"{p.avg_completion_tokens:.0f}",
             p.tested_at,

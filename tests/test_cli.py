@@ -64,6 +64,19 @@ def test_profiles_json_prints_the_store(tmp_path, default_suite):
     assert "m@default" in table.stdout and "medium" in table.stdout
 
 
+def test_profiles_show_the_tool_budget_and_a_dash_where_none_was_measured(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    seed_store(
+        store,
+        make_profile("budgeted", Tier.MEDIUM, default_suite, tool_budget=16),
+        make_profile("unbudgeted", Tier.MEDIUM, default_suite),
+    )
+    table = gk("profiles", "--store", str(store)).stdout
+    rows = {line.split()[1]: line for line in table.splitlines() if "@default" in line}
+    assert "tool budget" in table
+    assert " 16 " in rows["budgeted@default"] and " - " in rows["unbudgeted@default"]
+
+
 def test_profiles_refuses_a_file_that_is_not_a_store_and_leaves_it_alone(tmp_path):
     other = tmp_path / "notes.txt"
     other.write_text("root:x:0:0:root:/root:/bin/bash\n")

@@ -112,14 +112,14 @@ def test_suite_validate_accepts_a_valid_suite_with_exit_0(tmp_path):
 # -- `gatekeeper bench` -----------------------------------------------------------------------
 
 
-def _point_estimate_config(tmp_path: Path, upstream: ScriptedServer, store: Path) -> Path:
+def _point_estimate_config(tmp_path: Path, upstream: ScriptedServer, store: Path, **bench: object) -> Path:
     """bench.risk 1: the tier on the point estimate (the seed's rule), so a perfect model is large
     after one sample; no retries, so a failing backend fails at once."""
     return config_file(
         tmp_path,
         upstream={"base_url": upstream.base_url},
         store=str(store),
-        bench={"risk": 1, "max_retries": 0, "retry_after_s": 0.1, "timeout_s": 20},
+        bench={"risk": 1, "max_retries": 0, "retry_after_s": 0.1, "timeout_s": 20} | bench,
     )
 
 
@@ -670,7 +670,8 @@ def test_suite_files_score_as_the_seed_describes(tmp_path):
         (suite / name).write_text(json.dumps(doc))
     store = tmp_path / "p.json"
     with ScriptedServer(lambda body: DSL_ANSWERS[body["messages"][-1]["content"]]) as upstream:
-        config = _point_estimate_config(tmp_path, upstream, store)
+        # The tool budget's instances are not this suite's: its answers know the suite only.
+        config = _point_estimate_config(tmp_path, upstream, store, tool_budget=False)
         done = cli(
             "bench", "m", "--config", config, "--suite", suite, "--effort", "default", "--samples", "1", "--json"
         )
@@ -717,7 +718,7 @@ def test_randomised_tests_draw_vars_with_arithmetic_and_store_the_seed(tmp_path)
             tmp_path,
             upstream={"base_url": upstream.base_url},
             store=str(store),
-            bench={"max_retries": 0, "design": "whole"},
+            bench={"max_retries": 0, "design": "whole", "tool_budget": False},  # the adder answers this suite only
         )
         args = ("bench", "m", "--config", config, "--suite", suite, "--effort", "low", "--samples", "3", "--json")
         done = cli(*args, "--seed", "1234")

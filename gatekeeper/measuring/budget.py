@@ -42,6 +42,7 @@ import asyncio
 import json
 import random
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,7 @@ from gatekeeper.measuring.confidence import Estimate, estimate
 from gatekeeper.observe import logs
 from gatekeeper.rules.tiers import Thresholds, Tier
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile
+from gatekeeper.suite.loader import ANSWER_TOKENS
 from gatekeeper.types import Answer
 
 log = logs.get_logger("gatekeeper.measuring.budget")
@@ -187,18 +189,35 @@ def answer_key(prompt: str) -> tuple[str, str, str] | None:
     return None
 
 
-def passed(case: Instance, answer: Answer) -> bool:
-    """The first structured call is the right tool, with the request's id as its argument."""
+# A call written as text: `<tool_call>{...}`, or a JSON object naming a tool, in the content.
+_TEXT_CALL = re.compile(r"<tool_call>|\{\s*\"(?:name|function|tool)\"\s*:")
+
+
+def failure(case: Instance, answer: Answer) -> str | None:
+    """Why an answer fails its instance (None: it passes), in the kinds that look like success
+    to an agent that only checks for a 200: `text_call` (a call written in the content where
+    tools were offered), `not_offered` (a tool the request did not offer), `bad_arguments`
+    (arguments that do not parse, or without the request's id); and `wrong_tool` (another offered
+    tool), `no_call`."""
     if not answer.tool_calls:
-        return False
+        return "text_call" if _TEXT_CALL.search(answer.content) else "no_call"
     call = answer.tool_calls[0]
+    if call.name not in {t["function"]["name"] for t in case.tools}:
+        return "not_offered"
     if call.name != case.target:
-        return False
+        return "wrong_tool"
     try:
         arguments = json.loads(call.arguments)
     except (ValueError, TypeError):
-        return False
-    return isinstance(arguments, dict) and arguments.get(case.argument) == case.value
+        return "bad_arguments"
+    if not isinstance(arguments, dict) or arguments.get(case.argument) != case.value:
+        return "bad_arguments"
+    return None
+
+
+def passed(case: Instance, answer: Answer) -> bool:
+    """The first structured call is the right tool, with the request's id as its argument."""
+    return failure(case, answer) is None
 
 
 def threshold_for(tier: Tier, thresholds: Thresholds) -> float:
@@ -227,6 +246,7 @@ class Rung:
     failures: list[float] = field(default_factory=list)
     bets: list[float] = field(default_factory=list)
     certified: bool = False
+    kinds: Counter[str] = field(default_factory=Counter)  # failure kind -> count (`failure`)
 
     def estimate(self, risk: float) -> Estimate:
         return estimate(self.failures, risk, self.bets)
@@ -275,6 +295,7 @@ async def measure_budget(
             bound=round(rung.estimate(risk).low, 4),
             threshold=threshold,
             certified=rung.certified,
+            failures=dict(rung.kinds),
         )
         if not rung.certified:
             break
@@ -299,7 +320,9 @@ async def _climb(
         start = len(rung.failures)
         cases = [instance(rung.n, random.Random(f"{key}/{start + i}")) for i in range(size)]
         answers = await asyncio.gather(*(_ask(backend, model, effort, c, system_prompt) for c in cases))
-        rung.failures += [0.0 if passed(c, a) else 1.0 for c, a in zip(cases, answers, strict=True)]
+        kinds = [failure(c, a) for c, a in zip(cases, answers, strict=True)]
+        rung.failures += [0.0 if kind is None else 1.0 for kind in kinds]
+        rung.kinds.update(kind for kind in kinds if kind is not None)
         rung.bets += bets
         found = rung.estimate(risk)
         if found.low >= threshold:
@@ -312,7 +335,8 @@ async def _climb(
 async def _ask(backend: Backend, model: str, effort: str | None, case: Instance, system_prompt: str | None) -> Answer:
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     messages.append({"role": "user", "content": case.prompt})
-    return (await backend.complete(model, messages, case.tools, effort)).answer
+    # The answer is one call: bounded like a suite tool-calling test's (measuring/backends.py CallBound).
+    return (await backend.complete(model, messages, case.tools, effort, need=ANSWER_TOKENS["toolCalling"])).answer
 
 
 async def with_budgets(backend: Backend, profiles: list[Profile], settings: Settings, seed: int) -> list[Profile]:

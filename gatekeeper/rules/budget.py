@@ -22,7 +22,7 @@ may call.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Literal
@@ -115,6 +115,21 @@ class BudgetPolicy(ToolPolicy):
 
     def required_tier(self, tool: str | ToolId) -> Tier:
         return self.base.required_tier(tool)
+
+    def own_tier(self, tool: str | ToolId) -> Tier:
+        return self.base.own_tier(tool)
+
+    def judges_arguments(self, tool: str | ToolId) -> bool:
+        return self.base.judges_arguments(tool)
+
+    def call_tier(self, tool: str | ToolId, arguments: str | Mapping[str, Any] | None, own: Tier | None = None) -> Tier:
+        return self.base.call_tier(tool, arguments, own)
+
+    def lowest_call_tier(self, tool: str | ToolId, own: Tier) -> Tier:
+        return self.base.lowest_call_tier(tool, own)
+
+    def narrowed(self, tier: Tier, tool: str | ToolId, schema: Mapping[str, Any]) -> dict[str, Any] | None:
+        return self.base.narrowed(tier, tool, schema)
 
     def allows(self, tier: Tier, tool: str | ToolId) -> bool:
         return str(tool) not in self.cut and self.base.allows(tier, tool)

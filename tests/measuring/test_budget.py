@@ -17,6 +17,7 @@ from gatekeeper.measuring.budget import (
     LADDER,
     POOL,
     answer_key,
+    failure,
     instance,
     measure_budget,
     passed,
@@ -140,3 +141,37 @@ def test_the_effort_is_sent_as_the_level_was_measured(tmp_path, default_suite, e
     backend = MockBackend(confused_from(4))
     asyncio.run(with_budgets(backend, [make_profile("m", Tier.LARGE, default_suite, effort=effort)], settings, 0))
     assert {r.effort for r in backend.requests} == {None if effort == "default" else effort}
+
+
+@pytest.mark.parametrize(
+    ("answer", "kind"),
+    [
+        ('<tool_call>{"name": "TARGET", "arguments": {}}</tool_call>', "text_call"),
+        ('{"name": "TARGET", "arguments": {"ARG": "VALUE"}}', "text_call"),
+        ("I cannot help with that.", "no_call"),
+    ],
+)
+def test_an_answer_without_a_call_is_told_apart_from_one_written_as_text(answer, kind) -> None:
+    case = instance(4, random.Random(2))
+    text = answer.replace("TARGET", case.target).replace("ARG", case.argument).replace("VALUE", case.value)
+    assert failure(case, Answer(text)) == kind
+
+
+def test_a_wrong_call_is_classified_by_what_is_wrong() -> None:
+    case = instance(4, random.Random(3))
+    other = next(t["function"]["name"] for t in case.tools if t["function"]["name"] != case.target)
+    good = json.dumps({case.argument: case.value})
+    assert failure(case, Answer("", (ToolCall("c", "rm_rf", good),))) == "not_offered"
+    assert failure(case, Answer("", (ToolCall("c", other, good),))) == "wrong_tool"
+    assert failure(case, Answer("", (ToolCall("c", case.target, "{oops"),))) == "bad_arguments"
+    assert failure(case, Answer("", (ToolCall("c", case.target, good),))) is None
+
+
+def test_a_rung_counts_its_failures_by_kind() -> None:
+    def as_text(request: BackendRequest) -> Answer:
+        name, argument, value = answer_key(request.messages[-1]["content"])  # type: ignore[misc]
+        return Answer(f'<tool_call>{{"name": "{name}", "arguments": {{"{argument}": "{value}"}}}}</tool_call>')
+
+    found = measure(as_text)
+    assert found.budget == 1
+    assert found.rungs[0].kinds == {"text_call": len(found.rungs[0].failures)}
