@@ -111,8 +111,8 @@ def bench(
     recommend_only: bool = typer.Option(
         False,
         "--recommend-only",
-        help="Only the recommendation is wanted: stop a level once a cheaper level is certified large "
-        "(no profile is stored for it).",
+        help="Only the recommendation is wanted: explicit levels run one at a time, cheapest first, and a "
+        "level is skipped once a cheaper one is certified large (no profile is stored for it).",
     ),
     seed: int | None = typer.Option(
         None, help="Replay the draws (tests and instances) of the measurement stored with this instanceSeed."

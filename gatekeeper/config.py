@@ -16,6 +16,7 @@ from gatekeeper.errors import ConfigError
 from gatekeeper.observe.redact import clip
 from gatekeeper.protocols import table as protocol_table
 from gatekeeper.rules.arguments import ArgumentRule
+from gatekeeper.rules.budget import BudgetMode
 from gatekeeper.rules.clients import ClientRules
 from gatekeeper.rules.mcp_identity import ServerBindings, normalise_url
 from gatekeeper.rules.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds, Tier
@@ -121,6 +122,14 @@ class ToolRules(_Section):
     # Tool name or shell-style pattern -> entries `{match: {<argument path>: <pattern> | {regex}
     # | {equals} | {type}}, tier}`: the tier a call needs from its arguments (gatekeeper.rules.arguments).
     arguments: dict[str, list[ArgumentRule]] = Field(default_factory=dict)
+    # A request offering more tools than its pair's budget (gatekeeper.rules.budget): `report`
+    # (forwarded, with a header, a log line and a metric), `trim`, `refuse` (400) or `route`.
+    # `report` by default: it changes no request, and a budget is a lower bound (a conservative
+    # one: cutting to it also cuts tools the model could have used).
+    budget: BudgetMode = "report"
+    # Under `trim`: tools (names or shell-style patterns) kept first, in this order, after the
+    # ones the conversation already used; then the client's order.
+    budget_priority: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
 
     @field_validator("mcp_servers")
     @classmethod
@@ -132,6 +141,20 @@ class ToolRules(_Section):
                 )
         _ = ServerBindings.of({label: server.model_dump() for label, server in value.items()})  # one owner each
         return value
+
+
+class Pin(_Section):
+    """A pin with more than a tier (`pins: {"my-model": {tier: medium, tool_budget: 16}}`): the
+    tool budget the admin vouches for (the largest number of offered tools the model chooses
+    among reliably; absent: no budget applies, as for a profile that never measured one)."""
+
+    tier: Tier
+    tool_budget: int | None = Field(default=None, ge=1)
+
+
+def pinned_tier(pin: Tier | Pin) -> Tier:
+    """A pin's tier, whichever form it was written in."""
+    return pin.tier if isinstance(pin, Pin) else pin
 
 
 RankedEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
@@ -180,6 +203,10 @@ class BenchSettings(_Section):
     # give up on 1 call in 10^4 (one measurement in ten lost), 6 on 1 in 10^7.
     max_retries: int = Field(default=6, ge=0)
     system_prompt: str | None = None
+    # After a level's tier is certified, measure its tool budget (toolBudget: the largest number of
+    # offered tools it chooses among at its tier's toolCalling threshold; gatekeeper.measuring.budget).
+    # Pinned pairs are skipped. Costs calls (about 30 a rung for a large model; docs/benchmark.md).
+    tool_budget: bool = True
     # A level's budget: each category spends at most this many runs of all its tests' calls; a
     # level stops as soon as its tier is settled. The tier is certified on lower bounds at level
     # `risk` (gatekeeper/measuring/confidence.py; docs/statistics.md has the power and the cost
@@ -377,7 +404,8 @@ class Settings(_Section):
     unknown_tier: Tier = Tier.SMALL
     wait_timeout_s: float = Field(default=120.0, ge=0)
     tools: ToolRules = Field(default_factory=ToolRules)
-    pins: dict[str, Tier] = Field(default_factory=dict)
+    # `"m": medium`, or `"m": {tier: medium, tool_budget: 16}` (Pin).
+    pins: dict[str, Tier | Pin] = Field(default_factory=dict)
     admin_key: str | None = None
     # Behind a reverse proxy: the header it sets with the client's address (X-Forwarded-For,
     # X-Real-IP) and how many proxies in front of gatekeeper append to it; the client is that
@@ -421,6 +449,15 @@ class Settings(_Section):
             if gateway.url is not None and gateway.url not in urls:
                 urls.append(gateway.url)
         return ServerBindings.of(servers)
+
+    @model_validator(mode="after")
+    def _routing_for_budget(self) -> Settings:
+        if self.tools.budget == "route" and self.routing is None:
+            raise ValueError(
+                "tools.budget: 'route' sends a request over its pair's budget to another pair by capability "
+                "routing; add a routing: section (e.g. routing.fallback), or choose trim, refuse or report"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_owner_per_mcp_url(self) -> Settings:
@@ -484,7 +521,7 @@ class Settings(_Section):
 
     @field_validator("pins")
     @classmethod
-    def _pin_keys(cls, value: dict[str, Tier]) -> dict[str, Tier]:
+    def _pin_keys(cls, value: dict[str, Tier | Pin]) -> dict[str, Tier | Pin]:
         for key in value:
             model, sep, effort = key.rpartition("@")
             if sep and (not model or not effort):
@@ -506,10 +543,17 @@ class Settings(_Section):
                 )
         return self
 
-    def route(self, model: str) -> ModelRoute | None:
+    def model_route(self, model: str) -> ModelRoute | None:
+        """The `models:` entry that calls `model` through litellm (None: the upstream serves it).
+        Not capability routing (`routing:`, core/router.py), which picks the pair a request uses."""
         return next((r for r in self.models if r.name == model), None)
 
     def pin_for(self, model: str, effort: str) -> Tier | None:
+        """The tier of the admin's pin for the pair (`pin_entry`), None when it has none."""
+        pinned = self.pin_entry(model, effort)
+        return None if pinned is None else pinned.tier
+
+    def pin_entry(self, model: str, effort: str) -> Pin | None:
         """The admin's pin for the pair: `MODEL@EFFORT` first, then every effort of the model.
 
         A pin key splits on its last `@`, like a profile key: `m@low` pins model `m` at `low` and
@@ -518,7 +562,9 @@ class Settings(_Section):
         pinned = self.pins.get(f"{model}@{effort}") or self.pins.get(f"{model}@*")
         if pinned is None and "@" not in model:
             pinned = self.pins.get(model)
-        return pinned
+        if pinned is None:
+            return None
+        return pinned if isinstance(pinned, Pin) else Pin(tier=pinned)
 
 
 def _expand(value: Any, where: str) -> Any:

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from gatekeeper.core.budget import Budgeted, apply_budget, routed_for_budget
 from gatekeeper.core.gate import check_before_measuring, gate_resolved
 from gatekeeper.observe.redact import clip
-from gatekeeper.protocols.base import Codec, RequestInfo
+from gatekeeper.protocols.base import Allowed, Codec, Offered, RequestInfo
 from gatekeeper.protocols.gate import Gated
 from gatekeeper.rules.clients import ClientPolicy, ceiling
 from gatekeeper.rules.tools import ToolId, ToolPolicy
@@ -45,6 +46,7 @@ class Admitted:
     gated: Gated
     policy: ToolPolicy  # the tool policy the request was gated with (the pair's)
     route: Route | None = None  # the routing decision (None: no `routing:` section, or no tools)
+    budget: Budgeted | None = None  # what the tool budget did (tools.budget; gatekeeper.core.budget)
 
 
 @dataclass(slots=True)
@@ -129,9 +131,26 @@ def _gate(
     into.resolution, into.route = resolution, routed
     structlog.contextvars.bind_contextvars(tier=resolution.tier.value, source=resolution.source)
     gated = gate_resolved(codec, body, resolution, policy)
+    gated, budgeted = apply_budget(snap.settings, codec, body, resolution, policy, gated)
+    if routed is not None and routed.routed and budgeted.action is None and snap.settings.tools.budget == "route":
+        budgeted = routed_for_budget(routed, budgeted)
     structlog.contextvars.bind_contextvars(tools_kept=gated.kept, tools_hidden=gated.hidden)
-    into.admitted = Admitted(info, resolution, gated, policy, routed)
+    into.admitted = Admitted(info, resolution, gated, policy, routed, budgeted)
     return into.admitted
+
+
+def allowed_calls(codec: Codec, body: Any, admitted: Admitted | None, explain: bool) -> Allowed:
+    """What the answer to `body` may carry, for every front end's answer side (the proxy, the
+    in-process transport, the LiteLLM hook): the tools the gated body offers, at the tier and
+    under the policy `admitted` found, and what replaces a removed call (`explain`; where, for a
+    structured answer). Without `admitted` (a call that offered no tools), nothing: every call
+    in the answer is removed."""
+    structured = isinstance(body, dict) and codec.asks_structured(body)
+    if admitted is None:
+        return Allowed(Offered(), explain=explain, structured=structured)
+    return Allowed(
+        codec.offered(body), admitted.resolution.tier, admitted.policy, explain, admitted.gated.servers, structured
+    )
 
 
 @dataclass(frozen=True, slots=True)

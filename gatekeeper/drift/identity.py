@@ -144,7 +144,7 @@ def _has_userinfo(url: str) -> bool:
 def evidence_identity(client: str, settings: Settings, model: str) -> str:
     """Whom the answer's calls count for: ANONYMOUS when the request went to a litellm route,
     which calls the provider with the operator's key (nobody checked the client's)."""
-    return ANONYMOUS if settings.route(model) is not None else client
+    return ANONYMOUS if settings.model_route(model) is not None else client
 
 
 def _hashed(kind: str, value: str | None) -> str:

@@ -31,14 +31,15 @@ from typing import Any
 
 import orjson
 
-from gatekeeper.core.admit import Admitted, aadmit, admit
+from gatekeeper.core.admit import Admitted, aadmit, admit, allowed_calls
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, GatekeeperError, NotMeasured, RequestInvalid
 from gatekeeper.observe import logs
 from gatekeeper.protocols import table as protocols
-from gatekeeper.protocols.base import Allowed, Codec, Enforced, Event, Offered, StreamFilter, may_carry_calls
+from gatekeeper.protocols.base import Allowed, Codec, Enforced, Event, StreamFilter
+from gatekeeper.protocols.enforce import enforce_plain
 from gatekeeper.protocols.sse import SSEParser, encode
-from gatekeeper.protocols.stream import loads
+from gatekeeper.protocols.strict_json import loads
 
 # Headers of the upstream's answer that describe bytes the client no longer gets as they were.
 _REWRITTEN = frozenset({"content-length", "content-encoding", "transfer-encoding"})
@@ -75,16 +76,6 @@ def needs_gate(codec: Codec, body: dict[str, Any]) -> bool:
     return bool(entry.carriers(body)) or not body.keys() <= entry.request_fields.keys()
 
 
-def allowed(gk: Gatekeeper, codec: Codec, body: Any, admitted: Admitted | None) -> Allowed:
-    """What the answer to `body` may carry: the tools it offers at the tier `admitted` found."""
-    explain = gk.settings.blocked_calls == "explain"
-    structured = isinstance(body, dict) and codec.asks_structured(body)
-    if admitted is None:
-        return Allowed(Offered(), explain=explain, structured=structured)
-    gated = admitted.gated
-    return Allowed(codec.offered(body), admitted.resolution.tier, admitted.policy, explain, gated.servers, structured)
-
-
 class AnswerGate:
     """The answer side of one gated model call, for front ends that get the answer as an object
     rather than bytes (the LiteLLM hook): `enforce` a plain answer (as the protocol's JSON, in
@@ -102,7 +93,7 @@ class AnswerGate:
         codec = protocols.codec(protocol)
         if codec is None:
             raise ValueError(f"unknown protocol {protocol!r}: expected one of {protocols.served()}")
-        return cls(codec, allowed(gk, codec, body, admitted))
+        return cls(codec, allowed_calls(codec, body, admitted, gk.settings.blocked_calls == "explain"))
 
     def enforce(self, doc: Any) -> Enforced:
         return self.codec.enforce(doc, self.allowed)
@@ -161,15 +152,6 @@ class StreamRelay:
         out = self._bytes.finish()
         self.failed = self._bytes.failed
         return out
-
-
-def enforce_plain(codec: Codec, raw: bytes, allowed: Allowed) -> bytes:
-    """A plain answer as the client may read it (the proxy's `Exchange.plain`, native)."""
-    if not may_carry_calls(raw, codec.markers, codec.plain_types):
-        return raw
-    doc = loads(raw, "upstream answer")
-    codec.enforce(doc, allowed)
-    return orjson.dumps(doc)
 
 
 class AnswerStream:
@@ -267,7 +249,10 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
                 admitted = admit(gk, codec, body)
             except GatekeeperError as exc:
                 return refused(codec, exc)
-        return rebuilt(request, body), (codec, allowed(gk, codec, body, admitted))
+        return rebuilt(request, body), (
+            codec,
+            allowed_calls(codec, body, admitted, gk.settings.blocked_calls == "explain"),
+        )
 
     async def ajudge(request: Any) -> tuple[Any, tuple[Codec, Allowed] | None] | Any:
         found = model_call(request, await request.aread())
@@ -279,7 +264,10 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
                 admitted = await aadmit(gk, codec, body)
             except GatekeeperError as exc:
                 return refused(codec, exc)
-        return rebuilt(request, body), (codec, allowed(gk, codec, body, admitted))
+        return rebuilt(request, body), (
+            codec,
+            allowed_calls(codec, body, admitted, gk.settings.blocked_calls == "explain"),
+        )
 
     def ungated(request: Any, found: tuple[Codec, dict[str, Any]] | None) -> tuple[Any, tuple[Codec, Allowed] | None]:
         """Not a model call (sent as it is), or one with nothing to gate: sent as read (the raw
@@ -287,7 +275,7 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
         if found is None:
             return request, None
         codec, body = found
-        return rebuilt(request, body), (codec, allowed(gk, codec, None, None))
+        return rebuilt(request, body), (codec, allowed_calls(codec, None, None, gk.settings.blocked_calls == "explain"))
 
     def headers_of(response: Any) -> list[tuple[str, str]]:
         return [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _REWRITTEN]
@@ -391,7 +379,7 @@ def _plain(
 ) -> Any:
     """A plain answer's enforced response; one that cannot be read is a 502 in the protocol's shape."""
     try:
-        content = enforce_plain(codec, raw, allowed)
+        content, _ = enforce_plain(codec, raw, allowed)
     except AnswerInvalid as exc:
         body = codec.error_body(502, f"gatekeeper: {exc}", "upstream_error", "upstream_invalid")
         return httpx.Response(502, json=body)

@@ -375,7 +375,9 @@ class McpGateway:
             log.warning("mcp_call_refused", tool=name[:200], model=binding.shown, reason="unknown")
             # Why a server is down (its URL, its command's path) is the log's and the console's.
             offered = "no server behind this gateway offers it" + (
-                f" (server {parts[0]!r} is unavailable)" if upstream is not None and upstream.error and parts else ""
+                f" (server {parts[0]!r} is unavailable: {upstream.reason})"
+                if upstream is not None and upstream.reason and parts
+                else ""
             )
             raise MCPError(
                 types.INVALID_PARAMS,

@@ -42,6 +42,13 @@ ROUTED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+TOOL_BUDGET = Counter(
+    "gatekeeper_tool_budget_exceeded",
+    "Requests offering more tools than their pair's budget (tools.budget), by action: reported, trimmed, "
+    "refused, routed",
+    ["action"],
+    registry=REGISTRY,
+)
 
 
 def served_registry() -> CollectorRegistry:

@@ -21,8 +21,9 @@ the codec's `markers`) is relayed as the upstream's own bytes, unparsed. Anythin
 strictly (orjson: no NaN, valid UTF-8 only), enforced and re-serialised, so an escaped key such
 as "tool\\u005fcalls" reaches the client spelled plainly, after enforcement.
 
-Translation (for upstreams that speak only Chat Completions; `upstream.protocols`): a codec
-module may register a `Translator` next to its codec (`protocols.register(codec, translator)`).
+Translation (for upstreams that speak only Chat Completions; `upstream.protocols`): a protocol's
+registry entry carries a `Translator` next to its codec (`register_protocol(ClientProtocol(...,
+translator=...))`, protocols/table.py).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class Enforced:
 
 
 class Event(NamedTuple):
-    """One server-sent event, as the SSE specification defines it (gatekeeper/protocols/stream.py). A named
+    """One server-sent event, as the SSE specification defines it (protocols/sse.py reads and writes them). A named
     tuple: built for every event of every stream, it must be cheap."""
 
     data: str

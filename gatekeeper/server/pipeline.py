@@ -29,7 +29,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from gatekeeper.core.admit import aadmit
+from gatekeeper.core.admit import aadmit, allowed_calls
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
 from gatekeeper.drift.identity import ANONYMOUS, evidence_identity, identity_of, presented
 from gatekeeper.drift.monitor import DriftMonitor
@@ -44,10 +44,9 @@ from gatekeeper.protocols.base import (
     StreamConverter,
     StreamFilter,
     Translator,
-    may_carry_calls,
 )
+from gatekeeper.protocols.enforce import enforce_plain
 from gatekeeper.protocols.sse import encode
-from gatekeeper.protocols.stream import loads
 from gatekeeper.server.mounts import Upstreams
 from gatekeeper.server.served import Served, served
 from gatekeeper.server.upstream import (
@@ -98,20 +97,12 @@ class Exchange:
         return result
 
     def plain(self, raw: bytes, offered: Allowed, request: dict[str, Any]) -> tuple[bytes, Enforced | None]:
-        """A plain answer for the client: the upstream's own bytes when they cannot spell a call
-        (enforced None), else parsed strictly, translated, enforced and re-serialised."""
-        if self.translator is None and not may_carry_calls(raw, self.codec.markers, self.codec.plain_types):
-            return raw, None
-        doc = loads(raw, "upstream answer")
-        if self.translator is not None:
-            if not isinstance(doc, dict):
-                raise AnswerInvalid("upstream answer must be a JSON object")
-            doc = self.translator.from_chat(doc, request)
-        enforced = self.codec.enforce(doc, offered)
-        try:
-            return orjson.dumps(doc), enforced
-        except orjson.JSONEncodeError as exc:  # nested deeper than orjson writes (254 levels)
-            raise AnswerInvalid(f"upstream answer cannot be relayed: {exc}") from None
+        """A plain answer for the client (protocols/enforce.py `enforce_plain`, translated back
+        first when the upstream got chat)."""
+        translator = self.translator
+        if translator is None:
+            return enforce_plain(self.codec, raw, offered)
+        return enforce_plain(self.codec, raw, offered, lambda doc: translator.from_chat(doc, request))
 
     def stream_filter(self, offered: Allowed, request: dict[str, Any]) -> StreamFilter:
         """Per-stream state: upstream events in, the client's (translated, enforced) events out."""
@@ -216,20 +207,15 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
         metrics.ROUTED.labels(admitted.route.reason).inc()
         if admitted.route.routed:
             headers["x-gatekeeper-routed"] = routed_header(admitted.route.pair)
+    if admitted.budget is not None and (budget := admitted.budget.header()) is not None:
+        headers["x-gatekeeper-tool-budget"] = budget
     upstreams: Upstreams = state.upstreams
     upstream = upstreams.mounts(snapshot.settings).for_model(admitted.info.model)
     call = ModelCall(
         exchange(protocol, codec, upstream.protocols),
         # What the answer may carry: the offered tools, the rules of the pair used (tier rules and
         # tools.requires), what replaces a removed call (and where, for a structured answer).
-        Allowed(
-            codec.offered(body),
-            resolution.tier,
-            admitted.policy,
-            snapshot.settings.blocked_calls == "explain",
-            admitted.gated.servers,
-            codec.asks_structured(body),
-        ),
+        allowed_calls(codec, body, admitted, snapshot.settings.blocked_calls == "explain"),
         body,
         resolution,
         headers,

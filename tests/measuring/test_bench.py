@@ -438,7 +438,8 @@ def test_a_few_empty_answers_are_scored_not_treated_as_inconclusive(tmp_path, de
 
 
 def sampled(samples: int, design: str = "adaptive") -> Settings:
-    return Settings.model_validate({"bench": {"samples": samples, "design": design}})
+    # tool_budget off: these tests count the tier's calls (the budget's: tests/measuring/test_budget.py).
+    return Settings.model_validate({"bench": {"samples": samples, "design": design, "tool_budget": False}})
 
 
 def calls_per_pass(suite) -> int:
