@@ -21,6 +21,7 @@ drift windows (the evidence before a demotion) and its local caches.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import AsyncIterator
@@ -61,19 +62,22 @@ def serve(config: Path, host: str, port: int, workers: int) -> None:
 
     os.environ[CONFIG_ENV] = str(config.resolve())
     # Each run its own directory: counters of an earlier run must not be summed into this one's.
-    os.environ[METRICS_ENV] = tempfile.mkdtemp(prefix="gatekeeper-metrics-")
-    uvicorn.run(
-        "gatekeeper.server.workers:app",
-        factory=True,
-        workers=workers,
-        host=host,
-        port=port,
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=10,
-        timeout_worker_healthcheck=_READY_S,
-        proxy_headers=False,  # as one worker: gatekeeper believes forwarded headers itself (server/throttle.py)
-    )
+    os.environ[METRICS_ENV] = metrics_dir = tempfile.mkdtemp(prefix="gatekeeper-metrics-")
+    try:
+        uvicorn.run(
+            "gatekeeper.server.workers:app",
+            factory=True,
+            workers=workers,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=10,
+            timeout_worker_healthcheck=_READY_S,
+            proxy_headers=False,  # as one worker: forwarded headers are gatekeeper's to believe (server/throttle.py)
+        )
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def app() -> Starlette:
