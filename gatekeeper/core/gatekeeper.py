@@ -38,7 +38,7 @@ from gatekeeper.measuring.service import MeasurementService
 from gatekeeper.observe import logs
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
-from gatekeeper.protocols.gate import Gated, listed_tool_id
+from gatekeeper.protocols.gate import Gated
 from gatekeeper.rules.clients import Clients
 from gatekeeper.rules.requirements import Capability, Requirements
 from gatekeeper.rules.tiers import Tier
@@ -285,7 +285,7 @@ class Gatekeeper:
     @staticmethod
     def _allowed(policy: ToolPolicy, tier: Tier, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         # By identity: a built-in by its type and family (`web_search: large` hides `web_search_preview`).
-        return [t for i, t in enumerate(tools) if policy.allows(tier, listed_tool_id(t, f"tools[{i}]"))]
+        return [t for i, t in enumerate(tools) if policy.allows(tier, protocols.listed_tool_id(t, f"tools[{i}]"))]
 
     @property
     def requirements(self) -> Requirements:
@@ -313,13 +313,13 @@ class Gatekeeper:
         lazily and used once measured."""
         snap = self._snapshot
         # By identity, as filter_tools: a built-in by its type and family, any protocol's shape.
-        names = [listed_tool_id(t, f"tools[{i}]") for i, t in enumerate(tools)]
+        names = [protocols.listed_tool_id(t, f"tools[{i}]") for i, t in enumerate(tools)]
         return self._route(snap, self._resolve(snap, model, effort), model, effort, names)
 
     async def aroute(self, model: str, effort: str | None, tools: list[dict[str, Any]]) -> Route:
         """`route` for async code."""
         snap = self._snapshot
-        names = [listed_tool_id(t, f"tools[{i}]") for i, t in enumerate(tools)]
+        names = [protocols.listed_tool_id(t, f"tools[{i}]") for i, t in enumerate(tools)]
         return self._route(snap, await self._aresolve(snap, model, effort), model, effort, names)
 
     def route_resolved(

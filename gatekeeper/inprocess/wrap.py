@@ -40,7 +40,7 @@ from gatekeeper.observe.redact import clip
 from gatekeeper.protocols import schema
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
-from gatekeeper.protocols.gate import Gated, listed_tool_id, tool_name
+from gatekeeper.protocols.gate import Gated, tool_name
 from gatekeeper.rules.tools import BUILTIN_FAMILIES, ToolId
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -93,10 +93,10 @@ def gated(
 
 def default_tool_identity(tool: Any) -> str | ToolId:
     """What `gated` judges a tool by: a dict's typed identity in any protocol's shape
-    (protocols.gate.listed_tool_id: a built-in by its type, never by a name put on it), else the
+    (protocols.table.listed_tool_id: a built-in by its type, never by a name put on it), else the
     `name` attribute of an object."""
     if isinstance(tool, dict):
-        return listed_tool_id(tool, "tool")
+        return protocols.listed_tool_id(tool, "tool")
     return default_tool_name(tool)
 
 

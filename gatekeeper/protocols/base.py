@@ -220,6 +220,11 @@ class Codec(Protocol):
     def asks_structured(self, body: dict[str, Any]) -> bool:
         """Whether the request asks for its answer's text in a JSON format (`Allowed.structured`)."""
 
+    def listed_tool(self, tool: dict[str, Any], where: str) -> ToolId | None:
+        """The identity of one tool of a flat list (`filter_tools`, the `gated` wrappers) when it
+        is in this protocol's shape; None when it is not (protocols/table.py `listed_tool_id`
+        asks each codec in turn). Raises RequestInvalid for its shape with a bad name."""
+
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         """The protocol's error shape (a plain answer's body)."""
 

@@ -1,5 +1,5 @@
-"""What every codec's request gating shares: a tool object's identity (chat's, and a flat list's of
-any protocol), the outcome of gating one request (Gated), one request's gating state
+"""What every codec's request gating shares: a chat tool object's identity (a flat list's of any
+protocol is the registry's, protocols/table.py `listed_tool_id`), the outcome of gating one request (Gated), one request's gating state
 (RequestGate) and the name checks. Pure: no I/O."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from gatekeeper.errors import RequestInvalid
 from gatekeeper.rules.tiers import Tier
-from gatekeeper.rules.tools import ToolId, ToolPolicy, builtin_family
+from gatekeeper.rules.tools import ToolId, ToolPolicy
 
 
 @dataclass
@@ -53,31 +53,6 @@ def named_id(obj: dict[str, Any], kind: str, where: str) -> ToolId:
 def tool_name(tool: Any, where: str) -> str:
     """The name a chat tool is gated and logged by (`str(tool_id(...))`)."""
     return tool_id(tool, where).name
-
-
-def listed_tool_id(tool: Any, where: str) -> ToolId:
-    """The identity of one tool of a flat list filtered outside any request (`filter_tools`, the
-    `gated` wrappers), in the shape of any protocol: a chat tool (`tool_id`), a Responses
-    `function` / `custom` or a Messages client tool (by `name`), a built-in by its type and
-    never a name put on it (`{"type": "computer_20250124", "name": "notes"}` is `computer`).
-    What a flat list cannot judge (an MCP server, a namespace: tools of their own, narrowed by
-    the codecs) or a type no codec knows is RequestInvalid: gate the request body instead."""
-    if not isinstance(tool, dict):
-        raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
-    kind = tool.get("type")
-    if isinstance(tool.get(kind or "function"), dict):
-        return tool_id(tool, where)  # chat: the name is in its `function` / `custom` object
-    if isinstance(kind, str) and builtin_family(kind) is not None:
-        return ToolId.builtin(kind)
-    if kind in (None, "function", "custom"):
-        name = nonempty(tool.get("name"))
-        if name is None:
-            raise RequestInvalid(f"{where}.name must be a non-empty string")
-        return ToolId.custom(name) if kind == "custom" else ToolId.function(name)
-    raise RequestInvalid(
-        f"{where}: a tool of type {str(kind)[:64]!r} cannot be judged in a list of tools (an MCP server or "
-        "a namespace has tools of its own); gate the request body (gatekeeper.gate_body)"
-    )
 
 
 @dataclass

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gatekeeper.errors import RequestInvalid
 from gatekeeper.protocols.base import Codec, Translator
 from gatekeeper.protocols.chat import codec as chat_codec
 from gatekeeper.protocols.chat import fields as chat_fields
@@ -25,6 +26,7 @@ from gatekeeper.protocols.messages.translate import MessagesTranslator
 from gatekeeper.protocols.responses import codec as responses_codec
 from gatekeeper.protocols.responses import fields as responses_fields
 from gatekeeper.protocols.responses.translate import ResponsesTranslator
+from gatekeeper.rules.tools import ToolId, builtin_family
 
 # The efforts OpenAI's field can carry that routing may set (openai-python
 # types/shared/reasoning_effort.py); routing orders them itself (gatekeeper.core.route_choice.RANKED_EFFORTS).
@@ -160,3 +162,28 @@ def for_path(path: str) -> ClientProtocol | None:
 def tool_fields() -> tuple[str, ...]:
     """Every protocol's top-level fields that offer tools, each once, in registry order."""
     return tuple(dict.fromkeys(name for entry in PROTOCOLS.values() for name in entry.tool_fields))
+
+
+def listed_tool_id(tool: Any, where: str) -> ToolId:
+    """The identity of one tool of a flat list filtered outside any request (`filter_tools`, the
+    `gated` wrappers), in the shape of any served protocol: a built-in by its type, never by a
+    name put on it (`{"type": "computer_20250124", "name": "notes"}` is `computer`); else the
+    first codec, in registry order, whose shape it is (`Codec.listed_tool`: chat's `function` /
+    `custom` objects, a Responses `function` / `custom`, a Messages client tool). What a flat
+    list cannot judge (an MCP server, a namespace: tools of their own, narrowed by the codecs)
+    or a type no codec reads is RequestInvalid: gate the request body instead."""
+    if not isinstance(tool, dict):
+        raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
+    kind = tool.get("type")
+    if isinstance(tool.get(kind or "function"), dict):
+        pass  # a chat tool: its codec reads it (a built-in's own object included)
+    elif isinstance(kind, str) and builtin_family(kind) is not None:
+        return ToolId.builtin(kind)
+    for entry in PROTOCOLS.values():
+        found = entry.codec.listed_tool(tool, where)
+        if found is not None:
+            return found
+    raise RequestInvalid(
+        f"{where}: a tool of type {str(kind)[:64]!r} cannot be judged in a list of tools (an MCP server or "
+        "a namespace has tools of its own); gate the request body (gatekeeper.gate_body)"
+    )

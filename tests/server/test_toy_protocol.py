@@ -13,7 +13,7 @@ from conftest import make_profile, running_proxy, seed_store, settings_for
 from fixtures.toy_protocol import TOY
 from fixtures.toy_protocol.upstream import ToyUpstream
 
-from gatekeeper import PROTOCOLS, register_protocol
+from gatekeeper import PROTOCOLS, Gatekeeper, register_protocol
 from gatekeeper.drift.identity import ANONYMOUS, client_identity
 from gatekeeper.rules.tiers import Tier
 
@@ -102,3 +102,10 @@ def test_the_toy_credential_header_names_the_client_when_sent_natively(toy, upst
     assert (
         client_identity({"x-api-key": "k1"}, native, protocol="chat") == ANONYMOUS
     )  # chat's upstream reads none there
+
+
+def test_a_toy_tool_in_a_flat_list_is_judged_by_the_toy_codec(toy, store_path, default_suite, upstream):
+    seed_store(store_path, make_profile("small-model", Tier.SMALL, default_suite))
+    with Gatekeeper(settings_for(upstream.base_url, store_path)) as gk:
+        listed = [{"type": "toy", "name": "read_file"}, {"type": "toy", "name": "execute_command"}]
+        assert gk.filter_tools("small-model", None, listed) == listed[:1]

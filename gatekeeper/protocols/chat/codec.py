@@ -17,7 +17,7 @@ from gatekeeper.protocols.chat.answer import (
 )
 from gatekeeper.protocols.chat.gate import check_request, gate_request
 from gatekeeper.protocols.enforce import json_format
-from gatekeeper.protocols.gate import Gated, tool_name
+from gatekeeper.protocols.gate import Gated, tool_id, tool_name
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId, ToolPolicy
 
@@ -116,6 +116,10 @@ class ChatCodec:
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         return error_body(status, message, kind, code)
+
+    def listed_tool(self, tool: dict[str, Any], where: str) -> ToolId | None:
+        # Chat's shape: the name is in its `function` / `custom` object.
+        return tool_id(tool, where) if isinstance(tool.get(tool.get("type") or "function"), dict) else None
 
     def asks_structured(self, body: dict[str, Any]) -> bool:
         return json_format(body.get("response_format"))

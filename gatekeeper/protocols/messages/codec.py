@@ -36,7 +36,7 @@ from gatekeeper.errors import RequestInvalid
 from gatekeeper.protocols import schema as S
 from gatekeeper.protocols.base import Allowed, Enforced, Event, Offered, RequestInfo
 from gatekeeper.protocols.enforce import enforce_answer, json_format
-from gatekeeper.protocols.gate import Gated
+from gatekeeper.protocols.gate import Gated, nonempty
 from gatekeeper.protocols.messages import fields as F
 from gatekeeper.protocols.messages.answer import (
     CITATIONS,
@@ -105,6 +105,15 @@ class MessagesCodec:
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         return error_body(status, message, kind, code)
+
+    def listed_tool(self, tool: dict[str, Any], where: str) -> ToolId | None:
+        # A client tool: untyped (or `custom`), named at its top level.
+        if tool.get("type") not in (None, "custom"):
+            return None
+        name = nonempty(tool.get("name"))
+        if name is None:
+            raise RequestInvalid(f"{where}.name must be a non-empty string")
+        return ToolId.function(name)
 
     def asks_structured(self, body: dict[str, Any]) -> bool:
         config = body.get("output_config")  # or the beta's `output_format`

@@ -25,7 +25,7 @@ from gatekeeper.errors import RequestInvalid
 from gatekeeper.observe import logs
 from gatekeeper.protocols.base import Allowed, Enforced, Event, Offered, RequestInfo
 from gatekeeper.protocols.enforce import as_allowed, enforce_answer, json_format
-from gatekeeper.protocols.gate import Gated
+from gatekeeper.protocols.gate import Gated, nonempty
 from gatekeeper.protocols.responses.answer import (
     NOT_CALLS,
     ResponsesStreamFilter,
@@ -100,6 +100,16 @@ class ResponsesCodec:
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         return error_body(status, message, kind, code)
+
+    def listed_tool(self, tool: dict[str, Any], where: str) -> ToolId | None:
+        # A `function` / `custom` tool, named at its top level.
+        kind = tool.get("type")
+        if kind not in ("function", "custom"):
+            return None
+        name = nonempty(tool.get("name"))
+        if name is None:
+            raise RequestInvalid(f"{where}.name must be a non-empty string")
+        return ToolId.custom(name) if kind == "custom" else ToolId.function(name)
 
     def asks_structured(self, body: dict[str, Any]) -> bool:
         text = body.get("text")
