@@ -18,9 +18,9 @@ is refused with a 400: gatekeeper cannot tell how it carries tools, so it never 
 
 Answers are enforced as the proxy enforces them (LiteLLM's post-call hooks): a model may call a
 tool it was never offered (a hallucination, or a prompt naming a hidden tool), so a call is kept
-only for a tool the gated request offered under the same kind. A plain answer has such a call
-removed (or explained, `blocked_calls`); a streamed one is cut with an error at the chunk that
-starts it (LiteLLM's chunks are its own objects, which the hook cannot rewrite faithfully).
+only for a tool the gated request offered under the same kind. A plain or streamed answer has such
+a call removed (or explained, `blocked_calls`), the stream well-formed and finished; an answer the
+hook cannot read is a 502, or a stream that ends with the protocol's error event.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import structlog
 from litellm.integrations.custom_logger import CustomLogger
 
@@ -43,7 +44,7 @@ from gatekeeper import (
     GatekeeperError,
     NotMeasured,
     RequestInvalid,
-    StreamJudge,
+    StreamRelay,
     ToolChoiceBlocked,
     agate_call,
     tool_carriers,
@@ -210,28 +211,61 @@ class GatekeeperHook(CustomLogger):  # type: ignore[misc]  # litellm is not type
     async def async_post_call_streaming_iterator_hook(
         self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
     ) -> AsyncIterator[Any]:
-        # A gated request's stream is judged chunk by chunk whatever LiteLLM's class for a chunk
+        # A gated request's stream is enforced chunk by chunk whatever LiteLLM's class for a chunk
         # (the protocol is the request's); another's, from the first chunk that is a model answer.
+        # A chunk that needs no change goes on as it is; one that does is replaced by the events
+        # the client gets instead, as LiteLLM's own objects (its later hooks read them): a removed
+        # call's events dropped and explained, the rest renumbered. An unreadable chunk ends the
+        # stream with the protocol's error event, not an exception: LiteLLM cannot report one once
+        # the response has started.
         gate = self._gate_of(request_data)
-        judge: StreamJudge | None = gate.judge_stream() if gate is not None else None
+        relay: StreamRelay | None = gate.relay_stream() if gate is not None else None
+        protocol = gate.codec.name if gate is not None else None
+        reported = 0
         async for chunk in response:
-            protocol = gate.codec.name if gate is not None else _answer_protocol(chunk)
-            if protocol is not None:
-                judge = judge or AnswerGate.of(self.gk, protocol).judge_stream()
-                doc = chunk.model_dump(mode="json", exclude_none=True) if hasattr(chunk, "model_dump") else chunk
-                try:
-                    removed = judge.feed(doc)
-                except AnswerInvalid as exc:
-                    raise _http_error(502, f"gatekeeper: {exc}", "upstream_invalid") from None
-                if removed:
-                    # The chunk is LiteLLM's own object, which the hook cannot rewrite: the stream ends here.
-                    log.info("litellm_stream_refused", protocol=protocol, calls=removed[:16])
-                    raise _http_error(
-                        502,
-                        f"gatekeeper: the model called {removed[0][:64]!r}, which this request may not use",
-                        "tool_not_allowed",
-                    )
-            yield chunk
+            protocol = protocol or _answer_protocol(chunk)
+            if protocol is None:
+                yield chunk
+                continue
+            relay = relay or AnswerGate.of(self.gk, protocol).relay_stream()
+            for out in _relayed(relay, protocol, chunk):
+                yield out
+            if len(relay.removed) > reported:
+                log.info("litellm_calls_removed", protocol=protocol, calls=relay.removed[reported:][:16], stream=True)
+                reported = len(relay.removed)
+            if relay.failed:
+                log.warning("litellm_stream_refused", protocol=protocol, reason="upstream_invalid")
+                return  # the error event ended the stream; the rest of the answer is not relayed
+        tail = relay.finish() if relay is not None else b""
+        if tail:
+            yield tail
+
+
+def _relayed(relay: StreamRelay, protocol: str, chunk: Any) -> list[Any]:
+    """What LiteLLM relays in place of `chunk`: the chunk itself, or the events that replace it
+    (LiteLLM's objects of the protocol; SSE bytes for the Messages API, which it relays as bytes)."""
+    if isinstance(chunk, (bytes, str)):
+        out = relay.feed_bytes(chunk.encode() if isinstance(chunk, str) else chunk)
+        return [out] if out else []
+    doc = chunk.model_dump(mode="json", exclude_none=True) if hasattr(chunk, "model_dump") else chunk
+    events = relay.feed_event(doc)
+    if events is None:
+        return [chunk]
+    return [_litellm_event(protocol, event) for event in events]
+
+
+def _litellm_event(protocol: str, doc: dict[str, Any]) -> Any:
+    """An event as LiteLLM relays it for `protocol`: its own object, built as LiteLLM builds one
+    from a provider's JSON; chat's error chunk as the SSE frame it relays as it is."""
+    if protocol == "responses":
+        from litellm.llms.openai.responses.transformation import OpenAIResponsesAPIConfig
+
+        return OpenAIResponsesAPIConfig.get_event_model_class(str(doc.get("type")))(**doc)
+    if "error" in doc:
+        return b"data: " + orjson.dumps(doc) + b"\n\n"
+    from litellm.types.utils import ModelResponseStream
+
+    return ModelResponseStream(**doc)
 
 
 _PENDING_ANSWERS = 10_000  # gated requests whose answer is awaited (each entry: the request and its gate)

@@ -34,11 +34,12 @@ from gatekeeper.errors import (
     StoreError,
     SuiteError,
     ToolArgumentsInvalid,
+    ToolBudgetExceeded,
     ToolChoiceBlocked,
     ToolNotAllowed,
     WriteFenced,
 )
-from gatekeeper.inprocess.answers import AnswerGate, StreamJudge, gating_http_client
+from gatekeeper.inprocess.answers import AnswerGate, StreamRelay, gating_http_client
 from gatekeeper.inprocess.registry import RegisteredTool, RoutedTools, ToolRegistry, function_schema
 from gatekeeper.inprocess.wrap import agate_body, agate_call, gate_body, gated, tool_carriers, unlisted_fields
 from gatekeeper.protocols.table import PROTOCOLS, ClientProtocol, register_protocol
@@ -65,7 +66,7 @@ __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     "gating_http_client",  # ... and its answer side, in an SDK's HTTP client
     "agate_call",  # agate_body and the call's answer side (an AnswerGate), for the LiteLLM hook
     "AnswerGate",
-    "StreamJudge",
+    "StreamRelay",
     # the client protocols served: one registry entry each (gatekeeper/protocols/table.py)
     "PROTOCOLS",
     "ClientProtocol",
@@ -91,6 +92,7 @@ __all__ = [  # noqa: RUF022 - grouped by role, not sorted
     "RequestInvalid",
     "AnswerIncomplete",
     "AnswerInvalid",
+    "ToolBudgetExceeded",
     "ToolChoiceBlocked",
     "ToolNotAllowed",
     "ToolArgumentsInvalid",

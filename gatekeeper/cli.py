@@ -13,9 +13,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.errors import BackendError, GatekeeperError, RequestInvalid
+from gatekeeper.errors import BackendError, ConfigError, GatekeeperError, RequestInvalid
 from gatekeeper.measuring.confidence import show
 from gatekeeper.measuring.runner import DEFAULT_EFFORTS, RunSettings
 from gatekeeper.measuring.runner import Progress as MeasureProgress
@@ -31,7 +32,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Measure mode
 suite_app = typer.Typer(no_args_is_help=True, help="Check the benchmark suite.")
 app.add_typer(suite_app, name="suite")
 # soft_wrap: an error stays one line ("FILE: why") at any terminal width, as scripts grep it.
-err = Console(stderr=True, soft_wrap=True)
+# markup=False on every console: what is printed is data (model names, paths, patterns, JSON
+# paths, `pip install 'gatekeeper[redis]'`) and is shown as written; rich would read `[/x]` in a
+# model name as a closing tag (a crash) and `[redis]` as a style (eaten). Styles are given as
+# `Text` spans (`_error`, `_bold`), never as markup in a string.
+err = Console(stderr=True, soft_wrap=True, markup=False)
 
 if TYPE_CHECKING:
     from gatekeeper.core.gatekeeper import Gatekeeper
@@ -40,14 +45,23 @@ if TYPE_CHECKING:
 def _stdout() -> Console:
     """A table on a terminal fits its width; piped (a script, a file) it is never cut: rich's
     default of 80 columns there cut `model@effort` keys to "m-a@…"."""
-    return Console() if sys.stdout.isatty() else Console(width=_PIPED_WIDTH)
+    return Console(markup=False) if sys.stdout.isatty() else Console(width=_PIPED_WIDTH, markup=False)
 
 
 _PIPED_WIDTH = 1000  # wider than any row: a table takes only the width its cells need
 
 
+def _error(message: str) -> None:
+    """`error: <message>` on stderr, the message shown exactly as written (credentials redacted)."""
+    err.print(Text.assemble(("error:", "red"), " ", redact(message)), highlight=False)
+
+
+def _bold(before: str, value: str, after: str = "") -> Text:
+    return Text.assemble(before, (value, "bold"), after)
+
+
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {redact(message)}", highlight=False)
+    _error(message)
     raise typer.Exit(code)
 
 
@@ -61,7 +75,11 @@ def _settings(config: Path | None) -> Settings:
 
 def _store(location: str | Path) -> ProfileStore:
     """A file path or a redis:// URL; one-shot commands read Redis directly (no listener)."""
-    return open_store(location, listen=False)
+    try:
+        return open_store(location, listen=False)
+    except GatekeeperError as exc:  # a Redis store without the extra, an unknown scheme: said, not a traceback
+        _fail(str(exc), 1)
+        raise
 
 
 def _suite(path: Path) -> Suite:
@@ -147,14 +165,14 @@ async def _bench(
         try:
             models = await service.list_models()
         except BackendError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False)
+            _error(str(exc))
             return [], True
         if not models:
-            err.print("[red]error:[/red] the backend's /models lists no models", highlight=False)
+            _error("the backend's /models lists no models")
             return [], True
     results, failed = [], False
     with Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # model names are data: `m[/x]` is no tag
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
@@ -171,11 +189,11 @@ async def _bench(
                 result = await service.sweep(model, efforts, seed=seed, on_progress=advance, progress=live)
             except BackendError as exc:
                 failed = True
-                err.print(f"[red]error:[/red] {model}: backend failed, no profile stored: {exc}", highlight=False)
+                _error(f"{model}: backend failed, no profile stored: {exc}")
                 results.append(ModelResult(model, error=str(exc)))
                 continue
             except GatekeeperError as exc:  # the store refused the write
-                err.print(f"[red]error:[/red] {exc}", highlight=False)
+                _error(str(exc))
                 return results, True
             for effort, task in tasks.items():  # the final figures, each level stopped when it was decided
                 report = result.categories.get(effort, {})
@@ -189,9 +207,7 @@ async def _bench(
                 )
             for level, reason in result.inconclusive.items():
                 failed = True
-                err.print(
-                    f"[red]error:[/red] {model}@{level}: inconclusive, no profile stored: {reason}", highlight=False
-                )
+                _error(f"{model}@{level}: inconclusive, no profile stored: {reason}")
             results.append(result)
     return results, failed
 
@@ -237,10 +253,8 @@ def _print_results(results: list[ModelResult], service: MeasurementService) -> N
         for profile in result.profiles:
             for line in _decision(profile, run, result.categories.get(profile.reasoning_effort)):
                 out.print(line, highlight=False)
-        line = f"recommended effort for {result.model}: [bold]{result.recommended}[/bold]"
-        if result.note:
-            line += f" ({result.note})"
-        out.print(line, highlight=False)
+        note = f" ({result.note})" if result.note else ""
+        out.print(_bold(f"recommended effort for {result.model}: ", str(result.recommended), note), highlight=False)
         if result.calls_saved:
             out.print(
                 f"sequential stopping saved {result.calls_saved} of {result.calls + result.calls_saved} calls",
@@ -330,15 +344,34 @@ def serve(
     config: Path | None = typer.Option(None, help="gatekeeper YAML config."),
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
+    workers: int = typer.Option(
+        1, help="Processes serving the port as one gateway (more than 1 needs a redis:// store; docs/replicas.md)."
+    ),
 ) -> None:
     """Run the OpenAI-compatible gating proxy. SIGHUP re-reads the config (pins, tool rules ...)."""
     import uvicorn
 
     from gatekeeper.core.gatekeeper import Gatekeeper
+    from gatekeeper.server import workers as fleet
     from gatekeeper.server.app import create_app
 
     settings = _settings(config)
     logs.configure(settings.log_level)
+    try:
+        fleet.check_fleet(settings, workers)
+        if workers > 1 and config is None:
+            raise ConfigError(f"--workers {workers}: give --config FILE (each worker reads it)")
+    except GatekeeperError as exc:
+        _fail(str(exc))
+        raise
+    if workers > 1 and config is not None:
+        err.print(
+            f"gatekeeper serving on http://{host}:{port}/v1 with {workers} workers -> "
+            f"{redact_url(settings.upstream.base_url)}",
+            highlight=False,
+        )
+        fleet.serve(config, host, port, workers)
+        return
     try:
         gk = Gatekeeper(settings, config_path=config)
     except GatekeeperError as exc:
@@ -544,7 +577,7 @@ def tools(
             _fail(f"{tools_file}: expected a JSON array of OpenAI tools: {exc}")
     policy = PairPolicy(gk.policy, gk.requirements, gk.capability(resolution).bounds)
     out = _stdout()
-    out.print(f"{model}@{effort or 'default'}: tier [bold]{tier.value}[/bold] ({resolution.source})")
+    out.print(_bold(f"{model}@{effort or 'default'}: tier ", tier.value, f" ({resolution.source})"), highlight=False)
     table = Table()
     for column in ("tool", "requires", "visible"):
         table.add_column(column)

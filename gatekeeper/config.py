@@ -16,6 +16,8 @@ from gatekeeper.errors import ConfigError
 from gatekeeper.observe.redact import clip
 from gatekeeper.protocols import table as protocol_table
 from gatekeeper.rules.arguments import ArgumentRule
+from gatekeeper.rules.budget import BudgetMode
+from gatekeeper.rules.clients import ClientRules
 from gatekeeper.rules.mcp_identity import ServerBindings, normalise_url
 from gatekeeper.rules.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds, Tier
 from gatekeeper.store.profile import EFFORT_NAME, EFFORTS
@@ -120,6 +122,14 @@ class ToolRules(_Section):
     # Tool name or shell-style pattern -> entries `{match: {<argument path>: <pattern> | {regex}
     # | {equals} | {type}}, tier}`: the tier a call needs from its arguments (gatekeeper.rules.arguments).
     arguments: dict[str, list[ArgumentRule]] = Field(default_factory=dict)
+    # A request offering more tools than its pair's budget (gatekeeper.rules.budget): `report`
+    # (forwarded, with a header, a log line and a metric), `trim`, `refuse` (400) or `route`.
+    # `report` by default: it changes no request, and a budget is a lower bound (a conservative
+    # one: cutting to it also cuts tools the model could have used).
+    budget: BudgetMode = "report"
+    # Under `trim`: tools (names or shell-style patterns) kept first, in this order, after the
+    # ones the conversation already used; then the client's order.
+    budget_priority: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
 
     @field_validator("mcp_servers")
     @classmethod
@@ -131,6 +141,20 @@ class ToolRules(_Section):
                 )
         _ = ServerBindings.of({label: server.model_dump() for label, server in value.items()})  # one owner each
         return value
+
+
+class Pin(_Section):
+    """A pin with more than a tier (`pins: {"my-model": {tier: medium, tool_budget: 16}}`): the
+    tool budget the admin vouches for (the largest number of offered tools the model chooses
+    among reliably; absent: no budget applies, as for a profile that never measured one)."""
+
+    tier: Tier
+    tool_budget: int | None = Field(default=None, ge=1)
+
+
+def pinned_tier(pin: Tier | Pin) -> Tier:
+    """A pin's tier, whichever form it was written in."""
+    return pin.tier if isinstance(pin, Pin) else pin
 
 
 RankedEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
@@ -169,12 +193,20 @@ class BenchSettings(_Section):
     temperature: float | None = Field(default=0.0, ge=0)
     max_tokens: int | None = Field(default=512, ge=1)
     timeout_s: float = Field(default=120.0, gt=0)
+    # A call is bounded by what its test needs: the test's answer tokens (`maxTokens`, else its
+    # category's), and the seconds those take at this rate plus 30 s for the prompt; an answer
+    # past either is a failed answer. 2 tokens/s: a small model on two busy cores makes ~2-20.
+    min_tokens_per_s: float = Field(default=2.0, gt=0)
     # A call that fails (HTTP 5xx/429, a timeout, a dropped connection) is asked again; past the
     # retries the measurement fails and stores nothing (a broken backend never reads as a weak
     # model). 6: a level makes up to 200 x 23 calls, and at a 10% transient error rate 3 retries
     # give up on 1 call in 10^4 (one measurement in ten lost), 6 on 1 in 10^7.
     max_retries: int = Field(default=6, ge=0)
     system_prompt: str | None = None
+    # After a level's tier is certified, measure its tool budget (toolBudget: the largest number of
+    # offered tools it chooses among at its tier's toolCalling threshold; gatekeeper.measuring.budget).
+    # Pinned pairs are skipped. Costs calls (about 30 a rung for a large model; docs/benchmark.md).
+    tool_budget: bool = True
     # A level's budget: each category spends at most this many runs of all its tests' calls; a
     # level stops as soon as its tier is settled. The tier is certified on lower bounds at level
     # `risk` (gatekeeper/measuring/confidence.py; docs/statistics.md has the power and the cost
@@ -268,6 +300,34 @@ class McpServer(_Section):
         return self
 
 
+class McpUriRule(_Section):
+    """A rule on the servers' resources and resource templates by URI (gatekeeper.mcp.reads): what
+    reading one whose URI matches `uri` requires, beside the rules by name. Every matching rule
+    applies (the strictest decides); a rule can only raise what an item requires."""
+
+    # A shell-style pattern matched against the whole URI, in any case, as written and normalised
+    # (percent-escapes decoded, `.` and `..` segments resolved, repeated slashes collapsed); a
+    # template is matched as written (`repo://{owner}/{repo}/delete`) and so is each URI read through it.
+    uri: str = Field(min_length=1)
+    server: str | None = None  # the label of the server it applies to; None: every server
+    tier: Tier | None = None  # the tier reading it needs
+    # The tool whose action reading it performs (`files.write_file`, `<label>.<tool>` as in tool
+    # rules, or a bare name): a read needs what a call of that tool needs (its tier under
+    # tools.required_tier, tools.requires), at least.
+    acts_as: str | None = Field(default=None, min_length=1)
+    # true: reading it is an action of its own server: it needs what a call of a tool of that
+    # server named as the resource or template (`<label>.<name>`) would need, at least.
+    action: bool = False
+
+    @model_validator(mode="after")
+    def _says_something(self) -> McpUriRule:
+        if self.tier is None and self.acts_as is None and not self.action:
+            raise ValueError("expected `tier`, `acts_as` or `action: true` (what a read of it needs)")
+        if self.acts_as is not None and self.action:
+            raise ValueError("expected one of `acts_as` (another tool) or `action: true` (itself as a tool)")
+        return self
+
+
 class McpSettings(_Section):
     """The MCP gateway at /mcp (served only when `servers` is set)."""
 
@@ -281,6 +341,9 @@ class McpSettings(_Section):
     # a completion follows the prompt or template it completes (gatekeeper.mcp.reads).
     resources: dict[str, Tier] = Field(default_factory=dict)
     prompts: dict[str, Tier] = Field(default_factory=dict)
+    # Rules on resources and resource templates by URI (McpUriRule): a read that acts (a template
+    # whose read deletes, sends, writes) needs at least what the tool doing the same needs.
+    resource_uris: list[McpUriRule] = Field(default_factory=list)
 
     @field_validator("servers")
     @classmethod
@@ -300,6 +363,13 @@ class McpSettings(_Section):
             if "." not in rule and rule != "*":
                 raise ValueError(f"{rule!r}: expected <label>.<name> (shell-style patterns allowed; '*' for all)")
         return value
+
+    @model_validator(mode="after")
+    def _uri_servers(self) -> McpSettings:
+        for i, rule in enumerate(self.resource_uris):
+            if rule.server is not None and rule.server not in self.servers:
+                raise ValueError(f"resource_uris[{i}].server: {rule.server!r} is not one of mcp.servers")
+        return self
 
     @field_validator("allowed_origins")
     @classmethod
@@ -334,7 +404,8 @@ class Settings(_Section):
     unknown_tier: Tier = Tier.SMALL
     wait_timeout_s: float = Field(default=120.0, ge=0)
     tools: ToolRules = Field(default_factory=ToolRules)
-    pins: dict[str, Tier] = Field(default_factory=dict)
+    # `"m": medium`, or `"m": {tier: medium, tool_budget: 16}` (Pin).
+    pins: dict[str, Tier | Pin] = Field(default_factory=dict)
     admin_key: str | None = None
     # Behind a reverse proxy: the header it sets with the client's address (X-Forwarded-For,
     # X-Real-IP) and how many proxies in front of gatekeeper append to it; the client is that
@@ -358,6 +429,10 @@ class Settings(_Section):
     # answer emptied by enforcement makes agent frameworks raise, and the text names only what
     # the model itself called); `strip`, nothing (round 2's behaviour).
     blocked_calls: Literal["explain", "strip"] = "explain"
+    # Per-client policy: a client (named by its credential's SHA-256 or the trusted
+    # drift.client_header) may have its own allow/deny lists, tier ceiling and argument rules;
+    # the stricter of those and the global ones applies (gatekeeper.rules.clients).
+    clients: dict[str, ClientRules] = Field(default_factory=dict)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -376,11 +451,40 @@ class Settings(_Section):
         return ServerBindings.of(servers)
 
     @model_validator(mode="after")
+    def _routing_for_budget(self) -> Settings:
+        if self.tools.budget == "route" and self.routing is None:
+            raise ValueError(
+                "tools.budget: 'route' sends a request over its pair's budget to another pair by capability "
+                "routing; add a routing: section (e.g. routing.fallback), or choose trim, refuse or report"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _one_owner_per_mcp_url(self) -> Settings:
         try:
             self.mcp_bindings()
         except ValueError as exc:  # a gateway server's URL bound to another label in tools.mcp_servers
             raise ValueError(f"tools.mcp_servers / mcp.servers: {exc}") from None
+        return self
+
+    @field_validator("clients")
+    @classmethod
+    def _client_names(cls, value: dict[str, ClientRules]) -> dict[str, ClientRules]:
+        seen: dict[tuple[str, str], str] = {}
+        for name, rules in value.items():
+            if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+                raise ValueError(f"{clip(name)!r}: a client's name is 1-64 letters, digits, '_', '-' or '.'")
+            match = rules.match
+            key = ("credential", match.credential_sha256) if match.credential_sha256 else ("header", str(match.header))
+            if key in seen:
+                raise ValueError(f"{name}: matches the same client as {seen[key]}")
+            seen[key] = name
+        return value
+
+    @model_validator(mode="after")
+    def _header_clients(self) -> Settings:
+        if any(r.match.header is not None for r in self.clients.values()) and self.drift.client_header is None:
+            raise ValueError("clients: a match by header needs drift.client_header (the trusted proxy's header)")
         return self
 
     @field_validator("admin_key")
@@ -417,7 +521,7 @@ class Settings(_Section):
 
     @field_validator("pins")
     @classmethod
-    def _pin_keys(cls, value: dict[str, Tier]) -> dict[str, Tier]:
+    def _pin_keys(cls, value: dict[str, Tier | Pin]) -> dict[str, Tier | Pin]:
         for key in value:
             model, sep, effort = key.rpartition("@")
             if sep and (not model or not effort):
@@ -439,10 +543,17 @@ class Settings(_Section):
                 )
         return self
 
-    def route(self, model: str) -> ModelRoute | None:
+    def model_route(self, model: str) -> ModelRoute | None:
+        """The `models:` entry that calls `model` through litellm (None: the upstream serves it).
+        Not capability routing (`routing:`, core/router.py), which picks the pair a request uses."""
         return next((r for r in self.models if r.name == model), None)
 
     def pin_for(self, model: str, effort: str) -> Tier | None:
+        """The tier of the admin's pin for the pair (`pin_entry`), None when it has none."""
+        pinned = self.pin_entry(model, effort)
+        return None if pinned is None else pinned.tier
+
+    def pin_entry(self, model: str, effort: str) -> Pin | None:
         """The admin's pin for the pair: `MODEL@EFFORT` first, then every effort of the model.
 
         A pin key splits on its last `@`, like a profile key: `m@low` pins model `m` at `low` and
@@ -451,7 +562,9 @@ class Settings(_Section):
         pinned = self.pins.get(f"{model}@{effort}") or self.pins.get(f"{model}@*")
         if pinned is None and "@" not in model:
             pinned = self.pins.get(model)
-        return pinned
+        if pinned is None:
+            return None
+        return pinned if isinstance(pinned, Pin) else Pin(tier=pinned)
 
 
 def _expand(value: Any, where: str) -> Any:

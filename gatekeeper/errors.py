@@ -100,6 +100,17 @@ class RequestInvalid(GatekeeperError, ValueError):
     """A request's tool fields are malformed or cannot be gated; the message says what is wrong."""
 
 
+class ToolBudgetExceeded(RequestInvalid):
+    """`tools.budget: refuse` and the request offers more tools than its pair's budget."""
+
+    def __init__(self, offered: int, budget: int, pair: str) -> None:
+        super().__init__(
+            f"the request offers {offered} tools after tier filtering; {clip(pair, CLIENT_TEXT_LIMIT)} is "
+            f"certified for at most {budget} (tools.budget: refuse): offer fewer tools"
+        )
+        self.offered, self.budget = offered, budget
+
+
 class AnswerInvalid(GatekeeperError, ValueError):
     """An upstream answer (plain or streamed) cannot be read with certainty: it never passes raw."""
 

@@ -18,6 +18,11 @@ class ToolCall:
     arguments: str
 
 
+# finish_reason values of an answer cut short: the backend's token limit (`length`), the call's
+# time bound (`timeout`, measuring/backends.py), the server's context (`context_exceeded`).
+CUT_SHORT = frozenset({"length", "timeout", "context_exceeded"})
+
+
 @dataclass(frozen=True)
 class Answer:
     """What the model said at one step: its text (reasoning removed) and its tool calls, in order.
@@ -29,6 +34,12 @@ class Answer:
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     finish_reason: str | None = None
+
+    @property
+    def cut(self) -> bool:
+        """The answer ran past what its call could spend (tokens, seconds, or the model's
+        context): unfinished, so a failed answer whatever text it holds."""
+        return self.finish_reason in CUT_SHORT
 
     @property
     def empty_by_length(self) -> bool:

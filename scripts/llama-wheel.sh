@@ -5,9 +5,9 @@
 #
 #   pip install --find-links "$(scripts/llama-wheel.sh)" 'llama-cpp-python[server]==0.3.36'
 #
-# llama.cpp compiles for the native CPU (GGML_NATIVE), so a wheel built on one CPU
-# may crash with SIGILL on another: the cache is keyed by `uname -m` plus a short
-# hash of the CPU flags line of /proc/cpuinfo.
+# llama.cpp compiles for the CPU it is built on, so a wheel built on one CPU may
+# crash with SIGILL on another: the cache is keyed by `uname -m` plus a short hash
+# of the CPU flags line of /proc/cpuinfo (and of CMAKE_ARGS, when given).
 #
 # Env: GATEKEEPER_WHEEL_CACHE (default ~/.cache/gatekeeper/wheels), PYTHON (default:
 # python of the active venv, else python3). All chatter goes to stderr.
@@ -28,7 +28,9 @@ cpu_key() {
     # x86 has "flags : ...", arm64 has "Features : ...".
     flags="$(grep -m1 -E '^(flags|Features)[[:space:]]*:' /proc/cpuinfo 2>/dev/null || true)"
     [[ -n "$flags" ]] || flags="unknown"
-    printf '%s-%s' "$(uname -m)" "$(printf '%s' "$flags" | sha256sum | cut -c1-12)"
+    # The build's own flags are part of the key (portable-x86: no AMX, see below), so a wheel
+    # built natively by an earlier version of this script is never reused.
+    printf '%s-%s-portable' "$(uname -m)" "$(printf '%s %s' "$flags" "${CMAKE_ARGS:-}" | sha256sum | cut -c1-12)"
 }
 
 DIR="$BASE/$(cpu_key)"
@@ -49,6 +51,15 @@ if ! have_wheel; then
         echo "llama-wheel: no llama-cpp-python==$VERSION wheel in $DIR; building (takes a while)..." >&2
         tmp="$(mktemp -d "$DIR/.build.XXXXXX")"
         trap 'rm -rf "$tmp"' EXIT
+        # On x86-64, not GGML_NATIVE: -march=native on a CPU that lists AMX compiles AMX tile
+        # instructions into the CPU backend, and a kernel or sandbox that has not granted the
+        # process AMX state kills it with SIGILL at the first matrix product (seen here on
+        # 2026-12-06: `tilezero` in libggml-cpu.so, every completion a dropped connection). AVX2,
+        # FMA and F16C are what every x86-64 machine of the last decade has, and all the 270M
+        # model needs.
+        if [[ "$(uname -m)" == x86_64 && -z "${CMAKE_ARGS:-}" ]]; then
+            export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+        fi
         "$PY" -m pip wheel --no-deps --no-cache-dir -w "$tmp" "llama-cpp-python==$VERSION" >&2
         # Publish only a complete wheel (rename within one filesystem is atomic).
         for whl in "$tmp"/llama_cpp_python-"$VERSION"-*.whl; do

@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from gatekeeper.measuring.budget import answer_key
 from gatekeeper.suite.loader import BenchTest
 
 Message = dict[str, Any]
@@ -149,6 +150,8 @@ PERFECT_RANDOM: dict[str, list[Callable[[dict[str, Any]], Message]]] = {
         lambda v: _call("find_customer", name=f"{v['first']} {v['last']}"),
         lambda v: _call("get_open_invoices", customer_id=f"CUS-{v['n']}"),
     ],
+    # Not a suite test: an instance of the tool-budget measurement (tests/scripted.py budget_test).
+    "tool_budget": [lambda b: _budget_call(b["prompt"])],
 }
 
 # Test name -> {step index: the argument swapped for a near-identical distractor id}.
@@ -156,6 +159,13 @@ _DISTRACTORS: dict[str, dict[int, tuple[str, str]]] = {
     "tool_chain_distractor_ids": {1: ("customer_id", "CUS-40317")},
     "catena_tool_distrattori": {1: ("user_id", "USR-8817")},
 }
+
+
+def _budget_call(prompt: str) -> Message:
+    key = answer_key(prompt)
+    assert key is not None, prompt
+    name, argument, value = key
+    return {"content": None, "tool_calls": [{"name": name, "arguments": {argument: value}}]}
 
 
 def perfect(test: BenchTest, step_index: int) -> Message:

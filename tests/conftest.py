@@ -259,7 +259,9 @@ def settings_for(upstream_url: str, store: Path, **changes) -> Settings:
         "tools": {"default_tier": "small", "required_tier": {"execute_command": "large", "write_*": "medium"}},
         # risk 1: the tier on one sample's point estimate, as these tests were written; the bounds
         # and their guarantee are tested in tests/measuring/ at the default risk.
-        "bench": {"retry_after_s": 0.2, "max_retries": 0, "timeout_s": 10, "risk": 1},
+        # tool_budget off: these tests count the suite's calls; the budget's measurement is tested
+        # on its own (tests/measuring/test_budget.py).
+        "bench": {"retry_after_s": 0.2, "max_retries": 0, "timeout_s": 10, "risk": 1, "tool_budget": False},
         # Tests written before `blocked_calls: explain` (the default) assert stripped answers;
         # explain is tested on its own (tests/protocols/test_answer_proxy.py).
         "blocked_calls": "strip",

@@ -13,7 +13,7 @@ import threading
 from collections import Counter
 
 import answers
-from scripted import SuiteScript
+from scripted import SuiteScript, budget_reply
 
 from gatekeeper.errors import BackendError
 from gatekeeper.measuring.backends import Completion, parse_message
@@ -69,7 +69,9 @@ class _FakeBackend:
     def __init__(self, owner: FakeBackends) -> None:
         self.owner = owner
 
-    async def complete(self, model: str, messages: list[dict], tools: list[dict], effort: str | None) -> Completion:
+    async def complete(
+        self, model: str, messages: list[dict], tools: list[dict], effort: str | None, need: int | None = None
+    ) -> Completion:
         owner = self.owner
         with owner._lock:
             owner.calls[model] += 1
@@ -79,11 +81,13 @@ class _FakeBackend:
             await owner._wait_for_release()
             if owner.fail:
                 raise BackendError(f"{model}: scripted failure")
-            test, step = owner.script.locate({"messages": messages})
-            if step == 0:
-                with owner._lock:
-                    owner.first_steps[model] += 1
-            reply = owner.behaviour(test, step)
+            reply = budget_reply(messages)
+            if reply is None:
+                test, step = owner.script.locate({"messages": messages})
+                if step == 0:
+                    with owner._lock:
+                        owner.first_steps[model] += 1
+                reply = owner.behaviour(test, step)
         finally:
             with owner._lock:
                 owner.active.discard(model)

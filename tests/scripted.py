@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gatekeeper.measuring.budget import answer_key
 from gatekeeper.suite.loader import BenchTest, Suite, load_suite
 
 Responder = Callable[[dict], dict]
@@ -93,6 +94,8 @@ class ScriptedServer(ThreadedServer):
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         reply = self.responder(body)
+        if reply.get("delay_s"):  # this one answer is slow (a model rambling on)
+            await asyncio.sleep(reply["delay_s"])
         if "status" in reply:
             return JSONResponse(
                 {"error": {"message": reply["error"], "type": "scripted_error", "code": None}},
@@ -111,7 +114,7 @@ class ScriptedServer(ThreadedServer):
         ]
         content = reply.get("content")
         usage = {"prompt_tokens": 10, "completion_tokens": reply.get("completion_tokens", 7), "total_tokens": 17}
-        finish = "tool_calls" if calls else "stop"
+        finish = reply.get("finish_reason") or ("tool_calls" if calls else "stop")
         if body.get("stream"):
             return StreamingResponse(
                 self._stream(body["model"], content, calls, usage, finish, reply.get("refusal")),
@@ -174,6 +177,30 @@ class ScriptedServer(ThreadedServer):
         yield b"data: [DONE]\n\n"
 
 
+BUDGET_TEST = "tool_budget"  # what SuiteScript.locate calls an instance of the budget measurement
+
+
+def budget_test(prompt: str) -> BenchTest:
+    """A tool-budget instance (gatekeeper.measuring.budget) as a located test: every behaviour of
+    tests/answers.py answers it (perfect: the right call; no_tool_calls: the call as text ...)."""
+    test = BenchTest(
+        name=BUDGET_TEST, category="toolCalling", prompt=prompt, checks=[{"type": "tool_called", "value": "x"}]
+    )
+    test.bindings["prompt"] = prompt
+    return test
+
+
+def budget_reply(messages: list[dict]) -> dict | None:
+    """The right call for a tool-budget instance (gatekeeper.measuring.budget: every persona chooses
+    the right tool among many); None for any other conversation."""
+    first = next((m["content"] for m in messages if m["role"] == "user"), None)
+    key = answer_key(first) if isinstance(first, str) else None
+    if key is None:
+        return None
+    name, argument, value = key
+    return {"content": None, "tool_calls": [{"name": name, "arguments": {argument: value}}]}
+
+
 class SuiteScript:
     """Answers the prompts of known suites with a chosen behaviour (see tests/answers.py).
 
@@ -200,6 +227,8 @@ class SuiteScript:
         test = self.tests.get(first) or next(
             (found for suite in self.suites if (found := locate_instance(suite, messages)) is not None), None
         )
+        if test is None and isinstance(first, str) and answer_key(first) is not None:
+            return budget_test(first), step
         if test is None:
             raise KeyError(first)
         return test, step

@@ -133,3 +133,18 @@ def test_the_import_graph_has_no_cycle() -> None:
         if node not in state:
             walk(node, [])
     assert cycles == []
+
+
+def test_outside_protocols_a_protocol_is_reached_through_the_registry():
+    # Protocol knowledge lives in the codecs and the registry (protocols/table.py): no module
+    # outside gatekeeper/protocols/ imports one protocol's own package (chat/, responses/, ...);
+    # it asks the registry for the entry, codec or translator instead.
+    own = {p.name for p in (PACKAGE / "protocols").iterdir() if (p / "__init__.py").is_file()}
+    reaching = [
+        f"{src} -> {dst}"
+        for src, targets in _graph(annotations=True).items()
+        if not src.startswith("gatekeeper.protocols")
+        for dst in sorted(targets)
+        if dst.split(".")[:3][-1] in own and dst.startswith("gatekeeper.protocols.")
+    ]
+    assert reaching == []

@@ -136,3 +136,80 @@ def test_bench_and_tools_refuse_an_effort_outside_the_closed_set(tmp_path):
         done = gk(*args, "--config", str(config))
         assert done.returncode != 0 and "--effort" in done.stderr and "'e5'" in done.stderr, done.stderr
     assert not (tmp_path / "p.json").exists()  # nothing was measured
+
+
+# -- what the CLI prints is shown as written (issue 43): rich markup is never read from data --------
+
+BRACKETED = "evil[/x]model[bold]"
+
+
+def refusing_backend():
+    """A backend that answers every call 401 (the bench fails at once, no retries)."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def refuse(request):
+        return JSONResponse({"error": {"message": "no key [/nope]", "type": "auth"}}, status_code=401)
+
+    from scripted import ThreadedServer
+
+    return ThreadedServer(Starlette(routes=[Route("/v1/{path:path}", refuse, methods=["GET", "POST"])]))
+
+
+def test_bench_prints_a_bracketed_model_name_as_written_and_does_not_crash(tmp_path):
+    with refusing_backend() as backend:
+        done = gk(
+            "bench",
+            BRACKETED,
+            "--effort",
+            "default",
+            "--base-url",
+            f"http://127.0.0.1:{backend.port}/v1",
+            "--store",
+            str(tmp_path / "p.json"),
+        )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "MarkupError" not in done.stderr
+    assert f"error: {BRACKETED}: backend failed" in done.stderr
+    assert "no key [/nope]" in done.stderr  # the backend's own words, brackets and all
+
+
+def test_the_redis_extra_hint_prints_the_extra_in_brackets(tmp_path):
+    # The redis client hidden, as in an install without the extra.
+    config = tmp_path / "gatekeeper.yaml"
+    config.write_text('store: "redis://127.0.0.1:9/0"\nupstream: {base_url: "http://127.0.0.1:9/v1"}\n')
+    for command in (["profiles", "--store", "redis://127.0.0.1:9/0"], ["serve", "--config", str(config)]):
+        script = (
+            f"import sys; sys.modules['redis'] = None; sys.argv = ['gatekeeper', *{command!r}]; "
+            "from gatekeeper.cli import main; main()"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0
+        assert "error: store: a Redis store needs the redis extra: pip install 'gatekeeper[redis]'" in done.stderr, (
+            command,
+            done.stderr,
+        )
+        assert "Traceback" not in done.stderr
+
+
+def test_tools_and_profiles_show_bracketed_names_paths_and_patterns_as_written(tmp_path, default_suite):
+    folder = tmp_path / "[red]store[b]"
+    folder.mkdir()
+    store = folder / "p.json"
+    seed_store(store, make_profile(BRACKETED, Tier.MEDIUM, default_suite))
+    config = tmp_path / "gatekeeper.yaml"
+    config.write_text(
+        f'store: "{store}"\nupstream: {{base_url: "http://127.0.0.1:9/v1"}}\n'
+        'tools:\n  required_tier:\n    "write_[a-z]*": large\n    "[/i]odd": small\n'
+    )
+    done = gk("tools", BRACKETED, "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert f"{BRACKETED}@default: tier medium (measured)" in done.stdout
+    assert "write_[a-z]*" in done.stdout and "[/i]odd" in done.stdout
+    listed = gk("profiles", "--store", str(store))
+    assert listed.returncode == 0, listed.stderr
+    assert f"{BRACKETED}@default" in listed.stdout
+    missing = gk("suite", "validate", str(folder / "[/nope]"))
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert "[red]store[b]" in missing.stderr and "[/nope]" in missing.stderr, missing.stderr

@@ -46,7 +46,7 @@ def test_contract_example_loads(tmp_path, monkeypatch):
         monkeypatch.setenv(var, value)
     settings = load_settings(write(tmp_path, CONTRACT_EXAMPLE))
     assert settings.upstream.api_key == "sk-1" and settings.admin_key == "adm"
-    assert settings.route("claude").litellm_model == "anthropic/claude-sonnet-4-5"
+    assert settings.model_route("claude").litellm_model == "anthropic/claude-sonnet-4-5"
     assert settings.pins == {"gpt-4o": Tier.LARGE, "my-model@low": Tier.SMALL}
     assert settings.suite == tmp_path / "benchmarks" and settings.store == tmp_path / "models_profile.json"
 

@@ -16,16 +16,19 @@ front end answers with (the proxy's headers and span) it reads from the request'
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from gatekeeper.core.budget import Budgeted, apply_budget, routed_for_budget
 from gatekeeper.core.gate import check_before_measuring, gate_resolved
 from gatekeeper.observe.redact import clip
-from gatekeeper.protocols.base import Codec, RequestInfo
+from gatekeeper.protocols.base import Allowed, Codec, Offered, RequestInfo
 from gatekeeper.protocols.gate import Gated
+from gatekeeper.rules.clients import ClientPolicy, ceiling
 from gatekeeper.rules.tools import ToolId, ToolPolicy
 from gatekeeper.store.profile import DEFAULT_EFFORT
 
@@ -43,6 +46,7 @@ class Admitted:
     gated: Gated
     policy: ToolPolicy  # the tool policy the request was gated with (the pair's)
     route: Route | None = None  # the routing decision (None: no `routing:` section, or no tools)
+    budget: Budgeted | None = None  # what the tool budget did (tools.budget; gatekeeper.core.budget)
 
 
 @dataclass(slots=True)
@@ -75,17 +79,19 @@ async def aadmit(
     *,
     route: bool = False,
     client: str | None = None,
+    client_policy: str | None = None,
     into: Admission | None = None,
 ) -> Admitted:
     """`admit` for async code: never blocks the event loop. `route` (the proxy): apply capability
     routing (`routing:`) first, rewriting `body` for the routed pair (gatekeeper.core.router).
-    `client`: the caller's drift identity (gatekeeper.drift.identity), whose demotions apply.
+    `client`: the caller's drift identity (gatekeeper.drift.identity), whose demotions apply;
+    `client_policy`: the name of the configured client it is (`clients:`), whose rules apply too.
     `into`: the request's record, filled step by step (kept when a step raises)."""
     snap = snapshot or gk.snapshot()
     into = into if into is not None else Admission()
     info = into.asked = parse(codec, body, snap)
     resolution = await gk.aresolve(info.model, info.effort, client, snapshot=snap)
-    return _gate(snap, codec, body, info, resolution, route, client, into)
+    return _gate(snap, codec, body, info, resolution, route, client, client_policy, into)
 
 
 def parse(codec: Codec, body: dict[str, Any], snap: Snapshot) -> RequestInfo:
@@ -106,22 +112,45 @@ def _gate(
     resolution: Resolution,
     route: bool = False,
     client: str | None = None,
+    client_policy: str | None = None,
     into: Admission | None = None,
 ) -> Admitted:
     into = into if into is not None else Admission()
+    rules = snap.clients.rules.get(client_policy) if client_policy is not None else None
     routed = snap.router.route_body(codec, body, info, resolution, client) if route else None
     if routed is not None and routed.routed:
         info = RequestInfo(routed.model, None if routed.effort == DEFAULT_EFFORT else routed.effort, info.stream)
         resolution = routed.resolution  # with this client's demotion: candidates are judged with it
         structlog.contextvars.bind_contextvars(routed=routed.pair, routed_reason=routed.reason)
-    into.resolution, into.route = resolution, routed
-    structlog.contextvars.bind_contextvars(tier=resolution.tier.value, source=resolution.source)
     # The pair's policy: the tier rules, and `tools.requires` judged on its measured bounds.
     policy = routed.policy if routed is not None else snap.router.policy_for(resolution)
+    if rules is not None and client_policy is not None:  # the client's own rules: the stricter apply
+        resolution = dataclasses.replace(resolution, tier=ceiling(resolution.tier, rules))
+        policy = ClientPolicy(policy, client_policy, rules)
+        structlog.contextvars.bind_contextvars(client_policy=client_policy)
+    into.resolution, into.route = resolution, routed
+    structlog.contextvars.bind_contextvars(tier=resolution.tier.value, source=resolution.source)
     gated = gate_resolved(codec, body, resolution, policy)
+    gated, budgeted = apply_budget(snap.settings, codec, body, resolution, policy, gated)
+    if routed is not None and routed.routed and budgeted.action is None and snap.settings.tools.budget == "route":
+        budgeted = routed_for_budget(routed, budgeted)
     structlog.contextvars.bind_contextvars(tools_kept=gated.kept, tools_hidden=gated.hidden)
-    into.admitted = Admitted(info, resolution, gated, policy, routed)
+    into.admitted = Admitted(info, resolution, gated, policy, routed, budgeted)
     return into.admitted
+
+
+def allowed_calls(codec: Codec, body: Any, admitted: Admitted | None, explain: bool) -> Allowed:
+    """What the answer to `body` may carry, for every front end's answer side (the proxy, the
+    in-process transport, the LiteLLM hook): the tools the gated body offers, at the tier and
+    under the policy `admitted` found, and what replaces a removed call (`explain`; where, for a
+    structured answer). Without `admitted` (a call that offered no tools), nothing: every call
+    in the answer is removed."""
+    structured = isinstance(body, dict) and codec.asks_structured(body)
+    if admitted is None:
+        return Allowed(Offered(), explain=explain, structured=structured)
+    return Allowed(
+        codec.offered(body), admitted.resolution.tier, admitted.policy, explain, admitted.gated.servers, structured
+    )
 
 
 @dataclass(frozen=True, slots=True)

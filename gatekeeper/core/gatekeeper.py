@@ -19,7 +19,7 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -36,9 +36,10 @@ from gatekeeper.measuring.runner import Progress
 from gatekeeper.measuring.scheduler import Limits, MeasurementScheduler
 from gatekeeper.measuring.service import MeasurementService
 from gatekeeper.observe import logs
+from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Codec
-from gatekeeper.protocols.chat import codec as chat_codec
 from gatekeeper.protocols.gate import Gated, listed_tool_id
+from gatekeeper.rules.clients import Clients
 from gatekeeper.rules.requirements import Capability, Requirements
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId, ToolPolicy
@@ -62,6 +63,7 @@ class Snapshot:
     resolver: TierResolver
     measurements: MeasurementService
     router: Router
+    clients: Clients = field(default_factory=Clients)  # per-client policy (`clients:`)
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ class Gatekeeper:
             resolver,
             MeasurementService(settings, suite, self.store, self._backend_factory),
             Router(settings, policy, resolver, lambda model, effort: self._scheduler.start(model, effort)),
+            Clients(settings.clients),
         )
 
     # -- the current settings ----------------------------------------------------------------
@@ -369,19 +372,21 @@ class Gatekeeper:
         """
         snap = self._snapshot
         check_before_measuring(
-            chat_codec.CODEC, body, snap.policy, snap.resolver, model, effort
+            protocols.PROTOCOLS["chat"].codec, body, snap.policy, snap.resolver, model, effort
         )  # a refused body measures nothing
         return self._gate(snap, body, self._resolve(snap, model, effort))
 
     async def agate(self, body: dict[str, Any], model: str, effort: str | None = None) -> tuple[Resolution, Gated]:
         """`gate` for async code."""
         snap = self._snapshot
-        check_before_measuring(chat_codec.CODEC, body, snap.policy, snap.resolver, model, effort)
+        check_before_measuring(protocols.PROTOCOLS["chat"].codec, body, snap.policy, snap.resolver, model, effort)
         return self._gate(snap, body, await self._aresolve(snap, model, effort))
 
     @staticmethod
     def _gate(snap: Snapshot, body: dict[str, Any], resolution: Resolution) -> tuple[Resolution, Gated]:
-        return resolution, gate_resolved(chat_codec.CODEC, body, resolution, snap.router.policy_for(resolution))
+        return resolution, gate_resolved(
+            protocols.PROTOCOLS["chat"].codec, body, resolution, snap.router.policy_for(resolution)
+        )
 
     # -- profiles (for the admin API and the CLI) --------------------------------------------
 
@@ -454,7 +459,7 @@ class Gatekeeper:
         """The scheduler's measure step: the measurement service of the settings in force, saving
         fenced by the pair's lease."""
         profile = await self._snapshot.measurements.measure(model, effort, lease=lease, progress=progress)
-        self.drift.profile_landed(profile.key, profile)  # the new profile decides, not a demotion
+        self.drift.profile_landed(profile.key, profile)  # a standing demotion stays: the lower tier is served
         self._forget()  # a re-measured pair must not keep its old tier
         return profile
 

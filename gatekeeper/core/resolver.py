@@ -37,6 +37,18 @@ class Resolution:
     source: Source
     key: str
     profile: Profile | None = None
+    pinned_budget: int | None = None  # a pin's `tool_budget`
+
+    @property
+    def tool_budget(self) -> int | None:
+        """The largest number of offered tools the pair is vouched for (None: not measured, no
+        budget applies): a pin's, else the measured profile's `toolBudget`. A pin without one
+        has none, whatever a stored profile says: a pin beats any measurement. A demotion keeps
+        the measured budget (it lowers the tier; the budget was measured at the old tier's
+        threshold, so it may be lower after a re-measurement, which replaces it)."""
+        if self.source == "pinned":
+            return self.pinned_budget
+        return self.profile.tool_budget if self.profile is not None else None
 
 
 class TierResolver:
@@ -93,9 +105,9 @@ class TierResolver:
 
     def _find(self, model: str, effort: str) -> Resolution | None:
         key = profile_key(model, effort)
-        pin = self.settings.pin_for(model, effort)
+        pin = self.settings.pin_entry(model, effort)
         if pin is not None:
-            return Resolution(pin, "pinned", key)
+            return Resolution(pin.tier, "pinned", key, pinned_budget=pin.tool_budget)
         profile = self.store.get(key)
         if profile is not None and profile.is_valid_for(self.suite):
             return Resolution(profile.tier, "measured", key, profile)

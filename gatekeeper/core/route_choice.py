@@ -5,6 +5,7 @@ looks, in its own measurements, for a pair that has earned them all:
 
     needed = the highest required tier among the offered tools, and the strictest category
              minimum of each category (`tools.requires`); a request without tools is never routed
+    (under `tools.budget: route`, a pair admits them only if their number is within its budget)
     asked pair admits them   -> economize (opt-in): the cheapest lower effort of the same model
                                 that admits them too and whose bounds are no worse in any
                                 category; else the asked pair, untouched
@@ -63,6 +64,9 @@ class Need:
 
     tier: Tier = Tier.SMALL
     minimums: Mapping[str, float] = field(default_factory=dict)
+    # Under `tools.budget: route`, the number of tools offered: a pair whose budget is below it
+    # does not admit them (None: budgets are not routed on).
+    tools: int | None = None
 
     @classmethod
     def of(cls, needs: Iterable[tuple[Tier, Mapping[str, float]]]) -> Need | None:
@@ -77,7 +81,12 @@ class Need:
 
 
 def admits(capability: Capability, need: Need) -> bool:
-    return capability.tier.allows(need.tier) and meets(need.minimums, capability.bounds)
+    return capability.tier.allows(need.tier) and meets(need.minimums, capability.bounds) and fits(capability, need)
+
+
+def fits(capability: Capability, need: Need) -> bool:
+    """Within the pair's tool budget (a pair without one has no limit: gatekeeper.rules.budget)."""
+    return need.tools is None or capability.tool_budget is None or need.tools <= capability.tool_budget
 
 
 def no_worse(cheaper: Capability, asked: Capability) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gatekeeper.config import Settings
@@ -94,8 +94,9 @@ class Router:
         return found
 
     def _capability(self, resolution: Resolution) -> Capability:
+        budget = resolution.tool_budget
         if resolution.source == "measured":
-            return Capability(resolution.tier, bounds_of(resolution.profile))
+            return Capability(resolution.tier, bounds_of(resolution.profile), tool_budget=budget)
         if resolution.source == "pinned":
             # A pin vouches for a tier; minimums are judged on a measurement when one exists.
             bounds: dict[str, float] = {}
@@ -103,8 +104,8 @@ class Router:
                 stored = self.resolver.store.get(resolution.key)
                 if stored is not None and stored.is_valid_for(self.resolver.suite):
                     bounds = bounds_of(stored)
-            return Capability(resolution.tier, bounds, pinned=True)
-        return Capability(resolution.tier)  # demoted, pending, unmeasured: no bounds to trust
+            return Capability(resolution.tier, bounds, pinned=True, tool_budget=budget)
+        return Capability(resolution.tier, tool_budget=budget)  # demoted, pending, unmeasured: no bounds to trust
 
     def policy_for(self, resolution: Resolution) -> ToolPolicy:
         """The tool policy for one pair: the tier rules alone when there are no requirements."""
@@ -192,7 +193,7 @@ class Router:
         route speaks chat only; a request of another protocol is translated, and what cannot be
         translated (a built-in tool, server-held state) would make routing turn a request the
         asked pair serves, with the tool hidden, into a 400."""
-        native = ("chat",) if self.settings.route(model) is not None else tuple(self.settings.upstream.protocols)
+        native = ("chat",) if self.settings.model_route(model) is not None else tuple(self.settings.upstream.protocols)
         if codec.name in native:
             return None
         translator = protocol_table.translator(codec.name)
@@ -215,7 +216,11 @@ class Router:
         recorder = check_fields(codec, body, self.policy)
         needs = [(self.policy.required_tier(t), self.requirements.of(t)) for t in recorder.tools]
         needs += [self._whole_group(group) for group in recorder.groups]
-        return Need.of(needs)
+        need = Need.of(needs)
+        if need is not None and self.settings.tools.budget == "route":
+            # Each listed tool counts, and a server offered whole as one (its tools are not listed).
+            need = replace(need, tools=len(set(map(str, recorder.tools))) + len(set(recorder.groups)))
+        return need
 
     def _whole_group(self, group: str) -> tuple[Tier, dict[str, float]]:
         """An MCP server or namespace offered whole needs every rule under it: the lowest tier at

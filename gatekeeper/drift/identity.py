@@ -8,8 +8,9 @@ changing how it presents itself. The identity is, in order:
   (which must overwrite whatever the client sent), believed only from a peer in
   `trusted_proxies` (as the throttle's forwarded address is);
 - else the credential **the upstream checks** (`drift.credential_header`; `auto` derives it from
-  the upstream: Azure's `api-key` on an Azure host, `x-api-key` or `Authorization` on a request
-  sent natively as Anthropic Messages, else `Authorization`). An answer to a refused credential (401/403) carries
+  the upstream: Azure's `api-key` on an Azure host, the protocol's own headers on a request sent
+  natively (its registry entry's `credential_headers`: Anthropic Messages' `x-api-key` or
+  `Authorization`), else `Authorization`). An answer to a refused credential (401/403) carries
   no tool calls, so evidence only ever counts for a credential the upstream accepted. A
   credential in another header is checked by nobody (a made-up one would be a new client for
   free): alone it is ANONYMOUS; beside a different value in the checked header the request is
@@ -34,6 +35,7 @@ from urllib.parse import urlsplit
 
 from gatekeeper.errors import CredentialConflict
 from gatekeeper.peers import is_trusted
+from gatekeeper.protocols import table
 
 if TYPE_CHECKING:  # read, never built, here: drift sits below the config layer
     from gatekeeper.config import Settings
@@ -54,10 +56,10 @@ def checked_headers(settings: Settings, protocol: str = "chat") -> tuple[str, ..
     host = (urlsplit(str(settings.upstream.base_url)).hostname or "").lower()
     if host.endswith(_AZURE_HOSTS):
         return ("api-key",)
-    if protocol == "messages" and "messages" in settings.upstream.protocols:
-        # Sent natively to an Anthropic-shaped upstream, which reads an API key from x-api-key
-        # and an auth token from Authorization (two that differ are refused below).
-        return ("x-api-key", "authorization")
+    entry = table.protocol(protocol)
+    if entry is not None and protocol in settings.upstream.protocols:
+        # Sent natively: the headers that protocol's upstreams read (two that differ are refused below).
+        return entry.credential_headers
     return ("authorization",)
 
 
@@ -71,35 +73,49 @@ def client_identity(
     client protocol (chat, responses, messages). Raises CredentialConflict when two credential
     headers carry different values.
     """
+    return identity_of(presented(headers, settings, peer, protocol))
+
+
+def identity_of(found: tuple[str, str] | None) -> str:
+    """The drift identity of what `presented` found."""
+    return ANONYMOUS if found is None else _hashed(*found)
+
+
+def presented(
+    headers: Mapping[str, str], settings: Settings, peer: str | None = None, protocol: str = "chat"
+) -> tuple[str, str] | None:
+    """What identifies one request, in the clear, as `client_identity` reads it: ('hdr', the
+    trusted client header's value) or ('key', the checked credential), or None (anonymous).
+    Never stored or logged: hashed into the identity, or matched against `clients:`' digests."""
     header = settings.drift.client_header
     if header is not None:
         if peer is None or not is_trusted(peer, tuple(getattr(settings, "trusted_proxies", ()))):
-            return (
-                ANONYMOUS  # a client reaching the proxy directly (or over a socket with no address) could name anyone
-            )
-        return _hashed("hdr", headers.get(header))
-    presented: dict[str, str] = {}
+            return None  # a client reaching the proxy directly (or over a socket with no address) could name anyone
+        value = (headers.get(header) or "").strip()
+        return ("hdr", value) if value and len(value) <= _MAX_VALUE else None
+    found: dict[str, str] = {}
     for name in CREDENTIAL_HEADERS:
         # Every value of a repeated header: the upstream may read another one than we would.
         values = {v for raw in _all(headers, name) if (v := _credential(name, raw))}
         if len(values) > 1:
             raise CredentialConflict([f"two {name} headers"])
         if values:
-            presented[name] = values.pop()
-    checked = next((name for name in checked_headers(settings, protocol) if name in presented), None)
+            found[name] = values.pop()
+    checked = next((name for name in checked_headers(settings, protocol) if name in found), None)
     if checked is None:
-        return ANONYMOUS  # nobody checks what it presented (or it presented nothing)
-    if len(set(presented.values())) > 1:
+        return None  # nobody checks what it presented (or it presented nothing)
+    if len(set(found.values())) > 1:
         # Two different credentials: the upstream checks one and may ignore the other, so either
         # could be made up. Refused rather than anonymous: anonymous would end the client's own
         # demotion (its evidence is under its real credential's identity).
-        raise CredentialConflict(list(presented))
-    if "authorization" not in presented and (settings.upstream.api_key or _has_userinfo(settings.upstream.base_url)):
+        raise CredentialConflict(list(found))
+    if "authorization" not in found and (settings.upstream.api_key or _has_userinfo(settings.upstream.base_url)):
         # The proxy then sends the operator's own credential (its key, or the user info of
         # upstream.base_url) as Authorization: an upstream that takes either header is satisfied
         # by the operator's, and the client's own proves nothing.
-        return ANONYMOUS
-    return _hashed("key", presented[checked])
+        return None
+    value = found[checked]
+    return ("key", value) if value.strip() and len(value.strip()) <= _MAX_VALUE else None
 
 
 def _all(headers: Mapping[str, str], name: str) -> list[str]:
@@ -128,7 +144,7 @@ def _has_userinfo(url: str) -> bool:
 def evidence_identity(client: str, settings: Settings, model: str) -> str:
     """Whom the answer's calls count for: ANONYMOUS when the request went to a litellm route,
     which calls the provider with the operator's key (nobody checked the client's)."""
-    return ANONYMOUS if settings.route(model) is not None else client
+    return ANONYMOUS if settings.model_route(model) is not None else client
 
 
 def _hashed(kind: str, value: str | None) -> str:

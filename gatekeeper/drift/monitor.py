@@ -275,7 +275,7 @@ class DriftMonitor:
         own = None if everyone or mine else pair.own_scores(client)
         tests = list(pair.tests.values())
         for call in calls:
-            seen = observe(call, offered, at)
+            seen = observe(call, offered, at, self.settings.evidence_values)
             pair.window.add(seen)
             metrics.DRIFT_CALLS.labels(seen.fault.value if seen.fault else "ok").inc()
             if own is not None:

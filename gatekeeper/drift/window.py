@@ -157,25 +157,79 @@ def loosen(schema: Any) -> Any:
 
 @dataclass(frozen=True)
 class Observation:
-    """One call as the window keeps it: when, what was wrong, and a short sample for evidence."""
+    """One call as the window keeps it: when, what was wrong, and evidence of it: the tool, the
+    fault and the arguments' shape (`shape`); their values only when the operator opted in
+    (`drift.evidence_values`)."""
 
     at: float  # seconds since the epoch (wall clock: replicas compare them)
     fault: Fault | None
     name: str
-    arguments: str | None  # truncated to EXAMPLE_CHARS
+    shape: dict[str, Any]
+    arguments: str | None = None  # truncated to EXAMPLE_CHARS; None unless values are kept
 
     def example(self) -> dict[str, Any]:
-        return {"fault": self.fault.value if self.fault else None, "name": self.name, "arguments": self.arguments}
+        found = {"fault": self.fault.value if self.fault else None, "name": self.name, "shape": self.shape}
+        return found if self.arguments is None else {**found, "arguments": self.arguments}
 
 
 EXAMPLE_CHARS = 120  # arguments can carry user data: keep only enough to show what went wrong
+SHAPE_KEYS = 16  # keys of an arguments object the shape names (more are counted)
+_SHAPE_KEY_CHARS = 64
 
 
-def observe(call: Call, offered: Mapping[str, Schema | None], at: float) -> Observation:
-    args = call.arguments
+def observe(call: Call, offered: Mapping[str, Schema | None], at: float, values: bool = False) -> Observation:
+    """`values`: keep the arguments themselves (cut to EXAMPLE_CHARS) beside their shape."""
+    fault = classify(call, offered)
+    if fault is None:  # only faulty calls are ever shown (Window.examples): nothing to keep
+        return Observation(at, None, call.name[:EXAMPLE_CHARS], {})
+    args = call.arguments if values else None
     if args is not None and len(args) > EXAMPLE_CHARS:
         args = args[:EXAMPLE_CHARS] + "…"
-    return Observation(at, classify(call, offered), call.name[:EXAMPLE_CHARS], args)
+    return Observation(at, fault, call.name[:EXAMPLE_CHARS], shape(call.arguments), args)
+
+
+def shape(arguments: str | None) -> dict[str, Any]:
+    """What evidence shows of a call's arguments: their shape, never a value (arguments carry
+    file contents, commands, credentials). `{"type": "object", "chars": 31, "keys": {"path":
+    "string(9)", "content": "string(4096)"}}`; arguments that are not JSON: `{"json": false,
+    "chars": 40}`; carried as an object by the protocol (parsed upstream): `{"type": "object"}`."""
+    if arguments is None:
+        return {"type": "object"}
+    try:
+        value = _STRICT.decode(arguments if arguments.strip() else "{}")
+    except (ValueError, RecursionError):
+        return {"json": False, "chars": len(arguments)}
+    if not isinstance(value, dict):
+        return {"type": _kind(value), "chars": len(arguments)}
+    keys = {_key(k): _kind(v) for k, v in list(value.items())[:SHAPE_KEYS]}
+    found: dict[str, Any] = {"type": "object", "chars": len(arguments), "keys": keys}
+    if len(value) > SHAPE_KEYS:
+        found["moreKeys"] = len(value) - SHAPE_KEYS
+    return found
+
+
+def _key(key: str) -> str:
+    """A key as shape shows it: printable ASCII, capped (a key is the model's text too)."""
+    shown = key.encode("ascii", "backslashreplace").decode()
+    shown = "".join(c if c.isprintable() else "?" for c in shown)
+    return shown if len(shown) <= _SHAPE_KEY_CHARS else f"{shown[:_SHAPE_KEY_CHARS]}...({len(key)} chars)"
+
+
+def _kind(value: Any) -> str:
+    """A value's JSON type and size: `string(12)`, `array(3)`, `object(2)`, `integer`, ..."""
+    if isinstance(value, str):
+        return f"string({len(value)})"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, list):
+        return f"array({len(value)})"
+    if isinstance(value, dict):
+        return f"object({len(value)})"
+    return "null"
 
 
 @dataclass(frozen=True)
@@ -316,6 +370,10 @@ class DriftSettings(BaseModel):
     window_calls: int = Field(default=1000, ge=1, le=100_000)  # calls a demotion's end is judged on
     window_s: float = Field(default=3600.0, gt=0)  # the figures shown (GET /admin/drift) are this recent
     remeasure: bool = True  # measure the pair again when it is demoted for everyone
+    # Evidence (log lines, demotion records, the admin API) shows a failed call's tool, fault and
+    # the arguments' shape (keys, types, sizes), never their values; true adds the values (the
+    # first 120 characters): opt in only where logs may hold what agents write (files, secrets).
+    evidence_values: bool = False
     ceilings: dict[Tier, Ceilings] = Field(default_factory=dict)
 
     @field_validator("client_header")

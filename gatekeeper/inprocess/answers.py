@@ -31,15 +31,15 @@ from typing import Any
 
 import orjson
 
-from gatekeeper.core.admit import Admitted, aadmit, admit
+from gatekeeper.core.admit import Admitted, aadmit, admit, allowed_calls
 from gatekeeper.core.gatekeeper import Gatekeeper
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, GatekeeperError, NotMeasured, RequestInvalid
 from gatekeeper.observe import logs
 from gatekeeper.protocols import table as protocols
-from gatekeeper.protocols.base import Allowed, Codec, Enforced, Event, Offered, StreamFilter, may_carry_calls
-from gatekeeper.protocols.enforce import asks_structured
+from gatekeeper.protocols.base import Allowed, Codec, Enforced, Event, StreamFilter
+from gatekeeper.protocols.enforce import enforce_plain
 from gatekeeper.protocols.sse import SSEParser, encode
-from gatekeeper.protocols.stream import loads
+from gatekeeper.protocols.strict_json import loads
 
 # Headers of the upstream's answer that describe bytes the client no longer gets as they were.
 _REWRITTEN = frozenset({"content-length", "content-encoding", "transfer-encoding"})
@@ -76,20 +76,10 @@ def needs_gate(codec: Codec, body: dict[str, Any]) -> bool:
     return bool(entry.carriers(body)) or not body.keys() <= entry.request_fields.keys()
 
 
-def allowed(gk: Gatekeeper, codec: Codec, body: Any, admitted: Admitted | None) -> Allowed:
-    """What the answer to `body` may carry: the tools it offers at the tier `admitted` found."""
-    explain = gk.settings.blocked_calls == "explain"
-    structured = isinstance(body, dict) and asks_structured(body)
-    if admitted is None:
-        return Allowed(Offered(), explain=explain, structured=structured)
-    gated = admitted.gated
-    return Allowed(codec.offered(body), admitted.resolution.tier, admitted.policy, explain, gated.servers, structured)
-
-
 class AnswerGate:
     """The answer side of one gated model call, for front ends that get the answer as an object
     rather than bytes (the LiteLLM hook): `enforce` a plain answer (as the protocol's JSON, in
-    place), or feed a stream's events through `stream_filter()`."""
+    place), or relay a stream's chunks through `relay_stream()`."""
 
     __slots__ = ("allowed", "codec")
 
@@ -103,7 +93,7 @@ class AnswerGate:
         codec = protocols.codec(protocol)
         if codec is None:
             raise ValueError(f"unknown protocol {protocol!r}: expected one of {protocols.served()}")
-        return cls(codec, allowed(gk, codec, body, admitted))
+        return cls(codec, allowed_calls(codec, body, admitted, gk.settings.blocked_calls == "explain"))
 
     def enforce(self, doc: Any) -> Enforced:
         return self.codec.enforce(doc, self.allowed)
@@ -111,40 +101,57 @@ class AnswerGate:
     def stream_filter(self) -> StreamFilter:
         return self.codec.stream_filter(self.allowed)
 
-    def judge_stream(self) -> StreamJudge:
-        return StreamJudge(self.stream_filter())
+    def relay_stream(self) -> StreamRelay:
+        return StreamRelay(self.stream_filter())
 
 
-class StreamJudge:
-    """A stream's calls judged chunk by chunk, for a front end that relays chunks it cannot
-    rewrite: `feed` (SSE bytes, or one event as the protocol's JSON object) returns the names of
-    the calls the chunk started that the request may not receive; the caller then refuses the
-    rest of the stream. Raises AnswerInvalid for a chunk the codec cannot read."""
+class StreamRelay:
+    """A stream enforced chunk by chunk, for a front end that relays chunks of its own (the
+    LiteLLM hook: its event objects, or the Messages API's SSE bytes), as the proxy's relay does:
+    a removed call's events dropped and explained, the rest renumbered.
 
-    __slots__ = ("_filter", "_parser")
+    `feed_event` takes one event as the protocol's JSON object and returns None when it goes to
+    the client as it is, else the events (JSON objects, possibly none) that replace it;
+    `feed_bytes` takes SSE bytes and returns the bytes to relay. A chunk the codec cannot read
+    ends the stream with the protocol's error event (an answer that cannot be read is never
+    relayed as a call); nothing is relayed after it (`failed`). `finish` ends a byte stream (the
+    protocol's error event when it ended before its end marker); a stream of objects ends where
+    its relay ends it (LiteLLM writes chat's `[DONE]` itself). `removed`: the calls removed so far."""
+
+    __slots__ = ("_bytes", "_filter", "_raw", "failed")
 
     def __init__(self, stream_filter: StreamFilter) -> None:
-        self._filter, self._parser = stream_filter, SSEParser()
+        self._filter, self._bytes, self.failed = stream_filter, AnswerStream(stream_filter), False
+        self._raw = False  # fed bytes: the stream's end marker is the codec's to check
 
-    def feed(self, chunk: bytes | str | dict[str, Any]) -> list[str]:
-        if isinstance(chunk, dict):
-            kind = chunk.get("type")
-            events = [Event(data=orjson.dumps(chunk).decode(), event=kind if isinstance(kind, str) else None)]
-        else:
-            events = self._parser.feed(chunk.encode() if isinstance(chunk, str) else chunk)
-        before = len(self._filter.result.removed)
-        for event in events:
-            self._filter.feed(event)
-        return self._filter.result.removed[before:]
+    @property
+    def removed(self) -> list[str]:
+        return self._filter.result.removed
 
+    def feed_event(self, doc: dict[str, Any]) -> list[dict[str, Any]] | None:
+        if self.failed:
+            return []
+        kind = doc.get("type")
+        event = Event(data=orjson.dumps(doc).decode(), event=kind if isinstance(kind, str) else None)
+        try:
+            kept = [loads(e.data, "stream event") if e is not event else doc for e in self._filter.feed(event)]
+        except AnswerInvalid as exc:
+            self.failed = True
+            return [loads(self._filter.error(str(exc), "upstream_error", "upstream_invalid").data, "error event")]
+        return None if kept == [doc] else kept
 
-def enforce_plain(codec: Codec, raw: bytes, allowed: Allowed) -> bytes:
-    """A plain answer as the client may read it (the proxy's `Exchange.plain`, native)."""
-    if not may_carry_calls(raw, codec.markers, codec.plain_types):
-        return raw
-    doc = loads(raw, "upstream answer")
-    codec.enforce(doc, allowed)
-    return orjson.dumps(doc)
+    def feed_bytes(self, chunk: bytes) -> bytes:
+        self._raw = True
+        out = self._bytes.feed(chunk)
+        self.failed = self._bytes.failed
+        return out
+
+    def finish(self) -> bytes:
+        if self.failed or not self._raw:
+            return b""
+        out = self._bytes.finish()
+        self.failed = self._bytes.failed
+        return out
 
 
 class AnswerStream:
@@ -152,10 +159,10 @@ class AnswerStream:
     filter cannot read it (as the proxy's relay does)."""
 
     def __init__(self, stream_filter: StreamFilter) -> None:
-        self._filter, self._parser, self._failed = stream_filter, SSEParser(), False
+        self._filter, self._parser, self.failed = stream_filter, SSEParser(), False
 
     def feed(self, chunk: bytes) -> bytes:
-        if self._failed:
+        if self.failed:
             return b""
         try:
             return b"".join(encode(kept) for event in self._parser.feed(chunk) for kept in self._filter.feed(event))
@@ -163,7 +170,7 @@ class AnswerStream:
             return self._error(str(exc), "upstream_invalid")
 
     def finish(self) -> bytes:
-        if self._failed:
+        if self.failed:
             return b""
         try:
             out = [encode(kept) for event in self._parser.finish() for kept in self._filter.feed(event)]
@@ -175,7 +182,7 @@ class AnswerStream:
             return self._error(str(exc), "upstream_invalid")
 
     def _error(self, message: str, code: str) -> bytes:
-        self._failed = True
+        self.failed = True
         return b"\n" + encode(self._filter.error(message, "upstream_error", code))
 
 
@@ -242,7 +249,10 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
                 admitted = admit(gk, codec, body)
             except GatekeeperError as exc:
                 return refused(codec, exc)
-        return rebuilt(request, body), (codec, allowed(gk, codec, body, admitted))
+        return rebuilt(request, body), (
+            codec,
+            allowed_calls(codec, body, admitted, gk.settings.blocked_calls == "explain"),
+        )
 
     async def ajudge(request: Any) -> tuple[Any, tuple[Codec, Allowed] | None] | Any:
         found = model_call(request, await request.aread())
@@ -254,7 +264,10 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
                 admitted = await aadmit(gk, codec, body)
             except GatekeeperError as exc:
                 return refused(codec, exc)
-        return rebuilt(request, body), (codec, allowed(gk, codec, body, admitted))
+        return rebuilt(request, body), (
+            codec,
+            allowed_calls(codec, body, admitted, gk.settings.blocked_calls == "explain"),
+        )
 
     def ungated(request: Any, found: tuple[Codec, dict[str, Any]] | None) -> tuple[Any, tuple[Codec, Allowed] | None]:
         """Not a model call (sent as it is), or one with nothing to gate: sent as read (the raw
@@ -262,7 +275,7 @@ def gating_http_client(gk: Gatekeeper, inner: Any, is_async: bool) -> Any:
         if found is None:
             return request, None
         codec, body = found
-        return rebuilt(request, body), (codec, allowed(gk, codec, None, None))
+        return rebuilt(request, body), (codec, allowed_calls(codec, None, None, gk.settings.blocked_calls == "explain"))
 
     def headers_of(response: Any) -> list[tuple[str, str]]:
         return [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _REWRITTEN]
@@ -366,7 +379,7 @@ def _plain(
 ) -> Any:
     """A plain answer's enforced response; one that cannot be read is a 502 in the protocol's shape."""
     try:
-        content = enforce_plain(codec, raw, allowed)
+        content, _ = enforce_plain(codec, raw, allowed)
     except AnswerInvalid as exc:
         body = codec.error_body(502, f"gatekeeper: {exc}", "upstream_error", "upstream_invalid")
         return httpx.Response(502, json=body)

@@ -28,11 +28,12 @@ import asyncio
 import copy
 import inspect
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from jsonschema.protocols import Validator
 
+from gatekeeper.core.budget import held_to_budget
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution, Route
 from gatekeeper.core.route_choice import Need
 from gatekeeper.errors import GatekeeperError, ToolNotAllowed
@@ -190,11 +191,23 @@ class ToolRegistry:
         model gets `unknown_tier` at once while it is measured in the background; `wait` blocks up to
         `wait_timeout_s` (use `alist_for_llm` in async code); `reject` raises `NotMeasured`.
         """
-        return self.tools_for(self.gk.resolve(model, effort))
+        return self._within_budget(self.gk.resolve(model, effort))
 
     async def alist_for_llm(self, model: str, effort: str | None = None) -> list[dict[str, Any]]:
         """`list_for_llm` for async code: never blocks the event loop."""
-        return self.tools_for(await self.gk.aresolve(model, effort))
+        return self._within_budget(await self.gk.aresolve(model, effort))
+
+    def _within_budget(self, resolution: Resolution) -> list[dict[str, Any]]:
+        """`tools_for`, held to the pair's tool budget (`tools.budget`: trimmed in registration
+        order after `tools.budget_priority`, refused with ToolBudgetExceeded, or reported in the
+        log and metrics; `route` is `route_for_llm`'s, and reports here)."""
+        tools = self.tools_for(resolution)
+        names = [tool_name(t, "tool schema") for t in tools]
+        kept, _ = held_to_budget(self.gk.settings, resolution, names)
+        if len(kept) == len(names):
+            return tools
+        shown = set(kept)
+        return [t for t, name in zip(tools, names, strict=True) if name in shown]
 
     def route_for_llm(self, model: str, effort: str | None = None) -> RoutedTools:
         """Capability routing (`routing:`) for the registry's tools: the pair that can use them all
@@ -209,10 +222,14 @@ class ToolRegistry:
 
     def _need(self) -> Need | None:
         requirements = self.gk.requirements
-        return Need.of((t.required_tier, requirements.of(t.name)) for t in list(self._tools.values()))
+        tools = list(self._tools.values())
+        need = Need.of((t.required_tier, requirements.of(t.name)) for t in tools)
+        if need is not None and self.gk.settings.tools.budget == "route":
+            need = replace(need, tools=len(tools))
+        return need
 
     def _routed(self, route: Route) -> RoutedTools:
-        return RoutedTools(route.model, route.effort, route.reason, self.tools_for(route.resolution), route)
+        return RoutedTools(route.model, route.effort, route.reason, self._within_budget(route.resolution), route)
 
     def tools_for(self, resolution: Resolution) -> list[dict[str, Any]]:
         """The schemas a resolved pair may see: its tier's, less the tools whose category minimums

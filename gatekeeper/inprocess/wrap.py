@@ -429,13 +429,11 @@ def _hosted(tool: Any, model: str, decision: Decision) -> list[Any]:
     named `hosted_mcp` (`github.delete_*: large` left every tool of the server in)."""
     import dataclasses
 
-    from gatekeeper.protocols.responses.gate import gate_request
-
     name = getattr(tool, "name", type(tool).__name__)
     config = getattr(tool, "tool_config", None)
     if isinstance(config, dict) and config.get("type") == "mcp":
         body: dict[str, Any] = {"model": model, "tools": [dict(config)]}
-        gate_request(body, decision.resolution.tier, decision.policy)
+        protocols.PROTOCOLS["responses"].codec.gate(body, decision.resolution.tier, decision.policy)
         kept = body.get("tools") or []
         return [dataclasses.replace(tool, tool_config=kept[0])] if kept else []
     if isinstance(name, str) and name in BUILTIN_FAMILIES:

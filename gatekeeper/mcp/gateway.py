@@ -37,11 +37,12 @@ from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
 from gatekeeper.errors import NotMeasured
 from gatekeeper.mcp import metrics
 from gatekeeper.mcp.names import exposed_name, split_exposed
-from gatekeeper.mcp.reads import ReadRules
+from gatekeeper.mcp.reads import ReadRules, UriRule
 from gatekeeper.mcp.resources import Access, ServerReads
 from gatekeeper.mcp.upstream import ServerUnavailable, Upstream
 from gatekeeper.observe import logs
 from gatekeeper.observe.redact import clip
+from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId
 
 log = logs.get_logger("gatekeeper.mcp.gateway")
@@ -259,12 +260,21 @@ class McpGateway:
         resolution = await self._resolve(binding)
         policy = self.gk.policy_for(resolution)
         mcp = self.gk.settings.mcp
-        rules = ReadRules(mcp.resources, mcp.prompts, {label: s.default_tier for label, s in mcp.servers.items()})
+        uris = [UriRule(r.uri, r.server, r.tier, "" if r.action else r.acts_as) for r in mcp.resource_uris]
+        defaults = {label: s.default_tier for label, s in mcp.servers.items()}
+        rules = ReadRules(mcp.resources, mcp.prompts, defaults, uris)
         shown = {
             label: any(policy.allows(resolution.tier, ToolId.mcp(label, name)) for name in upstream.tools)
             for label, upstream in self.upstreams.items()
         }
-        return Access(binding.shown, resolution, rules, shown)
+
+        def tool(name: str) -> tuple[bool, Tier]:
+            """A read that acts as the tool `name` (`label.tool`, or a bare name) is judged as its call."""
+            label, dot, bare = name.partition(".")
+            rule = ToolId.mcp(label, bare) if dot else ToolId.function(name)
+            return policy.allows(resolution.tier, rule), policy.required_tier(rule)
+
+        return Access(binding.shown, resolution, rules, shown, tool)
 
     @staticmethod
     def _model_label(resolution: Resolution) -> str:
@@ -285,7 +295,9 @@ class McpGateway:
             allowed = policy.allows(resolution.tier, rule)
             counts[label][0 if allowed else 1] += 1
             if allowed:
-                shown.append(tool)
+                # Argument rules may admit only some calls at this tier: the schema says which.
+                narrowed = policy.narrowed(resolution.tier, rule, tool.input_schema)
+                shown.append(tool if narrowed is None else tool.model_copy(update={"input_schema": narrowed}))
                 fingerprints[tool.name] = fp
         start = _offset(params.cursor if params is not None else None, len(shown))
         if start == 0:  # one listing counts once, however many pages it is read in
@@ -361,9 +373,10 @@ class McpGateway:
             metrics.CALLS_REFUSED.labels(server, model).inc()
             self._tally(server, model, refused=1)
             log.warning("mcp_call_refused", tool=name[:200], model=binding.shown, reason="unknown")
+            # Why a server is down (its URL, its command's path) is the log's and the console's.
             offered = "no server behind this gateway offers it" + (
-                f" (server {parts[0]!r} is unavailable: {upstream.error})"
-                if upstream is not None and upstream.error and parts
+                f" (server {parts[0]!r} is unavailable: {upstream.reason})"
+                if upstream is not None and upstream.reason and parts
                 else ""
             )
             raise MCPError(

@@ -26,7 +26,7 @@ from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
 from gatekeeper.core.gatekeeper import Resolution
 from gatekeeper.mcp.names import exposed_name, split_exposed
-from gatekeeper.mcp.reads import Kind, ReadRules, Verdict
+from gatekeeper.mcp.reads import Kind, ReadRules, ToolJudge, Verdict
 from gatekeeper.mcp.upstream import ServerUnavailable, Upstream
 from gatekeeper.observe import logs
 from gatekeeper.observe.redact import clip
@@ -50,16 +50,18 @@ class Access:
     resolution: Resolution
     rules: ReadRules
     tools_shown: dict[str, bool]  # label -> the tier is shown at least one of that server's tools
+    tool: ToolJudge  # what the tool policy says of a call of a tool (a read that acts as one)
 
-    def judge(self, kind: Kind, label: str, name: str | None) -> Verdict:
-        return self.rules.judge(self.resolution.tier, kind, label, name, self.tools_shown.get(label, False))
+    def judge(self, kind: Kind, label: str, name: str | None, uris: Sequence[str] = ()) -> Verdict:
+        shown = self.tools_shown.get(label, False)
+        return self.rules.judge(self.resolution.tier, kind, label, name, shown, uris, self.tool)
 
-    def may(self, kind: Kind, label: str, name: str | None) -> bool:
-        return self.judge(kind, label, name).allowed
+    def may(self, kind: Kind, label: str, name: str | None, uris: Sequence[str] = ()) -> bool:
+        return self.judge(kind, label, name, uris).allowed
 
-    def check(self, kind: Kind, label: str, name: str | None, what: str) -> None:
+    def check(self, kind: Kind, label: str, name: str | None, what: str, uris: Sequence[str] = ()) -> None:
         """Raise the JSON-RPC refusal of `what` when the tier does not admit it (never forwarded)."""
-        verdict = self.judge(kind, label, name)
+        verdict = self.judge(kind, label, name, uris)
         if verdict.allowed:
             return
         tier, source = self.resolution.tier.value, self.resolution.source
@@ -118,7 +120,9 @@ class ServerReads:
     ) -> types.ListResourcesResult:
         reads = await self._access(ctx)
         listed = await self._resource_list()
-        return types.ListResourcesResult(resources=[r for r, label in listed if reads.may("resource", label, r.name)])
+        return types.ListResourcesResult(
+            resources=[r for r, label in listed if reads.may("resource", label, r.name, (str(r.uri),))]
+        )
 
     async def _resource_list(self) -> list[tuple[types.Resource, str]]:
         """Every up server's resources with its label; each URI remembered with its server and
@@ -143,19 +147,20 @@ class ServerReads:
     ) -> types.ReadResourceResult:
         reads = await self._access(ctx)
         uri = str(params.uri)
-        label, names = await self._resource_route(uri)
+        label, names, templates = await self._resource_route(uri)
         for name in names:  # judged before the read: a template's read may act
-            reads.check("resource", label, name, f"resource {clip(uri, 300)!r}")
+            reads.check("resource", label, name, f"resource {clip(uri, 300)!r}", (uri, *templates))
         try:
             return await self.upstreams[label].read_resource(uri)
         except ServerUnavailable as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
 
-    async def _resource_route(self, uri: str) -> tuple[str, tuple[str | None, ...]]:
-        """The label of the server to read `uri` from, and the names it is ruled by: the one that
-        lists it (asked again now if nobody listed it lately), else the one server whose templates
-        match it (every matching one's name), else the one whose tool result linked to it (no
-        name: its server's default); refused when none (or several servers' templates) say so."""
+    async def _resource_route(self, uri: str) -> tuple[str, tuple[str | None, ...], tuple[str, ...]]:
+        """The label of the server to read `uri` from, the names it is ruled by and the templates
+        (as written) it was routed by: the one that lists it (asked again now if nobody listed it
+        lately), else the one server whose templates match it (every matching one's name and
+        template), else the one whose tool result linked to it (no name: its server's default);
+        refused when none (or several servers' templates) say so."""
         found = self._resource_server.get(uri)
         if found is None:
             async with self._routing:
@@ -163,16 +168,18 @@ class ServerReads:
                     await self._resource_list()
             found = self._resource_server.get(uri)
         if found is not None:
-            return found[0], (found[1],)
+            return found[0], (found[1],), ()
         matching = [
-            (owner, name) for _, template, owner, name in await self._templates() if template.match(uri) is not None
+            (owner, name, written)
+            for written, template, owner, name in await self._templates()
+            if template.match(uri) is not None
         ]
-        owners = {owner for owner, _ in matching}
+        owners = {owner for owner, _, _ in matching}
         if len(owners) == 1:
-            return owners.pop(), tuple(name for _, name in matching)
+            return owners.pop(), tuple(name for _, name, _ in matching), tuple(w for _, _, w in matching)
         linked = self._linked_resource.get(uri)
         if linked is not None and not owners:
-            return linked, (None,)
+            return linked, (None,), ()
         why = (
             f"the templates of the servers {sorted(owners)} all match it"
             if owners
@@ -186,7 +193,7 @@ class ServerReads:
         reads = await self._access(ctx)
         listed = await self._template_list()
         return types.ListResourceTemplatesResult(
-            resource_templates=[t for t, label in listed if reads.may("resource", label, t.name)]
+            resource_templates=[t for t, label in listed if reads.may("resource", label, t.name, (t.uri_template,))]
         )
 
     async def _template_list(self) -> list[tuple[types.ResourceTemplate, str]]:
@@ -272,7 +279,8 @@ class ServerReads:
                 raise MCPError(types.INVALID_PARAMS, f"Unknown resource template {clip(ref.uri, 300)!r} ({why})")
             label = owners.pop()
             for _, name in matching:
-                reads.check("resource", label, name, f"completion of resource template {clip(ref.uri, 300)!r}")
+                what = f"completion of resource template {clip(ref.uri, 300)!r}"
+                reads.check("resource", label, name, what, (ref.uri,))
         context = params.context.arguments if params.context is not None else None
         argument = {"name": params.argument.name, "value": params.argument.value}
         try:

@@ -30,7 +30,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import CONNECTION_CLOSED
 
 from gatekeeper.config import McpServer
-from gatekeeper.mcp.bounded_http import BoundedTransport
+from gatekeeper.mcp.bounded_http import AnswerTooLarge, BoundedTransport
 from gatekeeper.mcp.names import unusable
 from gatekeeper.mcp.stdio import bounded_stdio
 from gatekeeper.observe import logs
@@ -63,6 +63,10 @@ class Misbehaving(Exception):
     """The server answered something the gateway cannot trust (its tools are withdrawn)."""
 
 
+class NotStarted(ServerUnavailable):
+    """A stdio server's command cannot be started (its message names the command's path)."""
+
+
 class Upstream:
     """A configured MCP server and its current connection. `run()` supervises it until cancelled."""
 
@@ -78,7 +82,8 @@ class Upstream:
         # served another under the same name (gatekeeper.mcp.gateway).
         self.fingerprints: dict[str, str] = {}
         self._listed: dict[str, types.Tool] = {}  # the last listing, kept across reconnections
-        self.error: str | None = "not connected yet"
+        self.error: str | None = "not connected yet"  # why it is down, as the log and console show it
+        self.reason: str | None = self.error  # the same as a client may read it (no address, path or words)
         self.connects = 0
         self.connected_since: float | None = None
         self._relist = anyio.Event()
@@ -88,6 +93,15 @@ class Upstream:
     @property
     def transport(self) -> str:
         return "stdio" if self.config.command is not None else "http"
+
+    @property
+    def where(self) -> str:
+        """Where it is, for the operator's log: its command, or its URL's scheme and host (the
+        path and query may hold a key: hosted servers put one there)."""
+        if self.config.command is not None:
+            return self.config.command[0]
+        parts = urlsplit(self.config.url or "")
+        return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
 
     # -- supervision -------------------------------------------------------------------------
 
@@ -99,13 +113,13 @@ class Upstream:
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:  # noqa: BLE001 - whatever failed, only this server's tools go
-                self._down(_describe(exc))
+                self._down(_describe(exc), _kind(exc))
             else:
-                self._down("the connection ended")
+                self._down("the connection ended", "the connection ended")
             if self.connected_since is not None:
                 delay = BACKOFF_S[0]  # it served; a new failure starts the backoff again
             self.connected_since = None
-            log.warning("mcp_server_down", server=self.label, error=self.error, retry_in_s=delay)
+            log.warning("mcp_server_down", server=self.label, at=self.where, error=self.error, retry_in_s=delay)
             await anyio.sleep(delay)
             delay = min(delay * 2, BACKOFF_S[1])
 
@@ -119,11 +133,12 @@ class Upstream:
         """The transport is ending the connection for `why`: its tools go now, and the calls it
         ends say why."""
         self._ending = why
-        self._down(why)
+        self._down(why, why)
 
-    def _down(self, error: str) -> None:
+    def _down(self, error: str, reason: str) -> None:
+        """Down for `error` (logged, on the console); `reason` is what a client is told."""
         was_up = self.session is not None or bool(self.tools)
-        self.session, self.error = None, self.scrub(error)
+        self.session, self.error, self.reason = None, self.scrub(error), self.scrub(reason)
         self.tools, self.skipped = {}, {}
         if was_up:
             self._changed()
@@ -159,7 +174,7 @@ class Upstream:
                 # found" marked it down): its tools are none.
                 self._lists_tools = initialized.capabilities.tools is not None
                 await self._list(session)
-                self.session, self.error = session, None
+                self.session, self.error, self.reason = session, None, None
                 self.connected_since = time.monotonic()
                 log.info("mcp_server_up", server=self.label, tools=len(self.tools), skipped=self.skipped or None)
                 self._changed()
@@ -184,16 +199,15 @@ class Upstream:
         if self.config.command is not None:
             command = self.config.command[0]
             if shutil.which(command) is None:  # the spawn's own error does not name the file
-                raise ServerUnavailable(f"cannot start {command!r}: no such executable")
+                raise NotStarted(f"cannot start {command!r}: no such executable")
             async with bounded_stdio(self.config.command, self.config.env, max_bytes, self._failing) as streams:
                 yield streams
             return
         assert self.config.url is not None
         timeout = httpx2.Timeout(self.config.timeout_s, read=max(self.config.timeout_s, 300.0))
         # The SDK's client (create_mcp_http_client) with each answer bounded (gatekeeper.mcp.bounded_http).
-        http = httpx2.AsyncClient(
-            headers=dict(self.config.headers), timeout=timeout, transport=BoundedTransport(max_bytes)
-        )
+        headers = dict(self.config.headers)
+        http = httpx2.AsyncClient(headers=headers, timeout=timeout, transport=BoundedTransport(max_bytes, headers))
         async with (
             http as client,
             streamable_http_client(self.config.url, http_client=client, max_sse_event_size=max_bytes) as streams,
@@ -244,7 +258,9 @@ class Upstream:
 
     def _live(self) -> ClientSession:
         if self.session is None:
-            raise ServerUnavailable(f"MCP server {self.label!r} is unavailable: {self.error}")
+            # Why it is down (a URL, a command's path, a connection's words) is the log's and the
+            # console's (`mcp_server_down`, `error`), not the client's.
+            raise ServerUnavailable(f"MCP server {self.label!r} is unavailable: {self.reason}")
         return self.session
 
     async def _deadline(self, what: str, call: Awaitable[Any]) -> Any:
@@ -260,7 +276,9 @@ class Upstream:
                 raise ServerUnavailable(f"MCP server {self.label!r} failed {what}: {self._ending}") from None
             raise MCPError(exc.code, self.scrub(exc.message), self._scrub_data(exc.data)) from None
         except Exception as exc:  # noqa: BLE001 - a broken transport or a garbled answer: say which
-            raise ServerUnavailable(self.scrub(f"MCP server {self.label!r} failed {what}: {_describe(exc)}")) from None
+            # The client is told what kind of failure it was; its words (an address, a path) are logged.
+            log.warning("mcp_server_failed", server=self.label, what=what, error=self.scrub(_describe(exc)))
+            raise ServerUnavailable(f"MCP server {self.label!r} failed {what}: {_kind(exc)}") from None
 
     def _scrub_data(self, data: Any) -> Any:
         if isinstance(data, str):
@@ -353,6 +371,7 @@ class Upstream:
 _MIN_SECRET = 8
 _CREDENTIAL_NAME = re.compile(r"key|token|secret|pass|pwd|auth|credential|cookie|session|private|sig", re.IGNORECASE)
 _PATH_SECRET = 16  # a path segment this long is a key more likely than a word (`mcp`, `v1`, `sse`)
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+")
 
 
 def _secrets(config: McpServer) -> tuple[str, ...]:
@@ -381,6 +400,22 @@ def fingerprint(tool: types.Tool) -> str:
 def _differences(was: types.Tool, now: types.Tool) -> list[str]:
     before, after = was.model_dump(by_alias=True, exclude_none=True), now.model_dump(by_alias=True, exclude_none=True)
     return sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
+
+
+def _kind(exc: BaseException) -> str:
+    """What a client may be told of a failure: our own words for what the server did (a listing
+    it cannot be trusted with, an answer over the bound, no answer in time), else its kind only:
+    a connection's or a spawn's words name addresses and paths."""
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return _kind(exc.exceptions[0])
+    if isinstance(exc, NotStarted):
+        return "its command cannot be started"
+    if isinstance(exc, (Misbehaving, AnswerTooLarge)):
+        return str(exc)
+    if isinstance(exc, MCPError):  # the SDK's words for what the transport met: any URL in them goes
+        return _URL.sub("***", exc.message)[:300]
+    described = _describe(exc)
+    return described if described == "it did not answer in time" else type(exc).__name__
 
 
 def _describe(exc: BaseException) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import re
 import time
@@ -32,6 +33,51 @@ class RequestSettings:
     timeout_s: float = 120.0
     max_retries: int = 6  # config.BenchSettings.max_retries says why
     backoff_s: float = 0.5
+    min_tokens_per_s: float = 2.0  # the slowest generation a bounded call waits for (CallBound)
+    # What a bounded call may spend before its first token: the prompt read, queued behind others.
+    prompt_allowance_s: float = 30.0
+
+
+# Efforts at which a model answers without thinking first: its calls get the answer's bound only.
+_NOT_THINKING = (None, "none")
+
+
+@dataclass(frozen=True)
+class CallBound:
+    """What one benchmark call may spend, from what its test needs: completion tokens (None: no
+    limit sent) and seconds (retries included). An answer that runs past either is a failed
+    answer (`Answer.cut`), never a stalled measurement.
+
+    A call that may think first (an explicit reasoning level) gets `bench.max_tokens`, the room
+    an operator sized for thinking; without thinking, the test's own need, under that ceiling.
+    The seconds follow from the tokens at the slowest rate waited for, plus the prompt's allowance,
+    under `bench.timeout_s`."""
+
+    tokens: int | None
+    seconds: float
+
+    @classmethod
+    def of(cls, need: int | None, effort: str | None, settings: RequestSettings) -> CallBound:
+        if need is None:
+            return cls(settings.max_tokens, math.inf)
+        ceiling = settings.max_tokens
+        tokens = ceiling if effort not in _NOT_THINKING else min(need, ceiling or need)
+        seconds = settings.prompt_allowance_s + (tokens or need) / settings.min_tokens_per_s
+        return cls(tokens, min(seconds, settings.timeout_s * (settings.max_retries + 1)))
+
+
+async def _bounded(model: str, bound: CallBound, call: Callable[[], Awaitable[Completion]]) -> Completion:
+    """`call` within the bound's seconds; past them, a failed answer (finish_reason `timeout`)."""
+    if bound.seconds == math.inf:
+        return await call()
+    try:
+        completion = await asyncio.wait_for(call(), bound.seconds)
+    except TimeoutError:
+        log.warning("answer_over_bound", model=model, bound="seconds", seconds=round(bound.seconds, 1))
+        return Completion(Answer("", (), "timeout"), 0, bound.seconds, effort_applied=True)
+    if completion.answer.finish_reason == "length":
+        log.warning("answer_over_bound", model=model, bound="tokens", tokens=bound.tokens)
+    return completion
 
 
 # How OpenAI-compatible servers (OpenAI, vLLM, llama.cpp) say a prompt is longer than the context.
@@ -73,8 +119,16 @@ class Backend(Protocol):
     provider: str
 
     async def complete(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
-    ) -> Completion: ...
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        need: int | None = None,
+    ) -> Completion:
+        """One call; `need`: the longest answer the test needs (tokens), which bounds the call
+        (`CallBound`); None: bounded by the settings alone."""
+        ...
 
     async def list_models(self) -> list[str]: ...
 
@@ -128,12 +182,13 @@ def _body(
     tools: list[dict[str, Any]],
     effort: str | None,
     settings: RequestSettings,
+    max_tokens: int | None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "messages": messages}
     if settings.temperature is not None:
         body["temperature"] = settings.temperature
-    if settings.max_tokens is not None:
-        body["max_tokens"] = settings.max_tokens
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
     if tools:
         # Some servers (llama.cpp's among them) ignore `tools` unless `tool_choice` is set.
         body["tools"] = tools
@@ -187,20 +242,43 @@ class OpenAIBackend:
         )
 
     async def complete(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        need: int | None = None,
+    ) -> Completion:
+        bound = CallBound.of(need, effort, self.settings)
+        return await _bounded(model, bound, lambda: self._complete(model, messages, tools, effort, bound.tokens))
+
+    async def _complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        tokens: int | None,
     ) -> Completion:
         what = f"{self._shown} model {model!r}"
         try:
-            return await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, effort))
+            return await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, effort, tokens))
         except _EffortRejected:
             log.warning("effort_rejected", model=model, effort=effort)
-            completion = await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, None))
+            completion = await _with_retries(
+                what, self.settings, lambda: self._once(model, messages, tools, None, tokens)
+            )
             return replace(completion, effort_applied=False)
 
     async def _once(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        tokens: int | None,
     ) -> Completion:
-        body = _body(model, messages, tools, effort, self.settings)
+        body = _body(model, messages, tools, effort, self.settings, tokens)
         started = time.perf_counter()
         try:
             response = await self._client.post("/chat/completions", json=body)
@@ -272,24 +350,40 @@ class LiteLLMBackend:
         self.settings = settings or RequestSettings()
 
     async def complete(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        need: int | None = None,
+    ) -> Completion:
+        bound = CallBound.of(need, effort, self.settings)
+        return await _bounded(model, bound, lambda: self._complete(model, messages, tools, effort, bound.tokens))
+
+    async def _complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        tokens: int | None,
     ) -> Completion:
         what = f"litellm {self.litellm_model!r}"
         try:
-            return await _with_retries(what, self.settings, lambda: self._once(messages, tools, effort))
+            return await _with_retries(what, self.settings, lambda: self._once(messages, tools, effort, tokens))
         except _EffortRejected:
             log.warning("effort_rejected", model=model, effort=effort)
-            completion = await _with_retries(what, self.settings, lambda: self._once(messages, tools, None))
+            completion = await _with_retries(what, self.settings, lambda: self._once(messages, tools, None, tokens))
             return replace(completion, effort_applied=False)
 
     async def _once(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None, tokens: int | None
     ) -> Completion:
         import litellm  # heavy: imported only when a litellm route is used
 
         errors = litellm.exceptions  # the names litellm re-exports, where they are defined
 
-        body = _body(self.litellm_model, messages, tools, effort, self.settings)
+        body = _body(self.litellm_model, messages, tools, effort, self.settings, tokens)
         extra = {k: v for k, v in (("api_key", self.api_key), ("api_base", self.api_base)) if v}
         started = time.perf_counter()
         try:
@@ -340,6 +434,7 @@ class BackendRequest:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     effort: str | None
+    need: int | None = None
 
 
 Handler = Callable[[BackendRequest], "Answer | Completion"]
@@ -361,9 +456,14 @@ class MockBackend:
         self.closed = False
 
     async def complete(
-        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        need: int | None = None,
     ) -> Completion:
-        request = BackendRequest(model, [dict(m) for m in messages], tools, effort)
+        request = BackendRequest(model, [dict(m) for m in messages], tools, effort, need)
         self.requests.append(request)
         result = self.handler(request)
         if isinstance(result, Completion):

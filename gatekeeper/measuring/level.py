@@ -28,12 +28,13 @@ UNEVEN_LEVEL = 0.05  # the level of the test that retried errors fell evenly on 
 
 
 def score_test(test: BenchTest, answers: list[Answer]) -> float:
-    """Weighted fraction of passed checks over all steps; steps never reached score 0 but still count."""
+    """Weighted fraction of passed checks over all steps; steps never reached score 0 but still
+    count, and so does an answer cut short (past its bound, or past the context): it passes no check."""
     total = passed = 0.0
     for i, step in enumerate(test.all_steps):
         for check in step.checks:
             total += check.weight
-            if i < len(answers) and run_check(check, answers[i]):
+            if i < len(answers) and not answers[i].cut and run_check(check, answers[i]):
                 passed += check.weight
     return passed / total if total else 0.0
 
@@ -171,8 +172,9 @@ def inconclusive_reason(runs: list[TestRun]) -> str | None:
     if answers and empty / len(answers) >= INCONCLUSIVE_FRACTION:
         return (
             f"{empty} of {len(answers)} answers were empty and cut at the token limit (finish_reason "
-            f"'length'): a reasoning model spending bench.max_tokens on thinking looks like this; "
-            f"raise bench.max_tokens. Nothing stored"
+            f"'length'): a reasoning model spending its tokens on thinking looks like this; at an "
+            f"explicit effort level raise bench.max_tokens (the default level, no effort sent, is "
+            f"given each test's answer bound only: measure the model's explicit levels). Nothing stored"
         )
     return None
 

@@ -169,7 +169,7 @@ async def run_test(
                 messages.append({"role": "assistant", "content": previous.content})
         if step.prompt is not None:
             messages.append({"role": "user", "content": step.prompt})
-        completion = await backend.complete(model, messages, test.tools, effort)
+        completion = await backend.complete(model, messages, test.tools, effort, need=test.answer_tokens)
         run.answers.append(completion.answer)
         if progress is not None:
             progress.answered += 1

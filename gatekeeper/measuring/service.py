@@ -19,6 +19,7 @@ from typing import Any
 from gatekeeper.config import Settings
 from gatekeeper.errors import InconclusiveMeasurement
 from gatekeeper.measuring.backends import Backend, LiteLLMBackend, OpenAIBackend, RequestSettings
+from gatekeeper.measuring.budget import with_budgets
 from gatekeeper.measuring.runner import DEFAULT_EFFORTS, Progress, ProgressFn, RunSettings, recommend, sweep
 from gatekeeper.observe import logs, metrics, telemetry
 from gatekeeper.store import Lease, ProfileStore, WriteFenced
@@ -122,6 +123,7 @@ class MeasurementService:
             max_tokens=bench.max_tokens,
             timeout_s=bench.timeout_s,
             max_retries=bench.max_retries,
+            min_tokens_per_s=bench.min_tokens_per_s,
         )
 
     def run_settings(self) -> RunSettings:
@@ -141,7 +143,7 @@ class MeasurementService:
 
     def _configured_backend(self, model: str) -> Backend:
         request = self.request_settings()
-        route = self.settings.route(model)
+        route = self.settings.model_route(model)
         if route is not None and self._base_url is None:
             return LiteLLMBackend(route.litellm_model, route.api_key, route.api_base, request)
         # Measurements always use the operator's key (config or CLI), never a client's.
@@ -215,6 +217,8 @@ class MeasurementService:
                 measured = await sweep(
                     backend, model, self.suite, efforts, self.run_settings(), on_progress, seed, progress
                 )
+                if self.settings.bench.tool_budget:
+                    measured.profiles[:] = await with_budgets(backend, measured.profiles, self.settings, seed)
             except BaseException:
                 metrics.BENCHMARKS.labels(outcome="failed").inc()
                 raise

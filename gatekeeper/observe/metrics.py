@@ -1,4 +1,10 @@
-"""Prometheus metrics, in one registry that `/metrics` serves."""
+"""Prometheus metrics, in one registry that `/metrics` serves.
+
+Under `serve --workers N` (prometheus_client's multiprocess mode, `PROMETHEUS_MULTIPROC_DIR` set
+before the workers start) every worker writes its values to that directory and `/metrics` on any
+worker serves their sums."""
+
+import os
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -36,3 +42,21 @@ ROUTED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+TOOL_BUDGET = Counter(
+    "gatekeeper_tool_budget_exceeded",
+    "Requests offering more tools than their pair's budget (tools.budget), by action: reported, trimmed, "
+    "refused, routed",
+    ["action"],
+    registry=REGISTRY,
+)
+
+
+def served_registry() -> CollectorRegistry:
+    """What `/metrics` serves: this process's registry, or every worker's summed."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    from prometheus_client import multiprocess
+
+    summed = CollectorRegistry()
+    multiprocess.MultiProcessCollector(summed)  # type: ignore[no-untyped-call]
+    return summed

@@ -21,8 +21,9 @@ the codec's `markers`) is relayed as the upstream's own bytes, unparsed. Anythin
 strictly (orjson: no NaN, valid UTF-8 only), enforced and re-serialised, so an escaped key such
 as "tool\\u005fcalls" reaches the client spelled plainly, after enforcement.
 
-Translation (for upstreams that speak only Chat Completions; `upstream.protocols`): a codec
-module may register a `Translator` next to its codec (`protocols.register(codec, translator)`).
+Translation (for upstreams that speak only Chat Completions; `upstream.protocols`): a protocol's
+registry entry carries a `Translator` next to its codec (`register_protocol(ClientProtocol(...,
+translator=...))`, protocols/table.py).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class Enforced:
 
 
 class Event(NamedTuple):
-    """One server-sent event, as the SSE specification defines it (gatekeeper/protocols/stream.py). A named
+    """One server-sent event, as the SSE specification defines it (protocols/sse.py reads and writes them). A named
     tuple: built for every event of every stream, it must be cheap."""
 
     data: str
@@ -146,7 +147,7 @@ class Allowed:
     `structured`: the request asked for a structured answer (a JSON format, what an SDK's
     `parse` validates its text with): an explanation then goes where no parser reads it (chat's
     `refusal`, a Responses `refusal` part) or, where the protocol has no such place (Messages),
-    is left out; the text stays JSON (`enforce.asks_structured`).
+    is left out; the text stays JSON (`Codec.asks_structured`).
     """
 
     offered: Offered
@@ -197,7 +198,7 @@ class Allowed:
 
 class Codec(Protocol):
     name: str  # "chat" | "responses" | "messages"
-    upstream_path: str  # appended to upstream.base_url: "/chat/completions", "/responses", "/messages"
+    upstream_path: str  # appended to upstream.base_url: "/chat/completions", ...; a token count codec's: its path
     markers: tuple[bytes, ...]  # byte strings without which an answer cannot carry a call
     plain_types: frozenset[bytes] | None  # item types an answer relayed unparsed may hold (None: any)
 
@@ -215,6 +216,9 @@ class Codec(Protocol):
         Raises AnswerInvalid when `doc` is not a well-formed answer of this protocol."""
 
     def stream_filter(self, offered: Allowed | Offered) -> StreamFilter: ...
+
+    def asks_structured(self, body: dict[str, Any]) -> bool:
+        """Whether the request asks for its answer's text in a JSON format (`Allowed.structured`)."""
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         """The protocol's error shape (a plain answer's body)."""

@@ -17,10 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
+import orjson
+
 from gatekeeper.errors import AnswerInvalid, RequestInvalid
 from gatekeeper.protocols import schema as S
-from gatekeeper.protocols.base import Allowed, Call, Enforced, Offered, Schema
+from gatekeeper.protocols.base import Allowed, Call, Codec, Enforced, Offered, Schema, may_carry_calls
 from gatekeeper.protocols.gate import RequestGate, required_name
+from gatekeeper.protocols.strict_json import loads
 from gatekeeper.rules.tools import ToolId, ToolKind
 
 _SHOWN_CHARS = 80  # a called name longer than this is shown cut (it comes from the model)
@@ -38,7 +41,7 @@ def enforce_answer(
     return result
 
 
-def allowed(value: Allowed | Offered | Mapping[str, Schema | None]) -> Allowed:
+def as_allowed(value: Allowed | Offered | Mapping[str, Schema | None]) -> Allowed:
     """What a codec's answer side works with. It also accepts a bare `Offered` (no tier: strip,
     exact identities only), or a plain mapping of function names to schemas (unit tests)."""
     if isinstance(value, Allowed):
@@ -51,16 +54,10 @@ def allowed(value: Allowed | Offered | Mapping[str, Schema | None]) -> Allowed:
 _JSON_FORMATS = frozenset({"json_schema", "json_object"})
 
 
-def asks_structured(body: dict[str, Any]) -> bool:
-    """Whether a client request asks for its answer's text in a JSON format (`Allowed.structured`):
-    chat `response_format`, Responses `text.format`, Messages `output_config.format` (or the
-    beta's `output_format`)."""
-    chat = body.get("response_format")
-    text = body.get("text")
-    responses = text.get("format") if isinstance(text, dict) else None
-    config = body.get("output_config")
-    messages = (config.get("format") if isinstance(config, dict) else None) or body.get("output_format")
-    return any(isinstance(f, dict) and f.get("type") in _JSON_FORMATS for f in (chat, responses, messages))
+def json_format(value: Any) -> bool:
+    """Whether a request's answer-format object asks for JSON (`{"type": "json_schema" |
+    "json_object", ...}`): what each codec's `asks_structured` reads, at its own field."""
+    return isinstance(value, dict) and value.get("type") in _JSON_FORMATS
 
 
 def explanation(allow: Allowed, name: str, tool: ToolId | None, arguments: str | None = None) -> str | None:
@@ -268,3 +265,24 @@ class Positions:
 
     def __getitem__(self, key: Hashable) -> int | None:
         return self._at[key]
+
+
+def enforce_plain(
+    codec: Codec, raw: bytes, allowed: Allowed, translate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> tuple[bytes, Enforced | None]:
+    """A plain answer as the client may read it, for every front end (the proxy's exchange, the
+    in-process transport): the upstream's own bytes when they cannot spell a call (enforced
+    None: the fast path), else parsed strictly, translated (`translate`: a chat answer to the
+    client's protocol), enforced by the codec and re-serialised."""
+    if translate is None and not may_carry_calls(raw, codec.markers, codec.plain_types):
+        return raw, None
+    doc = loads(raw, "upstream answer")
+    if translate is not None:
+        if not isinstance(doc, dict):
+            raise AnswerInvalid("upstream answer must be a JSON object")
+        doc = translate(doc)
+    enforced = codec.enforce(doc, allowed)
+    try:
+        return orjson.dumps(doc), enforced
+    except orjson.JSONEncodeError as exc:  # nested deeper than orjson writes (254 levels)
+        raise AnswerInvalid(f"upstream answer cannot be relayed: {exc}") from None

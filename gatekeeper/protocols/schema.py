@@ -322,6 +322,14 @@ def _remember(
     return hit
 
 
+def read_only(fields: Fields, read: frozenset[str], why: str) -> Fields:
+    """`fields` as a codec that reads only `read` of them must take them: every other GATED field
+    (one another codec reads and gates: a Messages toolset's `configs`) is Refused(why), so it is
+    never forwarded unread. Build such tables once (as constants): `check` keeps what it derives
+    per table."""
+    return {k: Refused(why) if how_of(e) == GATED and k not in read else e for k, e in fields.items()}
+
+
 def offered_in(body: dict[str, Any], carriers: frozenset[str]) -> list[str]:
     """The fields of `body` among a protocol's top-level tool carriers that are set, and
     `extra_body` (which SDK-style upstreams such as LiteLLM merge into the request) when it

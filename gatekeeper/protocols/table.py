@@ -44,7 +44,8 @@ class ClientProtocol:
     path); `stored_tools`: fields that may bring tools from server-side state (a stored prompt).
     `request_fields` (the top-level allowlist) and `carriers(body)` (the fields of a body that
     offer or could offer tools): from the codec's field tables. `litellm_calls`: the LiteLLM
-    call types that speak it.
+    call types that speak it. `credential_headers`: the headers its upstreams read a client's
+    credential from, when a request is sent to them natively (drift's client identity).
     """
 
     name: str
@@ -60,6 +61,7 @@ class ClientProtocol:
     tool_fields: tuple[str, ...] = ("tools", "tool_choice")
     stored_tools: tuple[str, ...] = ()
     litellm_calls: tuple[str, ...] = ()
+    credential_headers: tuple[str, ...] = ("authorization",)
 
 
 PROTOCOLS: dict[str, ClientProtocol] = {}
@@ -114,6 +116,8 @@ register_protocol(
         effort_targets=("low", "medium", "high", "xhigh"),
         tool_fields=("tools", "tool_choice", "mcp_servers"),
         litellm_calls=("anthropic_messages", "aanthropic_messages"),
+        # An API key in x-api-key, an auth token in Authorization.
+        credential_headers=("x-api-key", "authorization"),
     )
 )
 

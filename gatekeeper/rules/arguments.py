@@ -89,8 +89,8 @@ class EqualsMatch(BaseModel):
 
 
 class TypeMatch(BaseModel):
-    """`{type: T}`: the value is of JSON type T (`integer` is a number without a fraction, never a
-    boolean)."""
+    """`{type: T}`: the value is of JSON type T (`integer`: written without a fraction or exponent;
+    an integer is a `number` too; a boolean is neither)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     type: JsonType
@@ -243,7 +243,7 @@ class _Matcher:
     def strictly(self, value: Any) -> bool:
         """Does `value` plainly match (every reading, wildcards stopping at shell control)?"""
         if self.kind == "type":
-            return bool(json_type(value) == self.source)
+            return is_type(value, self.source)
         if self.kind == "equals":
             return same_json(value, self.source)
         if not isinstance(value, str):
@@ -257,7 +257,7 @@ class _Matcher:
     def loosely(self, value: Any) -> bool:
         """Could `value` be read as matching (some reading, or some simple command of it)?"""
         if self.kind == "type":
-            return bool(json_type(value) == self.source)
+            return is_type(value, self.source)
         if not isinstance(value, str):
             return self.expects_string() or same_json(value, self.source)
         if self.kind == "equals":
@@ -273,6 +273,12 @@ class _Matcher:
             return any(fnmatchcase(c, pattern) or fnmatchcase(c, folded_pattern) for c in candidates)
         assert self.strict is not None and self.folded is not None
         return any(self.strict.fullmatch(c) or self.folded.fullmatch(c) for c in candidates)
+
+
+def is_type(value: Any, wanted: str) -> bool:
+    """Is `value` of the JSON type `wanted` (an integer is a number too)?"""
+    found = json_type(value)
+    return found == wanted or (wanted == "number" and found == "integer")
 
 
 def json_type(value: Any) -> str:

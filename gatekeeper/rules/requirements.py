@@ -55,6 +55,7 @@ class Capability:
     tier: Tier
     bounds: Mapping[str, float] = field(default_factory=dict)
     pinned: bool = False
+    tool_budget: int | None = None  # None: not measured, no budget applies (gatekeeper.rules.budget)
 
 
 def bounds_of(profile: Profile | None) -> dict[str, float]:

@@ -103,6 +103,14 @@ async def drift_pairs(request: Request) -> Response:
     return JSONResponse({"enabled": drift.settings.enabled, "pairs": await asyncio.to_thread(drift.report)})
 
 
+async def clients(request: Request) -> Response:
+    """The configured clients (`clients:`): each one's rules, how it is matched (never the value),
+    and how many requests it made since start-up. A request no client matches gets the global rules."""
+    seen: dict[str, int] = request.app.state.clients_seen
+    rows = request.app.state.gk.snapshot().clients.describe()
+    return JSONResponse({"clients": [row | {"requests": seen.get(row["client"], 0)} for row in rows]})
+
+
 async def clear_demotion(request: Request) -> Response:
     model, effort = _pair(request)
     key = profile_key(model, effort)
@@ -126,9 +134,10 @@ async def invalidate(request: Request) -> Response:
 
 
 async def reload(request: Request) -> Response:
-    """Re-read the config file; a config that fails validation is refused, the old one stays."""
-    gk = request.app.state.gk
-    reload_config = getattr(gk, "reload", None)
+    """Re-read the config file; a config that fails validation is refused, the old one stays.
+    Under `serve --workers N` every worker is replaced by one that read it (server/workers.py)."""
+    fleet = getattr(request.app.state, "reload", None)
+    reload_config = fleet or getattr(request.app.state.gk, "reload", None)
     if reload_config is None:
         raise ProxyError(501, "this Gatekeeper cannot reload its config", "reload_unsupported", "server_error")
     try:
@@ -136,7 +145,7 @@ async def reload(request: Request) -> Response:
     except ConfigError as exc:
         message = f"config refused, the previous one stays in force: {redact(str(exc))}"
         raise ProxyError(400, message, "invalid_config") from None
-    return JSONResponse({"status": "reloaded"})
+    return JSONResponse({"status": "reloading every worker" if fleet else "reloaded"})
 
 
 def admin_routes() -> list[BaseRoute]:
@@ -147,6 +156,7 @@ def admin_routes() -> list[BaseRoute]:
         Route("/admin/profiles/{key:path}", _authorized(throttle, invalidate), methods=["DELETE"]),
         Route("/admin/reload", _authorized(throttle, reload), methods=["POST"]),
         Route("/admin/drift", _authorized(throttle, drift_pairs), methods=["GET"]),
+        Route("/admin/clients", _authorized(throttle, clients), methods=["GET"]),
         Route("/admin/drift/{key:path}", _authorized(throttle, clear_demotion), methods=["DELETE"]),
         *console_routes(throttle=throttle),  # the console's pages under /admin/ (gatekeeper/console)
     ]

@@ -37,6 +37,7 @@ from gatekeeper.errors import (
     NotMeasured,
     ProxyError,
     RequestInvalid,
+    ToolBudgetExceeded,
     ToolChoiceBlocked,
 )
 from gatekeeper.observe import logs, metrics, redact, telemetry
@@ -95,6 +96,7 @@ def create_app(gk: Gatekeeper, *, upstream: Upstream | None = None) -> Starlette
     app.state.admin_key = admin_key
     app.state.mcp = gateway
     app.state.injected_upstream = upstream
+    app.state.clients_seen = {}  # configured client name -> requests it made (the admin API shows it)
     return app
 
 
@@ -217,7 +219,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def metrics_endpoint(request: Request) -> Response:
-    return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(metrics.served_registry()), media_type=CONTENT_TYPE_LATEST)
 
 
 # -- errors --------------------------------------------------------------------------------------
@@ -267,6 +269,10 @@ def _tool_choice_blocked(request: Request, exc: ToolChoiceBlocked) -> ErrorAnswe
     return ErrorAnswer(400, str(exc), "invalid_request_error", "tool_not_allowed")
 
 
+def _tool_budget_exceeded(request: Request, exc: ToolBudgetExceeded) -> ErrorAnswer:
+    return ErrorAnswer(400, str(exc), "invalid_request_error", "tool_budget_exceeded")
+
+
 def _request_invalid(request: Request, exc: RequestInvalid) -> ErrorAnswer:
     return ErrorAnswer(400, str(exc), "invalid_request_error", "invalid_request")
 
@@ -294,6 +300,7 @@ HANDLERS: dict[type[Exception], Callable[[Request, Any], ErrorAnswer]] = {
     ProxyError: _proxy_error,
     HTTPException: _http_error,
     ToolChoiceBlocked: _tool_choice_blocked,
+    ToolBudgetExceeded: _tool_budget_exceeded,
     RequestInvalid: _request_invalid,
     NotMeasured: _not_measured,
     AnswerInvalid: _answer_invalid,

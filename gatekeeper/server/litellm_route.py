@@ -139,10 +139,24 @@ def _upstream_error(route: ModelRoute, exc: Exception) -> ProxyError:
         status = 502
     metrics.UPSTREAM_ERRORS.labels(str(status) if status != 502 else "litellm").inc()
     # Provider errors may quote the request (a URL with `?key=`, the key itself): never the operator's.
-    message = redact(f"{route.litellm_model}: {type(exc).__name__}: {exc}")
-    if route.api_key:
-        message = message.replace(route.api_key, "***")
+    detail = _scrubbed(route, f"{type(exc).__name__}: {exc}")
+    log.warning("upstream_failed", route=route.name, litellm_model=route.litellm_model, status=status, error=detail)
+    if status >= 500:
+        # A provider that failed or could not be reached: where it is and what the connection
+        # said (the route's provider model, its api_base, a path) are the log's, not the client's.
+        message = f"model {route.name!r}: the provider failed ({type(exc).__name__})"
+    else:
+        # The provider's verdict on the request (a bad field, a context too long): the client's to act on.
+        message = f"model {route.name!r}: {detail}"
     return ProxyError(status, message, None, "upstream_error", _retry_headers(exc))
+
+
+def _scrubbed(route: ModelRoute, text: str) -> str:
+    """`text` without the operator's key, the route's api_base or its provider model id."""
+    for secret in (route.api_key, route.api_base, route.litellm_model):
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return redact(text)
 
 
 def _retry_headers(exc: Exception) -> dict[str, str]:

@@ -29,9 +29,9 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from gatekeeper.core.admit import aadmit
+from gatekeeper.core.admit import aadmit, allowed_calls
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
-from gatekeeper.drift.identity import ANONYMOUS, client_identity, evidence_identity
+from gatekeeper.drift.identity import ANONYMOUS, evidence_identity, identity_of, presented
 from gatekeeper.drift.monitor import DriftMonitor
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, ProxyError
 from gatekeeper.observe import logs, metrics, redact
@@ -44,11 +44,9 @@ from gatekeeper.protocols.base import (
     StreamConverter,
     StreamFilter,
     Translator,
-    may_carry_calls,
 )
-from gatekeeper.protocols.enforce import asks_structured
+from gatekeeper.protocols.enforce import enforce_plain
 from gatekeeper.protocols.sse import encode
-from gatekeeper.protocols.stream import loads
 from gatekeeper.server.mounts import Upstreams
 from gatekeeper.server.served import Served, served
 from gatekeeper.server.upstream import (
@@ -74,10 +72,10 @@ class Exchange:
     def __init__(self, codec: Codec, translator: Translator | None = None) -> None:
         self.codec, self.translator = codec, translator
 
-    def upstream_request(self, body: dict[str, Any], count: bool = False) -> tuple[str, dict[str, Any]]:
+    def upstream_request(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """The path (under the upstream's base URL) and body to send for a gated client body."""
         if self.translator is None:
-            return ("/messages/count_tokens" if count else self.codec.upstream_path), body
+            return self.codec.upstream_path, body
         chat = self.translator.to_chat(body)
         untranslated = getattr(self.translator, "untranslated", None)
         if untranslated is not None and (left_out := untranslated(body)):
@@ -86,30 +84,25 @@ class Exchange:
         return _CHAT_PATH, chat
 
     def local_count(self, body: dict[str, Any]) -> dict[str, Any] | None:
-        """`/v1/messages/count_tokens` answered here when the upstream cannot (None: ask it)."""
+        """A token count (the protocol's count endpoint) answered here when the upstream cannot
+        (None: ask it)."""
         if self.translator is None:
             return None
         counter = getattr(self.translator, "count_tokens", None)
         if counter is None:
-            raise ProxyError(404, "count_tokens needs an upstream that speaks 'messages'", "protocol_not_served")
+            raise ProxyError(
+                404, f"count_tokens needs an upstream that speaks {self.codec.name!r}", "protocol_not_served"
+            )
         result: dict[str, Any] = counter(body)
         return result
 
     def plain(self, raw: bytes, offered: Allowed, request: dict[str, Any]) -> tuple[bytes, Enforced | None]:
-        """A plain answer for the client: the upstream's own bytes when they cannot spell a call
-        (enforced None), else parsed strictly, translated, enforced and re-serialised."""
-        if self.translator is None and not may_carry_calls(raw, self.codec.markers, self.codec.plain_types):
-            return raw, None
-        doc = loads(raw, "upstream answer")
-        if self.translator is not None:
-            if not isinstance(doc, dict):
-                raise AnswerInvalid("upstream answer must be a JSON object")
-            doc = self.translator.from_chat(doc, request)
-        enforced = self.codec.enforce(doc, offered)
-        try:
-            return orjson.dumps(doc), enforced
-        except orjson.JSONEncodeError as exc:  # nested deeper than orjson writes (254 levels)
-            raise AnswerInvalid(f"upstream answer cannot be relayed: {exc}") from None
+        """A plain answer for the client (protocols/enforce.py `enforce_plain`, translated back
+        first when the upstream got chat)."""
+        translator = self.translator
+        if translator is None:
+            return enforce_plain(self.codec, raw, offered)
+        return enforce_plain(self.codec, raw, offered, lambda doc: translator.from_chat(doc, request))
 
     def stream_filter(self, offered: Allowed, request: dict[str, Any]) -> StreamFilter:
         """Per-stream state: upstream events in, the client's (translated, enforced) events out."""
@@ -158,30 +151,20 @@ class _Translated:
         return self._enforcer.error(message, kind, code)
 
 
-_EXCHANGES: dict[tuple[str, bool], Exchange] = {}
-
-
-def exchange(protocol: str, native: tuple[str, ...]) -> Exchange:
-    """The exchange for a client protocol and an upstream speaking `native` (built once per pair)."""
-    key = (protocol, protocol in native)
-    found = _EXCHANGES.get(key)
-    if found is not None:
-        return found
-    codec = protocols.codec(protocol)
-    if codec is None:
-        raise ProxyError(404, f"protocol {protocol!r} is not served", "protocol_not_served")
-    translator = None
-    if not key[1]:
-        translator = protocols.translator(protocol)
-        if translator is None:
-            raise ProxyError(
-                404,
-                f"the upstream does not speak {protocol!r} (upstream.protocols) and no "
-                "translation to chat is installed",
-                "protocol_not_served",
-            )
-    found = _EXCHANGES[key] = Exchange(codec, translator)
-    return found
+def exchange(protocol: str, codec: Codec, native: tuple[str, ...]) -> Exchange:
+    """The exchange for a request read by `codec` (its protocol's, or its token count's) and an
+    upstream speaking `native`. Built per request from the registry as it is now: a protocol
+    registered again (another codec or translator) is used whole, both ways, at once."""
+    if protocol in native:
+        return Exchange(codec)
+    translator = protocols.translator(protocol)
+    if translator is None:
+        raise ProxyError(
+            404,
+            f"the upstream does not speak {protocol!r} (upstream.protocols) and no translation to chat is installed",
+            "protocol_not_served",
+        )
+    return Exchange(codec, translator)
 
 
 # -- one model call -------------------------------------------------------------------------
@@ -205,9 +188,15 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     peer = request.client.host if request.client else None
     # Whose demotions and drift evidence: the credential the upstream checks (a 400 when the
     # request carries two that differ).
-    client = client_identity(request.headers, snapshot.settings, peer, protocol)
+    found = presented(request.headers, snapshot.settings, peer, protocol)
+    client = identity_of(found)
+    named = snapshot.clients.name_of(found)  # a configured client (`clients:`): its rules apply too
+    if named is not None:
+        state.clients_seen[named] = state.clients_seen.get(named, 0) + 1
     # routing: may rewrite model/effort
-    admitted = await aadmit(gk, codec, body, snapshot, route=True, client=client, into=record.admission)
+    admitted = await aadmit(
+        gk, codec, body, snapshot, route=True, client=client, client_policy=named, into=record.admission
+    )
     resolution = admitted.resolution
     tier = resolution.tier.value
     metrics.REQUESTS.labels(tier, resolution.source).inc()
@@ -218,20 +207,15 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
         metrics.ROUTED.labels(admitted.route.reason).inc()
         if admitted.route.routed:
             headers["x-gatekeeper-routed"] = routed_header(admitted.route.pair)
+    if admitted.budget is not None and (budget := admitted.budget.header()) is not None:
+        headers["x-gatekeeper-tool-budget"] = budget
     upstreams: Upstreams = state.upstreams
     upstream = upstreams.mounts(snapshot.settings).for_model(admitted.info.model)
     call = ModelCall(
-        exchange(protocol, upstream.protocols),
+        exchange(protocol, codec, upstream.protocols),
         # What the answer may carry: the offered tools, the rules of the pair used (tier rules and
         # tools.requires), what replaces a removed call (and where, for a structured answer).
-        Allowed(
-            codec.offered(body),
-            resolution.tier,
-            admitted.policy,
-            snapshot.settings.blocked_calls == "explain",
-            admitted.gated.servers,
-            asks_structured(body),
-        ),
+        allowed_calls(codec, body, admitted, snapshot.settings.blocked_calls == "explain"),
         body,
         resolution,
         headers,
@@ -242,7 +226,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     )
     if count and (local := call.exchange.local_count(body)) is not None:
         return call.finish(Response(orjson.dumps(local), media_type=JSON, headers=call.headers))
-    path, upstream_body = call.exchange.upstream_request(body, count)
+    path, upstream_body = call.exchange.upstream_request(body)
     stream = admitted.info.stream
     answer = await upstream.send(UpstreamRequest("POST", path, request.scope["headers"], upstream_body, stream))
     status = answer.status_code

@@ -36,7 +36,7 @@ from yarl import URL
 from gatekeeper.config import Upstream as UpstreamSettings
 from gatekeeper.errors import ProxyError
 from gatekeeper.observe import logs, metrics
-from gatekeeper.observe.redact import redact_url, scrub
+from gatekeeper.observe.redact import redact, redact_url, scrub
 from gatekeeper.protocols.base import Event
 from gatekeeper.protocols.sse import SSEParser
 
@@ -155,7 +155,7 @@ class ByteAnswer:
 
     def __init__(self, limit: int, secrets: tuple[bytes, ...] = ()) -> None:
         self.limit = limit
-        self.secrets = secrets  # the operator's credentials the request carried: never in an error body
+        self.secrets = secrets  # the operator's credentials and the upstream's address: never in an error body
 
     @property
     def status_code(self) -> int:
@@ -256,9 +256,14 @@ class PooledUpstream:
             password and unquote(password),
         )
         # Shorter values are placeholders (`EMPTY`, `none` for servers that check no key), and
-        # replacing them would mangle the error's own words.
-        self._secrets = tuple(c.encode() for c in credentials if c and len(c) >= _SECRET_MIN)
-        self._shown = redact_url(upstream.base_url)  # what error bodies say: never its credentials
+        # replacing them would mangle the error's own words. The upstream's own address goes too:
+        # an upstream that quotes it (a gateway's "cannot reach http://10.0.0.5:8000/v1") must not
+        # tell the client where it lives; longest first, so the URL goes whole before its origin.
+        parts = urlsplit(self.base_url)
+        address = (self.base_url.rstrip("/"), f"{parts.scheme}://{parts.netloc}")
+        found = [c for c in (*credentials, *address) if c and len(c) >= _SECRET_MIN]
+        self._secrets = tuple(c.encode() for c in sorted(set(found), key=len, reverse=True))
+        self._shown = redact_url(upstream.base_url)  # what log lines say: never its credentials
         self.api_key = upstream.api_key
         self.max_response_bytes = upstream.max_response_bytes
         self._session = aiohttp.ClientSession(
@@ -337,9 +342,14 @@ class PooledUpstream:
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                 response = await self._request(request.method, url, headers, content)
         except TimeoutError:
-            raise _failed("timeout", 504, f"upstream {self._shown} timed out") from None
+            log.warning("upstream_failed", upstream=self._shown, path=request.path, error="timed out")
+            raise _failed("timeout", 504, "the upstream timed out") from None
         except aiohttp.ClientError as exc:
-            raise _failed("unreachable", 502, f"upstream {self._shown} unreachable: {type(exc).__name__}") from None
+            # The address and the reason go to the log; the client learns only that it failed:
+            # where the upstream lives (a host, a port, an internal name) is not the client's.
+            error = scrub(f"{type(exc).__name__}: {exc}".encode(), self._secrets).decode()
+            log.warning("upstream_failed", upstream=self._shown, path=request.path, error=redact(error))
+            raise _failed("unreachable", 502, "the upstream is unreachable") from None
         return PooledAnswer(response, self.max_response_bytes, self._secrets)
 
     def _request(

@@ -32,6 +32,13 @@ BENCHMARK_VERSION = 4
 Category = Literal["instruction", "json", "toolCalling"]
 CATEGORIES: tuple[Category, ...] = ("instruction", "json", "toolCalling")
 
+# The longest answer a step of a test needs, in completion tokens, when its file gives no
+# `maxTokens`: an answer that runs past it is a failed answer (never an unfinished measurement).
+# About four times the longest answer the default suite asks of its category (a 9-word sentence
+# or six one-word lines; the nested JSON object, ~70 tokens; a call whose argument holds a short
+# paragraph, ~50), so a model that answers as asked is never cut.
+ANSWER_TOKENS: dict[str, int] = {"instruction": 128, "json": 320, "toolCalling": 256}
+
 CheckType = Literal[
     "word_count",
     "line_count",
@@ -138,6 +145,8 @@ class BenchTest(_Strict):
     prompt: str | None = None
     checks: list[Check] | None = Field(default=None, min_length=1)
     steps: list[Step] | None = Field(default=None, min_length=1)
+    # The longest answer one step needs (tokens); absent: its category's ANSWER_TOKENS.
+    max_tokens: int | None = Field(default=None, alias="maxTokens", ge=1, le=1_000_000)
     # The drawn values of a randomised test's variables (empty for a fixed test).
     _bindings: dict[str, Any] = PrivateAttr(default_factory=dict)
 
@@ -166,6 +175,11 @@ class BenchTest(_Strict):
             if not isinstance(name, str) or not name:
                 raise ValueError(f"tools[{i}] is not an OpenAI function tool with a name")
         return self
+
+    @property
+    def answer_tokens(self) -> int:
+        """The longest answer a step of this test needs: what a benchmark call of it may spend."""
+        return self.max_tokens if self.max_tokens is not None else ANSWER_TOKENS[self.category]
 
     @property
     def all_steps(self) -> list[Step]:

@@ -124,7 +124,7 @@ def test_loosen_only_removes_regular_expressions() -> None:
 
 
 def obs(at: float, fault: Fault | None = None) -> Observation:
-    return Observation(at, fault, "t", "{}")
+    return Observation(at, fault, "t", {})
 
 
 def test_the_window_keeps_only_the_last_calls_by_count() -> None:
@@ -153,9 +153,15 @@ def test_examples_are_the_newest_faulty_calls() -> None:
     assert [o.at for o in window.examples(2)] == [5, 3]
 
 
-def test_observed_arguments_are_truncated() -> None:
-    seen = observe(call(arguments='{"city": "' + "x" * 500 + '"}'), OFFERED, at=1.0)
-    assert seen.fault is None and len(seen.arguments or "") == 121
+def test_a_faulty_calls_evidence_is_its_shape_and_its_values_only_when_asked_and_truncated() -> None:
+    text = '{"city": ' + '"' + "x" * 500 + '", "extra": 1}'
+    seen = observe(call(arguments=text), OFFERED, at=1.0)
+    assert seen.fault is not None and seen.arguments is None
+    assert seen.shape == {"type": "object", "chars": len(text), "keys": {"city": "string(500)", "extra": "integer"}}
+    kept = observe(call(arguments=text), OFFERED, at=1.0, values=True)
+    assert len(kept.arguments or "") == 121 and kept.example()["shape"] == seen.shape
+    sound = observe(call(arguments='{"city": "Rome"}'), OFFERED, at=1.0, values=True)
+    assert sound.fault is None and sound.arguments is None  # a sound call is never shown
 
 
 # -- settings ---------------------------------------------------------------------------------

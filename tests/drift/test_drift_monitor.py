@@ -3,6 +3,7 @@ clearing; no server needed."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -102,7 +103,9 @@ def test_one_clients_failing_traffic_demotes_the_pair_for_that_client_only(
     demotion = monitor.demotion(KEY, "key:a")
     assert demotion is not None and (demotion.from_tier, demotion.to_tier) == (Tier.LARGE, Tier.MEDIUM)
     assert demotion.client == "key:a" and "invalidArgs" in demotion.reason and "one client" in demotion.reason
-    assert demotion.examples[0] == {"fault": "invalidArgs", "name": "count", "arguments": '{"n": "5"}'}
+    # The evidence names the tool, the fault and the arguments' shape, never their values.
+    shape = {"type": "object", "chars": 10, "keys": {"n": "string(1)"}}
+    assert demotion.examples[0] == {"fault": "invalidArgs", "name": "count", "shape": shape}
     assert monitor.demotion(KEY, "key:b") is None and monitor.demotion(KEY, None) is None
     assert monitor.demotion(KEY, ANONYMOUS) is None
     assert remeasured == []  # one client's traffic never costs a measurement
@@ -278,3 +281,37 @@ def test_a_pair_keeps_a_bounded_number_of_client_demotions(clock: Clock, monkeyp
     assert [c for c in ("key:0", "key:1", "key:2", "key:3") if mon.demotion(KEY, c)] == ["key:1", "key:2", "key:3"]
     assert "dropped" in mon.report()[KEY]["history"][-2]["detail"]
     mon.close()
+
+
+def test_evidence_shows_argument_values_only_when_the_operator_opts_in(clock: Clock) -> None:
+    mon = DriftMonitor(DriftSettings(evidence_values=True), clock=clock)
+    try:
+        feed(mon, [GOOD, BAD_ARGS], times=20, client="key:a")
+        demotion = mon.demotion(KEY, "key:a")
+        assert demotion is not None
+        assert demotion.examples[0]["arguments"] == '{"n": "5"}'
+        assert demotion.examples[0]["shape"] == {"type": "object", "chars": 10, "keys": {"n": "string(1)"}}
+    finally:
+        mon.close()
+
+
+def test_the_shape_of_arguments_names_keys_types_and_sizes_never_values() -> None:
+    from gatekeeper.drift.window import shape
+
+    secret = "sk-live-0123456789abcdef"
+    text = json.dumps({"path": "/etc/x", "content": secret, "n": 2, "f": 1.5, "ok": True, "no": None, "l": [1, 2]})
+    found = shape(text)
+    assert found["keys"] == {
+        "path": "string(6)",
+        "content": f"string({len(secret)})",
+        "n": "integer",
+        "f": "number",
+        "ok": "boolean",
+        "no": "null",
+        "l": "array(2)",
+    }
+    assert secret not in json.dumps(found)
+    assert shape('{"cmd": "rm -rf /", NaN}') == {"json": False, "chars": 24}
+    assert shape('"just a string"') == {"type": "string(13)", "chars": 15}
+    many = shape(json.dumps({f"k{i}": i for i in range(40)}))
+    assert len(many["keys"]) == 16 and many["moreKeys"] == 24

@@ -332,7 +332,9 @@ async def test_a_misbehaving_server_costs_only_its_own_tools(tmp_path, default_s
         assert "listed the tool 'twice' twice" in errors["dup"]
         assert "did not answer in time" in errors["hang"]
         assert "ValidationError" in errors["junk"]
-        assert "no-such-server" in errors["missing"]
+        # A command's path is the operator's: the client reads that it cannot be started (the
+        # log line and the console name the command).
+        assert "its command cannot be started" in errors["missing"] and "no-such-server" not in errors["missing"]
 
 
 async def test_a_crashed_stdio_server_is_restarted(tmp_path, default_suite, notes_dir):

@@ -164,3 +164,68 @@ def test_a_lookalike_name_gets_the_strictest_rule_and_a_linked_uri_its_server_de
     assert rules.judge(Tier.MEDIUM, "resource", "v", None, False).allowed  # no name: the default
     assert not rules.judge(Tier.SMALL, "resource", "v", None, True).allowed
     assert ReadRules({}, {}, {}).judge(Tier.SMALL, "resource", "w", None, True).allowed  # its tools decide
+
+
+# -- rules by URI, and reads that act (issue 40) -------------------------------------------------
+
+URI_RULES = [
+    {"uri": "act://*", "server": "vault", "action": True},  # every read of the template is an action: `vault.act`
+    {"uri": "act://deploy", "acts_as": "vault.deploy"},  # this one does what `deploy` does
+    {"uri": "doc://*", "tier": "medium"},
+]
+
+
+async def test_a_template_whose_read_acts_needs_what_the_tool_doing_the_same_needs(tmp_path, default_suite, notes_dir):
+    tools = {"required_tier": {**RULES, "vault.deploy": "large", "vault.act": "medium"}}
+    servers = {"vault": vault(notes_dir, default_tier="small")}  # without URI rules: all of it small
+    mcp = {"resource_uris": URI_RULES}
+    with gateway(tmp_path, default_suite, servers, tools=tools, mcp=mcp) as proxy:
+        await wait_listed(proxy.url + "/mcp/large-model", ["vault__deploy"])
+        async with connect(proxy.url + "/mcp/small-model") as session:
+            # The template is hidden (its read is `vault.act`, medium) and so is doc:// (medium).
+            assert await shown(session) == {
+                "resources": ["secret://token"],
+                "templates": [],
+                "prompts": ["vault__hello", "vault__leak"],
+            }
+            error = await refused(session.read_resource("act://shutdown"), "acts as the tool 'vault.act'")
+            assert error.data["required_tier"] == "medium"
+            await refused(session.read_resource("doc://readme"), "URI 'doc://*'")
+        async with connect(proxy.url + "/mcp/medium-model") as session:
+            assert (await shown(session))["templates"] == ["act://{name}"]
+            assert (await session.read_resource("act://shutdown")).contents[0].text == "performed shutdown"
+            # The read that deploys needs what deploying needs, however the URI is written.
+            for uri in ("act://deploy", "act://DEPLOY", "act://%64eploy", "act://%2564eploy"):
+                error = await refused(session.read_resource(uri), "acts as the tool 'vault.deploy'")
+                assert error.data["required_tier"] == "large"
+        assert reached(notes_dir) == ["act"]  # only medium's shutdown reached the server
+        async with connect(proxy.url + "/mcp/large-model") as session:
+            assert (await session.read_resource("act://deploy")).contents[0].text == "performed deploy"
+        assert reached(notes_dir) == ["act", "act"]
+
+
+def test_uri_rules_match_every_form_a_server_may_read_and_only_raise() -> None:
+    from gatekeeper.mcp.reads import ReadRules, UriRule, uri_forms
+    from gatekeeper.rules.tiers import Tier
+
+    assert "file:///etc/passwd" in uri_forms("file:///tmp/../etc/passwd")
+    assert "file:///etc/passwd" in uri_forms("file:////etc//passwd")
+    assert "file:///etc/passwd" in uri_forms("file:///%65tc/passwd")
+    assert "file:///etc/passwd" in uri_forms("file:/etc/passwd")
+    rules = ReadRules({}, {}, {"v": Tier.SMALL}, [UriRule("file:///etc/*", tier=Tier.LARGE)])
+    for uri in ("file:///etc/shadow", "FILE:///ETC/shadow", "file:///tmp/./../etc/shadow", "file:///%2565tc/x"):
+        verdict = rules.judge(Tier.MEDIUM, "resource", "v", "f", True, (uri,))
+        assert not verdict.allowed and verdict.required == Tier.LARGE, uri
+    assert rules.judge(Tier.MEDIUM, "resource", "v", "f", True, ("file:///tmp/x",)).allowed
+    assert rules.judge(Tier.LARGE, "resource", "v", "f", True, ("file:///etc/x",)).allowed
+    # A URI outside printable ASCII (a lookalike `е`) meets every rule of its server.
+    assert not rules.judge(Tier.MEDIUM, "resource", "v", "f", True, ("file:///\u0435tc/x",)).allowed
+    # A rule never lowers: a name rule's large stays large under a URI rule's small.
+    strict = ReadRules({"v.f": Tier.LARGE}, {}, {}, [UriRule("file:///*", tier=Tier.SMALL)])
+    assert not strict.judge(Tier.MEDIUM, "resource", "v", "f", True, ("file:///tmp/x",)).allowed
+    # A rule that names a tool with nobody to judge it refuses (fail closed).
+    acting = ReadRules({}, {}, {"v": Tier.SMALL}, [UriRule("act://*", acts_as="v.deploy")])
+    assert not acting.judge(Tier.LARGE, "resource", "v", "act", True, ("act://x",)).allowed
+    assert acting.judge(Tier.SMALL, "resource", "v", "act", True, ("act://x",), lambda t: (True, Tier.SMALL)).allowed
+    # Prompts are not ruled by URI.
+    assert acting.judge(Tier.SMALL, "prompt", "v", "act", True, ("act://x",)).allowed

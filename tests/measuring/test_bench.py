@@ -17,7 +17,7 @@ from scripted import ScriptedServer, SuiteScript
 
 from gatekeeper.config import Settings
 from gatekeeper.core.gatekeeper import Gatekeeper
-from gatekeeper.errors import BackendError, InconclusiveMeasurement
+from gatekeeper.errors import BackendError, InconclusiveMeasurement, SuiteError
 from gatekeeper.measuring.backends import (
     BackendRequest,
     Completion,
@@ -31,7 +31,7 @@ from gatekeeper.measuring.service import MeasurementService
 from gatekeeper.rules.tiers import DEFAULT_SAMPLES
 from gatekeeper.store import JsonFileStore
 from gatekeeper.store.profile import Profile
-from gatekeeper.suite.loader import load_suite
+from gatekeeper.suite.loader import ANSWER_TOKENS, load_suite
 from gatekeeper.types import Answer, ToolCall, strip_reasoning
 
 FIXTURE_SUITE = ROOT / "tests" / "fixtures" / "seed_format_suite"
@@ -66,7 +66,7 @@ def test_perfect_model_scores_one_in_every_category_of_the_default_suite(default
 def test_requests_are_repeatable_and_offer_tools_with_tool_choice_auto(default_suite):
     with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
         run_sweep(server, default_suite)
-    assert all(b["temperature"] == 0 and b["max_tokens"] == 512 for b in server.requests)
+    assert all(b["temperature"] == 0 for b in server.requests)
     with_tools = [b for b in server.requests if "tools" in b]
     assert with_tools and all(b["tool_choice"] == "auto" for b in with_tools)
     assert not any("reasoning_effort" in b for b in server.requests)
@@ -438,7 +438,8 @@ def test_a_few_empty_answers_are_scored_not_treated_as_inconclusive(tmp_path, de
 
 
 def sampled(samples: int, design: str = "adaptive") -> Settings:
-    return Settings.model_validate({"bench": {"samples": samples, "design": design}})
+    # tool_budget off: these tests count the tier's calls (the budget's: tests/measuring/test_budget.py).
+    return Settings.model_validate({"bench": {"samples": samples, "design": design, "tool_budget": False}})
 
 
 def calls_per_pass(suite) -> int:
@@ -795,3 +796,65 @@ def test_any_other_400_is_still_a_backend_failure_and_stores_nothing(tmp_path, d
         with pytest.raises(BackendError, match="HTTP 400"):
             asyncio.run(MeasurementService(settings, default_suite, store).measure("m"))
     assert store.load().profiles == {}
+
+
+# -- each call bounded by what its test needs (issue 43) ---------------------------------------
+
+
+def test_each_call_asks_for_the_tokens_its_test_needs_under_the_ceiling(default_suite):
+    script = SuiteScript(default_suite)
+    with ScriptedServer(script.responder(answers.perfect)) as server:
+        run_sweep(server, default_suite)
+    asked = {script.locate(b)[0].category: b["max_tokens"] for b in server.requests}
+    assert asked == ANSWER_TOKENS
+    with ScriptedServer(script.responder(answers.perfect)) as server:
+        run_sweep(server, default_suite, max_tokens=100)
+    assert {b["max_tokens"] for b in server.requests} == {100}
+
+
+def test_an_explicit_effort_level_gets_the_configured_room_to_think(default_suite):
+    with ScriptedServer(SuiteScript(default_suite).responder(answers.perfect)) as server:
+        run_sweep(server, default_suite, efforts=("low",))
+    assert {b["max_tokens"] for b in server.requests} == {512}
+
+
+def test_a_test_file_may_say_how_long_its_answer_is(tmp_path):
+    (tmp_path / "t.json").write_text(
+        json.dumps(
+            {"name": "t", "category": "json", "maxTokens": 40, "prompt": "p", "checks": [{"type": "json_valid"}]}
+        )
+    )
+    assert load_suite(tmp_path).tests[0].answer_tokens == 40
+    (tmp_path / "t.json").write_text(
+        json.dumps({"name": "t", "category": "json", "maxTokens": 0, "prompt": "p", "checks": [{"type": "json_valid"}]})
+    )
+    with pytest.raises(SuiteError, match="maxTokens"):
+        load_suite(tmp_path)
+
+
+def _one_test(default_suite, name: str, change: dict):
+    """Perfect answers, but `name`'s answers come with `change` (cut short, or slow)."""
+    script = SuiteScript(default_suite)
+
+    def respond(body: dict) -> dict:
+        test, step = script.locate(body)
+        return answers.perfect(test, step) | (change if test.name == name else {})
+
+    return respond
+
+
+def test_an_answer_cut_at_its_token_bound_is_a_failed_answer(default_suite):
+    with ScriptedServer(_one_test(default_suite, "sentence_seven_words", {"finish_reason": "length"})) as server:
+        (profile,) = run_sweep(server, default_suite, samples=1)
+    scores = {r.name: r.score for r in profile.test_results}
+    assert scores.pop("sentence_seven_words") == 0  # the text would pass: cut, it is not an answer
+    assert set(scores.values()) == {1.0}
+
+
+def test_an_answer_past_its_time_bound_is_a_failed_answer_and_the_measurement_goes_on(default_suite):
+    slow = _one_test(default_suite, "json_inventory_selection", {"delay_s": 30})
+    with ScriptedServer(slow) as server:
+        (profile,) = run_sweep(server, default_suite, samples=1, prompt_allowance_s=0.5, min_tokens_per_s=1e6)
+    scores = {r.name: r.score for r in profile.test_results}
+    assert scores.pop("json_inventory_selection") == 0
+    assert set(scores.values()) == {1.0}

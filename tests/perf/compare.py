@@ -197,6 +197,7 @@ class Target:
     command: list[str]
     port: int
     env: dict[str, str] = field(default_factory=dict)
+    cpus: str | None = None  # replaces the proxies' CPU (a fleet of workers takes every core)
     process: subprocess.Popen | None = None
     startup_s: float = float("nan")
     startup_cpu_s: float = float("nan")  # CPU time (user + system) spent until then: less noisy than wall
@@ -566,6 +567,7 @@ def build_rows(wanted: set[str]) -> list[Row]:
             Row("gatekeeper messages, native", "gk-native", "messages", "direct messages", "gatekeeper"),
             Row("gatekeeper messages, translated to chat", "gk", "messages", "direct chat", "gatekeeper"),
             Row("gatekeeper chat, Redis store", "gk-redis", "chat", "direct chat", "gatekeeper"),
+            Row("gatekeeper chat, Redis store, 2 workers", "gk-redis-2w", "chat", "direct chat", "gatekeeper"),
             Row("gatekeeper chat, drift tracking off", "gk-nodrift", "chat", "direct chat", "gatekeeper"),
         ]
     return rows
@@ -583,13 +585,14 @@ def gatekeeper_targets(workdir: Path, upstream: str, redis_url: str | None, redi
             ),
         ),
         ("gk-redis", lambda: seed_gatekeeper(workdir, upstream, "gk-redis", store=redis_url)),
+        ("gk-redis-2w", lambda: seed_gatekeeper(workdir, upstream, "gk-redis-2w", store=redis_url)),
         ("gk-nodrift", lambda: seed_gatekeeper(workdir, upstream, "gk-nodrift", extra={"drift": {"enabled": False}})),
     ]
     targets = []
     for name, make in variants:
         port = free_port()
         target = Target(name, [], port)
-        if name == "gk-redis" and redis_url is None:
+        if name.startswith("gk-redis") and redis_url is None:
             target.error = redis_why
         else:
             try:
@@ -598,6 +601,9 @@ def gatekeeper_targets(workdir: Path, upstream: str, redis_url: str | None, redi
                 if target.error:
                     target.error = f"this build rejects the config: {target.error}"
                 target.command = [exe, "serve", "--config", str(config), "--port", str(port)]
+                if name == "gk-redis-2w":  # `serve --workers 2`, on both cores: the load shares one of them
+                    target.command += ["--workers", "2"]
+                    target.cpus = "0,1" if (os.cpu_count() or 1) >= 2 else None
             except RuntimeError as exc:
                 target.error = str(exc)
         targets.append(target)
@@ -946,7 +952,7 @@ def main() -> None:
         for t in targets[1:]:
             if t.error is None:
                 print(f"starting {t.name} ...", file=sys.stderr)
-                t.start(workdir, server_cpu, 180)
+                t.start(workdir, t.cpus or server_cpu, 180)
                 if t.error:
                     print(f"{t.name} unavailable: {t.error}", file=sys.stderr)
                 t.signal(signal.SIGSTOP)

@@ -368,6 +368,27 @@ def test_litellm_proxy_streams_an_allowed_call_to_every_client(litellm_clients):
     assert [block.name for block in content if block.type == "tool_use"] == ["read_file"]
 
 
+def test_litellm_proxy_streams_a_hidden_call_removed_and_explained_to_every_client(litellm_clients):
+    """The model calls the hidden tool next to the allowed one in a streamed answer: each official
+    client reads a finished stream with the allowed call and the explanation in place of the
+    hidden one, as gatekeeper's own proxy answers (issue 43: the hook raised inside LiteLLM's
+    stream, which the clients saw as a broken connection, and retried)."""
+    client, claude, _ = litellm_clients
+    with client.chat.completions.stream(model="local-model", messages=HI, tools=CHAT_TOOLS) as chat:
+        message = chat.get_final_completion().choices[0]
+    assert [c.function.name for c in message.message.tool_calls or []] == ["read_file"]
+    assert EXPLAINED in (message.message.content or "") and message.finish_reason == "tool_calls"
+    with client.responses.stream(model="local-model", input="read a.txt", tools=RESPONSES_TOOLS) as events:
+        response = events.get_final_response()
+    assert [item.name for item in response.output if item.type == "function_call"] == ["read_file"]
+    assert EXPLAINED in response.output_text and response.status == "completed"
+    with claude.messages.stream(model="local-model", max_tokens=100, messages=HI, tools=CLAUDE_TOOLS) as blocks:
+        final = blocks.get_final_message()
+    assert [block.name for block in final.content if block.type == "tool_use"] == ["read_file"]
+    assert any(EXPLAINED in block.text for block in final.content if block.type == "text")
+    assert final.stop_reason == "tool_use"
+
+
 # -- agent frameworks streaming through the proxy ------------------------------------------------
 
 

@@ -17,8 +17,8 @@ tests/scripted.py); what the upstream received, and what the client read, is the
   hallucination, or a prompt naming a hidden tool) reached the LiteLLM client, plain or
   streamed, in chat, Responses and Messages. The hook enforces answers now, in LiteLLM's
   post-call hooks: a plain answer has the call removed (or explained, `blocked_calls`); a stream
-  is cut with an error at the chunk that starts the call (LiteLLM's chunks are its own objects,
-  which the hook cannot rewrite faithfully). A request that offered no tools offers nothing, as
+  too (issue 43: it was cut with an error, which LiteLLM cannot report once the response has
+  started: clients saw a broken connection). A request that offered no tools offers nothing, as
   at the proxy.
 - Messages streams: a `message_delta` (or `message_stop`) carrying a `content` list or a whole
   `message` with a `tool_use` block of a hidden tool was relayed as sent (the filter judged only
@@ -267,7 +267,7 @@ async def test_a_call_in_the_answer_to_a_request_without_tools_is_removed(upstre
 
 
 @pytest.mark.parametrize("protocol", ["chat", "responses", "messages"])
-async def test_the_hook_cuts_a_stream_at_a_hidden_call(upstream, hook, protocol):
+async def test_the_hook_removes_a_hidden_call_from_a_stream(upstream, hook, protocol):
     if protocol == "chat":
         data = await gated_data(hook, "acompletion", messages=HI, tools=CHAT_TOOLS, stream=True)
         stream = await litellm.acompletion(
@@ -299,8 +299,10 @@ async def test_the_hook_cuts_a_stream_at_a_hidden_call(upstream, hook, protocol)
             tools=data["tools"],
             stream=True,
         )
-    with pytest.raises(Exception, match="the model called 'execute_command'"):
-        await drained(hook, stream, data)
+    relayed = "".join(
+        c.decode() if isinstance(c, bytes) else c.model_dump_json() for c in await drained(hook, stream, data)
+    )
+    assert '"name":"read_file"' in relayed and '"name":"execute_command"' not in relayed
 
 
 async def test_a_stream_of_offered_calls_passes_the_hook(hook):
@@ -907,3 +909,16 @@ async def test_gated_capability_judges_native_tools_without_a_gated_client(store
             assert sorted(t.get("name") or t["type"] for t in sent) == ["code_interpreter", "read_file"]
         finally:
             gk.close()
+
+
+async def test_an_unreadable_stream_chunk_ends_the_stream_with_the_protocols_error_event(hook):
+    """Not an exception (LiteLLM cannot report one once the response started): the error chunk
+    the official clients raise on, and nothing after it."""
+    data = await gated_data(hook, "acompletion", messages=HI, tools=CHAT_TOOLS, stream=True)
+
+    async def stream():
+        yield {"choices": [{"index": 0, "delta": {"tool_calls": "not a list"}}]}
+        yield {"choices": [{"index": 0, "delta": {"content": "after"}}]}
+
+    (chunk,) = await drained(hook, stream(), data)
+    assert chunk.startswith(b"data: ") and json.loads(chunk[6:])["error"]["code"] == "upstream_invalid"

@@ -218,3 +218,36 @@ def test_a_call_of_an_admitted_member_reaches_the_client_and_of_a_hidden_one_doe
                 model="small-model", max_tokens=10, messages=HI, tools=[{"type": "browser_toolset_20260801"}]
             )
     assert [b.name for b in answer.content if b.type == "tool_use"] == ["navigate"]
+
+
+# A chat request takes typed built-ins too (servers that accept Responses or Messages tools in
+# chat's `tools`), but chat's gate reads only their type: a member another protocol's gate reads
+# was forwarded unread (issue 40: `configs` turning `javascript_exec` on for a small model).
+UNREAD_ON_CHAT = [
+    {"type": "browser_toolset_20260801", "configs": {"javascript_exec": {"enabled": True}}},
+    {"type": "computer_toolset_20260801", "configs": {"zoom": {"enabled": True}}},
+]
+
+
+@pytest.mark.parametrize("tool", UNREAD_ON_CHAT, ids=["browser_configs", "computer_configs"])
+def test_a_member_chat_does_not_read_is_refused_on_chat(proxy, native, tool):
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match=r"tools\[0\]\.configs.*chat reads only a built-in tool's type"):
+        client.chat.completions.create(model="small-model", messages=HI, tools=[tool])
+    assert native.received() == []
+
+
+def test_a_typed_built_in_without_unread_members_still_reaches_a_chat_upstream(proxy, native):
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+    client.chat.completions.create(model="small-model", messages=HI, tools=[{"type": "computer_toolset_20260801"}])
+    assert native.requests[-1]["tools"] == [{"type": "computer_toolset_20260801"}]
+
+
+def test_every_member_chat_forwards_of_a_built_in_is_one_chat_reads_or_forwards_as_is() -> None:
+    from gatekeeper.protocols import schema
+    from gatekeeper.protocols.chat.fields import CHAT_BUILTIN_TOOL
+
+    for kind, table in CHAT_BUILTIN_TOOL.items():
+        gated = {k for k, how in table.items() if schema.how_of(how) == schema.GATED}
+        assert gated <= {"type", "name"}, (kind, gated)  # chat's gate reads these two, and no other
+    assert isinstance(CHAT_BUILTIN_TOOL["browser_toolset_20260801"]["configs"], schema.Refused)

@@ -122,6 +122,12 @@ def test_a_type_test():
     assert typed.call_tier("resize", '{"size": 3}') is SMALL
     assert typed.call_tier("resize", '{"size": true}') is LARGE
     assert typed.call_tier("resize", '{"size": 3.5}') is LARGE
+    number = ToolPolicy(
+        {"resize": LARGE}, arguments=rules({"resize": [{"match": {"size": {"type": "number"}}, "tier": "small"}]})
+    )
+    assert number.call_tier("resize", '{"size": 3}') is SMALL
+    assert number.call_tier("resize", '{"size": 3.5}') is SMALL
+    assert number.call_tier("resize", '{"size": "3"}') is LARGE
 
 
 def test_a_tool_is_offered_at_the_lowest_tier_some_call_needs():

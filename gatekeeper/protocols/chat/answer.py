@@ -25,8 +25,8 @@ import orjson
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid
 from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered
-from gatekeeper.protocols.enforce import allowed, settle
-from gatekeeper.protocols.stream import loads
+from gatekeeper.protocols.enforce import as_allowed, settle
+from gatekeeper.protocols.strict_json import loads
 from gatekeeper.rules.tools import ToolId, ToolKind
 
 
@@ -177,7 +177,7 @@ class ChatStreamFilter:
     """Per-stream state of the chat answer filter (the rule is in the module docstring)."""
 
     def __init__(self, offered: Allowed | Offered) -> None:
-        self.allow = allowed(offered)
+        self.allow = as_allowed(offered)
         self.result = Enforced()
         self.done = False
         self._index: dict[tuple[int, int | None], int | None] = {}  # (choice, upstream index) -> client index
@@ -444,7 +444,7 @@ def _is_int(value: Any) -> bool:
 
 def enforce(doc: Any, offered: Allowed | Offered) -> Enforced:
     """A plain answer with its calls to tools not offered removed (in place), and what was removed."""
-    allow = allowed(offered)
+    allow = as_allowed(offered)
     result = Enforced()
     for choice in _choices(doc, "upstream answer"):
         _refuse_calls_in(choice.get("delta"), "a plain answer's 'delta'")

@@ -16,6 +16,7 @@ from gatekeeper.protocols.chat.answer import (
     stream_error,
 )
 from gatekeeper.protocols.chat.gate import check_request, gate_request
+from gatekeeper.protocols.enforce import json_format
 from gatekeeper.protocols.gate import Gated, tool_name
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId, ToolPolicy
@@ -115,6 +116,9 @@ class ChatCodec:
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         return error_body(status, message, kind, code)
+
+    def asks_structured(self, body: dict[str, Any]) -> bool:
+        return json_format(body.get("response_format"))
 
     def stream_error(self, message: str, kind: str, code: str | None) -> Event:
         return stream_error(message, kind, code)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gatekeeper.protocols.messages.fields import MESSAGES_TOOL
+from gatekeeper.protocols.responses.fields import RESPONSES_TOOL
 from gatekeeper.protocols.schema import (
     APPROXIMATE,
     CACHE_CONTROL,
@@ -20,7 +22,9 @@ from gatekeeper.protocols.schema import (
     OneOf,
     Typed,
     offered_in,
+    read_only,
 )
+from gatekeeper.rules.tools import BUILTIN_FAMILIES
 
 # -- Chat Completions: POST /v1/chat/completions ----------------------------------------------
 
@@ -151,6 +155,19 @@ CHAT_CUSTOM: Fields = {"name": GATED, "description": FORWARD, "format": _GRAMMAR
 CHAT_TOOL: Mapping[str, Fields] = {  # by type
     "function": {"type": GATED, "function": GATED},
     "custom": {"type": GATED, "custom": GATED},
+}
+# A typed built-in some chat servers take in `tools` (as Responses or Messages define it): its
+# own fields, gated by its type. Chat's gate reads its `type` (and checks a Messages tool's fixed
+# `name`), nothing else: a member the other protocol's gate reads (a Messages toolset's `configs`,
+# which turns members on; an `mcp_toolset`'s tool list) is refused here, never forwarded unread.
+_UNREAD_ON_CHAT = "chat reads only a built-in tool's type; send this tool through the API that defines it"
+CHAT_BUILTIN_TOOL: Mapping[str, Fields] = {
+    kind: read_only(
+        RESPONSES_TOOL.get(kind) or MESSAGES_TOOL.get(kind) or {"type": GATED},
+        frozenset({"type", "name"}),
+        _UNREAD_ON_CHAT,
+    )
+    for kind in BUILTIN_FAMILIES
 }
 CHAT_LEGACY_FUNCTION: Fields = {"name": GATED, "description": FORWARD, "parameters": SCHEMA}
 CHAT_TOOL_CHOICE: Mapping[str, Fields] = {  # the object forms, by type

@@ -16,7 +16,6 @@ from gatekeeper.protocols import schema as S
 from gatekeeper.protocols.chat import fields as F
 from gatekeeper.protocols.gate import Gated, named_id, narrowed, nonempty, require_boolean, tool_id
 from gatekeeper.protocols.messages import fields as messages_fields
-from gatekeeper.protocols.responses import fields as responses_fields
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId, ToolKind, ToolPolicy, builtin_family
 
@@ -216,18 +215,13 @@ def check_request(body: dict[str, Any], unknown: str) -> None:
             S.check(inner, F.CHAT_NAMED, f"tool_choice.{kind}", unknown)
 
 
-_TYPE_GATED: S.Fields = {"type": S.GATED}  # a typed built-in no table describes further
-
-
 def _check_tool(tool: Any, where: str, unknown: str) -> None:
     if not isinstance(tool, dict):
         raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
     kind = tool.get("type", "function")
     if isinstance(kind, str) and builtin_family(kind) is not None:
-        # A typed built-in some chat servers take (as Responses or Messages define it): its own
-        # fields, gated by its type.
-        table = responses_fields.RESPONSES_TOOL.get(kind) or messages_fields.MESSAGES_TOOL.get(kind) or _TYPE_GATED
-        S.check(tool, table, where, unknown)
+        # A typed built-in some chat servers take: what chat does not read of it is refused.
+        S.check(tool, F.CHAT_BUILTIN_TOOL[kind], where, unknown)
         fixed = messages_fields.MESSAGES_BUILTIN_NAMES.get(kind)
         if "name" in tool and tool["name"] != fixed:
             raise RequestInvalid(f"{where}.name must be {fixed!r} for a {kind!r} tool (its name is fixed)")

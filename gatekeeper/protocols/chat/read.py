@@ -10,7 +10,7 @@ from typing import Any
 
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, RequestInvalid
 from gatekeeper.protocols.base import Event
-from gatekeeper.protocols.stream import loads
+from gatekeeper.protocols.strict_json import loads
 
 
 @dataclass

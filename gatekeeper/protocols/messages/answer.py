@@ -12,12 +12,12 @@ from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered
 from gatekeeper.protocols.enforce import (
     ItemJudge,
     Positions,
-    allowed,
+    as_allowed,
     enforce_items,
     settle,
 )
 from gatekeeper.protocols.messages.fields import MESSAGES_BUILTIN_NAMES
-from gatekeeper.protocols.stream import read_object
+from gatekeeper.protocols.strict_json import read_object
 from gatekeeper.rules.tools import BUILTIN_FAMILIES, ToolId
 
 NOT_CALLS = frozenset({"text", "thinking", "redacted_thinking", "container_upload", "compaction", "fallback"})
@@ -136,7 +136,7 @@ class _Judge(ItemJudge):
 def answer_side(offered: Allowed | Offered) -> Allowed:
     """A structured answer (`output_config.format`) gets no explanation: every text block is what
     the SDK's `parse` validates as the format, and Messages has no other place for text."""
-    allow = allowed(offered)
+    allow = as_allowed(offered)
     return dataclasses.replace(allow, explain=False) if allow.structured and allow.explain else allow
 
 
@@ -175,7 +175,7 @@ class MessagesStreamFilter:
     stream ends at `message_stop` (or `error`); one that ends before is incomplete."""
 
     def __init__(self, offered: Allowed | Offered) -> None:
-        self.allow = allowed(offered)
+        self.allow = as_allowed(offered)
         self.result = Enforced()
         self._judge = _Judge(self.allow)
         self._positions = Positions()

@@ -35,7 +35,7 @@ from typing import Any
 from gatekeeper.errors import RequestInvalid
 from gatekeeper.protocols import schema as S
 from gatekeeper.protocols.base import Allowed, Enforced, Event, Offered, RequestInfo
-from gatekeeper.protocols.enforce import enforce_answer
+from gatekeeper.protocols.enforce import enforce_answer, json_format
 from gatekeeper.protocols.gate import Gated
 from gatekeeper.protocols.messages import fields as F
 from gatekeeper.protocols.messages.answer import (
@@ -54,14 +54,14 @@ from gatekeeper.rules.tools import ToolId, ToolPolicy
 
 class MessagesCodec:
     name = "messages"
-    upstream_path = "/messages"
     markers: tuple[bytes, ...] = (b"tool_use",)  # `tool_use`, `server_tool_use`, `mcp_tool_use`, `..._tool_use`
     # The message, blocks that call nothing and text citations (anthropic/types/text_citation.py):
     # an answer with any other block type (an MCP listing, a type this codec does not know) is parsed.
     plain_types: frozenset[bytes] | None = frozenset(t.encode() for t in NOT_CALLS | CITATIONS | {"message"})
 
-    def __init__(self, fields: S.Fields = F.MESSAGES_REQUEST) -> None:
+    def __init__(self, fields: S.Fields = F.MESSAGES_REQUEST, upstream_path: str = "/messages") -> None:
         self.fields = fields  # the endpoint's allowlist: MESSAGES_REQUEST or MESSAGES_COUNT_TOKENS
+        self.upstream_path = upstream_path
 
     def parse(self, body: dict[str, Any]) -> RequestInfo:
         model = body.get("model")
@@ -106,9 +106,13 @@ class MessagesCodec:
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         return error_body(status, message, kind, code)
 
+    def asks_structured(self, body: dict[str, Any]) -> bool:
+        config = body.get("output_config")  # or the beta's `output_format`
+        return json_format((config.get("format") if isinstance(config, dict) else None) or body.get("output_format"))
+
     def stream_error(self, message: str, kind: str, code: str | None) -> Event:
         return stream_error(message, kind, code)
 
 
 CODEC = MessagesCodec()
-COUNT_TOKENS_CODEC = MessagesCodec(F.MESSAGES_COUNT_TOKENS)  # /v1/messages/count_tokens
+COUNT_TOKENS_CODEC = MessagesCodec(F.MESSAGES_COUNT_TOKENS, "/messages/count_tokens")

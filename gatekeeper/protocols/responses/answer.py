@@ -12,11 +12,11 @@ from gatekeeper.protocols.base import Allowed, Call, Enforced, Event, Offered
 from gatekeeper.protocols.enforce import (
     ItemJudge,
     Positions,
-    allowed,
+    as_allowed,
     enforce_items,
     settle,
 )
-from gatekeeper.protocols.stream import read_object
+from gatekeeper.protocols.strict_json import read_object
 from gatekeeper.rules.tools import ToolId
 
 _log = logs.get_logger("gatekeeper")
@@ -236,7 +236,7 @@ class ResponsesStreamFilter:
     `.incomplete`, `.failed`, `error`); one that ends before any is incomplete."""
 
     def __init__(self, offered: Allowed | Offered) -> None:
-        self.allow = allowed(offered)
+        self.allow = as_allowed(offered)
         self.result = Enforced()
         self._judge = _Judge(self.allow)
         self._positions = Positions()

@@ -24,7 +24,7 @@ from typing import Any
 from gatekeeper.errors import RequestInvalid
 from gatekeeper.observe import logs
 from gatekeeper.protocols.base import Allowed, Enforced, Event, Offered, RequestInfo
-from gatekeeper.protocols.enforce import allowed, enforce_answer
+from gatekeeper.protocols.enforce import as_allowed, enforce_answer, json_format
 from gatekeeper.protocols.gate import Gated
 from gatekeeper.protocols.responses.answer import (
     NOT_CALLS,
@@ -93,13 +93,17 @@ class ResponsesCodec:
     # -- answers ----------------------------------------------------------------------------
 
     def enforce(self, doc: Any, offered: Allowed | Offered) -> Enforced:
-        return enforce_answer(doc, "Responses", enforce_response, allowed(offered))
+        return enforce_answer(doc, "Responses", enforce_response, as_allowed(offered))
 
     def stream_filter(self, offered: Allowed | Offered) -> ResponsesStreamFilter:
         return ResponsesStreamFilter(offered)
 
     def error_body(self, status: int, message: str, kind: str, code: str | None) -> dict[str, Any]:
         return error_body(status, message, kind, code)
+
+    def asks_structured(self, body: dict[str, Any]) -> bool:
+        text = body.get("text")
+        return json_format(text.get("format") if isinstance(text, dict) else None)
 
     def stream_error(self, message: str, kind: str, code: str | None, sequence_number: int = 0) -> Event:
         return stream_error(message, kind, code, sequence_number)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gatekeeper.config import pinned_tier
 from gatekeeper.core.resolver import Resolution
 from gatekeeper.core.route_choice import Need
 from gatekeeper.measuring.runner import EFFORT_COST, Progress
@@ -130,7 +131,9 @@ def rows(gk: Gatekeeper) -> list[Row]:
     models = {r.model for r in found}
     for pinned, tier in gk.settings.pins.items():
         if "@" not in pinned and pinned not in models:
-            found.append(Row(key=pinned, model=pinned, effort=ALL_EFFORTS, tier=tier.value, source="pinned"))
+            found.append(
+                Row(key=pinned, model=pinned, effort=ALL_EFFORTS, tier=pinned_tier(tier).value, source="pinned")
+            )
     found.sort(key=lambda r: (r.model, effort_order(r.effort)))
     return found
 
@@ -206,7 +209,11 @@ def model_page(gk: Gatekeeper, model: str) -> ModelPage | None:
         for result in row.profile.test_results:
             tests.setdefault(result.name, (result.category, {}))[1][row.effort] = result.score
     ordered = sorted(tests.items(), key=lambda item: (suite_order.get(item[0], len(suite_order)), item[0]))
-    pins = [(k, t.value) for k, t in gk.settings.pins.items() if k == model or ("@" in k and split_key(k)[0] == model)]
+    pins = [
+        (k, pinned_tier(t).value)
+        for k, t in gk.settings.pins.items()
+        if k == model or ("@" in k and split_key(k)[0] == model)
+    ]
     return ModelPage(
         model=model,
         rows=model_rows,

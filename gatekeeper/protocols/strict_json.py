@@ -1,4 +1,4 @@
-"""Reading streamed answers, shared by every codec and both translations.
+"""Reading answers strictly, plain and streamed, shared by every codec and both translations.
 
 * `loads`: strict JSON (orjson: no NaN/Infinity, valid UTF-8 only), AnswerInvalid otherwise;
 * `read_object`: one Responses / Messages event's data as a JSON object with a string `type`
