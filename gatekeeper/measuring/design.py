@@ -18,9 +18,9 @@ concurrently; the product of the factors does not depend on their order.
 
 What it assumes: separate conversations are independent given the model (true of a stateless
 API serving independent requests). A backend whose quality drifts in streaks (several
-consecutive calls failing together) breaks that for draws, and `bench.design: whole` is then
-the safer choice: a whole observation only assumes its runs are independent of *other*
-observations (docs/statistics.md measures both).
+consecutive calls failing together) breaks that for draws. `bench.design: whole` assumes less:
+a round is one whole observation per category, so it holds for streaks shorter than a round;
+a streak spanning rounds, or drift over minutes, breaks it too (docs/statistics.md measures both).
 
 Which design: the one expected to grow the deciding wealth fastest per call, predicted from the
 category's own runs (each test's failed shares seen so far, tests assumed independent), at the
