@@ -410,7 +410,7 @@ def _reload_on_sighup(gk: Gatekeeper) -> None:
     import signal
     import threading
 
-    log = logs.get_logger("gatekeeper.cli")
+    log = logs.get_logger(__name__)
 
     def reload() -> None:
         try:

@@ -23,7 +23,7 @@ from gatekeeper.protocols.gate import Gated
 from gatekeeper.rules.budget import BudgetCheck, BudgetPolicy, mentioned_tools, trim
 from gatekeeper.rules.tools import ToolPolicy
 
-log = logs.get_logger("gatekeeper.core.budget")
+log = logs.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

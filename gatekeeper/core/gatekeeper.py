@@ -47,7 +47,7 @@ from gatekeeper.store import Lease, ProfileStore, demotion_board, open_store
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key, split_key
 from gatekeeper.suite.loader import Suite, load_suite
 
-log = logs.get_logger("gatekeeper.core.gatekeeper")
+log = logs.get_logger(__name__)
 
 __all__ = ["Gatekeeper", "NotMeasured", "ProfileEntry", "Resolution", "Route", "Snapshot", "Source"]
 

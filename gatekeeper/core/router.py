@@ -35,7 +35,7 @@ from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId, ToolPolicy
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key
 
-log = logs.get_logger("gatekeeper.core.router")
+log = logs.get_logger(__name__)
 
 _CAPABILITIES_KEPT = 4096  # pairs' capabilities remembered (cleared whole past it: model names come from clients)
 

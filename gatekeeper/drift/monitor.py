@@ -52,7 +52,7 @@ from gatekeeper.rules.tiers import Tier
 from gatekeeper.store.base import DemotionBoard
 from gatekeeper.store.profile import Profile
 
-log = logs.get_logger("gatekeeper.drift.window")
+log = logs.get_logger(__name__)
 
 _LOWER = {Tier.LARGE: Tier.MEDIUM, Tier.MEDIUM: Tier.SMALL}
 _TRACKED = frozenset({"measured", "pinned", "demoted"})  # unmeasured pairs have nothing to judge

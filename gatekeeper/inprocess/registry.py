@@ -44,7 +44,7 @@ from gatekeeper.rules.requirements import meets, unmet
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolPolicy
 
-log = logs.get_logger("gatekeeper.inprocess.registry")
+log = logs.get_logger(__name__)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import httpx2
 
 from gatekeeper.observe import logs
 
-log = logs.get_logger("gatekeeper.mcp.bounded_http")
+log = logs.get_logger(__name__)
 
 # What the protocol and HTTP framing need, beside the configured headers (lower case).
 PROTOCOL_HEADERS = frozenset(

@@ -45,7 +45,7 @@ from gatekeeper.observe.redact import clip
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId
 
-log = logs.get_logger("gatekeeper.mcp.gateway")
+log = logs.get_logger(__name__)
 
 # The scope key the HTTP front (gatekeeper.mcp.http) puts the request's Binding under.
 BINDING = "gatekeeper.mcp.binding"

@@ -41,7 +41,7 @@ from gatekeeper.store.profile import check_effort, split_key
 if TYPE_CHECKING:
     from gatekeeper.mcp.gateway import McpGateway
 
-log = logs.get_logger("gatekeeper.mcp.http")
+log = logs.get_logger(__name__)
 
 MODEL_HEADER = "x-gatekeeper-model"
 _MAX_MODEL = 256

@@ -31,7 +31,7 @@ from gatekeeper.mcp.upstream import ServerUnavailable, Upstream
 from gatekeeper.observe import logs
 from gatekeeper.observe.redact import clip
 
-log = logs.get_logger("gatekeeper.mcp.gateway")
+log = logs.get_logger(__name__)
 
 _RESOURCE_ROUTES = 10_000  # resource URIs remembered for resources/read routing
 # A resources/read of a URI no server listed lists them again (and their templates), but at

@@ -35,7 +35,7 @@ from gatekeeper.mcp.names import unusable
 from gatekeeper.mcp.stdio import bounded_stdio
 from gatekeeper.observe import logs
 
-log = logs.get_logger("gatekeeper.mcp.upstream")
+log = logs.get_logger(__name__)
 
 # A dead connection is noticed at once when its stream ends (a stdio server that exits); a hung
 # one by a ping this often, which must answer within the server's timeout_s.

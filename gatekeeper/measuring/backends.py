@@ -19,7 +19,7 @@ from gatekeeper.observe import logs
 from gatekeeper.observe.redact import redact, redact_url
 from gatekeeper.types import Answer, ToolCall, strip_reasoning
 
-log = logs.get_logger("gatekeeper.measuring.backends")
+log = logs.get_logger(__name__)
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 

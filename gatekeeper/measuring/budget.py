@@ -56,7 +56,7 @@ from gatekeeper.store.profile import DEFAULT_EFFORT, Profile
 from gatekeeper.suite.loader import ANSWER_TOKENS
 from gatekeeper.types import Answer
 
-log = logs.get_logger("gatekeeper.measuring.budget")
+log = logs.get_logger(__name__)
 
 LADDER: tuple[int, ...] = (4, 8, 16, 32, 64)
 # Per rung. At 0.9 a rung of a model erring one time in 100 is certified after about 42 calls on

@@ -38,7 +38,7 @@ from gatekeeper.rules.tiers import DEFAULT_RISK, DEFAULT_SAMPLES, Thresholds, Ti
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, TestResult
 from gatekeeper.suite.loader import CATEGORIES, BenchTest, Suite, instantiate
 
-log = logs.get_logger("gatekeeper.measuring.runner")
+log = logs.get_logger(__name__)
 
 # `default` (no effort field), what most clients send, is measured too; the recommendation is explicit.
 DEFAULT_EFFORTS = ("default", "none", "low", "medium", "xhigh")

@@ -35,7 +35,7 @@ from gatekeeper.store import Coordinator, Lease, ProfileStore
 from gatekeeper.store.profile import EFFORTS, Profile, profile_key
 from gatekeeper.suite.loader import Suite
 
-log = logs.get_logger("gatekeeper.measuring.scheduler")
+log = logs.get_logger(__name__)
 T = TypeVar("T")
 
 # measure(model, effort, lease, progress) -> the profile, saved fenced by `lease` (WriteFenced if

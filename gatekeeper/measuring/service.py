@@ -26,7 +26,7 @@ from gatekeeper.store import Lease, ProfileStore, WriteFenced
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile
 from gatekeeper.suite.loader import Suite
 
-log = logs.get_logger("gatekeeper.measuring.service")
+log = logs.get_logger(__name__)
 
 BackendFactory = Callable[[str], Backend]  # model name -> a backend that answers for it
 

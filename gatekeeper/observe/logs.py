@@ -54,7 +54,7 @@ class _Logger:
 
 
 def get_logger(name: str) -> Any:
-    """The logger of module `name` (e.g. "gatekeeper.store"); use it for every log line."""
+    """The logger of module `name` (`get_logger(__name__)`); use it for every log line."""
     return _Logger(name)
 
 

@@ -138,7 +138,7 @@ USER_LOCATION = Typed({"approximate": {"type": FORWARD, **APPROXIMATE}})
 
 # -- the check ---------------------------------------------------------------------------------
 
-_log = logs.get_logger("gatekeeper")
+_log = logs.get_logger(__name__)
 _SHOWN = 64  # characters of a client's field name shown in an error or log line
 
 

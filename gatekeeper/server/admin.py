@@ -27,7 +27,7 @@ from gatekeeper.server.console import console_routes
 from gatekeeper.server.throttle import KeyThrottle, client_source, shared_counts
 from gatekeeper.store.profile import check_effort, profile_key, split_key
 
-log = logs.get_logger("gatekeeper.server.admin")
+log = logs.get_logger(__name__)
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 

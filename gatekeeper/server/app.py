@@ -53,7 +53,7 @@ from gatekeeper.server.pipeline import JSON, forward, model_call, read_json, rou
 from gatekeeper.server.throttle import KeyThrottle, client_source
 from gatekeeper.server.upstream import Upstream
 
-log = logs.get_logger("gatekeeper.server.app")
+log = logs.get_logger(__name__)
 
 # Tool-free endpoints forwarded untouched (after a check that the body carries no tool field).
 PASSTHROUGH = ("/v1/embeddings", "/v1/completions")

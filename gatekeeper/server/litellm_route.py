@@ -25,7 +25,7 @@ from gatekeeper.observe.redact import redact
 from gatekeeper.protocols.base import Event
 from gatekeeper.server.upstream import UpstreamRequest, rate_limit_headers
 
-log = logs.get_logger("gatekeeper.server.app")
+log = logs.get_logger(__name__)
 
 # Fields of an OpenAI chat request that gatekeeper understands (tools ones already gated).
 ALLOWED_FIELDS = frozenset(

@@ -56,7 +56,7 @@ from gatekeeper.server.upstream import (
     rate_limit_headers,
 )
 
-log = logs.get_logger("gatekeeper.server.app")
+log = logs.get_logger(__name__)
 
 JSON = "application/json"
 _CHAT_PATH = "/chat/completions"

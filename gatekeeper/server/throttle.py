@@ -40,7 +40,7 @@ from gatekeeper.observe.redact import clip, redact
 from gatekeeper.peers import is_trusted
 from gatekeeper.store import WrongKeyCounts
 
-log = logs.get_logger("gatekeeper.server.throttle")
+log = logs.get_logger(__name__)
 T = TypeVar("T")
 
 ATTEMPTS = 10  # wrong keys per source per window before they get 429: plenty for typos

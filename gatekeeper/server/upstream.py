@@ -90,7 +90,7 @@ FORWARDED = frozenset(
 FORWARDED_PREFIXES = ("openai-", "anthropic-", "x-stainless-")
 _MAX_DROPPED_SHOWN = 16  # header names one request's log line lists
 
-log = logs.get_logger("gatekeeper.server.upstream")
+log = logs.get_logger(__name__)
 
 # What reading an answer raises when the transfer breaks (reset, early end, read timeout).
 TransferError = (aiohttp.ClientError, asyncio.TimeoutError)

@@ -40,7 +40,7 @@ CONFIG_ENV = "GATEKEEPER_WORKER_CONFIG"  # the config file every worker reads (s
 METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's multiprocess mode
 _READY_S = 60  # how long a replacement worker may take to start serving before a reload gives up
 
-log = logs.get_logger("gatekeeper.server.workers")
+log = logs.get_logger(__name__)
 
 
 def check_fleet(settings: Settings, workers: int) -> None:

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from gatekeeper.observe import logs
 from gatekeeper.store.profile import Profile
 
-log = logs.get_logger("gatekeeper.store")
+log = logs.get_logger(__name__)
 
 ChangeListener = Callable[[str], None]  # called with the key of a profile that landed or was removed
 

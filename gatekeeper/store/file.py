@@ -23,7 +23,7 @@ from gatekeeper.observe import logs
 from gatekeeper.store.base import ChangeListener, Lease, StoreData, backoff_delay, read_entries
 from gatekeeper.store.profile import Profile
 
-log = logs.get_logger("gatekeeper.store")
+log = logs.get_logger(__name__)
 
 
 class JsonFileStore:

@@ -44,7 +44,7 @@ from gatekeeper.store.base import ChangeListener, Lease, StoreData, read_entries
 from gatekeeper.store.file import owner_id
 from gatekeeper.store.profile import Profile
 
-log = logs.get_logger("gatekeeper.store")
+log = logs.get_logger(__name__)
 
 T = TypeVar("T")
 _NS = "{gatekeeper}"

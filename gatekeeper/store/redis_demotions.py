@@ -29,7 +29,7 @@ from gatekeeper.observe import logs
 from gatekeeper.observe.redact import redact_url
 from gatekeeper.store.redis import connect, listen
 
-log = logs.get_logger("gatekeeper.drift.window")
+log = logs.get_logger(__name__)
 
 DEMOTIONS, CHANNEL = "{gatekeeper}:demotions", "{gatekeeper}:drift"
 # Redis down, or refusing writes (READONLY after a failover, OOM): the event waits in `_pending`.

@@ -19,7 +19,7 @@ from gatekeeper.protocols.enforce import (
 from gatekeeper.protocols.strict_json import read_object
 from gatekeeper.rules.tools import ToolId
 
-_log = logs.get_logger("gatekeeper")
+_log = logs.get_logger(__name__)
 
 
 # Output item types of the Responses API (openai/types/responses/response_output_item.py) that

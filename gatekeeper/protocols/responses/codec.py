@@ -37,7 +37,7 @@ from gatekeeper.protocols.responses.gate import effort_of, gate_request, mcp_all
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId, ToolPolicy
 
-_log = logs.get_logger("gatekeeper")
+_log = logs.get_logger(__name__)
 
 
 class ResponsesCodec:

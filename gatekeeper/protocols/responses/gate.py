@@ -17,7 +17,7 @@ from gatekeeper.protocols.responses import fields as F
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId, ToolPolicy
 
-_log = logs.get_logger("gatekeeper")
+_log = logs.get_logger(__name__)
 
 
 # -- request gating ------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from gatekeeper.store.profile import check_effort, profile_key, split_key
 if TYPE_CHECKING:
     from gatekeeper.core.gatekeeper import Gatekeeper
 
-log = logs.get_logger("gatekeeper.server.console")
+log = logs.get_logger(__name__)
 
 _FORM_LIMIT = 8192  # bytes: a sign-in or action form is a few fields
 _KEY_LIMIT = 512  # characters of a model@effort key taken from a form

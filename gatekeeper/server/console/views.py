@@ -20,7 +20,7 @@ from gatekeeper.rules.tiers import Thresholds, Tier
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key, split_key
 from gatekeeper.suite.loader import CATEGORIES
 
-log = logs.get_logger("gatekeeper.server.console")
+log = logs.get_logger(__name__)
 
 if TYPE_CHECKING:
     from gatekeeper.core.gatekeeper import Gatekeeper
