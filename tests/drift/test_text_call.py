@@ -6,9 +6,11 @@ import json
 
 import pytest
 
+from gatekeeper.drift.sequential import cusums_for
 from gatekeeper.drift.text_call import MAX_CHARS, TextCall, text_call
-from gatekeeper.drift.window import Fault, classify, observe
+from gatekeeper.drift.window import DriftSettings, Fault, classify, observe
 from gatekeeper.protocols.base import Call
+from gatekeeper.rules.tiers import Tier
 
 OFFERED = {"get_weather", "read_file"}
 CALL = {"name": "get_weather", "arguments": {"city": "Paris"}}
@@ -76,3 +78,13 @@ def test_a_text_call_is_its_own_fault_and_keeps_only_the_arguments_shape() -> No
     assert seen.fault is Fault.TEXT_CALL and seen.arguments is None
     assert seen.shape["keys"] == {"path": "string(11)"}
     assert "/etc/secret" not in json.dumps(seen.example())
+
+
+def test_text_call_is_judged_only_where_an_operator_sets_a_ceiling() -> None:
+    default = DriftSettings()
+    assert all(default.ceilings_for(tier).of(Fault.TEXT_CALL) is None for tier in Tier)
+    assert Fault.TEXT_CALL not in cusums_for(default.ceilings_for(Tier.LARGE), default)
+    judged = DriftSettings.model_validate({"ceilings": {"large": {"text_call": 0.02}}})
+    assert judged.ceilings_for(Tier.LARGE).of(Fault.TEXT_CALL) == 0.02
+    assert judged.ceilings_for(Tier.LARGE).not_offered == 0.02  # the other defaults kept
+    assert Fault.TEXT_CALL in cusums_for(judged.ceilings_for(Tier.LARGE), judged)
