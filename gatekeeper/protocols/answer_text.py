@@ -55,8 +55,9 @@ class TextCollector:
         self._size = 0
 
     def feed(self, event: Event) -> None:
-        if self._size > MAX_CHARS or not event.data.startswith("{"):
-            return
+        marker = _DELTA_MARKERS.get(self.protocol)
+        if self._size > MAX_CHARS or marker is None or marker not in event.data:
+            return  # most events carry no text: not parsed
         try:
             doc = orjson.loads(event.data)
         except orjson.JSONDecodeError:
@@ -91,6 +92,11 @@ class TextCollector:
             text = _get(delta, "text") if _get(delta, "type") == "text_delta" else None
             return [(0, text)] if isinstance(text, str) else []  # one message: its text blocks joined
         return []
+
+
+# What an event carrying text always spells, checked before it is parsed (a marker written with
+# escapes is missed: a call not counted, never one counted wrongly).
+_DELTA_MARKERS = {"chat": '"content"', "responses": '"response.output_text.delta"', "messages": '"text_delta"'}
 
 
 def _get(value: Any, key: str) -> Any:
