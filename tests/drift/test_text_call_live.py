@@ -112,3 +112,35 @@ def test_prose_naming_a_tool_and_a_made_call_are_not_counted(store_path, default
             chat(proxy, stream=False)
             wait_until(lambda: window(proxy).get("calls") == 1, "the made call counted")
             assert window(proxy)["textCall"] == 0
+
+
+def test_with_a_ceiling_calls_written_as_text_demote_and_the_evidence_holds_no_value(store_path, default_suite) -> None:
+    seed_store(store_path, make_profile("agent-model", Tier.LARGE, default_suite))
+    judged = {"ceilings": {"large": {"text_call": 0.05}}}
+    with ScriptedServer(lambda body: {"content": WRITTEN}) as upstream:
+        settings = settings_for(upstream.base_url, store_path, drift=judged, admin_key=ADMIN["Authorization"][7:])
+        with structlog.testing.capture_logs() as lines, running_proxy(settings) as proxy:
+            client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="agent-key", max_retries=0, timeout=30)
+            tools = [{"type": "function", "function": {"name": "read_file", "parameters": SCHEMA}}]
+            sent = 0
+            while True:
+                answer = client.chat.completions.with_raw_response.create(
+                    model="agent-model", messages=[{"role": "user", "content": ASK}], tools=tools
+                )
+                if answer.headers["x-gatekeeper-profile"] == "demoted":
+                    break
+                sent += 1
+                assert sent < 120, "never demoted"
+    (demoted,) = [e for e in lines if e["event"] == "drift_demoted"]
+    assert {b["fault"] for b in demoted["breaches"]} == {"textCall"}
+    assert demoted["examples"][0] == {
+        "fault": "textCall",
+        "name": "read_file",
+        "shape": {
+            "type": "object",
+            "chars": len(json.dumps({"path": SECRET})),
+            "keys": {"path": f"string({len(SECRET)})"},
+        },
+    }
+    for line in lines:
+        assert SECRET not in json.dumps(line, default=str), line
