@@ -506,14 +506,22 @@ def _live_drift(proxy: str, admin_key: str | None) -> dict[str, Any]:
     return pairs
 
 
+_FAULTS = ("notOffered", "invalidJson", "invalidArgs", "textCall")  # gatekeeper.drift.window.Fault
+
+
 def _drift_table(pairs: dict[str, Any]) -> Table:
     table = Table(title="live drift (count in the window; evidence for everyone vs its threshold; ceiling)")
-    for column in ("profile", "tier", "calls", "notOffered", "invalidJson", "invalidArgs", "state"):
+    for column in ("profile", "tier", "calls", *_FAULTS, "state"):
         table.add_column(column)
     for key, pair in pairs.items():
-        rates = [pair["rates"][fault] for fault in ("notOffered", "invalidJson", "invalidArgs")]
+        # .get: a proxy older than textCall does not report it
+        rates = [pair["rates"].get(fault) for fault in _FAULTS]
         cells = [
-            f"{r['count']} ({r['score']}/{r['threshold']}; {r['ceiling']})" if r["ceiling"] is not None else "-"
+            "-"
+            if r is None
+            else f"{r['count']} ({r['score']}/{r['threshold']}; {r['ceiling']})"
+            if r["ceiling"] is not None
+            else str(r["count"])
             for r in rates
         ]
         demoted, clients = pair["demoted"], pair.get("clientsDemoted") or {}

@@ -38,6 +38,7 @@ class Fault(StrEnum):
     NOT_OFFERED = "notOffered"  # a tool the request did not offer: invented, or hidden by the tier
     INVALID_JSON = "invalidJson"  # arguments that are not JSON (NaN and Infinity are not JSON)
     INVALID_ARGS = "invalidArgs"  # JSON that does not validate against the offered tool's schema
+    TEXT_CALL = "textCall"  # a call written as text in the content, not made (drift/text_call.py)
 
 
 # -- classifying one call ---------------------------------------------------------------------
@@ -45,6 +46,8 @@ class Fault(StrEnum):
 
 def classify(call: Call, offered: Mapping[str, Schema | None]) -> Fault | None:
     """The fault of one call, or None when the call is sound."""
+    if call.text:
+        return Fault.TEXT_CALL
     if not call.offered or call.name not in offered:
         return Fault.NOT_OFFERED
     if call.arguments is None:  # the protocol carries arguments as an object: parsed upstream
@@ -308,12 +311,17 @@ class Ceilings(BaseModel):
     not_offered: float | None = Field(default=None, gt=0, lt=1)
     invalid_json: float | None = Field(default=None, gt=0, lt=1)
     invalid_args: float | None = Field(default=None, gt=0, lt=1)
+    # Not judged by default (no tier has one in DEFAULT_CEILINGS): the suite does not measure
+    # it yet, so there is no benchmark rate a ceiling could be set from; it is counted and
+    # shown. An operator who wants it to demote sets one, e.g. `large: {text_call: 0.02}`.
+    text_call: float | None = Field(default=None, gt=0, lt=1)
 
     def of(self, fault: Fault) -> float | None:
         return {
             Fault.NOT_OFFERED: self.not_offered,
             Fault.INVALID_JSON: self.invalid_json,
             Fault.INVALID_ARGS: self.invalid_args,
+            Fault.TEXT_CALL: self.text_call,
         }[fault]
 
 

@@ -55,6 +55,7 @@ class Call:
     name: str
     arguments: str | None  # the raw argument text as sent; None when the protocol sends objects
     offered: bool  # was this name among the tools the request offered after gating?
+    text: bool = False  # written as text in the answer's content, not made (drift/text_call.py)
 
 
 @dataclass

@@ -20,7 +20,7 @@ request, model, tier and tools it was about.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -33,11 +33,14 @@ from gatekeeper.core.admit import aadmit, allowed_calls
 from gatekeeper.core.gatekeeper import Gatekeeper, Resolution
 from gatekeeper.drift.identity import ANONYMOUS, evidence_identity, identity_of, presented
 from gatekeeper.drift.monitor import DriftMonitor
+from gatekeeper.drift.text_call import text_call
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, ProxyError
 from gatekeeper.observe import logs, metrics, redact
 from gatekeeper.protocols import table as protocols
+from gatekeeper.protocols.answer_text import TextCollector, plain_texts
 from gatekeeper.protocols.base import (
     Allowed,
+    Call,
     Codec,
     Enforced,
     Event,
@@ -267,7 +270,7 @@ class ModelCall:
         raw, enforced = self.exchange.plain(raw, self.offered, self.request)
         if enforced is not None and enforced.removed:
             headers["x-gatekeeper-blocked-calls"] = blocked_header(enforced.removed)
-        self.answered(enforced)
+        self.answered(enforced, self._written_call(lambda: plain_texts(self.exchange.codec.name, raw), enforced, raw))
         return self.finish(Response(raw, status_code=status, headers=headers, media_type=JSON))
 
     def stream(self, answer: UpstreamAnswer, passed: dict[str, str]) -> StreamingResponse:
@@ -279,11 +282,16 @@ class ModelCall:
         correctly framed error event (after a blank line, so no partial event can absorb it)."""
         error: tuple[str, str] | None = None
         out: list[bytes] = []  # encoded events not yet written; kept when a later event fails
+        # The client's text, read for a call written as text only when tools were offered.
+        text = TextCollector(self.exchange.codec.name) if self._watches_text() else None
         try:
             try:
                 async for events in answer.events():
                     for event in events:
-                        out.extend(encode(kept) for kept in stream_filter.feed(event))
+                        for kept in stream_filter.feed(event):
+                            out.append(encode(kept))
+                            if text is not None:
+                                text.feed(kept)
                     if out:
                         chunk = out[0] if len(out) == 1 else b"".join(out)
                         out.clear()
@@ -310,7 +318,10 @@ class ModelCall:
                 yield b"".join(out)
         finally:
             await answer.aclose()
-            self.answered(stream_filter.result)
+            result = stream_filter.result
+            self.answered(
+                result, self._written_call(text.texts, result) if text is not None and error is None else None
+            )
             self.finish(None, stream=True)
 
     async def upstream_error(self, answer: UpstreamAnswer) -> Response:
@@ -331,9 +342,38 @@ class ModelCall:
         headers = rate_limit_headers(passed) | self.headers
         return self.finish(Response(body, status_code=status, headers=headers, media_type=JSON))
 
-    def answered(self, enforced: Enforced | None) -> None:
+    def _watches_text(self) -> bool:
+        # A client that asked for JSON output may get JSON shaped like a call: that is no fault.
+        return (
+            self.drift is not None
+            and len(self.offered.offered) > 0
+            and not self.exchange.codec.asks_structured(self.request)
+        )
+
+    def _written_call(
+        self, texts: Callable[[], list[str]], enforced: Enforced | None, raw: bytes | None = None
+    ) -> Call | None:
+        """The tool call the answer wrote as text instead of making it (drift/text_call.py), for
+        drift: looked for only when tools were offered and the answer made no call. A plain
+        answer is parsed for it only when its bytes hold an offered tool's name."""
+        if not self._watches_text() or (enforced is not None and enforced.calls):
+            return None
+        names = self.offered.offered
+        if raw is not None and not any(name.encode() in raw for name in names):
+            return None
+        for text in texts():
+            found = text_call(text, names)
+            if found is not None:
+                return Call(found.name, found.arguments, True, text=True)
+        return None
+
+    def answered(self, enforced: Enforced | None, written: Call | None = None) -> None:
         """Every answer, plain or streamed, from any upstream, ends here once (`enforced` is None
-        for a plain answer that could not carry a call: the fast path)."""
+        for a plain answer that could not carry a call: the fast path; `written`: the call it
+        wrote as text instead, `_written_call`)."""
+        if written is not None and self.drift is not None:
+            client, hidden = self.evidence
+            self.drift.submit(self.resolution, [written], self.offered.offered, client, hidden)
         if enforced is None:
             return
         if enforced.removed:

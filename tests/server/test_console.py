@@ -325,6 +325,7 @@ def test_the_model_page_shows_what_live_traffic_says(store_path: Path, default_s
     cells = [c.split(">", 1)[1].split("<", 1)[0].strip() for c in live.split("<td")[1:]]
     assert cells[1] == "1"  # one call relayed ...
     assert cells[2] == "1"  # ... to a tool that was not offered
+    assert cells[5] == "0"  # and none written as text (textCall)
 
 
 # -- issue 20: nobody is locked out by another's guesses; a sign-out holds everywhere ------------
