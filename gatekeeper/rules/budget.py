@@ -22,13 +22,13 @@ may call.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 from gatekeeper.rules.tiers import Tier
-from gatekeeper.rules.tools import ToolId, ToolPolicy
+from gatekeeper.rules.tools import PolicyOver, ToolId, ToolPolicy
 
 BudgetMode = Literal["route", "trim", "refuse", "report"]
 BUDGET_MODES: tuple[BudgetMode, ...] = ("route", "trim", "refuse", "report")
@@ -103,36 +103,13 @@ def _names(value: Any) -> Iterator[str]:
             yield from _names(inner)
 
 
-class BudgetPolicy(ToolPolicy):
+class BudgetPolicy(PolicyOver):
     """`base`, also hiding the tools a trim left out: regating a body with it removes them in
     every protocol's own way. A server offered whole is never cut (its tools are not listed)."""
 
     def __init__(self, base: ToolPolicy, cut: Iterable[str]) -> None:
-        # No super().__init__(): the rules are the base policy's.
-        self.base, self.cut = base, frozenset(cut)
-        self.default_tier, self.unknown_fields = base.default_tier, base.unknown_fields
-        self.servers, self.named_groups = base.servers, base.named_groups
-
-    def required_tier(self, tool: str | ToolId) -> Tier:
-        return self.base.required_tier(tool)
-
-    def own_tier(self, tool: str | ToolId) -> Tier:
-        return self.base.own_tier(tool)
-
-    def judges_arguments(self, tool: str | ToolId) -> bool:
-        return self.base.judges_arguments(tool)
-
-    def call_tier(self, tool: str | ToolId, arguments: str | Mapping[str, Any] | None, own: Tier | None = None) -> Tier:
-        return self.base.call_tier(tool, arguments, own)
-
-    def lowest_call_tier(self, tool: str | ToolId, own: Tier) -> Tier:
-        return self.base.lowest_call_tier(tool, own)
-
-    def narrowed(self, tier: Tier, tool: str | ToolId, schema: Mapping[str, Any]) -> dict[str, Any] | None:
-        return self.base.narrowed(tier, tool, schema)
+        super().__init__(base)
+        self.cut = frozenset(cut)
 
     def allows(self, tier: Tier, tool: str | ToolId) -> bool:
         return str(tool) not in self.cut and self.base.allows(tier, tool)
-
-    def rule_hiding_part_of(self, group: str, tier: Tier) -> str | None:
-        return self.base.rule_hiding_part_of(group, tier)

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gatekeeper.rules.arguments import ArgumentRule, fold
 from gatekeeper.rules.tiers import Tier
-from gatekeeper.rules.tools import ToolId, ToolPolicy, covering_names
+from gatekeeper.rules.tools import PolicyOver, ToolId, ToolPolicy, covering_names
 
 
 class ClientMatch(BaseModel):
@@ -124,16 +124,13 @@ def _names_match(names: Sequence[str], patterns: Sequence[str], folded: bool) ->
     return False
 
 
-class ClientPolicy(ToolPolicy):
+class ClientPolicy(PolicyOver):
     """The stricter of `base` (the global policy of the pair) and one client's rules: a drop-in
     wherever a ToolPolicy gates (as PairPolicy is)."""
 
     def __init__(self, base: ToolPolicy, name: str, rules: ClientRules) -> None:
-        # No super().__init__(): the global rules and their memo are the base policy's.
-        self.base, self.client, self._rules = base, name, rules
-        self.default_tier = base.default_tier
-        self.unknown_fields = base.unknown_fields
-        self.servers, self.named_groups = base.servers, base.named_groups
+        super().__init__(base)
+        self.client, self._rules = name, rules
         self._own = ToolPolicy(arguments=rules.arguments)  # its argument rules over a small own tier
 
     def permits(self, tool: str | ToolId) -> bool:

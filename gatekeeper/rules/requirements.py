@@ -25,7 +25,7 @@ from typing import Any
 from cachetools import Cache
 
 from gatekeeper.rules.tiers import Tier
-from gatekeeper.rules.tools import MEMO_NAME_LIMIT, ToolId, ToolKind, ToolPolicy, covering_names
+from gatekeeper.rules.tools import MEMO_NAME_LIMIT, PolicyOver, ToolId, ToolKind, ToolPolicy, covering_names
 from gatekeeper.rules.tools import named_groups as gating_named_groups
 from gatekeeper.store.profile import Profile
 from gatekeeper.suite.loader import CATEGORIES
@@ -170,7 +170,7 @@ class Requirements:
         return [*self._exact.items(), *self._patterns]
 
 
-class PairPolicy(ToolPolicy):
+class PairPolicy(PolicyOver):
     """The tool policy as it applies to one pair: the tier rules of `base`, and the category
     minimums of `requirements` judged on the pair's `bounds`.
 
@@ -179,29 +179,8 @@ class PairPolicy(ToolPolicy):
     """
 
     def __init__(self, base: ToolPolicy, requirements: Requirements, bounds: Mapping[str, float]) -> None:
-        # No super().__init__(): the rules and their memo are the base policy's, shared.
-        self.base, self.requirements, self.bounds = base, requirements, bounds
-        self.default_tier = base.default_tier
-        self.unknown_fields = base.unknown_fields
-        self.servers, self.named_groups = base.servers, base.named_groups
-
-    def required_tier(self, tool: str | ToolId) -> Tier:
-        return self.base.required_tier(tool)
-
-    def own_tier(self, tool: str | ToolId) -> Tier:
-        return self.base.own_tier(tool)
-
-    def judges_arguments(self, tool: str | ToolId) -> bool:
-        return self.base.judges_arguments(tool)
-
-    def call_tier(self, tool: str | ToolId, arguments: str | Mapping[str, Any] | None, own: Tier | None = None) -> Tier:
-        return self.base.call_tier(tool, arguments, own)
-
-    def lowest_call_tier(self, tool: str | ToolId, own: Tier) -> Tier:
-        return self.base.lowest_call_tier(tool, own)
-
-    def narrowed(self, tier: Tier, tool: str | ToolId, schema: Mapping[str, Any]) -> dict[str, Any] | None:
-        return self.base.narrowed(tier, tool, schema)
+        super().__init__(base)
+        self.requirements, self.bounds = requirements, bounds
 
     def allows(self, tier: Tier, tool: str | ToolId) -> bool:
         return self.base.allows(tier, tool) and meets(self.requirements.of(tool), self.bounds)

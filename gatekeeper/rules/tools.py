@@ -367,6 +367,45 @@ class ToolPolicy:
 _INVISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
 
 
+class PolicyOver(ToolPolicy):
+    """A policy layered over `base` (the pair's requirements, a client's rules, a trim): every
+    question is the base's until a subclass overrides it, so each layer writes only what it adds
+    and a layer's layer still answers every question a codec may ask."""
+
+    def __init__(self, base: ToolPolicy) -> None:
+        # No super().__init__(): the rules and their memo are the base policy's, shared.
+        self.base = base
+        self.default_tier, self.unknown_fields = base.default_tier, base.unknown_fields
+        self.servers, self.named_groups = base.servers, base.named_groups
+
+    def required_tier(self, tool: str | ToolId) -> Tier:
+        return self.base.required_tier(tool)
+
+    def own_tier(self, tool: str | ToolId) -> Tier:
+        return self.base.own_tier(tool)
+
+    def argument_entries(self, tool: str | ToolId) -> tuple[tuple[A.Entry, ...], Tier | None]:
+        return self.base.argument_entries(tool)
+
+    def judges_arguments(self, tool: str | ToolId) -> bool:
+        return self.base.judges_arguments(tool)
+
+    def call_tier(self, tool: str | ToolId, arguments: str | Mapping[str, Any] | None, own: Tier | None = None) -> Tier:
+        return self.base.call_tier(tool, arguments, own)
+
+    def lowest_call_tier(self, tool: str | ToolId, own: Tier) -> Tier:
+        return self.base.lowest_call_tier(tool, own)
+
+    def narrowed(self, tier: Tier, tool: str | ToolId, schema: Mapping[str, Any]) -> dict[str, Any] | None:
+        return self.base.narrowed(tier, tool, schema)
+
+    def allows(self, tier: Tier, tool: str | ToolId) -> bool:
+        return self.base.allows(tier, tool)
+
+    def rule_hiding_part_of(self, group: str, tier: Tier) -> str | None:
+        return self.base.rule_hiding_part_of(group, tier)
+
+
 def fold_name(name: str) -> str:
     """`name` as a lookalike test reads it: compatibility forms folded (NFKC: fullwidth letters,
     ligatures), invisible characters removed, case folded. ASCII names without spaces, the common
