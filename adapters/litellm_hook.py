@@ -51,7 +51,9 @@ from gatekeeper import (
     unlisted_fields,
 )
 
-log = structlog.get_logger("gatekeeper.litellm_hook")
+# Named by its module, as every gatekeeper logger is (an adapter uses gatekeeper's public API
+# only: structlog itself, not gatekeeper.observe.logs).
+log = structlog.get_logger(__name__)
 
 CONFIG_ENV = "GATEKEEPER_CONFIG"
 # LiteLLM call type -> the protocol its requests speak (each protocol's `litellm_calls`).

@@ -148,3 +148,35 @@ def test_outside_protocols_a_protocol_is_reached_through_the_registry():
         if dst.split(".")[:3][-1] in own and dst.startswith("gatekeeper.protocols.")
     ]
     assert reaching == []
+
+
+# A translator's job is to read chat: it may import chat's answer reader.
+_TRANSLATION = {"gatekeeper.protocols.chat.read"}
+# The one crossing left (docs/architecture.md, its "limits"): chat's gate reads the Responses and
+# Messages tables of the typed built-ins a chat server may take. Closing it empties this set.
+_KNOWN_CROSSINGS = {
+    "gatekeeper.protocols.chat.fields -> gatekeeper.protocols.messages.fields",
+    "gatekeeper.protocols.chat.fields -> gatekeeper.protocols.responses.fields",
+    "gatekeeper.protocols.chat.gate -> gatekeeper.protocols.messages.fields",
+}
+
+
+def test_a_protocol_package_imports_no_other_protocol() -> None:
+    # One protocol's folder is its own: what it needs of another protocol comes through the
+    # registry or a shared table under protocols/, never by importing that protocol's modules
+    # (a translator reading chat's answers is the one purpose that crosses).
+    own = {p.name for p in (PACKAGE / "protocols").iterdir() if (p / "__init__.py").is_file()}
+
+    def protocol_of(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if len(parts) > 2 and parts[1] == "protocols" and parts[2] in own else None
+
+    crossing = {
+        f"{src} -> {dst}"
+        for src, targets in _graph(annotations=True).items()
+        for dst in targets
+        if protocol_of(src) is not None
+        and protocol_of(dst) not in (None, protocol_of(src))
+        and not (src.endswith(".translate") and dst in _TRANSLATION)
+    }
+    assert crossing == _KNOWN_CROSSINGS

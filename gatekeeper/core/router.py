@@ -204,8 +204,7 @@ class Router:
         except RequestInvalid as exc:
             return f"its upstream speaks chat only: {exc}"
         # A built-in tool a translation leaves out could not be used there: not where to route it.
-        untranslated = getattr(translator, "untranslated", None)
-        if untranslated is not None and (left_out := untranslated(body)):
+        if left_out := translator.untranslated(body):
             return f"its upstream speaks chat only and runs no built-in tool ({', '.join(left_out)})"
         return None
 

@@ -248,7 +248,7 @@ class Translator(Protocol):
 
     Names agreed between the pipeline and the protocol modules:
       * `to_chat(body)`: the GATED client request -> a chat request body (same model name; the
-        pipeline sends it to `/chat/completions`). Raises RequestInvalid for what cannot be
+        pipeline sends it to the chat codec's `upstream_path`). Raises RequestInvalid for what cannot be
         expressed in chat (never drops a tool-carrying field silently: what it leaves out,
         `untranslated` names);
       * `from_chat(doc, request)`: a plain chat answer (already a dict) -> the client protocol's
@@ -256,10 +256,13 @@ class Translator(Protocol):
         then runs the client codec's `enforce` on the result;
       * `stream_from_chat(request)`: a fresh StreamConverter for one streamed answer; the
         pipeline runs the client codec's stream filter on what it yields;
-      * optional `untranslated(body) -> list[str]`: the tools of the gated body that `to_chat`
-        left out (built-ins a chat model cannot call), for the pipeline's log;
-      * optional `count_tokens(body) -> dict`: a local answer to `/v1/messages/count_tokens`
-        when the upstream does not speak messages (absent: that route answers 404).
+      * `untranslated(body) -> list[str]`: the tools of the gated body that `to_chat` left out
+        (built-ins a chat model cannot call), for the pipeline's log; by default none;
+      * `count_tokens(body) -> dict | None`: a local answer to the protocol's token count
+        endpoint when the upstream does not speak the protocol; by default None (no local count:
+        that route answers 404).
+
+    A translator subclasses this protocol to inherit those two defaults.
     """
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]: ...
@@ -267,6 +270,14 @@ class Translator(Protocol):
     def from_chat(self, doc: dict[str, Any], request: dict[str, Any] | None = None) -> dict[str, Any]: ...
 
     def stream_from_chat(self, request: dict[str, Any] | None = None) -> StreamConverter: ...
+
+    def untranslated(self, body: dict[str, Any]) -> list[str]:
+        """The tools of the gated `body` that `to_chat` leaves out (none by default)."""
+        return []
+
+    def count_tokens(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """A local token count for `body` (None by default: this translator cannot count)."""
+        return None
 
 
 def may_carry_calls(raw: bytes | str, markers: tuple[bytes, ...], plain_types: frozenset[bytes] | None = None) -> bool:

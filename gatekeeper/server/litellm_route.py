@@ -22,39 +22,38 @@ from gatekeeper.config import ModelRoute
 from gatekeeper.errors import ProxyError
 from gatekeeper.observe import logs, metrics
 from gatekeeper.observe.redact import redact
+from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Event
 from gatekeeper.server.upstream import UpstreamRequest, rate_limit_headers
 
 log = logs.get_logger(__name__)
 
-# Fields of an OpenAI chat request that gatekeeper understands (tools ones already gated).
-ALLOWED_FIELDS = frozenset(
+# Chat fields a litellm route is not given, though chat's gate knows them: `model` (the route
+# sets its own); fields of one kind of server (vLLM and llama.cpp sampling and template knobs);
+# OpenAI's server-side state, caching and billing (`store`, `metadata`, `prompt_cache_*`,
+# `service_tier`, `safety_identifier`); and outputs and tools that litellm maps per provider
+# (`audio`, `modalities`, `prediction`, `verbosity`, `web_search_options`, `moderation`), which
+# the route has never been checked with. What is left is what `litellm.acompletion` takes as
+# OpenAI's own parameters.
+NOT_FOR_LITELLM = frozenset(
     {
-        "messages",
-        "tools",
-        "tool_choice",
-        "parallel_tool_calls",
-        "functions",
-        "function_call",
-        "temperature",
-        "top_p",
-        "n",
-        "stream",
-        "stream_options",
-        "stop",
-        "max_tokens",
-        "max_completion_tokens",
-        "presence_penalty",
-        "frequency_penalty",
-        "logit_bias",
-        "logprobs",
-        "top_logprobs",
-        "user",
-        "seed",
-        "response_format",
-        "reasoning_effort",
+        "model",
+        *("chat_template_kwargs", "min_p", "repetition_penalty", "top_k"),
+        *("metadata", "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention"),
+        *("safety_identifier", "service_tier", "store"),
+        *("audio", "modalities", "moderation", "prediction", "verbosity", "web_search_options"),
     }
 )
+
+
+def _chat_fields() -> frozenset[str]:
+    chat = protocols.protocol("chat")
+    return frozenset(chat.request_fields if chat is not None else ())
+
+
+# Fields of an OpenAI chat request that gatekeeper understands (tools ones already gated): chat's
+# own allowlist (protocols/chat/fields.py, through the registry) minus those above.
+ALLOWED_FIELDS = _chat_fields() - NOT_FOR_LITELLM
 
 
 @dataclass

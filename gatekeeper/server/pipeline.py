@@ -62,7 +62,6 @@ from gatekeeper.server.upstream import (
 log = logs.get_logger(__name__)
 
 JSON = "application/json"
-_CHAT_PATH = "/chat/completions"
 
 
 class Exchange:
@@ -70,33 +69,32 @@ class Exchange:
     the upstream does not speak that protocol (it then gets chat). The pipeline asks it to build
     the upstream request and to read the answer back; it never asks which case it is in."""
 
-    __slots__ = ("codec", "translator")
+    __slots__ = ("chat_path", "codec", "translator")
 
-    def __init__(self, codec: Codec, translator: Translator | None = None) -> None:
-        self.codec, self.translator = codec, translator
+    def __init__(self, codec: Codec, translator: Translator | None = None, chat_path: str = "") -> None:
+        # chat_path: where a translated request goes (the chat codec's `upstream_path`)
+        self.codec, self.translator, self.chat_path = codec, translator, chat_path
 
     def upstream_request(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """The path (under the upstream's base URL) and body to send for a gated client body."""
         if self.translator is None:
             return self.codec.upstream_path, body
         chat = self.translator.to_chat(body)
-        untranslated = getattr(self.translator, "untranslated", None)
-        if untranslated is not None and (left_out := untranslated(body)):
+        if left_out := self.translator.untranslated(body):
             structlog.contextvars.bind_contextvars(tools_left_out=left_out)
             log.info("tools_left_out", tools=left_out, reason="a chat-only upstream runs no built-in tool")
-        return _CHAT_PATH, chat
+        return self.chat_path, chat
 
     def local_count(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """A token count (the protocol's count endpoint) answered here when the upstream cannot
         (None: ask it)."""
         if self.translator is None:
             return None
-        counter = getattr(self.translator, "count_tokens", None)
-        if counter is None:
+        result = self.translator.count_tokens(body)
+        if result is None:
             raise ProxyError(
                 404, f"count_tokens needs an upstream that speaks {self.codec.name!r}", "protocol_not_served"
             )
-        result: dict[str, Any] = counter(body)
         return result
 
     def plain(self, raw: bytes, offered: Allowed, request: dict[str, Any]) -> tuple[bytes, Enforced | None]:
@@ -160,14 +158,14 @@ def exchange(protocol: str, codec: Codec, native: tuple[str, ...]) -> Exchange:
     registered again (another codec or translator) is used whole, both ways, at once."""
     if protocol in native:
         return Exchange(codec)
-    translator = protocols.translator(protocol)
-    if translator is None:
+    translator, chat = protocols.translator(protocol), protocols.codec("chat")
+    if translator is None or chat is None:
         raise ProxyError(
             404,
             f"the upstream does not speak {protocol!r} (upstream.protocols) and no translation to chat is installed",
             "protocol_not_served",
         )
-    return Exchange(codec, translator)
+    return Exchange(codec, translator, chat.upstream_path)
 
 
 # -- one model call -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import AnswerInvalid, RequestInvalid
-from gatekeeper.protocols.base import Event
+from gatekeeper.protocols.base import Event, Translator
 from gatekeeper.protocols.chat.read import FromChatStream, read_answer, text_of
 from gatekeeper.protocols.messages.codec import CODEC as MESSAGES
 from gatekeeper.protocols.messages.gate import effort_of
@@ -269,7 +269,7 @@ class MessagesFromChat(FromChatStream):
         ]
 
 
-class MessagesTranslator:
+class MessagesTranslator(Translator):
     """The Translator the pipeline uses (see protocols/base.py)."""
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:

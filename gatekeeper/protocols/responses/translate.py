@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import RequestInvalid
-from gatekeeper.protocols.base import Event
+from gatekeeper.protocols.base import Event, Translator
 from gatekeeper.protocols.chat.read import ChatAnswer, FromChatStream, read_answer, text_of
 from gatekeeper.protocols.responses.codec import CODEC as RESPONSES
 from gatekeeper.protocols.responses.gate import effort_of
@@ -476,7 +476,7 @@ class ResponsesFromChat(FromChatStream):
         return out
 
 
-class ResponsesTranslator:
+class ResponsesTranslator(Translator):
     """The Translator the pipeline uses (see protocols/base.py); `request` is the gated client
     request, which lets the answer echo its instructions, tools and model (optional)."""
 
