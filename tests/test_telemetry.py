@@ -24,15 +24,20 @@ from gatekeeper.store import JsonFileStore
 from gatekeeper.types import Answer
 
 _EXPORTER = InMemorySpanExporter()
+_EXPORTING: list[TracerProvider] = []  # the provider _EXPORTER is attached to
 
 
 @pytest.fixture
 def spans() -> InMemorySpanExporter:
-    # The global provider can be set once per process: the first test sets it, the rest share it.
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+    # The global provider can be set once per process: the first test (of any module) sets it, the
+    # rest share it, each adding its own exporter to it once.
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
         provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
         trace.set_tracer_provider(provider)
+    if provider not in _EXPORTING:
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        _EXPORTING.append(provider)
     _EXPORTER.clear()
     return _EXPORTER
 

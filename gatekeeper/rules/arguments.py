@@ -201,7 +201,8 @@ def _path_reading(text: str) -> str:
     if "/" not in text:
         return text
     resolved = posixpath.normpath(_SLASHES.sub("/", text))  # normpath keeps a leading `//`
-    return resolved + "/" if text.endswith("/") and not resolved.endswith("/") else resolved
+    # A value naming a directory (`/etc/`, `//etc/.`) keeps its last slash: `/etc/*` reaches it.
+    return resolved + "/" if text.endswith(("/", "/.", "/..")) and not resolved.endswith("/") else resolved
 
 
 def readings(text: str) -> tuple[str, str, str]:

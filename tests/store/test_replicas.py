@@ -89,7 +89,7 @@ wait_timeout_s: 60
 admin_key: admin-secret
 log_level: info
 tools: {{required_tier: {{execute_command: large}}}}
-bench: {{retry_after_s: 0.5, max_retries: 0, timeout_s: 20, risk: 1}}  # one sample, as written (see conftest)
+bench: {{retry_after_s: 0.5, max_retries: 0, timeout_s: 20, risk: 1, tool_budget: false}}  # one sample, as written (see conftest)
 lazy: {{lease_ttl_s: {LEASE_TTL_S}}}
 """)
     with ExitStack() as stack:
