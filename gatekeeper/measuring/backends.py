@@ -8,9 +8,9 @@ import math
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
@@ -20,6 +20,8 @@ from gatekeeper.observe.redact import redact, redact_url
 from gatekeeper.types import Answer, ToolCall, strip_reasoning
 
 log = logs.get_logger(__name__)
+
+T = TypeVar("T")
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 
@@ -64,6 +66,19 @@ class CallBound:
         tokens = ceiling if effort not in _NOT_THINKING else min(need, ceiling or need)
         seconds = settings.prompt_allowance_s + (tokens or need) / settings.min_tokens_per_s
         return cls(tokens, min(seconds, settings.timeout_s * (settings.max_retries + 1)))
+
+
+async def together(calls: Iterable[Awaitable[T]]) -> list[T]:
+    """The calls' results, run concurrently. On the first failure the others are cancelled and
+    awaited before it is raised: no call outlives a failed measurement (and its closed backend)."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 async def _bounded(model: str, bound: CallBound, call: Callable[[], Awaitable[Completion]]) -> Completion:

@@ -38,7 +38,6 @@ not certified, so a weak model pays for about one rung. Prompts grow with N (64 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import re
@@ -48,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gatekeeper.config import Settings
-from gatekeeper.measuring.backends import Backend
+from gatekeeper.measuring.backends import Backend, together
 from gatekeeper.measuring.confidence import Estimate, estimate
 from gatekeeper.observe import logs
 from gatekeeper.rules.tiers import Thresholds, Tier
@@ -319,7 +318,7 @@ async def _climb(
         bets = [kelly_bet(rung.failures, threshold)] * size  # fixed before the batch is asked
         start = len(rung.failures)
         cases = [instance(rung.n, random.Random(f"{key}/{start + i}")) for i in range(size)]
-        answers = await asyncio.gather(*(_ask(backend, model, effort, c, system_prompt) for c in cases))
+        answers = await together(_ask(backend, model, effort, c, system_prompt) for c in cases)
         kinds = [failure(c, a) for c, a in zip(cases, answers, strict=True)]
         rung.failures += [0.0 if kind is None else 1.0 for kind in kinds]
         rung.kinds.update(kind for kind in kinds if kind is not None)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gatekeeper.measuring.backends import Backend
+from gatekeeper.measuring.backends import Backend, together
 from gatekeeper.measuring.confidence import outward, tier_of
 from gatekeeper.measuring.design import CategoryPlan, StopReason, design_name, plan_round
 from gatekeeper.measuring.effort import effort_ignored
@@ -281,14 +281,7 @@ class Sweep:
             work.append(self._one_by_one(explicit))
         else:
             work = [self.measure_level(level) for level in self.levels]
-        jobs = [asyncio.ensure_future(job) for job in work]
-        try:
-            await asyncio.gather(*jobs)
-        except BaseException:
-            for job in jobs:
-                job.cancel()
-            await asyncio.gather(*jobs, return_exceptions=True)
-            raise
+        await together(work)
         return self._measured()
 
     async def _one_by_one(self, levels: list[Level]) -> None:
@@ -311,11 +304,9 @@ class Sweep:
             )
             if reason is not None:
                 break
-            made = await asyncio.gather(
-                *(
-                    self._observe(level, plan, design, bet, len(plan.failures) + sum(p is plan for p, *_ in picks[:i]))
-                    for i, (plan, design, bet) in enumerate(picks)
-                )
+            made = await together(
+                self._observe(level, plan, design, bet, len(plan.failures) + sum(p is plan for p, *_ in picks[:i]))
+                for i, (plan, design, bet) in enumerate(picks)
             )
             for observation in made:
                 plan = level.plans[observation.category]
@@ -370,7 +361,7 @@ class Sweep:
             fresh(self.suite, t, f"{seed}/{plan.name}{index}.{i}/{t.name}")
             for i, t in enumerate(plan.draw(design, rng))
         ]
-        runs = list(await asyncio.gather(*(self._one(t, level) for t in tests)))
+        runs = await together(self._one(t, level) for t in tests)
         return Observation(plan.name, index, design, bet, runs)
 
     def _account(self, level: Level) -> None:

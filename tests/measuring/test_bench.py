@@ -186,6 +186,47 @@ def test_backend_that_keeps_failing_raises_instead_of_scoring(default_suite):
             run_sweep(server, default_suite, max_retries=1, backoff_s=0.01)
 
 
+class FailingOnce:
+    """A backend whose first call fails while every other call is still waiting for its answer."""
+
+    provider = "mock"
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.cancelled = 0
+
+    async def complete(self, model, messages, tools, effort, need=None):
+        self.started += 1
+        if self.started == 1:
+            await asyncio.sleep(0.05)  # the others start meanwhile
+            raise BackendError("HTTP 401: no key")
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+
+    async def list_models(self):
+        return []
+
+    async def aclose(self):
+        pass
+
+
+def test_a_failed_call_cancels_every_call_still_in_flight_before_the_failure_is_raised(default_suite):
+    # Otherwise they outlive the measurement and hit its closed backend (a traceback in the log).
+    backend = FailingOnce()
+
+    async def measure():
+        with pytest.raises(BackendError, match="no key"):
+            await sweep(backend, "m", default_suite, ["default", "low"], RunSettings(concurrency=8))
+        return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    left = asyncio.run(measure())
+    assert left == []
+    assert backend.started > 2 and backend.cancelled == backend.started - 1
+
+
 # -- the command -----------------------------------------------------------------------------
 
 
