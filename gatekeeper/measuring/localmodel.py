@@ -109,7 +109,8 @@ def _tail(path: Path, lines: int = 40) -> str:
 
 
 class LocalModelServer:
-    """`python -m llama_cpp.server` on a free loopback port, as a context manager.
+    """`python -m llama_cpp.server` on a free loopback port, as a context manager (through
+    `gatekeeper.measuring.llama_server`: tool calls bounded by the request's `max_tokens`).
 
     On enter: assembles the model if needed, starts the server (stdout and stderr go to
     `log_path`), waits until `GET /v1/models` answers. On exit: SIGTERM, wait, SIGKILL.
@@ -170,7 +171,7 @@ class LocalModelServer:
         return [
             self.python,
             "-m",
-            "llama_cpp.server",
+            "gatekeeper.measuring.llama_server",
             "--model",
             str(self._model_file),
             "--model_alias",

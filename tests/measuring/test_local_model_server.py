@@ -66,3 +66,44 @@ def test_auto_tool_choice_with_system_message_calls_the_tool(
     arguments = json.loads(call.function.arguments)
     assert isinstance(arguments, dict)
     assert "paris" in str(arguments.get("city", "")).lower()
+
+
+WRITE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "description": "Write text to a file.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    },
+}
+
+
+def test_a_tool_call_stops_at_the_requests_max_tokens(
+    local_server: LocalModelServer,  # noqa: F811 - the fixture, imported from local_model
+    client: openai.OpenAI,
+) -> None:
+    # llama-cpp-python writes a call's arguments with max_tokens=None; gatekeeper.measuring.llama_server
+    # passes the request's bound on (unbounded, this call writes 38 tokens of arguments).
+    response = client.chat.completions.create(
+        model=local_server.model,
+        messages=[
+            {"role": "system", "content": "You are a helpful assistant. Use a function when one fits the request."},
+            {
+                "role": "user",
+                "content": "Write a long essay of 500 words about the history of Paris into the file paris.txt.",
+            },
+        ],
+        tools=[WRITE_TOOL],
+        tool_choice="auto",
+        temperature=0,
+        max_tokens=8,
+    )
+    assert response.usage is not None and response.usage.completion_tokens <= 8, response.usage
+    calls = response.choices[0].message.tool_calls or []
+    assert [c.function.name for c in calls] == ["write_file"]
+    with pytest.raises(ValueError):
+        json.loads(calls[0].function.arguments)  # cut short: no closing brace
