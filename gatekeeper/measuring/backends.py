@@ -234,7 +234,57 @@ def parse_message(message: dict[str, Any], finish_reason: str | None = None) -> 
     )
 
 
-class OpenAIBackend:
+class _Retrying:
+    """What both real backends share: each call bounded by its test (CallBound), retried on
+    transient errors, and asked again without the effort field when the backend rejects it.
+    A subclass says how one attempt is made (`_once`) and how the backend is named in errors."""
+
+    settings: RequestSettings
+
+    async def complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        need: int | None = None,
+    ) -> Completion:
+        bound = CallBound.of(need, effort, self.settings)
+        return await _bounded(model, bound, lambda: self._complete(model, messages, tools, effort, bound.tokens))
+
+    async def _complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        tokens: int | None,
+    ) -> Completion:
+        what = self._named(model)
+        try:
+            return await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, effort, tokens))
+        except _EffortRejected:
+            log.warning("effort_rejected", model=model, effort=effort)
+            completion = await _with_retries(
+                what, self.settings, lambda: self._once(model, messages, tools, None, tokens)
+            )
+            return replace(completion, effort_applied=False)
+
+    def _named(self, model: str) -> str:
+        raise NotImplementedError
+
+    async def _once(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        effort: str | None,
+        tokens: int | None,
+    ) -> Completion:
+        raise NotImplementedError
+
+
+class OpenAIBackend(_Retrying):
     """Any server that speaks OpenAI Chat Completions at `base_url` (llama.cpp, vLLM, OpenAI ...)."""
 
     provider = "openai-compatible"
@@ -256,34 +306,8 @@ class OpenAIBackend:
             base_url=self.base_url, headers=headers, timeout=self.settings.timeout_s, transport=transport
         )
 
-    async def complete(
-        self,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        effort: str | None,
-        need: int | None = None,
-    ) -> Completion:
-        bound = CallBound.of(need, effort, self.settings)
-        return await _bounded(model, bound, lambda: self._complete(model, messages, tools, effort, bound.tokens))
-
-    async def _complete(
-        self,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        effort: str | None,
-        tokens: int | None,
-    ) -> Completion:
-        what = f"{self._shown} model {model!r}"
-        try:
-            return await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, effort, tokens))
-        except _EffortRejected:
-            log.warning("effort_rejected", model=model, effort=effort)
-            completion = await _with_retries(
-                what, self.settings, lambda: self._once(model, messages, tools, None, tokens)
-            )
-            return replace(completion, effort_applied=False)
+    def _named(self, model: str) -> str:
+        return f"{self._shown} model {model!r}"
 
     async def _once(
         self,
@@ -347,7 +371,7 @@ class OpenAIBackend:
         await self._client.aclose()
 
 
-class LiteLLMBackend:
+class LiteLLMBackend(_Retrying):
     """Providers that are not OpenAI-compatible (`anthropic/...`, `ollama/...`), through litellm."""
 
     provider = "litellm"
@@ -364,35 +388,16 @@ class LiteLLMBackend:
         self.api_base = api_base
         self.settings = settings or RequestSettings()
 
-    async def complete(
-        self,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        effort: str | None,
-        need: int | None = None,
-    ) -> Completion:
-        bound = CallBound.of(need, effort, self.settings)
-        return await _bounded(model, bound, lambda: self._complete(model, messages, tools, effort, bound.tokens))
+    def _named(self, model: str) -> str:
+        return f"litellm {self.litellm_model!r}"
 
-    async def _complete(
+    async def _once(
         self,
         model: str,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         effort: str | None,
         tokens: int | None,
-    ) -> Completion:
-        what = f"litellm {self.litellm_model!r}"
-        try:
-            return await _with_retries(what, self.settings, lambda: self._once(messages, tools, effort, tokens))
-        except _EffortRejected:
-            log.warning("effort_rejected", model=model, effort=effort)
-            completion = await _with_retries(what, self.settings, lambda: self._once(messages, tools, None, tokens))
-            return replace(completion, effort_applied=False)
-
-    async def _once(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], effort: str | None, tokens: int | None
     ) -> Completion:
         import litellm  # heavy: imported only when a litellm route is used
 
