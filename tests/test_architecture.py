@@ -152,13 +152,6 @@ def test_outside_protocols_a_protocol_is_reached_through_the_registry():
 
 # A translator's job is to read chat: it may import chat's answer reader.
 _TRANSLATION = {"gatekeeper.protocols.chat.read"}
-# The one crossing left (docs/architecture.md, its "limits"): chat's gate reads the Responses and
-# Messages tables of the typed built-ins a chat server may take. Closing it empties this set.
-_KNOWN_CROSSINGS = {
-    "gatekeeper.protocols.chat.fields -> gatekeeper.protocols.messages.fields",
-    "gatekeeper.protocols.chat.fields -> gatekeeper.protocols.responses.fields",
-    "gatekeeper.protocols.chat.gate -> gatekeeper.protocols.messages.fields",
-}
 
 
 def test_a_protocol_package_imports_no_other_protocol() -> None:
@@ -179,4 +172,4 @@ def test_a_protocol_package_imports_no_other_protocol() -> None:
         and protocol_of(dst) not in (None, protocol_of(src))
         and not (src.endswith(".translate") and dst in _TRANSLATION)
     }
-    assert crossing == _KNOWN_CROSSINGS
+    assert crossing == set()

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gatekeeper.protocols.messages.fields import MESSAGES_TOOL
-from gatekeeper.protocols.responses.fields import RESPONSES_TOOL
+from gatekeeper.protocols.builtin_tools import MESSAGES_BUILTIN_TOOLS, RESPONSES_BUILTIN_TOOLS
 from gatekeeper.protocols.schema import (
     APPROXIMATE,
     CACHE_CONTROL,
@@ -156,14 +155,15 @@ CHAT_TOOL: Mapping[str, Fields] = {  # by type
     "function": {"type": GATED, "function": GATED},
     "custom": {"type": GATED, "custom": GATED},
 }
-# A typed built-in some chat servers take in `tools` (as Responses or Messages define it): its
-# own fields, gated by its type. Chat's gate reads its `type` (and checks a Messages tool's fixed
-# `name`), nothing else: a member the other protocol's gate reads (a Messages toolset's `configs`,
-# which turns members on; an `mcp_toolset`'s tool list) is refused here, never forwarded unread.
+# A typed built-in some chat servers take in `tools` (as Responses or Messages define it, in the
+# shared table protocols/builtin_tools.py): its own fields, gated by its type. Chat's gate reads its
+# `type` (and checks a Messages tool's fixed `name`), nothing else: a member the other protocol's
+# gate reads (a Messages toolset's `configs`, which turns members on; an `mcp_toolset`'s tool list)
+# is refused here, never forwarded unread.
 _UNREAD_ON_CHAT = "chat reads only a built-in tool's type; send this tool through the API that defines it"
 CHAT_BUILTIN_TOOL: Mapping[str, Fields] = {
     kind: read_only(
-        RESPONSES_TOOL.get(kind) or MESSAGES_TOOL.get(kind) or {"type": GATED},
+        RESPONSES_BUILTIN_TOOLS.get(kind) or MESSAGES_BUILTIN_TOOLS.get(kind) or {"type": GATED},
         frozenset({"type", "name"}),
         _UNREAD_ON_CHAT,
     )

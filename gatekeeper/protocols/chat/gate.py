@@ -13,9 +13,9 @@ from typing import Any
 
 from gatekeeper.errors import RequestInvalid, ToolChoiceBlocked
 from gatekeeper.protocols import schema as S
+from gatekeeper.protocols.builtin_tools import MESSAGES_BUILTIN_NAMES
 from gatekeeper.protocols.chat import fields as F
 from gatekeeper.protocols.gate import Gated, named_id, narrowed, nonempty, require_boolean, tool_id
-from gatekeeper.protocols.messages import fields as messages_fields
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId, ToolKind, ToolPolicy, builtin_family
 
@@ -222,7 +222,7 @@ def _check_tool(tool: Any, where: str, unknown: str) -> None:
     if isinstance(kind, str) and builtin_family(kind) is not None:
         # A typed built-in some chat servers take: what chat does not read of it is refused.
         S.check(tool, F.CHAT_BUILTIN_TOOL[kind], where, unknown)
-        fixed = messages_fields.MESSAGES_BUILTIN_NAMES.get(kind)
+        fixed = MESSAGES_BUILTIN_NAMES.get(kind)
         if "name" in tool and tool["name"] != fixed:
             raise RequestInvalid(f"{where}.name must be {fixed!r} for a {kind!r} tool (its name is fixed)")
         return

@@ -4,21 +4,26 @@ protocols/schema.py)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
+# Re-exported: Messages' gate and answers (and tests) read the fixed names with the rest of its tables.
+from gatekeeper.protocols.builtin_tools import MESSAGES_BUILTIN_NAMES as MESSAGES_BUILTIN_NAMES
+from gatekeeper.protocols.builtin_tools import (
+    MESSAGES_BUILTIN_TOOLS,
+    MESSAGES_CACHED,
+    MESSAGES_CITATIONS_ON,
+    MESSAGES_CLIENT_TOOL,
+)
 from gatekeeper.protocols.schema import (
     ANSWER_DATA,
     CACHE_CONTROL,
     CALL_INPUT,
     FORWARD,
     GATED,
-    INPUT_EXAMPLES,
     OTHER_MODELS,
     SCHEMA,
     TYPE_ONLY,
-    USER_LOCATION,
     Fields,
     How,
     Obj,
@@ -26,7 +31,6 @@ from gatekeeper.protocols.schema import (
     Typed,
     offered_in,
 )
-from gatekeeper.rules.tools import BUILTIN_FAMILIES
 
 # -- Messages: POST /v1/messages and /v1/messages/count_tokens --------------------------------
 
@@ -99,7 +103,6 @@ _CITATION_LOCATIONS = Typed(
         },
     }
 )
-_CITATIONS_ON = Obj({"enabled": FORWARD})
 _TEXT_BLOCK: Fields = {
     "type": GATED,
     "cache_control": CACHE_CONTROL,
@@ -118,7 +121,7 @@ _IMAGE_BLOCK: Fields = {
 _DOCUMENT_BLOCK: Fields = {
     "type": GATED,
     "cache_control": CACHE_CONTROL,
-    "citations": _CITATIONS_ON,
+    "citations": MESSAGES_CITATIONS_ON,
     "context": FORWARD,
     "title": FORWARD,
     "source": Typed(
@@ -134,7 +137,7 @@ _DOCUMENT_BLOCK: Fields = {
 _SEARCH_RESULT_BLOCK: Fields = {
     "type": GATED,
     "cache_control": CACHE_CONTROL,
-    "citations": _CITATIONS_ON,
+    "citations": MESSAGES_CITATIONS_ON,
     "content": Typed({"text": _TEXT_BLOCK}),
     "source": FORWARD,
     "title": FORWARD,
@@ -250,18 +253,6 @@ _TOOL_REFERENCES = Typed(  # what a tool_removal block removes
         "mcp_toolset_reference": {"type": FORWARD, "server_name": FORWARD},
     }
 )
-_URL_SOURCE_CHOICE: Fields = {"type": FORWARD, "tools": Typed({"tool_reference": {"type": FORWARD, "name": FORWARD}})}
-_URL_SOURCE_RULE = Typed(
-    {"all": TYPE_ONLY, "none": TYPE_ONLY, "only": _URL_SOURCE_CHOICE, "except": _URL_SOURCE_CHOICE}
-)
-# web_fetch's `url_sources`: which URLs (the user's, tool results') it may fetch.
-_URL_SOURCES = Obj(
-    {
-        "user_input": Typed({"all": TYPE_ONLY, "none": TYPE_ONLY}),
-        "client_tool_results": _URL_SOURCE_RULE,
-        "server_tool_results": _URL_SOURCE_RULE,
-    }
-)
 
 _MESSAGES_COMMON: Fields = {
     "model": GATED,
@@ -319,101 +310,23 @@ MESSAGES_MESSAGE: Mapping[str, Fields] = {  # by role
         "output_config": Refused("a per-turn output_config changes the effort the tier was decided for"),
     },
 }
-_CACHE: Fields = {"type": GATED, "cache_control": CACHE_CONTROL}
-_TOOL_COMMON: Fields = {
-    **_CACHE,
-    "name": GATED,
-    "allowed_callers": FORWARD,
-    "defer_loading": FORWARD,
-    "strict": FORWARD,
-}
-_CLIENT_BUILTIN: Fields = {**_TOOL_COMMON, "input_examples": INPUT_EXAMPLES}
-_DISPLAY = ("display_height_px", "display_width_px", "display_number")
-_COMPUTER: Fields = {**_CLIENT_BUILTIN, **dict.fromkeys(_DISPLAY, FORWARD)}
-_DOMAINS = ("allowed_domains", "blocked_domains", "max_uses")
-_FETCH_OR_SEARCH: Fields = {**_TOOL_COMMON, **dict.fromkeys(_DOMAINS, FORWARD)}
-_SEARCH: Fields = {**_FETCH_OR_SEARCH, "user_location": USER_LOCATION}
-_FETCH: Fields = {
-    **_FETCH_OR_SEARCH,
-    "citations": _CITATIONS_ON,
-    "max_content_tokens": FORWARD,
-    "url_sources": _URL_SOURCES,
-}
-# A computer or browser toolset: one entry that offers its family's member tools, each called by
-# its own name (anthropic-python types/beta/beta_{computer,browser}_toolset20260801_param.py).
-# `configs` is keyed by member name (MESSAGES_TOOLSET_MEMBERS), each value MESSAGES_MEMBER_CONFIG.
-_TOOLSET: Fields = {**_CACHE, "configs": GATED}
-MESSAGES_TOOL: Mapping[str, Fields] = {  # by type; "custom" also stands for a tool without one
+# By type; "custom" also stands for a tool without one. The built-ins, and the fixed name each
+# carries (MESSAGES_BUILTIN_NAMES), are in builtin_tools.py, which chat reads too.
+MESSAGES_TOOL: Mapping[str, Fields] = {
     "custom": {
-        **_CLIENT_BUILTIN,
+        **MESSAGES_CLIENT_TOOL,
         "description": FORWARD,
         "input_schema": SCHEMA,
         "eager_input_streaming": FORWARD,
     },
     "mcp_toolset": {
-        **_CACHE,
+        **MESSAGES_CACHED,
         "mcp_server_name": GATED,
         "configs": GATED,
         "default_config": GATED,
         "tools": GATED,
     },
-    "bash_20241022": _CLIENT_BUILTIN,
-    "bash_20250124": _CLIENT_BUILTIN,
-    "memory_20250818": _CLIENT_BUILTIN,
-    **dict.fromkeys(("text_editor_20241022", "text_editor_20250124", "text_editor_20250429"), _CLIENT_BUILTIN),
-    "text_editor_20250728": {**_CLIENT_BUILTIN, "max_characters": FORWARD},
-    "computer_20241022": _COMPUTER,
-    "computer_20250124": _COMPUTER,
-    "computer_20251124": {**_COMPUTER, "enable_zoom": FORWARD},
-    "computer_toolset_20260801": _TOOLSET,
-    "browser_toolset_20260801": _TOOLSET,
-    **dict.fromkeys((f"code_execution_{v}" for v in ("20250522", "20250825", "20260120", "20260521")), _TOOL_COMMON),
-    "web_search_20250305": _SEARCH,
-    "web_search_20260209": _SEARCH,
-    "web_search_20260318": {**_SEARCH, "response_inclusion": FORWARD},
-    "web_fetch_20250910": _FETCH,
-    "web_fetch_20260209": _FETCH,
-    "web_fetch_20260309": {**_FETCH, "use_cache": FORWARD},
-    "web_fetch_20260318": {**_FETCH, "use_cache": FORWARD, "response_inclusion": FORWARD},
-    "tool_search_tool_bm25": _TOOL_COMMON,
-    "tool_search_tool_bm25_20251119": _TOOL_COMMON,
-    "tool_search_tool_regex": _TOOL_COMMON,
-    "tool_search_tool_regex_20251119": _TOOL_COMMON,
-    # The advisor is a model the main one consults for advice (text); it is gated as a built-in.
-    "advisor_20260301": {
-        **_TOOL_COMMON,
-        "caching": CACHE_CONTROL,
-        "max_tokens": FORWARD,
-        "max_uses": FORWARD,
-        "model": FORWARD,
-    },
-}
-# The one `name` each typed Messages tool must carry (the API fixes it: the model calls it by
-# that name); a typed tool with another name is refused. A typed tool is gated by its type (and
-# family) and by this name as a function's (gatekeeper/protocols/messages/gate.py `_tool_ids`).
-# Toolsets carry no name: their members are gated one by one (MESSAGES_TOOLSET_MEMBERS).
-_FIXED_NAMES = {  # by family: the name the model calls that family's typed tools by
-    "bash": "bash",
-    "memory": "memory",
-    "computer": "computer",
-    "code_execution": "code_execution",
-    "web_search": "web_search",
-    "web_fetch": "web_fetch",
-    "advisor": "advisor",
-}
-_VERSION_NAMES = {  # where the name depends on the version (the text editor was renamed) or the variant
-    "text_editor_20241022": "str_replace_editor",
-    "text_editor_20250124": "str_replace_editor",
-    "text_editor_20250429": "str_replace_based_edit_tool",
-    "text_editor_20250728": "str_replace_based_edit_tool",
-    **{f"tool_search_tool_{v}{d}": f"tool_search_tool_{v}" for v in ("bm25", "regex") for d in ("", "_20251119")},
-}
-# The Messages types of the one built-in table (rules/tools.py BUILTIN_FAMILIES): dated (`_YYYYMMDD`)
-# or a tool search variant; toolsets have no name.
-MESSAGES_BUILTIN_NAMES: Mapping[str, str] = {
-    kind: _VERSION_NAMES.get(kind) or _FIXED_NAMES[family]
-    for kind, family in BUILTIN_FAMILIES.items()
-    if (re.search(r"_\d{8}$", kind) or kind in _VERSION_NAMES) and "_toolset_" not in kind
+    **MESSAGES_BUILTIN_TOOLS,
 }
 # The member tools of each toolset: the keys its `configs` may have, and the names the model calls
 # them by (anthropic-python types/beta/beta_{computer,browser}_toolset_configs_param.py: "Unknown
@@ -462,7 +375,7 @@ MESSAGES_LISTED_MCP_TOOL: Fields = {
     "input_schema": SCHEMA,
     "annotations": ANSWER_DATA,  # the server's hints about the tool (read-only, ...), sent back as listed
 }
-_RESULT: Fields = {**_CACHE, "tool_use_id": FORWARD}
+_RESULT: Fields = {**MESSAGES_CACHED, "tool_use_id": FORWARD}
 MESSAGES_CONTENT_BLOCK: Mapping[str, Fields] = {  # by type
     "text": _TEXT_BLOCK,
     "image": _IMAGE_BLOCK,
@@ -472,29 +385,29 @@ MESSAGES_CONTENT_BLOCK: Mapping[str, Fields] = {  # by type
     "redacted_thinking": {"type": GATED, "data": FORWARD},
     # Earlier calls and results: history, not offers of a tool.
     "tool_use": {
-        **_CACHE,
+        **MESSAGES_CACHED,
         "id": FORWARD,
         "input": CALL_INPUT,
         "name": FORWARD,
         "caller": _CALLED_BY,
         "toolset_name": FORWARD,
     },
-    "server_tool_use": {**_CACHE, "id": FORWARD, "input": CALL_INPUT, "name": FORWARD, "caller": _CALLED_BY},
-    "mcp_tool_use": {**_CACHE, "id": FORWARD, "input": CALL_INPUT, "name": FORWARD, "server_name": FORWARD},
+    "server_tool_use": {**MESSAGES_CACHED, "id": FORWARD, "input": CALL_INPUT, "name": FORWARD, "caller": _CALLED_BY},
+    "mcp_tool_use": {**MESSAGES_CACHED, "id": FORWARD, "input": CALL_INPUT, "name": FORWARD, "server_name": FORWARD},
     "tool_result": {**_RESULT, "content": _TOOL_RESULT_CONTENT, "is_error": FORWARD, "toolset_name": FORWARD},
     "mcp_tool_result": {**_RESULT, "content": Typed({"text": _TEXT_BLOCK}), "is_error": FORWARD},
     **{
         kind: {**_RESULT, "content": content, **({"caller": _CALLED_BY} if "web_" in kind else {})}
         for kind, content in _SERVER_RESULTS.items()
     },
-    "container_upload": {**_CACHE, "file_id": FORWARD},
+    "container_upload": {**MESSAGES_CACHED, "file_id": FORWARD},
     "fallback": {"type": GATED, "from": Obj({"model": FORWARD}), "to": Obj({"model": FORWARD}), "trigger": ANSWER_DATA},
     # Blocks that change the offered tools: gated like `tools`.
-    "tool_addition": {**_CACHE, "tool": GATED},
-    "tool_removal": {**_CACHE, "tool": _TOOL_REFERENCES},  # removing a tool never offers one
+    "tool_addition": {**MESSAGES_CACHED, "tool": GATED},
+    "tool_removal": {**MESSAGES_CACHED, "tool": _TOOL_REFERENCES},  # removing a tool never offers one
     "mcp_tool_listing": {"type": GATED, "mcp_server_name": GATED, "tools": GATED},
     "compaction": {
-        **_CACHE,
+        **MESSAGES_CACHED,
         "content": FORWARD,
         "encrypted_content": FORWARD,
         "signature": FORWARD,

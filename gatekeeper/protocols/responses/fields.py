@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gatekeeper.protocols.builtin_tools import RESPONSES_BUILTIN_TOOLS, RESPONSES_SHELL_ENVIRONMENT
 from gatekeeper.protocols.schema import (
     ANSWER_DATA,
     CALL_INPUT,
-    FILE_FILTERS,
     FORWARD,
     GATED,
     MODERATION,
@@ -18,7 +18,6 @@ from gatekeeper.protocols.schema import (
     SCHEMA,
     STORED_PROMPT,
     TYPE_ONLY,
-    USER_LOCATION,
     Fields,
     Obj,
     OneOf,
@@ -75,45 +74,6 @@ _TEXT_FORMAT = Typed(
 _REASONING_TEXT = Typed({"reasoning_text": {"type": FORWARD, "text": FORWARD}})
 _SUMMARY_TEXT = Typed({"summary_text": {"type": FORWARD, "text": FORWARD}})
 _CALLER = Typed({"direct": TYPE_ONLY, "program": {"type": FORWARD, "caller_id": FORWARD}})
-_DOMAIN_POLICY = Typed(
-    {
-        "disabled": TYPE_ONLY,
-        "allowlist": {
-            "type": FORWARD,
-            "allowed_domains": FORWARD,
-            "domain_secrets": Obj({"domain": FORWARD, "name": FORWARD, "value": FORWARD}),
-        },
-    }
-)
-_CONTAINER_AUTO: Fields = {
-    "type": FORWARD,
-    "file_ids": FORWARD,
-    "memory_limit": FORWARD,
-    "network_policy": _DOMAIN_POLICY,
-}
-_SKILLS = Typed(
-    {
-        "skill_reference": {"type": FORWARD, "skill_id": FORWARD, "version": FORWARD},
-        "inline": {
-            "type": FORWARD,
-            "name": FORWARD,
-            "description": FORWARD,
-            "source": Typed({"base64": {"type": FORWARD, "data": FORWARD, "media_type": FORWARD}}),
-        },
-    }
-)
-_LOCAL_ENVIRONMENT: Fields = {
-    "type": FORWARD,
-    "skills": Obj({"name": FORWARD, "description": FORWARD, "path": FORWARD}),
-}
-_CONTAINER_REFERENCE: Fields = {"type": FORWARD, "container_id": FORWARD}
-_SHELL_ENVIRONMENT = Typed(
-    {
-        "container_auto": {**_CONTAINER_AUTO, "skills": _SKILLS},
-        "local": _LOCAL_ENVIRONMENT,
-        "container_reference": _CONTAINER_REFERENCE,
-    }
-)
 _APPROVAL_FILTER = Obj({"read_only": FORWARD, "tool_names": FORWARD})
 _COMPUTER_ACTIONS = Typed(
     {
@@ -218,20 +178,7 @@ _RESPONSES_CUSTOM: Fields = {
     "async": FORWARD,
     **_CALLERS,
 }
-_WEB_SEARCH: Fields = {
-    "type": GATED,
-    "external_web_access": FORWARD,
-    "filters": Obj({"allowed_domains": FORWARD}),
-    "search_context_size": FORWARD,
-    "user_location": USER_LOCATION,
-}
-_WEB_SEARCH_PREVIEW: Fields = {
-    "type": GATED,
-    "search_content_types": FORWARD,
-    "search_context_size": FORWARD,
-    "user_location": USER_LOCATION,
-}
-RESPONSES_TOOL: Mapping[str, Fields] = {  # by type; built-ins have no `name`: a name is unknown
+RESPONSES_TOOL: Mapping[str, Fields] = {  # by type; the built-ins (builtin_tools.py) have no `name`
     "function": _RESPONSES_FUNCTION,
     "custom": _RESPONSES_CUSTOM,
     "namespace": {"type": GATED, "name": GATED, "description": FORWARD, "tools": GATED},
@@ -248,59 +195,7 @@ RESPONSES_TOOL: Mapping[str, Fields] = {  # by type; built-ins have no `name`: a
         "tunnel_id": FORWARD,
         **_CALLERS,
     },
-    "web_search": _WEB_SEARCH,
-    "web_search_2025_08_26": _WEB_SEARCH,
-    "web_search_preview": _WEB_SEARCH_PREVIEW,
-    "web_search_preview_2025_03_11": _WEB_SEARCH_PREVIEW,
-    "file_search": {
-        "type": GATED,
-        "vector_store_ids": FORWARD,
-        "filters": FILE_FILTERS,
-        "max_num_results": FORWARD,
-        "ranking_options": Obj(
-            {
-                "ranker": FORWARD,
-                "score_threshold": FORWARD,
-                "hybrid_search": Obj({"embedding_weight": FORWARD, "text_weight": FORWARD}),
-            }
-        ),
-    },
-    "computer": {"type": GATED},
-    "computer_use_preview": {
-        "type": GATED,
-        "display_height": FORWARD,
-        "display_width": FORWARD,
-        "environment": FORWARD,
-    },
-    "code_interpreter": {"type": GATED, "container": Typed({"auto": _CONTAINER_AUTO}), "allowed_callers": FORWARD},
-    "programmatic_tool_calling": {"type": GATED},
-    "image_generation": {
-        "type": GATED,
-        **{
-            k: FORWARD
-            for k in (
-                "action",
-                "background",
-                "complexity",
-                "frame_count",
-                "frame_duration_ms",
-                "input_fidelity",
-                "model",
-                "moderation",
-                "output_compression",
-                "output_format",
-                "partial_images",
-                "quality",
-                "size",
-            )
-        },
-        "input_image_mask": Obj({"file_id": FORWARD, "image_url": FORWARD}),
-        "svg": Obj({"model": FORWARD, "reasoning": Obj({"effort": FORWARD})}),
-    },
-    "local_shell": {"type": GATED},
-    "shell": {"type": GATED, "environment": _SHELL_ENVIRONMENT, "allowed_callers": FORWARD},
-    "apply_patch": {"type": GATED, "allowed_callers": FORWARD},
-    "tool_search": {"type": GATED, "description": FORWARD, "execution": FORWARD, "parameters": SCHEMA},
+    **RESPONSES_BUILTIN_TOOLS,
 }
 # Inside a `namespace` tool (and a tool_search_output's namespaces): function and custom tools.
 RESPONSES_NAMESPACE_TOOL: Mapping[str, Fields] = {"function": _RESPONSES_FUNCTION, "custom": _RESPONSES_CUSTOM}
@@ -423,7 +318,7 @@ RESPONSES_INPUT_ITEM: Mapping[str, Fields] = {  # by type (a message may omit it
         "call_id": FORWARD,
         "caller": _CALLER,
         "action": Obj({"commands": FORWARD, "max_output_length": FORWARD, "timeout_ms": FORWARD}),
-        "environment": Typed({k: _SHELL_ENVIRONMENT.tables[k] for k in ("local", "container_reference")}),
+        "environment": Typed({k: RESPONSES_SHELL_ENVIRONMENT.tables[k] for k in ("local", "container_reference")}),
     },
     "shell_call_output": {
         **_ID,
