@@ -120,7 +120,9 @@ def per_category(instruction: float, json_: float, tool_calling: float) -> Targe
 
 
 def one_chain_coin_flip(suite: Suite) -> dict[str, float]:
-    return {t.name: 0.5 if t.name == "tool_chain_distractor_ids" else 1.0 for t in suite.tests}
+    # 3 in 10, not half: half the time left toolCalling at 0.88 of 17 but leaves 0.91 (large) of
+    # the 23 it weighs since issue 41; 0.3 keeps the hard case just under large (0.878).
+    return {t.name: 0.3 if t.name == "tool_chain_distractor_ids" else 1.0 for t in suite.tests}
 
 
 def coins(targets: Targets) -> Callable[[Suite], Coins]:
@@ -214,7 +216,7 @@ def unparsed(make: Callable[[Suite], FaultModel]) -> Callable[[Suite], UnparsedC
 SCENARIOS: dict[str, Scenario] = {
     "perfect": Scenario("passes every check", coins(per_category(1.0, 1.0, 1.0))),
     "medium": Scenario("0.97/0.97/0.88 (every test at its category's score)", coins(per_category(0.97, 0.97, 0.88))),
-    "chain": Scenario("one weight-4 chain passing half the time (1/1/0.88)", coins(one_chain_coin_flip)),
+    "chain": Scenario("one weight-4 chain passing 3 runs in 10 (1/1/0.88)", coins(one_chain_coin_flip)),
     "large99": Scenario("clearly large: 0.99 everywhere", coins(per_category(0.99, 0.99, 0.99))),
     "large98": Scenario("the power target: 0.98 everywhere", coins(per_category(0.98, 0.98, 0.98))),
     "partial": Scenario(
@@ -237,13 +239,13 @@ SCENARIOS: dict[str, Scenario] = {
         by_instance({"instruction": 0.1, "json": 0.1, "toolCalling": 0.2}),
     ),
     "correlated": Scenario(
-        "streaks of 19 first calls (a whole sample) fail together, toolCalling 0.88", correlated(0.88)
+        "streaks of 22 first calls (a whole sample) fail together, toolCalling 0.88", correlated(0.88)
     ),
     "correlated98": Scenario(
-        "streaks of 19 first calls (a whole sample) fail together, toolCalling 0.98", correlated(0.98)
+        "streaks of 22 first calls (a whole sample) fail together, toolCalling 0.98", correlated(0.98)
     ),
     "tool65": Scenario(
-        "deterministic, toolCalling 11/17 (two tool tests always fail), 1.0 elsewhere",
+        "deterministic, toolCalling 17/23 (two tool tests always fail), 1.0 elsewhere",
         always_failing("tool_chain_distractor_ids", "integer_argument"),
     ),
     "under": Scenario("just under large in each category: 0.845/0.845/0.895", coins(per_category(0.845, 0.845, 0.895))),

@@ -31,6 +31,11 @@ def _call(tool: str, /, **arguments: Any) -> Message:
     return {"content": None, "tool_calls": [{"name": tool, "arguments": arguments}]}
 
 
+def _calls(*calls: tuple[str, dict[str, Any]]) -> Message:
+    """Several structured calls in one answer (parallel calls)."""
+    return {"content": None, "tool_calls": [{"name": name, "arguments": arguments} for name, arguments in calls]}
+
+
 def _json(value: Any) -> Message:
     return _say(json.dumps(value, ensure_ascii=False))
 
@@ -149,6 +154,15 @@ PERFECT_RANDOM: dict[str, list[Callable[[dict[str, Any]], Message]]] = {
     "tool_chain_random_ids": [
         lambda v: _call("find_customer", name=f"{v['first']} {v['last']}"),
         lambda v: _call("get_open_invoices", customer_id=f"CUS-{v['n']}"),
+    ],
+    "no_fitting_tool": [
+        lambda v: _say(f"Sorry, I cannot do that: none of my tools can {v['task']} {v['city']}."),
+    ],
+    "missing_required_argument": [
+        lambda v: _say(f"I can send it, but I need {v['name']}'s email address. What is it?"),
+    ],
+    "parallel_calls": [
+        lambda v: _calls(("get_weather", {"city": v["city2"]}), ("get_weather", {"city": v["city1"]})),
     ],
     # Not a suite test: an instance of the tool-budget measurement (tests/scripted.py budget_test).
     "tool_budget": [lambda b: _budget_call(b["prompt"])],

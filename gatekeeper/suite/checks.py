@@ -225,18 +225,22 @@ def _json_path_length(check: Check, answer: Answer) -> bool:
 # --- tool calls ---------------------------------------------------------------------------
 
 
+def _arguments(call: ToolCall) -> dict[str, Any] | None:
+    """A call's arguments as a JSON object; None when they are no JSON object."""
+    try:
+        arguments = loads(call.arguments)  # NaN / Infinity are not JSON here either
+    except ValueError:
+        return None
+    return arguments if isinstance(arguments, dict) else None
+
+
 def _first_call_arg(check: Check, answer: Answer) -> Any:
     """Argument `check.arg` of the first tool call; `_MISSING` when the arguments are a JSON object
     without it, `_INVALID` when there is no call or its arguments are no JSON object."""
-    if not answer.tool_calls:
+    arguments = _arguments(answer.tool_calls[0]) if answer.tool_calls else None
+    if arguments is None:
         return _INVALID
-    try:
-        arguments = loads(answer.tool_calls[0].arguments)  # NaN / Infinity are not JSON here either
-    except ValueError:
-        return _INVALID
-    if not isinstance(arguments, dict):
-        return _INVALID
-    return arguments.get(check.arg, _MISSING)
+    return arguments.get(check.arg or "", _MISSING)  # `arg` is required at load
 
 
 def _tool_not_called(check: Check, answer: Answer) -> bool:
@@ -263,6 +267,20 @@ def _tool_arg_regex(check: Check, answer: Answer) -> bool:
     return re.search(str(check.value), "" if absent else text_form(value), flags) is not None
 
 
+def _tool_calls_include(check: Check, answer: Answer) -> bool:
+    # Any call of the answer, not only the first: the check of parallel calls, which come in
+    # either order. Each expected argument compares as `tool_arg_equals` does (as sent); the call
+    # may send more arguments than the check lists.
+    name, expected = check.value["name"], check.value.get("arguments", {})
+    for call in answer.tool_calls:
+        arguments = _arguments(call) if call.name == name else None
+        if arguments is not None and all(
+            key in arguments and lenient_equal(arguments[key], value) for key, value in expected.items()
+        ):
+            return True
+    return False
+
+
 # Every check type of the DSL -> the function that decides it.
 CHECKS: dict[str, Callable[[Check, Answer], bool]] = {
     "word_count": lambda c, a: len(_words(_text(a))) == c.value,
@@ -282,4 +300,6 @@ CHECKS: dict[str, Callable[[Check, Answer], bool]] = {
     "tool_not_called": _tool_not_called,
     "tool_arg_equals": _tool_arg_equals,
     "tool_arg_regex": _tool_arg_regex,
+    "tool_call_count": lambda c, a: len(a.tool_calls) == c.value,
+    "tool_calls_include": _tool_calls_include,
 }

@@ -57,6 +57,8 @@ CheckType = Literal[
     "tool_not_called",
     "tool_arg_equals",
     "tool_arg_regex",
+    "tool_call_count",
+    "tool_calls_include",
 ]
 
 # Every check type names what it expects (`value`) but these three, which judge the answer alone
@@ -65,7 +67,9 @@ _NEEDS_VALUE = set(get_args(CheckType)) - {"not_empty", "json_valid", "tool_not_
 _NEEDS_PATH = {"json_path_equals", "json_path_type", "json_path_length"}
 _NEEDS_ARG = {"tool_arg_equals", "tool_arg_regex"}
 _REGEX = {"regex", "not_regex", "tool_arg_regex"}
-_COUNTS = {"word_count", "line_count", "json_path_length"}
+_COUNTS = {"word_count", "line_count", "json_path_length", "tool_call_count"}
+# What a `tool_calls_include` value holds: the tool's name and, optionally, arguments it must send.
+_CALL_KEYS = {"name", "arguments"}
 REGEX_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE, "u": 0, "g": 0}
 JSON_TYPES = ("string", "number", "integer", "boolean", "array", "object", "null")
 # One path segment: `[2]`, or a key (`.name`, or `name` at the very start).
@@ -114,6 +118,10 @@ class Check(_Strict):
             raise ValueError(f"check {self.type!r} needs an 'arg'")
         if self.type in _COUNTS and (isinstance(self.value, bool) or not isinstance(self.value, int)):
             raise ValueError(f"check {self.type!r} needs an integer 'value', got {self.value!r}")
+        if self.type == "tool_call_count" and self.value < 0:
+            raise ValueError(f"check 'tool_call_count' needs a 'value' >= 0, got {self.value!r}")
+        if self.type == "tool_calls_include":
+            _check_call_value(self.value)
         if self.flags is not None and set(self.flags) - REGEX_FLAGS.keys():
             raise ValueError(f"unknown regex flags {self.flags!r} (allowed: i, m, s, x, u, g)")
         if self.type in _REGEX:
@@ -122,6 +130,20 @@ class Check(_Strict):
             except re.error as exc:
                 raise ValueError(f"bad regex {self.value!r}: {exc}") from None
         return self
+
+
+def _check_call_value(value: Any) -> None:
+    """A `tool_calls_include` value: {"name": TOOL} or {"name": TOOL, "arguments": {ARG: VALUE}}."""
+    shape = '{"name": TOOL, "arguments": {ARG: VALUE, ...}} (arguments optional)'
+    if not isinstance(value, dict):
+        raise ValueError(f"check 'tool_calls_include' needs a 'value' object {shape}, got {value!r}")
+    unknown = sorted(value.keys() - _CALL_KEYS)
+    if unknown:
+        raise ValueError(f"check 'tool_calls_include': unknown key {unknown[0]!r} in 'value' (expected {shape})")
+    if not isinstance(value.get("name"), str) or not value["name"]:
+        raise ValueError(f"check 'tool_calls_include' needs a tool 'name' in its 'value' {shape}")
+    if not isinstance(value.get("arguments", {}), dict):
+        raise ValueError(f"check 'tool_calls_include': 'arguments' must be an object, got {value['arguments']!r}")
 
 
 class Step(_Strict):

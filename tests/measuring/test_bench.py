@@ -581,8 +581,10 @@ def test_bench_prints_the_estimate_the_bound_and_what_it_would_need(tmp_path, de
         )
     assert done.returncode == 0, done.stderr
     out = " ".join(done.stdout.split())
-    assert "m@low: certified medium at risk 0.05 after 276 calls" in out  # 12 runs of the suite's 23 calls
-    assert "toolCalling 1.00, bound 0.76 (132 calls: whole 12) < 0.90: certified medium; about " in out
+    calls = sum(len(t.all_steps) for t in default_suite.tests)  # one whole pass: 26 calls
+    tool_calls = sum(len(t.all_steps) for t in default_suite.by_category("toolCalling"))
+    assert f"m@low: certified medium at risk 0.05 after {12 * calls} calls" in out  # 12 whole passes
+    assert f"toolCalling 1.00, bound 0.76 ({12 * tool_calls} calls: whole 12) < 0.90: certified medium; about " in out
     assert "more calls would decide" in out
     shown = subprocess.run(
         [sys.executable, "-m", "gatekeeper", "profiles", "--store", str(store)],

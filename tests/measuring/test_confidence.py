@@ -19,7 +19,7 @@ from gatekeeper.measuring.confidence import (
 from gatekeeper.measuring.effort import chi2_sf, friedman_p
 from gatekeeper.rules.tiers import Thresholds
 
-CHAIN = 4 / 17  # the default suite's weight-4 chains, as a share of toolCalling
+CHAIN = 4 / 17  # a weight-4 chain as a share of toolCalling (of 17: the suite before issue 41)
 
 
 def test_agreeing_samples_keep_a_bound_below_a_perfect_score():
@@ -72,7 +72,7 @@ def _covers(draw, runs: int, looks: int, seed: int) -> float:
 
 
 def test_a_heavy_test_that_fails_half_the_time_is_not_certified_above_its_true_score():
-    # The issue's hard case: a weight-4 chain passing half the time (true toolCalling 0.882).
+    # The issue's hard case: a weight-4 chain passing half the time (true toolCalling 0.882 in the suite of 17).
     def chain(rng):
         return 0.5 * CHAIN if rng is None else CHAIN * (rng.random() < 0.5)
 

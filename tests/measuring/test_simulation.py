@@ -20,17 +20,24 @@ from gatekeeper.measuring.runner import RunSettings, run_test, sweep
 from gatekeeper.rules.tiers import Tier, compute_tier
 from gatekeeper.suite.loader import CATEGORIES, Suite
 
+# The hard case: the weight-4 chain passing so rarely that toolCalling lands just under large's 0.90.
+# Passing half the time did until issue 41 (4/17 of toolCalling: 0.88); of the 23 toolCalling weighs
+# since, half the time leaves 0.91, so it passes 3 runs in 10: 1 - 0.7 x 4/23 = 0.878.
+CHAIN_PASSES = 0.3
+
 
 def coin_flip_chain(suite: Suite) -> dict[str, float]:
-    targets = {t.name: 0.5 if t.name == "tool_chain_distractor_ids" else 1.0 for t in suite.tests}
+    targets = {t.name: CHAIN_PASSES if t.name == "tool_chain_distractor_ids" else 1.0 for t in suite.tests}
     return pass_probabilities(suite, targets)
 
 
 def test_the_true_scores_follow_from_the_pass_probabilities(default_suite):
     probabilities = coin_flip_chain(default_suite)
     truth = true_scores(default_suite, probabilities)
+    share = 4 / sum(t.weight for t in default_suite.by_category("toolCalling"))  # the weight-4 chain
     assert truth["instruction"] == truth["json"] == 1.0
-    assert truth["toolCalling"] == pytest.approx(1 - 0.5 * 4 / 17)  # the weight-4 chain of 17
+    assert truth["toolCalling"] == pytest.approx(1 - (1 - CHAIN_PASSES) * share)
+    assert 0.87 < truth["toolCalling"] < 0.9
     assert true_tier(default_suite, probabilities) == Tier.MEDIUM
 
 
@@ -63,9 +70,9 @@ def test_a_clearly_large_model_is_certified_large_through_the_cli(default_suite,
     (profile,) = result["profiles"]
     assert profile["tier"] == "large"
     assert all(low <= profile["scores"][c] <= high for c, (low, high) in profile["scoreIntervals"].items())
-    # Every sample calls each test's first step, and its second unless the run failed there.
+    # `samples` is the calls made in whole passes of the suite (every step of every test), rounded up.
     steps = sum(len(t.all_steps) for t in default_suite.tests)
-    assert profile["samples"] * len(default_suite.tests) <= result["calls"] <= profile["samples"] * steps
+    assert (profile["samples"] - 1) * steps < result["calls"] <= profile["samples"] * steps
 
 
 # -- the models a different checker would write (tests/stochastic.py's FaultModel) ----------
@@ -86,7 +93,8 @@ def test_instance_dependent_failures_have_their_counted_probability(default_suit
 
     model = FaultModel(default_suite, {"integer_argument": Behaviour(0.2, "empty", by_instance=True)})
     truth = model.true_scores()["toolCalling"]
-    assert truth == pytest.approx(1 - 2 / 17 * 8 / 39)
+    share = 2 / sum(t.weight for t in default_suite.by_category("toolCalling"))  # integer_argument weighs 2
+    assert truth == pytest.approx(1 - share * 8 / 39)
     backend, scores = model.backend(), []
     for k in range(400):
         (test,) = [t for t in default_suite.instance("check", k) if t.name == "integer_argument"]

@@ -368,6 +368,62 @@ def test_tool_arg_regex_fails_without_a_match():
     assert not run_check(check("tool_arg_regex", "ready", arg="content"), calls(("write_file", {"content": "boot"})))
 
 
+# --- tool_call_count / tool_calls_include (parallel calls: every call of the answer) ---
+
+
+def test_tool_call_count_counts_every_structured_call():
+    answer = calls(("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Rome"}))
+    assert run_check(check("tool_call_count", 2), answer)
+
+
+def test_tool_call_count_fails_on_one_call_too_few():
+    assert not run_check(check("tool_call_count", 2), calls(("get_weather", {"city": "Oslo"})))
+
+
+def test_tool_call_count_does_not_count_a_call_written_as_text():
+    assert not run_check(check("tool_call_count", 1), text('{"name": "get_weather", "arguments": {"city": "Oslo"}}'))
+    assert run_check(check("tool_call_count", 0), text("get_weather(Oslo)"))
+
+
+def test_tool_calls_include_finds_a_call_after_the_first():
+    answer = calls(("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Rome"}))
+    assert run_check(check("tool_calls_include", {"name": "get_weather", "arguments": {"city": "Rome"}}), answer)
+
+
+def test_tool_calls_include_without_arguments_needs_only_the_name():
+    answer = calls(("get_forecast", {"city": "Oslo"}), ("get_weather", {}))
+    assert run_check(check("tool_calls_include", {"name": "get_weather"}), answer)
+    assert not run_check(check("tool_calls_include", {"name": "get_time"}), answer)
+
+
+def test_tool_calls_include_needs_the_argument_on_a_call_of_that_tool():
+    # Rome is asked for, but of another tool: the forecast is not the weather.
+    answer = calls(("get_weather", {"city": "Oslo"}), ("get_forecast", {"city": "Rome", "days": 1}))
+    assert not run_check(check("tool_calls_include", {"name": "get_weather", "arguments": {"city": "Rome"}}), answer)
+
+
+def test_tool_calls_include_fails_when_both_calls_name_the_same_city():
+    answer = calls(("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Oslo"}))
+    assert not run_check(check("tool_calls_include", {"name": "get_weather", "arguments": {"city": "Rome"}}), answer)
+
+
+def test_tool_calls_include_needs_every_listed_argument_and_allows_more():
+    expected = {"name": "scale", "arguments": {"service": "web", "replicas": 3}}
+    assert run_check(check("tool_calls_include", expected), calls(("scale", {"service": "web", "replicas": 3, "x": 1})))
+    assert not run_check(check("tool_calls_include", expected), calls(("scale", {"service": "web"})))
+
+
+def test_tool_calls_include_compares_arguments_as_tool_arg_equals_does():
+    expected = {"name": "scale", "arguments": {"replicas": 3}}
+    assert not run_check(check("tool_calls_include", expected), calls(("scale", {"replicas": "3"})))
+    assert not run_check(check("tool_calls_include", expected), calls(("scale", '{"replicas": 3')))
+    assert not run_check(check("tool_calls_include", {"name": "get_weather"}), calls(("get_weather", "[]")))
+
+
+def test_tool_calls_include_fails_without_a_call():
+    assert not run_check(check("tool_calls_include", {"name": "get_weather"}), text("get_weather(city=Oslo)"))
+
+
 # --- lenient_equal ---
 
 

@@ -110,6 +110,39 @@ def test_unknown_json_type_names_the_file_and_the_type(tmp_path: Path):
     assert "10_bad.json" in message and "'float'" in message
 
 
+@pytest.mark.parametrize(
+    ("check", "expected"),
+    [
+        ({"type": "tool_call_count"}, "check 'tool_call_count' needs a 'value'"),
+        ({"type": "tool_call_count", "value": "2"}, "check 'tool_call_count' needs an integer 'value', got '2'"),
+        ({"type": "tool_call_count", "value": -1}, "check 'tool_call_count' needs a 'value' >= 0, got -1"),
+        ({"type": "tool_calls_include"}, "check 'tool_calls_include' needs a 'value'"),
+        ({"type": "tool_calls_include", "value": "get_weather"}, "needs a 'value' object {\"name\": TOOL"),
+        ({"type": "tool_calls_include", "value": {"arguments": {"city": "Oslo"}}}, "needs a tool 'name'"),
+        ({"type": "tool_calls_include", "value": {"name": "f", "args": {}}}, "unknown key 'args' in 'value'"),
+        (
+            {"type": "tool_calls_include", "value": {"name": "f", "arguments": ["Oslo"]}},
+            "'arguments' must be an object",
+        ),
+    ],
+    ids=[
+        "count without value",
+        "count as text",
+        "negative count",
+        "include without value",
+        "include a bare name",
+        "include without name",
+        "include unknown key",
+        "include arguments not an object",
+    ],
+)
+def test_a_malformed_parallel_call_check_names_the_file_the_check_and_the_fault(
+    tmp_path: Path, check: dict, expected: str
+):
+    message = load_error(tmp_path, {**VALID, "category": "toolCalling", "checks": [check]})
+    assert "10_bad.json" in message and "checks.0" in message and expected in message
+
+
 def test_tool_without_function_object_is_a_suite_error(tmp_path: Path):
     message = load_error(tmp_path, {**VALID, "tools": [{"type": "function", "function": "get_weather"}]})
     assert "10_bad.json" in message and "tools[0]" in message
