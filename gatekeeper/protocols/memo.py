@@ -1,17 +1,21 @@
-"""A bounded memo of a pure function of JSON values, keyed by the values' own JSON bytes.
+"""Bounded memos of what depends on JSON values alone, keyed by the values' own JSON bytes.
 
 An agent sends the same tool list with every request of a conversation, so what a codec derives
-from that list alone (the offered tools the answer side matches calls against) is the same
-request after request. `JsonMemo` remembers it by the exact bytes of the values it is derived
-from, never by anything else: two requests share an entry only when those values are the same
-JSON, which is what the upstream receives. Nothing of a request's own objects is kept: on a miss
-the function runs on a private copy decoded from the key, so an entry shares no object with any
-request body (a later change to one body, in place, never reaches another request).
+from that list alone (the offered tools the answer side matches calls against: `JsonMemo`) and
+whether each tool's own fields pass the protocol's tables (`JsonChecked`) are the same request
+after request. The tier's verdicts are never remembered here: every tool is gated on every
+request, at its own tier, under its own policy.
+
+Both are keyed by the exact bytes of the values, never by anything else: two requests share an
+entry only when those values are the same JSON, which is what the upstream receives. Nothing of
+a request's own objects is kept: on a miss `JsonMemo` runs its function on a private copy
+decoded from the key, so an entry shares no object with any request body (a later change to one
+body, in place, never reaches another request).
 
 Values that are not plain JSON (an in-process caller's own subclass of dict or str, a set, a
-model object) have no key: the function runs on them directly, uncached. The memo is bounded by
-the bytes of its keys (the first stored go first), and a key above `largest` bytes is never
-stored. It takes a lock to write, so threads of an in-process caller may share it.
+model object) have no key: they are derived or checked every time. Each memo is bounded by the
+bytes of its keys (the first stored go first), and a key above `largest` bytes is never stored.
+They take a lock, so threads of an in-process caller may share them.
 """
 
 from __future__ import annotations
@@ -57,6 +61,49 @@ class JsonMemo(Generic[T]):
             with self._lock:
                 self._cache[key] = entry
         return entry[1]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+
+class JsonChecked:
+    """Which JSON values passed a check unchanged, remembered per JSON bytes of `(mode, values)`
+    (`mode`: what else the check depends on, `upstream.unknown_fields`). A caller asks with the
+    values' `key` before checking them, skips the check when the key `passed`, and otherwise
+    checks them and then calls `remember`. A check that raised is never remembered (`remember`
+    is not reached), nor one that changed its values in place (under `drop`, a field dropped and
+    logged): the next such values are checked, dropped and logged again, as without the memo.
+    Bounded by the bytes of its keys (the oldest go first); a key above `largest` bytes, or
+    values that are not plain JSON, are never remembered."""
+
+    __slots__ = ("_cache", "_largest", "_lock")
+
+    def __init__(self, maxbytes: int = 2 * 1024 * 1024, largest: int = 128 * 1024) -> None:
+        self._cache: Cache[bytes, tuple[int, bool]] = Cache(maxsize=maxbytes, getsizeof=_size)
+        self._largest = largest
+        self._lock = threading.Lock()
+
+    def key(self, values: Any, mode: str) -> bytes | None:
+        """The key of `values` checked under `mode`; None when they have none."""
+        try:
+            key = orjson.dumps((mode, values), option=_KEY)
+        except TypeError:  # not plain JSON
+            return None
+        return key if len(key) <= self._largest else None
+
+    def passed(self, key: bytes | None) -> bool:
+        if key is None:
+            return False
+        with self._lock:
+            return key in self._cache
+
+    def remember(self, key: bytes | None, values: Any, mode: str) -> None:
+        """Remember that the values of `key` passed, if they still are what `key` says."""
+        if key is None or self.key(values, mode) != key:
+            return
+        with self._lock:
+            self._cache[key] = (len(key), True)
 
     def clear(self) -> None:
         with self._lock:
