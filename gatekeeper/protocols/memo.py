@@ -29,7 +29,10 @@ from cachetools import Cache
 
 T = TypeVar("T")
 
-_KEY = orjson.OPT_PASSTHROUGH_SUBCLASS  # a subclass (an enum's str, a dict with its own get) has no key
+# A subclass (a StrEnum, a dict with its own get), a dataclass and a datetime have no key: orjson
+# would write them as the JSON they stand for. (It still writes an Enum or a UUID as its value:
+# where a check is skipped, the caller reads what it relies on by its exact type, `type(x) is str`.)
+_KEY = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
 def _size(entry: tuple[int, Any]) -> int:

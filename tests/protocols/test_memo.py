@@ -4,12 +4,16 @@ changed check, and bounded."""
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import pytest
 
 from gatekeeper.errors import RequestInvalid
+from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.memo import JsonChecked, JsonMemo
+from gatekeeper.rules.tiers import Tier
+from gatekeeper.rules.tools import ToolPolicy
 
 
 def counting(calls: list[Any]) -> JsonMemo[list[Any]]:
@@ -116,3 +120,36 @@ def test_a_check_that_changed_its_values_is_not_remembered() -> None:
         checked(memo, tools, "drop", checks)
         assert tools == [{"name": "a"}]  # dropped every time, as without the memo
     assert len(checks) == 2
+
+
+class Kind(enum.Enum):
+    FUNCTION = "function"
+
+
+def function_tools(kind: Any) -> list[dict[str, Any]]:
+    return [{"type": kind, "name": name, "parameters": {"type": "object"}} for name in ("read_file", "execute_command")]
+
+
+@pytest.mark.parametrize("protocol", ["responses", "messages"])
+def test_a_tool_list_checked_before_is_still_gated_by_what_it_is(protocol: str) -> None:
+    # The same JSON bytes, but a type that is not the string it is written as (an in-process
+    # caller's Enum): its own check runs again, and refuses it as it would without the memo.
+    codec = protocols.codec(protocol)
+    assert codec is not None
+    policy = ToolPolicy({"execute_command": Tier.LARGE})
+    plain = "function" if protocol == "responses" else "custom"
+
+    def body(kind: Any) -> dict[str, Any]:
+        tools = function_tools(kind)
+        if protocol == "messages":
+            tools = [{"type": t["type"], "name": t["name"], "input_schema": t["parameters"]} for t in tools]
+            return {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "tools": tools}
+        return {"model": "m", "input": "hi", "tools": tools}
+
+    for _ in range(2):  # the second time from the memo
+        gated = body(plain)
+        assert codec.gate(gated, Tier.SMALL, policy).hidden == ["execute_command"]
+        assert [t["name"] for t in gated["tools"]] == ["read_file"]
+    enum_kind = Kind.FUNCTION if protocol == "responses" else enum.Enum("K", {"CUSTOM": "custom"}).CUSTOM
+    with pytest.raises(RequestInvalid):
+        codec.gate(body(enum_kind), Tier.SMALL, policy)

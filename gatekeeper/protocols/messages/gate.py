@@ -177,11 +177,9 @@ _TOOLS_CHECKED = JsonChecked()
 
 def _gate_tool(tool: Any, where: str, g: _Gate, servers: dict[str, dict[str, Any]], checked: bool = False) -> Any:
     """`checked`: the tool's own fields passed `check_typed` before (its list's exact JSON)."""
-    kind = (
-        tool.get("type", "custom")
-        if checked
-        else S.check_typed(tool, F.MESSAGES_TOOL, where, g.unknown, default="custom")
-    )
+    kind = tool.get("type", "custom") if checked and type(tool) is dict else None
+    if type(kind) is not str:  # not checked before (or not as the plain JSON it was checked as)
+        kind = S.check_typed(tool, F.MESSAGES_TOOL, where, g.unknown, default="custom")
     if kind == "mcp_toolset":
         return _gate_toolset(tool, where, g, servers)
     ids = _tool_ids(tool, kind, where)

@@ -132,7 +132,9 @@ def _gate_tools(tools: list[Any], where: str, g: RequestGate, checked: bool = Fa
 
 def _gate_tool(tool: Any, where: str, g: RequestGate, checked: bool = False) -> Any:
     """The tool as the model may see it (narrowed), or None when it is hidden."""
-    kind = tool["type"] if checked else S.check_typed(tool, F.RESPONSES_TOOL, where, g.unknown)
+    kind = tool.get("type") if checked and type(tool) is dict else None
+    if type(kind) is not str:  # not checked before (or not as the plain JSON it was checked as)
+        kind = S.check_typed(tool, F.RESPONSES_TOOL, where, g.unknown)
     if kind == "mcp":
         return _gate_mcp(tool, where, g)
     if kind == "namespace":
