@@ -9,7 +9,7 @@ place is reported here.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,10 +42,15 @@ class Budgeted:
 
 
 def held_to_budget(
-    settings: Settings, resolution: Resolution, names: Sequence[str], used: Collection[str] = ()
+    settings: Settings,
+    resolution: Resolution,
+    names: Sequence[str],
+    used: Collection[str] | Callable[[], Collection[str]] = (),
 ) -> tuple[list[str], Budgeted]:
     """The names of `names` (the tools the tier kept, in the client's order) the pair is shown
-    under `tools.budget`, and what the budget did. Raises ToolBudgetExceeded under `refuse`."""
+    under `tools.budget`, and what the budget did. Raises ToolBudgetExceeded under `refuse`.
+    `used`: the tools the conversation used, which a trim keeps first (a function: asked only
+    when a trim needs it, as it walks the whole conversation)."""
     check = BudgetCheck(len(names), resolution.tool_budget)
     if not check.over or check.budget is None:
         return list(names), Budgeted(check)
@@ -57,7 +62,7 @@ def held_to_budget(
         raise ToolBudgetExceeded(check.offered, check.budget, resolution.key)
     if mode != "trim":
         return list(names), Budgeted(check, action)
-    kept = trim(names, check.budget, settings.tools.budget_priority, used)
+    kept = trim(names, check.budget, settings.tools.budget_priority, used() if callable(used) else used)
     cut = [name for name in names if name not in set(kept)]
     log.info("tools_trimmed", cut=cut)
     return kept, Budgeted(check, action, cut)
@@ -73,8 +78,11 @@ def apply_budget(
 ) -> tuple[Gated, Budgeted]:
     """`gated` (the tier's outcome for `body`) held to the pair's budget under `tools.budget`.
     Raises ToolBudgetExceeded under `refuse`; under `trim` regates `body` in place."""
+
     # A server offered whole (`server.*`) is one entry and never cut: its tools are not listed.
-    used = mentioned_tools(body) | {name for name in gated.kept if name.endswith(".*")}
+    def used() -> set[str]:
+        return mentioned_tools(body) | {name for name in gated.kept if name.endswith(".*")}
+
     _, budgeted = held_to_budget(settings, resolution, gated.kept, used)
     if not budgeted.cut:
         return gated, budgeted

@@ -102,12 +102,19 @@ def cap_strings(logger: Any, method: str, event: MutableMapping[str, Any]) -> Mu
             continue  # the common case, on every request's line: nothing to do (no user info, no query)
         if kind in _SCALARS:
             continue
+        if kind is list and len(value) <= 64 and all(_shown_as_is(v) for v in value):
+            continue  # also common: the tools kept and hidden, names that redact and capping leave as they are
         limit = _LOG_TRACEBACK_LIMIT if key in ("exception", "stack") else LOG_VALUE_LIMIT
         event[key] = _capped(value, limit, 0)
     return event
 
 
 _SCALARS = (int, float, bool, type(None))
+
+
+def _shown_as_is(item: Any) -> bool:
+    """Whether `_capped` leaves a list item as it is: a short string with no URL in it."""
+    return type(item) is str and len(item) <= CLIENT_TEXT_LIMIT and "://" not in item
 
 
 def _capped(value: Any, limit: int, depth: int) -> Any:

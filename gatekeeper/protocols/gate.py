@@ -101,7 +101,11 @@ class RequestGate:
     def admits(self, tool: ToolId | str, record_kept: bool = True) -> bool:
         """Is `tool` admitted? Recorded as kept (unless `record_kept` is False: a server or
         namespace whose tools are recorded one by one) or hidden."""
-        if self.policy.allows(self.tier, tool):
+        return self.record(tool, self.policy.allows(self.tier, tool), record_kept)
+
+    def record(self, tool: ToolId | str, admitted: bool, record_kept: bool = True) -> bool:
+        """Record the verdict `admitted` the policy gave on `tool` (as `admits` does); returns it."""
+        if admitted:
             if record_kept:
                 self.gated.kept.append(str(tool))
             return True

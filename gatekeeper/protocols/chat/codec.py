@@ -18,6 +18,7 @@ from gatekeeper.protocols.chat.answer import (
 from gatekeeper.protocols.chat.gate import check_request, gate_request
 from gatekeeper.protocols.enforce import json_format
 from gatekeeper.protocols.gate import Gated, tool_id, tool_name
+from gatekeeper.protocols.memo import JsonMemo
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId, ToolPolicy
 
@@ -58,6 +59,25 @@ def _template_effort(body: dict[str, Any], effort: str | None) -> str | None:
     return implied
 
 
+def _offered(carriers: Any) -> Offered:
+    """The offered tools of a gated body's `tools` and `functions` (all it reads)."""
+    listed, functions = carriers
+    tools: list[tuple[ToolId, dict[str, Any] | None]] = []
+    for tool in listed or []:
+        kind = tool.get("type", "function")
+        if kind in ("function", "custom"):
+            make = ToolId.function if kind == "function" else ToolId.custom
+            tools.append((make(tool_name(tool, "tools[]")), parameters_of(tool.get(kind))))
+        else:
+            tools.append((ToolId.builtin(kind), None))  # chat answers carry no call to one
+    for function in functions or []:
+        tools.append((ToolId.function(function["name"]), parameters_of(function)))
+    return Offered(tools)
+
+
+_OFFERED = JsonMemo(_offered)  # a conversation sends the same tools with every request
+
+
 class ChatCodec:
     name = "chat"
     upstream_path = "/chat/completions"
@@ -96,17 +116,7 @@ class ChatCodec:
         return gated
 
     def offered(self, body: dict[str, Any]) -> Offered:
-        tools: list[tuple[ToolId, dict[str, Any] | None]] = []
-        for tool in body.get("tools") or []:
-            kind = tool.get("type", "function")
-            if kind in ("function", "custom"):
-                make = ToolId.function if kind == "function" else ToolId.custom
-                tools.append((make(tool_name(tool, "tools[]")), parameters_of(tool.get(kind))))
-            else:
-                tools.append((ToolId.builtin(kind), None))  # chat answers carry no call to one
-        for function in body.get("functions") or []:
-            tools.append((ToolId.function(function["name"]), parameters_of(function)))
-        return Offered(tools)
+        return _OFFERED((body.get("tools"), body.get("functions")))
 
     def enforce(self, doc: Any, offered: Allowed | Offered) -> Enforced:
         return enforce(doc, offered)

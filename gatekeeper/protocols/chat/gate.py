@@ -16,6 +16,7 @@ from gatekeeper.protocols import schema as S
 from gatekeeper.protocols.builtin_tools import MESSAGES_BUILTIN_NAMES
 from gatekeeper.protocols.chat import fields as F
 from gatekeeper.protocols.gate import Gated, named_id, narrowed, nonempty, require_boolean, tool_id
+from gatekeeper.protocols.memo import JsonChecked
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId, ToolKind, ToolPolicy, builtin_family
 
@@ -193,8 +194,12 @@ def check_request(body: dict[str, Any], unknown: str) -> None:
             raise RequestInvalid(f"'chat_template_kwargs' must be an object, got {type(kwargs).__name__}")
         S.check(kwargs, F.CHAT_TEMPLATE_KWARGS, "chat_template_kwargs", unknown)
     tools = body.get("tools")
-    for i, tool in enumerate(tools if isinstance(tools, list) else []):
-        _check_tool(tool, f"tools[{i}]", unknown)
+    if isinstance(tools, list):
+        key = _TOOLS_CHECKED.key(tools, unknown)
+        if not _TOOLS_CHECKED.passed(key, tools):
+            for i, tool in enumerate(tools):
+                _check_tool(tool, f"tools[{i}]", unknown)
+            _TOOLS_CHECKED.remember(key, tools, unknown)
     functions = body.get("functions")
     for i, function in enumerate(functions if isinstance(functions, list) else []):
         if isinstance(function, dict):
@@ -213,6 +218,10 @@ def check_request(body: dict[str, Any], unknown: str) -> None:
                 _check_tool(tool, f"tool_choice.allowed_tools.tools[{i}]", unknown)
         elif isinstance(inner, dict):
             S.check(inner, F.CHAT_NAMED, f"tool_choice.{kind}", unknown)
+
+
+# A conversation sends the same tools with every request: checked once per exact JSON (and mode).
+_TOOLS_CHECKED = JsonChecked()
 
 
 def _check_tool(tool: Any, where: str, unknown: str) -> None:

@@ -37,6 +37,7 @@ from gatekeeper.protocols import schema as S
 from gatekeeper.protocols.base import Allowed, Enforced, Event, Offered, RequestInfo
 from gatekeeper.protocols.enforce import enforce_answer, json_format
 from gatekeeper.protocols.gate import Gated, nonempty
+from gatekeeper.protocols.memo import JsonMemo
 from gatekeeper.protocols.messages import fields as F
 from gatekeeper.protocols.messages.answer import (
     CITATIONS,
@@ -78,24 +79,9 @@ class MessagesCodec:
         return gate_request(body, tier, policy, self.fields)
 
     def offered(self, body: dict[str, Any]) -> Offered:
-        tools: list[tuple[ToolId, dict[str, Any] | None]] = []
-        for tool in offered_tools(body):
-            kind = tool.get("type")
-            if kind == "mcp_toolset":
-                continue  # below, with its server
-            if kind in (None, "custom"):
-                schema = tool.get("input_schema")
-                tools.append((ToolId.function(tool["name"]), schema if isinstance(schema, dict) else None))
-            else:
-                tools.append((ToolId.builtin(kind), None))  # by its type, whatever `name` it carries
-                configs = tool.get("configs") or {}
-                for member in sorted(F.MESSAGES_TOOLSET_MEMBERS.get(kind, ())):  # called by their own names
-                    if (configs.get(member) or {}).get("enabled") is not False:
-                        tools.append((ToolId.function(member), None))
-        for server, names in mcp_offered(body).items():
-            for name in ["*"] if names is None else names:  # `*`: the server offered whole
-                tools.append((ToolId.mcp(server, name), None))
-        return Offered(tools)
+        top = body.get("tools")
+        added = offered_tools(body)[len(top or []) :]  # by `tool_addition` blocks
+        return _OFFERED((top, added, body.get("mcp_servers")))
 
     def enforce(self, doc: Any, offered: Allowed | Offered) -> Enforced:
         return enforce_answer(doc, "Messages", enforce_message, answer_side(offered))
@@ -121,6 +107,33 @@ class MessagesCodec:
 
     def stream_error(self, message: str, kind: str, code: str | None) -> Event:
         return stream_error(message, kind, code)
+
+
+def _offered(carriers: Any) -> Offered:
+    """The offered tools of a gated body's `tools`, the tools its `tool_addition` blocks add
+    (`offered_tools`) and its `mcp_servers`: all it reads."""
+    top, added, servers = carriers
+    tools: list[tuple[ToolId, dict[str, Any] | None]] = []
+    for tool in [*(top or []), *added]:
+        kind = tool.get("type")
+        if kind == "mcp_toolset":
+            continue  # below, with its server
+        if kind in (None, "custom"):
+            schema = tool.get("input_schema")
+            tools.append((ToolId.function(tool["name"]), schema if isinstance(schema, dict) else None))
+        else:
+            tools.append((ToolId.builtin(kind), None))  # by its type, whatever `name` it carries
+            configs = tool.get("configs") or {}
+            for member in sorted(F.MESSAGES_TOOLSET_MEMBERS.get(kind, ())):  # called by their own names
+                if (configs.get(member) or {}).get("enabled") is not False:
+                    tools.append((ToolId.function(member), None))
+    for server, names in mcp_offered({"mcp_servers": servers, "tools": top}).items():
+        for name in ["*"] if names is None else names:  # `*`: the server offered whole
+            tools.append((ToolId.mcp(server, name), None))
+    return Offered(tools)
+
+
+_OFFERED = JsonMemo(_offered)  # a conversation sends the same tools with every request
 
 
 CODEC = MessagesCodec()

@@ -11,6 +11,7 @@ from gatekeeper.protocols.enforce import (
     admitted_request_listing,
 )
 from gatekeeper.protocols.gate import Gated, RequestGate, group_name, required_name
+from gatekeeper.protocols.memo import JsonChecked
 from gatekeeper.protocols.messages import fields as F
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import BUILTIN_FAMILIES, ToolId, ToolPolicy
@@ -111,10 +112,14 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy, table: S.
     if tools is not None:
         if not isinstance(tools, list):
             raise RequestInvalid(f"'tools' must be an array, got {type(tools).__name__}")
+        key = _TOOLS_CHECKED.key(tools, g.unknown)
+        checked = _TOOLS_CHECKED.passed(key, tools)
         for i, tool in enumerate(tools):
-            narrowed = _gate_tool(tool, f"tools[{i}]", g, servers)
+            narrowed = _gate_tool(tool, f"tools[{i}]", g, servers, checked)
             if narrowed is not None:
                 kept.append(narrowed)
+        if not checked:
+            _TOOLS_CHECKED.remember(key, tools, g.unknown)
     _narrow_whole_servers(body, servers, kept, g)
     any_kept = bool(kept) or bool(servers)
     _gate_choice(body.get("tool_choice"), g, any_kept)
@@ -162,11 +167,19 @@ def _admits(g: _Gate, ids: list[ToolId]) -> bool:
     """Whether the tier admits a tool under every identity in `ids`; recorded (kept or hidden)
     under the first identity that hides it, else under its own."""
     hidden = next((t for t in ids if not g.policy.allows(g.tier, t)), None)
-    return g.admits(ids[0] if hidden is None else hidden)
+    return g.record(ids[0], True) if hidden is None else g.record(hidden, False)  # asked once: the policy's word
 
 
-def _gate_tool(tool: Any, where: str, g: _Gate, servers: dict[str, dict[str, Any]]) -> Any:
-    kind = S.check_typed(tool, F.MESSAGES_TOOL, where, g.unknown, default="custom")
+# A conversation sends the same tools with every request: each tool's own fields are checked once
+# per exact JSON of the list (and `unknown_fields`); everything else is gated every time.
+_TOOLS_CHECKED = JsonChecked()
+
+
+def _gate_tool(tool: Any, where: str, g: _Gate, servers: dict[str, dict[str, Any]], checked: bool = False) -> Any:
+    """`checked`: the tool's own fields passed `check_typed` before (its list's exact JSON)."""
+    kind = tool.get("type", "custom") if checked and type(tool) is dict else None
+    if type(kind) is not str:  # not checked before (or not as the plain JSON it was checked as)
+        kind = S.check_typed(tool, F.MESSAGES_TOOL, where, g.unknown, default="custom")
     if kind == "mcp_toolset":
         return _gate_toolset(tool, where, g, servers)
     ids = _tool_ids(tool, kind, where)

@@ -26,6 +26,7 @@ from gatekeeper.observe import logs
 from gatekeeper.protocols.base import Allowed, Enforced, Event, Offered, RequestInfo
 from gatekeeper.protocols.enforce import as_allowed, enforce_answer, json_format
 from gatekeeper.protocols.gate import Gated, nonempty
+from gatekeeper.protocols.memo import JsonMemo
 from gatekeeper.protocols.responses.answer import (
     NOT_CALLS,
     ResponsesStreamFilter,
@@ -73,22 +74,7 @@ class ResponsesCodec:
         return gate_request(body, tier, policy)
 
     def offered(self, body: dict[str, Any]) -> Offered:
-        tools: list[tuple[ToolId, dict[str, Any] | None]] = []
-        for tool in _offered_tools(body):
-            kind = tool["type"]  # a gated body: every tool has a string type
-            if kind in ("function", "custom"):
-                make = ToolId.function if kind == "function" else ToolId.custom
-                tools.append((make(tool["name"]), _schema(tool) if kind == "function" else None))
-            elif kind == "namespace":
-                for inner in tool.get("tools") or []:
-                    tools.append((ToolId.namespaced(tool["name"], inner["name"]), _schema(inner)))
-            elif kind == "mcp":
-                names = mcp_allowed_names(tool)
-                for name in ["*"] if names is None else names:  # `*`: the server offered whole
-                    tools.append((ToolId.mcp(tool["server_label"], name), None))
-            else:
-                tools.append((ToolId.builtin(kind), None))  # by its type, whatever `name` it carries
-        return Offered(tools)
+        return _OFFERED(_offered_tools(body))
 
     # -- answers ----------------------------------------------------------------------------
 
@@ -133,6 +119,29 @@ def _offered_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
         if isinstance(item, dict) and item.get("type") in ("additional_tools", "tool_search_output"):
             tools += item.get("tools") or []
     return tools
+
+
+def _offered(offered: list[dict[str, Any]]) -> Offered:
+    """The offered tools of a gated body's tool objects (`_offered_tools`: all it reads)."""
+    tools: list[tuple[ToolId, dict[str, Any] | None]] = []
+    for tool in offered:
+        kind = tool["type"]  # a gated body: every tool has a string type
+        if kind in ("function", "custom"):
+            make = ToolId.function if kind == "function" else ToolId.custom
+            tools.append((make(tool["name"]), _schema(tool) if kind == "function" else None))
+        elif kind == "namespace":
+            for inner in tool.get("tools") or []:
+                tools.append((ToolId.namespaced(tool["name"], inner["name"]), _schema(inner)))
+        elif kind == "mcp":
+            names = mcp_allowed_names(tool)
+            for name in ["*"] if names is None else names:  # `*`: the server offered whole
+                tools.append((ToolId.mcp(tool["server_label"], name), None))
+        else:
+            tools.append((ToolId.builtin(kind), None))  # by its type, whatever `name` it carries
+    return Offered(tools)
+
+
+_OFFERED = JsonMemo(_offered)  # a conversation sends the same tools with every request
 
 
 CODEC = ResponsesCodec()

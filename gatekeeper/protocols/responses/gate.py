@@ -13,6 +13,7 @@ from gatekeeper.protocols.enforce import (
     admitted_request_listing,
 )
 from gatekeeper.protocols.gate import Gated, RequestGate, group_name, require_boolean, required_name
+from gatekeeper.protocols.memo import JsonChecked
 from gatekeeper.protocols.responses import fields as F
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.rules.tools import ToolId, ToolPolicy
@@ -96,7 +97,11 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
     if tools is not None:
         if not isinstance(tools, list):
             raise RequestInvalid(f"'tools' must be an array, got {type(tools).__name__}")
-        kept = _gate_tools(tools, "tools", g)
+        key = _TOOLS_CHECKED.key(tools, g.unknown)
+        checked = _TOOLS_CHECKED.passed(key, tools)
+        kept = _gate_tools(tools, "tools", g, checked)
+        if not checked:
+            _TOOLS_CHECKED.remember(key, tools, g.unknown)
     new_choice = _gate_choice(body.get("tool_choice"), g, bool(kept))
     if kept:
         body["tools"] = kept
@@ -110,18 +115,26 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
     return g.gated
 
 
-def _gate_tools(tools: list[Any], where: str, g: RequestGate) -> list[Any]:
+# A conversation sends the same tools with every request: each tool's own fields are checked once
+# per exact JSON of the list (and `unknown_fields`); everything else is gated every time.
+_TOOLS_CHECKED = JsonChecked()
+
+
+def _gate_tools(tools: list[Any], where: str, g: RequestGate, checked: bool = False) -> list[Any]:
+    """`checked`: every tool's own fields passed `check_typed` before (this list's exact JSON)."""
     kept = []
     for i, tool in enumerate(tools):
-        narrowed = _gate_tool(tool, f"{where}[{i}]", g)
+        narrowed = _gate_tool(tool, f"{where}[{i}]", g, checked)
         if narrowed is not None:
             kept.append(narrowed)
     return kept
 
 
-def _gate_tool(tool: Any, where: str, g: RequestGate) -> Any:
+def _gate_tool(tool: Any, where: str, g: RequestGate, checked: bool = False) -> Any:
     """The tool as the model may see it (narrowed), or None when it is hidden."""
-    kind = S.check_typed(tool, F.RESPONSES_TOOL, where, g.unknown)
+    kind = tool.get("type") if checked and type(tool) is dict else None
+    if type(kind) is not str:  # not checked before (or not as the plain JSON it was checked as)
+        kind = S.check_typed(tool, F.RESPONSES_TOOL, where, g.unknown)
     if kind == "mcp":
         return _gate_mcp(tool, where, g)
     if kind == "namespace":
