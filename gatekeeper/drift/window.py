@@ -27,6 +27,7 @@ from jsonschema.validators import validator_for
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gatekeeper.protocols.base import Call
+from gatekeeper.rules.arguments import json_type
 from gatekeeper.rules.tiers import Tier
 
 Schema = dict[str, Any]
@@ -220,19 +221,8 @@ def _key(key: str) -> str:
 
 def _kind(value: Any) -> str:
     """A value's JSON type and size: `string(12)`, `array(3)`, `object(2)`, `integer`, ..."""
-    if isinstance(value, str):
-        return f"string({len(value)})"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, list):
-        return f"array({len(value)})"
-    if isinstance(value, dict):
-        return f"object({len(value)})"
-    return "null"
+    kind = json_type(value)
+    return f"{kind}({len(value)})" if kind in ("string", "array", "object") else kind
 
 
 @dataclass(frozen=True)
