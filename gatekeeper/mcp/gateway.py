@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 from mcp import types
@@ -388,16 +388,6 @@ class McpGateway:
         policy, rule = self.gk.policy_for(resolution), ToolId.mcp(label, tool)
         if not policy.allows(resolution.tier, rule):
             needs = policy.required_tier(rule)
-            metrics.CALLS_REFUSED.labels(label, model).inc()
-            self._tally(label, model, refused=1)
-            log.warning(
-                "mcp_call_refused",
-                tool=name,
-                model=binding.shown,
-                tier=resolution.tier.value,
-                required=needs.value,
-                source=resolution.source,
-            )
             tier_ok = resolution.tier.allows(needs)
             why = (
                 f"needs the category minimums {self.gk.requirements.of(rule)} (tools.requires), which the "
@@ -406,44 +396,17 @@ class McpGateway:
                 else f"needs tier {needs.value}; model {binding.shown} is at tier {resolution.tier.value} "
                 f"({resolution.source})"
             )
-            raise MCPError(
-                types.INVALID_PARAMS,
-                f"Tool {name!r} {why}; the call was not forwarded",
-                {
-                    "tool": name,
-                    "required_tier": needs.value,
-                    "tier": resolution.tier.value,
-                    "source": resolution.source,
-                    "reason": "requirements_unmet" if tier_ok else "tier_too_low",
-                },
-            )
+            reason = "requirements_unmet" if tier_ok else "tier_too_low"
+            self._refuse(name, label, model, binding, resolution, needs, reason, f"Tool {name!r} {why}")
         arguments = params.arguments if params.arguments is not None else {}
         if not policy.admits_call(resolution.tier, rule, arguments):
             # tools.arguments: this call's arguments need more than the tier (never logged: values).
             needs = policy.call_tier(rule, arguments)
-            metrics.CALLS_REFUSED.labels(label, model).inc()
-            self._tally(label, model, refused=1)
-            log.warning(
-                "mcp_call_refused",
-                tool=name,
-                model=binding.shown,
-                tier=resolution.tier.value,
-                required=needs.value,
-                source=resolution.source,
-                reason="arguments",
-            )
-            raise MCPError(
-                types.INVALID_PARAMS,
+            why = (
                 f"Tool {name!r} with these arguments needs tier {needs.value} (tools.arguments); model "
-                f"{binding.shown} is at tier {resolution.tier.value} ({resolution.source}); the call was not forwarded",
-                {
-                    "tool": name,
-                    "required_tier": needs.value,
-                    "tier": resolution.tier.value,
-                    "source": resolution.source,
-                    "reason": "arguments_tier_too_low",
-                },
+                f"{binding.shown} is at tier {resolution.tier.value} ({resolution.source})"
             )
+            self._refuse(name, label, model, binding, resolution, needs, "arguments_tier_too_low", why)
         session_id = _session_id(ctx)
         watched = self._watched.get(session_id) if session_id is not None else None
         listed = watched.listed.get(name) if watched is not None else None
@@ -478,6 +441,41 @@ class McpGateway:
         return result
 
     # -- what the console shows -------------------------------------------------------------
+
+    def _refuse(
+        self,
+        name: str,
+        label: str,
+        model: str,
+        binding: Binding,
+        resolution: Resolution,
+        needs: Tier,
+        reason: str,
+        why: str,
+    ) -> NoReturn:
+        """Count, log and refuse a call the model's tier may not make (its arguments never logged)."""
+        metrics.CALLS_REFUSED.labels(label, model).inc()
+        self._tally(label, model, refused=1)
+        log.warning(
+            "mcp_call_refused",
+            tool=name,
+            model=binding.shown,
+            tier=resolution.tier.value,
+            required=needs.value,
+            source=resolution.source,
+            **({"reason": "arguments"} if reason == "arguments_tier_too_low" else {}),
+        )
+        raise MCPError(
+            types.INVALID_PARAMS,
+            f"{why}; the call was not forwarded",
+            {
+                "tool": name,
+                "required_tier": needs.value,
+                "tier": resolution.tier.value,
+                "source": resolution.source,
+                "reason": reason,
+            },
+        )
 
     def _tally(self, server: str, model: str, **counts: int) -> None:
         row = self.tallies.setdefault((server, model), {"listed": 0, "hidden": 0, "refused": 0})
