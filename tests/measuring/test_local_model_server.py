@@ -40,23 +40,31 @@ def test_plain_chat_completion_returns_text(local_server: LocalModelServer, clie
     assert choice.finish_reason in {"stop", "length"}
 
 
+SYSTEM = {"role": "system", "content": "You are a helpful assistant. Use a function when one fits the request."}
+
+
+def asking_with_tool(
+    client: openai.OpenAI, model: str, question: str, tool: dict, max_tokens: int
+) -> openai.types.chat.ChatCompletion:
+    """One question with one tool offered, as llama.cpp's tool calling needs it: tool_choice auto,
+    the tools shown inside a system message (docs/local-model-notes.md)."""
+    return client.chat.completions.create(
+        model=model,
+        messages=[SYSTEM, {"role": "user", "content": question}],
+        tools=[tool],
+        tool_choice="auto",
+        temperature=0,
+        max_tokens=max_tokens,
+    )
+
+
 def test_auto_tool_choice_with_system_message_calls_the_tool(
     local_server: LocalModelServer,  # noqa: F811 - the fixture, imported from local_model
     client: openai.OpenAI,
 ) -> None:
     # chatml-function-calling shows the tools to the model only inside a system message,
     # and ignores `tools` altogether unless tool_choice is set.
-    response = client.chat.completions.create(
-        model=local_server.model,
-        messages=[
-            {"role": "system", "content": "You are a helpful assistant. Use a function when one fits the request."},
-            {"role": "user", "content": "What is the weather in Paris?"},
-        ],
-        tools=[WEATHER_TOOL],
-        tool_choice="auto",
-        temperature=0,
-        max_tokens=64,
-    )
+    response = asking_with_tool(client, local_server.model, "What is the weather in Paris?", WEATHER_TOOL, 64)
     choice = response.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.tool_calls, choice.message
@@ -88,20 +96,8 @@ def test_a_tool_call_stops_at_the_requests_max_tokens(
 ) -> None:
     # llama-cpp-python writes a call's arguments with max_tokens=None; gatekeeper.measuring.llama_server
     # passes the request's bound on (unbounded, this call writes 38 tokens of arguments).
-    response = client.chat.completions.create(
-        model=local_server.model,
-        messages=[
-            {"role": "system", "content": "You are a helpful assistant. Use a function when one fits the request."},
-            {
-                "role": "user",
-                "content": "Write a long essay of 500 words about the history of Paris into the file paris.txt.",
-            },
-        ],
-        tools=[WRITE_TOOL],
-        tool_choice="auto",
-        temperature=0,
-        max_tokens=8,
-    )
+    essay = "Write a long essay of 500 words about the history of Paris into the file paris.txt."
+    response = asking_with_tool(client, local_server.model, essay, WRITE_TOOL, 8)
     assert response.usage is not None and response.usage.completion_tokens <= 8, response.usage
     calls = response.choices[0].message.tool_calls or []
     assert [c.function.name for c in calls] == ["write_file"]
