@@ -245,8 +245,8 @@ SCENARIOS: dict[str, Scenario] = {
         "streaks of 22 first calls (a whole sample) fail together, toolCalling 0.98", correlated(0.98)
     ),
     "tool65": Scenario(
-        "deterministic, toolCalling 17/23 (two tool tests always fail), 1.0 elsewhere",
-        always_failing("tool_chain_distractor_ids", "integer_argument"),
+        "deterministic, toolCalling 15/23 (both weight-4 chains always fail), 1.0 elsewhere",
+        always_failing("tool_chain_distractor_ids", "tool_chain_random_ids"),
     ),
     "under": Scenario("just under large in each category: 0.845/0.845/0.895", coins(per_category(0.845, 0.845, 0.895))),
     "over": Scenario("just over large in each category: 0.855/0.855/0.905", coins(per_category(0.855, 0.855, 0.905))),

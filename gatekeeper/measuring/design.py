@@ -39,12 +39,16 @@ from gatekeeper.measuring.confidence import (
     BETS,
     MIRROR_BETS,
     Estimate,
+    Stratum,
+    averaged,
     estimate,
     halfway,
     log_wealth,
     next_tier,
     out_of_reach,
     settled,
+    stratified_log_wealth,
+    stratified_runs,
     tier_of,
 )
 from gatekeeper.rules.tiers import Thresholds
@@ -54,6 +58,9 @@ WHOLE = 0  # the design running every test of the category once; k >= 1 is k dra
 DRAWS = (1, 2, 4)  # the draw counts a plan chooses among, beside WHOLE
 _PREDICTIONS = 200  # predicted observations per design when choosing (a fixed-seed Monte Carlo)
 NEVER = math.inf
+PRIOR = 0.02  # the failures a test is credited with before its first run (the design score's rate)
+MAX_BET = 0.95  # a test's bet, as the observations' (a failed run keeps 5% of the wealth)
+FIRST_BET = 0.5  # a test's first run, on nothing seen yet: a failure keeps half
 # The bets an observation may be given (c in lam = c / (1 - m)): up to 0.95, as the fixed mixture.
 BET_GRID = (
     0.05,
@@ -117,9 +124,17 @@ class CategoryPlan:
     spent: int = 0  # calls planned: every step of every test run (a broken chain makes fewer calls)
     designs: dict[str, int] = field(default_factory=dict)  # design name -> observations made
     status: CategoryState = CategoryState.OPEN
+    # Each test's own wealth (confidence.py, "stratified betting"): per test, each run's failed
+    # share and its two bets (the lower bound's, the upper's), chosen before the run. None: the
+    # tests' runs are not independent by design (bench.design whole), only the observations are.
+    stakes: dict[str, list[tuple[float, float, float]]] | None = field(default_factory=dict)
+    # The failure rate the lower bound is pushed above and the score the upper bound is pushed
+    # under (set by `plan_round` before each round): what the tests' bets are aimed at.
+    aims: tuple[float, float] = (0.4, 0.9)
 
     def __post_init__(self) -> None:
         self._predicted: dict[int, list[float]] = {}  # design -> predicted observations, until the next record
+        self._found: Estimate | None = None
         total = sum(t.weight for t in self.tests)
         self.shares = [t.weight / total for t in self.tests]
         self.steps = [len(t.all_steps) for t in self.tests]
@@ -143,8 +158,11 @@ class CategoryPlan:
     def record(self, design: int, runs: Sequence[tuple[BenchTest, float, int]], bet: float | None = None) -> None:
         """One observation's runs: (test, score, calls made), made with `bet` (chosen before it)."""
         self._predicted.clear()
+        self._found = None
         index = {t.name: i for i, t in enumerate(self.tests)}
         for test, score, calls in runs:
+            if self.stakes is not None:  # bets from the runs recorded before this one only
+                self.stakes.setdefault(test.name, []).append((1 - score, *self.stake(test.name)))
             self.seen.setdefault(test.name, []).append(1 - score)
             self.calls += calls
             self.spent += len(test.all_steps)
@@ -170,9 +188,36 @@ class CategoryPlan:
         loosens a bound: `low` is kept at or under the point and `high` at or over it."""
         if not self.failures:
             return Estimate(0.0, 0.0, 1.0, 0)
-        found = estimate(self.failures, self.risk, self.bets)
-        mean = self.stratified()
-        return Estimate(mean, min(found.low, mean), max(found.high, mean), found.samples)
+        if self._found is None:
+            found = estimate(self.failures, self.risk, self.bets, self.strata())
+            mean = self.stratified()
+            self._found = Estimate(mean, min(found.low, mean), max(found.high, mean), found.samples)
+        return self._found
+
+    def strata(self) -> tuple[list[Stratum], list[Stratum]] | None:
+        """Each test's share and runs for the two bounds: (failed share, lower bet) and
+        (passed share, upper bet); a test never run has none (it may fail always)."""
+        if self.stakes is None:
+            return None
+        runs = [self.stakes.get(t.name, []) for t in self.tests]
+        low = [(a, stratified_runs([(z, c) for z, c, _ in r])) for a, r in zip(self.shares, runs, strict=True)]
+        high = [(a, stratified_runs([(1 - z, c) for z, _, c in r])) for a, r in zip(self.shares, runs, strict=True)]
+        return low, high
+
+    def stake(self, name: str) -> tuple[float, float]:
+        """The bets of test `name`'s next run, for the lower bound and for the upper: the
+        approximate Kelly bet lam = (x - mu) / (var + (x - mu)^2) (Waudby-Smith and Ramdas'
+        aGRAPA) for the test's failed share (its mean and variance from its runs, smoothed
+        by PRIOR) against a target x, the test's mean shifted by as much as the category must
+        move to reach its aim (how the least-wealth rates spread the gap when the tests look
+        alike); the upper bound's the same on the passed share 1 - z. A test that fails every
+        run gets no lower bet, one that passes every run none on the upper."""
+        moments = {t.name: _moments(self.seen.get(t.name, [])) for t in self.tests}
+        mean = sum(a * moments[t.name][0] for t, a in zip(self.tests, self.shares, strict=True))
+        mu, var = moments[name]
+        fail_aim, pass_aim = self.aims
+        most = MAX_BET if name in self.seen else FIRST_BET
+        return _kelly(mu, var, mu + fail_aim - mean, most), _kelly(1 - mu, var, (1 - mu) + pass_aim - (1 - mean), most)
 
     def stratified(self) -> float:
         """sum_t a_t * (the mean score of test t's runs): the seed's category score (each test's
@@ -225,17 +270,69 @@ class CategoryPlan:
         wealth's remaining distance to 1/risk over the best design's growth per call (NEVER when
         no design grows it). A guide for the display and the out-of-reach rule, not a promise."""
         bets = None if target.mirror else self.bets
-        missing = math.log(1 / self.risk) - log_wealth(self.failures, target.m, target.mirror, bets)
+        pooled = log_wealth(self.failures, target.m, target.mirror, bets)
+        strata = self.strata()
+        if strata is None:
+            missing = math.log(1 / self.risk) - pooled
+        else:  # the average of the observations' wealth and the tests' own (confidence.estimate)
+            own = (
+                stratified_log_wealth(strata[1], 1 - target.m)
+                if target.mirror
+                else stratified_log_wealth(strata[0], target.m)
+            )
+            missing = math.log(1 / self.risk) - averaged(pooled, own)
         if missing <= 0:
             return 0.0
         design = self.choose(target)
         rate = self.growth(design, target)[0] / self.cost(design)
+        if strata is not None:
+            rate = max(rate, self.own_growth(target))
         return missing / rate if rate > 0 else NEVER
+
+    def own_growth(self, target: Target) -> float:
+        """The tests' own wealth's predicted growth per call under draws by weight: each test's
+        runs so far replayed at the bet and target `stake` would give it."""
+        moments = {t.name: _moments(self.seen.get(t.name, [])) for t in self.tests}
+        mean = sum(a * moments[t.name][0] for t, a in zip(self.tests, self.shares, strict=True))
+        grown = cost = 0.0
+        for test, share, steps in zip(self.tests, self.shares, self.steps, strict=True):
+            mu, var = moments[test.name]
+            runs = self.seen.get(test.name) or [mu]
+            if target.mirror:  # the upper bound's wealth is on passed shares
+                mu, runs, x = 1 - mu, [1 - z for z in runs], (1 - mu) + (1 - target.m) - (1 - mean)
+            else:
+                x = mu + target.m - mean
+            c = _kelly(mu, var, x, MAX_BET)
+            if c > 0:
+                grown += share * sum(math.log(1 + c * (x - z) / (1 - x)) for z in runs) / len(runs)
+            cost += share * steps
+        return grown / cost
 
     def remaining(self) -> int:
         """What is left of the budget, counted in planned calls (so that `bench.samples` 1 runs
         every test once, whatever breaks)."""
         return max(0, self.budget - self.spent)
+
+
+def _moments(failed: Sequence[float]) -> tuple[float, float]:
+    """A test's failed share: mean and variance of its runs, each as if PRIOR had been seen once
+    more (so a test never run, or never failed, is not bet on as certain)."""
+    n = len(failed)
+    mean = (sum(failed) + PRIOR) / (n + 1)
+    var = (sum((z - mean) ** 2 for z in failed) + PRIOR * (1 - PRIOR)) / (n + 1)
+    return mean, var
+
+
+def _kelly(mu: float, var: float, x: float, most: float) -> float:
+    """aGRAPA's bet c = lam (1 - x), lam = (x - mu) / (var + (x - mu)^2), in [0, most]; none
+    when the target is not above the mean or not below 1 (nothing left to rule out)."""
+    if not mu < x < 1:
+        return 0.0
+    return min((x - mu) / (var + (x - mu) ** 2) * (1 - x), most)
+
+
+def _clip(x: float, lo: float, hi: float) -> float:
+    return min(max(x, lo), hi)
 
 
 def design_name(design: int) -> str:
@@ -266,6 +363,17 @@ def first_target(plan: CategoryPlan, thresholds: Thresholds) -> Target:
     return Target(1 - min(cuts, default=0.5))
 
 
+def aims(category: str, found: Estimate | None, thresholds: Thresholds) -> tuple[float, float]:
+    """What the category's next runs are bet toward: (the failure rate the lower bound must rise
+    past: 1 - the lowest cut above it, and the score the upper bound must fall under: the highest
+    cut below it), cuts being the category's thresholds; the outermost cut when none is left."""
+    cuts = sorted(t[category] for t in (thresholds.medium, thresholds.large) if category in t) or [0.5]
+    low, high = (found.low, found.high) if found is not None and found.samples else (0.0, 1.0)
+    up = next((c for c in cuts if c > low), cuts[-1])
+    down = next((c for c in reversed(cuts) if c < high), cuts[0])
+    return 1 - up, down
+
+
 def plan_round(
     plans: Mapping[str, CategoryPlan],
     found: Mapping[str, Estimate],
@@ -288,6 +396,8 @@ def plan_round(
     """
     if settled(found, thresholds):
         return StopReason.SETTLED, []
+    for each in plans.values():
+        each.aims = aims(each.name, found.get(each.name), thresholds)
     if whole:
         if out_of_reach(found, thresholds):
             return StopReason.OUT_OF_REACH, []

@@ -263,6 +263,7 @@ class Sweep:
                 self.settings.risk,
                 self.wanted * sum(len(t.all_steps) for t in tests),
                 bets=None if self.settings.design == WHOLE_DESIGN else [],
+                stakes=None if self.settings.design == WHOLE_DESIGN else {},
             )
             for c in CATEGORIES
             if (tests := self.suite.by_category(c))
