@@ -20,7 +20,7 @@ from gatekeeper.errors import BackendError, ConfigError, GatekeeperError, Reques
 from gatekeeper.measuring.confidence import show
 from gatekeeper.measuring.runner import DEFAULT_EFFORTS, RunSettings
 from gatekeeper.measuring.runner import Progress as MeasureProgress
-from gatekeeper.measuring.service import MeasurementService, ModelResult
+from gatekeeper.measuring.service import MeasurementService, ModelResult, shared_note
 from gatekeeper.observe import logs
 from gatekeeper.observe.redact import redact, redact_url
 from gatekeeper.rules.tiers import Tier
@@ -106,7 +106,12 @@ def bench(
         None, min=1, max=500, help="At most this many runs of each test per level (default: bench.samples)."
     ),
     design: str | None = typer.Option(
-        None, help="adaptive (draws per category, the default) or whole (every test each round): bench.design."
+        None,
+        help="adaptive (draws per category, the default), whole (every test each round) or spaced "
+        "(adaptive rounds bench.spacing_s apart, pooled per round): bench.design.",
+    ),
+    spacing: float | None = typer.Option(
+        None, min=0, help="Seconds from one round's end to the next under --design spaced (bench.spacing_s)."
     ),
     recommend_only: bool = typer.Option(
         False,
@@ -133,9 +138,9 @@ def bench(
             check_effort(level, settings.extra_efforts)
         except RequestInvalid as exc:
             _fail(f"--effort: {exc}")
-    if design is not None and design not in ("adaptive", "whole"):
-        _fail(f"--design: expected adaptive or whole, got {design!r}")
-    overrides = {"samples": samples, "design": design}
+    if design is not None and design not in ("adaptive", "whole", "spaced"):
+        _fail(f"--design: expected adaptive, whole or spaced, got {design!r}")
+    overrides = {"samples": samples, "design": design, "spacing_s": spacing}
     update = {k: v for k, v in overrides.items() if v is not None}
     if update:
         settings = settings.model_copy(update={"bench": settings.bench.model_copy(update=update)})
@@ -204,6 +209,10 @@ async def _bench(
                     f"{model}@{level}: stopped early (--recommend-only): {cheaper} is cheaper and certified large; "
                     "no profile stored for it",
                     highlight=False,
+                )
+            for level, other in result.shared.items():
+                err.print(
+                    f"{model}@{level}: {shared_note(other)}; no calls of its own past its first round", highlight=False
                 )
             for level, reason in result.inconclusive.items():
                 failed = True

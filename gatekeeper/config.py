@@ -216,8 +216,11 @@ class BenchSettings(_Section):
     # drawn by weight and the whole category, and stops each category once it is settled
     # (measuring/design.py: about 140 calls for a model passing every check); `whole` runs every
     # test of the suite in every round (about 1,000), and stays valid when a backend's failures
-    # come in streaks of consecutive calls (docs/statistics.md).
-    design: Literal["adaptive", "whole"] = "adaptive"
+    # come in streaks shorter than a round; `spaced` is adaptive with each round's observations
+    # pooled per category and rounds at least `spacing_s` apart, valid for failures in streaks
+    # shorter than that time: for a backend whose quality drifts (docs/statistics.md).
+    design: Literal["adaptive", "whole", "spaced"] = "adaptive"
+    spacing_s: float = Field(default=30.0, ge=0)
     # The most P(stored tier > true tier) may be, for every model (and the level of scoreIntervals).
     # 1 decides on the point estimates (the seed's rule, one sample settles): no guarantee at all.
     risk: float = Field(default=DEFAULT_RISK, gt=0, le=1)

@@ -18,6 +18,7 @@ all three at once), and the upstream calls one measurement of one level made.
     .venv/bin/python scripts/simulate_confidence.py                    # 200 in-process + 30 CLI
     .venv/bin/python scripts/simulate_confidence.py --inprocess 50 --cli 0 --scenario chain
     .venv/bin/python scripts/simulate_confidence.py --cli 0 --design whole --scenario correlated
+    .venv/bin/python scripts/simulate_confidence.py --cli 0 --design spaced --spacing 0.06 --scenario drifting
 """
 
 from __future__ import annotations
@@ -181,15 +182,16 @@ def by_instance(fraction: dict[str, float], mode: str = "empty") -> Callable[[Su
     return make
 
 
-def correlated(tool_calling: float) -> Callable[[Suite], FaultModel]:
+def correlated(tool_calling: float, window_s: float = 0.0) -> Callable[[Suite], FaultModel]:
     """Every test of the k-th sample fails together (empty answers) with one probability, chosen
-    so that toolCalling's true score is `tool_calling`; the other categories follow."""
+    so that toolCalling's true score is `tool_calling`; the other categories follow. With
+    `window_s`, every first call of the k-th window of that many seconds instead."""
 
     def make(suite: Suite) -> FaultModel:
         tests = suite.by_category("toolCalling")
         total = sum(t.weight for t in tests)
         lost = sum(t.weight / total * (1 - failing_score(suite, t.name, "empty")) for t in tests)
-        return FaultModel(suite, {}, bad_sample=(1 - tool_calling) / lost)
+        return FaultModel(suite, {}, bad_sample=(1 - tool_calling) / lost, bad_window_s=window_s)
 
     return make
 
@@ -240,6 +242,10 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "correlated": Scenario(
         "streaks of 22 first calls (a whole sample) fail together, toolCalling 0.88", correlated(0.88)
+    ),
+    "drifting": Scenario(
+        "every first call in a bad 50 ms window fails (a backend that drifts), toolCalling 0.88",
+        correlated(0.88, window_s=0.05),
     ),
     "correlated98": Scenario(
         "streaks of 22 first calls (a whole sample) fail together, toolCalling 0.98", correlated(0.98)
@@ -390,7 +396,10 @@ def main() -> None:
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="default: all")
     parser.add_argument("--samples", type=int, help="bench.samples (default: the config default)")
     parser.add_argument("--risk", type=float, help="bench.risk (default: the config default)")
-    parser.add_argument("--design", choices=("adaptive", "whole"), help="bench.design (default: the config default)")
+    parser.add_argument(
+        "--design", choices=("adaptive", "whole", "spaced"), help="bench.design (default: the config default)"
+    )
+    parser.add_argument("--spacing", type=float, help="bench.spacing_s under --design spaced (default: the config's)")
     parser.add_argument("--suite", type=Path, default=DEFAULT_SUITE_DIR, help="the suite (default: benchmarks/)")
     parser.add_argument(
         "--ever",
@@ -409,9 +418,11 @@ def main() -> None:
     bench = Settings().bench
     samples, risk = args.samples or bench.samples, args.risk or bench.risk
     design = args.design or bench.design
-    settings = RunSettings(samples=samples, risk=risk, thresholds=bench.thresholds, design=design)
+    spacing = bench.spacing_s if args.spacing is None else args.spacing
+    settings = RunSettings(samples=samples, risk=risk, thresholds=bench.thresholds, design=design, spacing_s=spacing)
     extra = [
         *(["--samples", str(args.samples)] if args.samples else []),
+        *(["--spacing", str(spacing)] if design == "spaced" else []),
         "--design",
         design,
         "--suite",
@@ -421,6 +432,7 @@ def main() -> None:
         raise SystemExit("--risk applies in-process only (the CLI reads bench.risk from a config file): add --cli 0")
     print(
         f"suite {suite.hash} ({len(suite.tests)} tests), bench.samples {samples}, bench.risk {risk}, bench.design {design}"
+        + (f", bench.spacing_s {spacing}" if design == "spaced" else "")
     )
     for name in args.scenario or list(SCENARIOS):
         scenario = SCENARIOS[name]

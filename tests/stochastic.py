@@ -24,6 +24,7 @@ import math
 import random
 import re
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -318,12 +319,17 @@ class FaultModel:
         bad_sample: float = 0.0,
         bad_categories: tuple[str, ...] = CATEGORIES,
         bad_mode: str = "empty",
+        bad_window_s: float = 0.0,
         seed: int = 0,
     ) -> None:
         self.suite = suite
         self.script = SuiteScript(suite)
         self.behaviours = {t.name: behaviours.get(t.name, Behaviour()) for t in suite.tests}
         self.bad_sample, self.bad_categories, self.bad_mode = bad_sample, bad_categories, bad_mode
+        # bad_window_s > 0: the streaks are in time, not calls: every first call made in the j-th
+        # window of that many seconds (of the monotonic clock) fails when window j is bad (a
+        # backend whose quality drifts; each window bad with probability bad_sample, independently).
+        self.bad_window_s = bad_window_s
         self.seed = seed
         # Checked once: every failing score is exact, every instance rule has its variable.
         self._scores = {
@@ -377,6 +383,8 @@ class FaultModel:
                 # model failing in streaks (docs/statistics.md).
                 k = self._runs[test.name] = self._runs.get(test.name, -1) + 1
                 j, self._firsts = self._firsts // len(self.suite.tests), self._firsts + 1
+                if self.bad_window_s:
+                    j = int(time.monotonic() // self.bad_window_s)
                 bad = test.category in self.bad_categories and (
                     random.Random(f"{self.seed}/bad-sample/{j}").random() < self.bad_sample
                 )

@@ -42,7 +42,7 @@ import json
 import random
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -338,11 +338,17 @@ async def _ask(backend: Backend, model: str, effort: str | None, case: Instance,
     return (await backend.complete(model, messages, case.tools, effort, need=ANSWER_TOKENS["toolCalling"])).answer
 
 
-async def with_budgets(backend: Backend, profiles: list[Profile], settings: Settings, seed: int) -> list[Profile]:
+async def with_budgets(
+    backend: Backend, profiles: list[Profile], settings: Settings, seed: int, shared: Mapping[str, str] | None = None
+) -> list[Profile]:
     """`profiles` with their measured `toolBudget`, one pair after another (a pinned pair keeps
-    none: its pin decides, and may carry a budget of its own)."""
-    found = []
+    none: its pin decides, and may carry a budget of its own). A level in `shared` (effort ->
+    the level whose evidence it took) takes that level's budget: its requests are that level's."""
+    found: list[Profile] = []
+    shared = shared or {}
     for profile in profiles:
+        if profile.reasoning_effort in shared:
+            continue
         effort = None if profile.reasoning_effort == DEFAULT_EFFORT else profile.reasoning_effort
         if settings.pin_for(profile.model, profile.reasoning_effort) is not None:
             found.append(profile)
@@ -366,4 +372,10 @@ async def with_budgets(backend: Backend, profiles: list[Profile], settings: Sett
             calls=result.calls,
         )
         found.append(profile.model_copy(update={"tool_budget": result.budget}))
-    return found
+    budgets = {p.reasoning_effort: p.tool_budget for p in found}
+    return [
+        p.model_copy(update={"tool_budget": budgets.get(shared[p.reasoning_effort])})
+        if p.reasoning_effort in shared
+        else next(f for f in found if f.reasoning_effort == p.reasoning_effort)
+        for p in profiles
+    ]

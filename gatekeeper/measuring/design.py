@@ -86,6 +86,7 @@ class StopReason(StrEnum):
     CAPPED = "capped"  # a category the next tier needs has spent its budget
     SKIPPED = "skipped"  # --recommend-only: a cheaper explicit level is certified large
     INCONCLUSIVE = "inconclusive"  # the answers say nothing about the model (cut at max_tokens)
+    SHARED = "shared"  # the backend sent its requests without the effort: `default`'s evidence is its own
 
 
 class CategoryState(StrEnum):
@@ -98,6 +99,7 @@ class CategoryState(StrEnum):
     NOT_NEEDED = "not needed"  # undecided, but the tier did not depend on it
     SKIPPED = "skipped"
     INCONCLUSIVE = "inconclusive"
+    SHARED = "shared with default"
 
 
 @dataclass(frozen=True)

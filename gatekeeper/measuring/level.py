@@ -80,6 +80,8 @@ class Level:
     suite_calls: int  # the calls of one run of every test
     observations: list[Observation] = field(default_factory=list)
     finished_s: float = 0.0  # when its last test ended, from the start of the measurement
+    round_ended: float = 0.0  # time.monotonic() when its last round ended (bench.design spaced)
+    shared_with: str | None = None  # the level whose evidence stands for this one's (StopReason.SHARED)
     calls_saved: int = 0  # calls of its budget it did not make
     inconclusive: str | None = None  # why nothing can be concluded from it
     stopped: StopReason | None = None  # why it stopped
@@ -185,6 +187,8 @@ def category_state(plan: CategoryPlan, level: Level, thresholds: Thresholds) -> 
         return CategoryState.INCONCLUSIVE
     if level.stopped == StopReason.SKIPPED:
         return CategoryState.SKIPPED
+    if level.stopped == StopReason.SHARED:
+        return CategoryState.SHARED
     e = level.estimates()[plan.name]
     cuts = sorted({t[plan.name] for t in (thresholds.medium, thresholds.large) if plan.name in t})
     if all(e.low >= cut or e.high < cut for cut in cuts):

@@ -69,6 +69,7 @@ class Progress:
 
 
 WHOLE_DESIGN = "whole"  # bench.design: every test of the suite once per round (the earlier samples)
+SPACED_DESIGN = "spaced"  # bench.design: adaptive, one observation per category a round, rounds bench.spacing_s apart
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ class RunSettings:
     thresholds: Thresholds = field(default_factory=Thresholds)
     samples: int = DEFAULT_SAMPLES  # at most this many runs of each test per level (stops when decided)
     risk: float = DEFAULT_RISK  # P(certified tier > true tier) at most this, per profile
-    design: str = "adaptive"  # or WHOLE_DESIGN
+    design: str = "adaptive"  # or WHOLE_DESIGN, SPACED_DESIGN
+    spacing_s: float = 0.0  # SPACED_DESIGN: the least time from the end of a round to the next
     recommend_only: bool = False  # a sweep may skip levels costlier than one certified large
 
 
@@ -95,6 +97,7 @@ class Measured:
     calls_saved: int
     seed: int
     uneven_errors: dict[str, str] = field(default_factory=dict)  # effort -> how retries fell on categories
+    shared: dict[str, str] = field(default_factory=dict)  # effort -> the level whose evidence it took
 
 
 def category_scores(results: list[tuple[BenchTest, float]]) -> dict[str, float]:
@@ -251,6 +254,7 @@ class Sweep:
         self.wanted = max(1, settings.samples)
         self.steps = sum(len(test.all_steps) for test in suite.tests)
         self.levels = [self._new_level(effort) for effort in efforts]
+        self.done = {level.effort: asyncio.Event() for level in self.levels}
         if progress is not None:
             progress.total = sum(level.expected for level in self.levels)
 
@@ -263,7 +267,8 @@ class Sweep:
                 self.settings.risk,
                 self.wanted * sum(len(t.all_steps) for t in tests),
                 bets=None if self.settings.design == WHOLE_DESIGN else [],
-                stakes=None if self.settings.design == WHOLE_DESIGN else {},
+                # a round's runs may fail together under whole and spaced: no wealth per test
+                stakes={} if self.settings.design == "adaptive" else None,
             )
             for c in CATEGORIES
             if (tests := self.suite.by_category(c))
@@ -290,6 +295,12 @@ class Sweep:
             await self.measure_level(level)
 
     async def measure_level(self, level: Level) -> None:
+        try:
+            await self._measure_level(level)
+        finally:
+            self.done[level.effort].set()
+
+    async def _measure_level(self, level: Level) -> None:
         settings = self.settings
         while True:
             level.skipped_for = self._cheaper_large(level) if settings.recommend_only else None
@@ -300,15 +311,19 @@ class Sweep:
                 level.plans,
                 level.estimates(),
                 settings.thresholds,
-                settings.concurrency,
+                # spaced: one observation per category a round, so rounds apart are independent
+                1 if settings.design == SPACED_DESIGN else settings.concurrency,
                 whole=settings.design == WHOLE_DESIGN,
             )
             if reason is not None:
                 break
+            if settings.design == SPACED_DESIGN and level.observations:
+                await asyncio.sleep(max(0.0, level.round_ended + settings.spacing_s - time.monotonic()))
             made = await together(
                 self._observe(level, plan, design, bet, len(plan.failures) + sum(p is plan for p, *_ in picks[:i]))
                 for i, (plan, design, bet) in enumerate(picks)
             )
+            level.round_ended = time.monotonic()
             for observation in made:
                 plan = level.plans[observation.category]
                 runs = [(r.test, r.score(), len(r.answers)) for r in observation.runs]
@@ -318,8 +333,17 @@ class Sweep:
             if level.inconclusive:
                 reason = StopReason.INCONCLUSIVE
                 break
+            if self._sent_as_default(level):
+                reason = StopReason.SHARED
+                break
             self._account(level)
         level.stopped = reason
+        if reason == StopReason.SHARED:
+            # Every request went out without the effort (the backend refused it): the requests
+            # `default` sends. Its evidence is this level's, and it is measured once, there.
+            await self.done[DEFAULT_EFFORT].wait()
+            level.shared_with = DEFAULT_EFFORT
+            log.warning("effort_not_applied", model=self.model, effort=level.effort, shares=DEFAULT_EFFORT)
         for plan in level.plans.values():
             plan.status = category_state(plan, level, settings.thresholds)
         budget = self.wanted * self.steps
@@ -337,8 +361,24 @@ class Sweep:
                 categories=level.report(settings.thresholds),
             )
         self._account(level)
-        if reason not in (StopReason.SKIPPED, StopReason.INCONCLUSIVE):
+        if reason not in (StopReason.SKIPPED, StopReason.INCONCLUSIVE, StopReason.SHARED):
             await self.certified(level)
+
+    def _sent_as_default(self, level: Level) -> bool:
+        """True when `default` is measured too and none of this level's requests carried its
+        effort (the backend refused it and each was sent again without: `effort_applied`)."""
+        return (
+            level.effort != DEFAULT_EFFORT
+            and DEFAULT_EFFORT in self.done
+            and bool(level.runs)
+            and not any(run.effort_applied for run in level.runs)
+        )
+
+    def evidence(self, level: Level) -> Level:
+        """The level whose runs stand for `level`'s: `default`'s for a level sent as it."""
+        if level.shared_with is None:
+            return level
+        return next(other for other in self.levels if other.effort == level.shared_with)
 
     async def certified(self, level: Level) -> None:
         """Called once per level that stopped with a tier (not skipped, not inconclusive): the
@@ -383,11 +423,13 @@ class Sweep:
         if level.effort == DEFAULT_EFFORT:
             return None
         for other in self.levels:
+            found = self.evidence(other)
             if (
                 other.effort != DEFAULT_EFFORT
                 and effort_rank(other.effort) < effort_rank(level.effort)
-                and other.stopped in (StopReason.SETTLED, StopReason.CAPPED, StopReason.OUT_OF_REACH)
-                and tier_of(other.estimates(), self.settings.thresholds) == Tier.LARGE
+                and found.stopped in (StopReason.SETTLED, StopReason.CAPPED, StopReason.OUT_OF_REACH)
+                and (other is found or other.stopped == StopReason.SHARED)
+                and tier_of(found.estimates(), self.settings.thresholds) == Tier.LARGE
             ):
                 return other.effort
         return None
@@ -397,14 +439,21 @@ class Sweep:
     def _measured(self) -> Measured:
         model, levels = self.model, self.levels
         skipped = {level.effort: level.skipped_for or "" for level in levels if level.stopped == StopReason.SKIPPED}
-        conclusive = [level for level in levels if level.inconclusive is None and level.effort not in skipped]
-        ignored = effort_ignored(
-            {level.effort: [blocks(level)] for level in conclusive},
-            explicit=[level.effort for level in conclusive if level.effort != DEFAULT_EFFORT],
+        shared = {level.effort: level.shared_with for level in levels if level.shared_with}
+        conclusive = [
+            level for level in levels if self.evidence(level).inconclusive is None and level.effort not in skipped
+        ]
+        own = [level for level in conclusive if level.effort not in shared]
+        ignored = bool(shared) or effort_ignored(
+            {level.effort: [blocks(level)] for level in own},
+            explicit=[level.effort for level in own if level.effort != DEFAULT_EFFORT],
         )
         profiles = []
         for level in conclusive:
-            profile = build_profile(model, self.backend.provider, self.suite, level, self.settings, self.seed)
+            found = self.evidence(level)
+            profile = build_profile(model, self.backend.provider, self.suite, found, self.settings, self.seed)
+            if level is not found:
+                profile = profile.model_copy(update={"reasoning_effort": level.effort})
             if ignored and level.effort != DEFAULT_EFFORT:
                 profile = profile.model_copy(update={"effort_applied": False})
             profiles.append(profile)
@@ -439,7 +488,7 @@ class Sweep:
             )
         return Measured(
             profiles=profiles,
-            inconclusive={level.effort: level.inconclusive for level in levels if level.inconclusive},
+            inconclusive={level.effort: why for level in levels if (why := self.evidence(level).inconclusive)},
             skipped=skipped,
             reports={level.effort: level.report(self.settings.thresholds) for level in levels},
             effort_ignored=ignored,
@@ -447,6 +496,7 @@ class Sweep:
             calls_saved=sum(level.calls_saved for level in levels),
             seed=self.seed,
             uneven_errors=uneven,
+            shared=shared,
         )
 
 

@@ -47,6 +47,7 @@ class ModelResult:
     seed: int | None = None
     error: str | None = None
     uneven_errors: dict[str, str] = field(default_factory=dict)  # effort -> how retries fell on categories
+    shared: dict[str, str] = field(default_factory=dict)  # effort -> the level whose evidence it took
 
     @property
     def note(self) -> str | None:
@@ -74,6 +75,8 @@ class ModelResult:
                 e: f"not measured to the end: {cheaper} is cheaper and certified large"
                 for e, cheaper in self.skipped.items()
             }
+        if self.shared:
+            doc["shared"] = {e: shared_note(other) for e, other in self.shared.items()}
         if self.categories:
             doc["categories"] = self.categories
         if self.uneven_errors:
@@ -84,6 +87,14 @@ class ModelResult:
         if self.error:
             doc["error"] = self.error
         return doc
+
+
+def shared_note(other: str) -> str:
+    """Why a level's profile is `other`'s evidence (StopReason.SHARED)."""
+    return (
+        f"the backend did not apply reasoning_effort (each request was sent again without it): "
+        f"the requests {other} sends, so {other}'s measurement stands for it"
+    )
 
 
 class MeasurementService:
@@ -135,6 +146,7 @@ class MeasurementService:
             samples=bench.samples,
             risk=bench.risk,
             design=bench.design,
+            spacing_s=bench.spacing_s,
             recommend_only=self._recommend_only,
         )
 
@@ -218,7 +230,9 @@ class MeasurementService:
                     backend, model, self.suite, efforts, self.run_settings(), on_progress, seed, progress
                 )
                 if self.settings.bench.tool_budget:
-                    measured.profiles[:] = await with_budgets(backend, measured.profiles, self.settings, seed)
+                    measured.profiles[:] = await with_budgets(
+                        backend, measured.profiles, self.settings, seed, measured.shared
+                    )
             except BaseException:
                 metrics.BENCHMARKS.labels(outcome="failed").inc()
                 raise
@@ -235,6 +249,7 @@ class MeasurementService:
                 calls_saved=measured.calls_saved,
                 seed=seed,
                 uneven_errors=measured.uneven_errors,
+                shared=measured.shared,
             )
             if measured.profiles:
                 result.recommended = self._save(model, measured.profiles, lease)

@@ -163,6 +163,33 @@ def test_rejected_effort_field_is_recorded_as_not_applied(default_suite):
     assert profile.tier == "large"
 
 
+def test_levels_whose_effort_the_backend_refused_take_defaults_evidence_after_one_round(default_suite):
+    script = SuiteScript(default_suite).responder(answers.perfect)
+
+    def no_effort(body: dict) -> dict:
+        if "reasoning_effort" in body:
+            return {"status": 400, "error": "Unrecognized request argument supplied: reasoning_effort"}
+        return script(body)
+
+    efforts = ["default", "none", "low", "medium", "xhigh"]
+    with ScriptedServer(no_effort) as server:
+        measured, alone = (
+            asyncio.run(sweep(OpenAIBackend(server.base_url), "m", default_suite, levels, RunSettings(), seed=5))
+            for levels in (efforts, ["default"])
+        )
+    assert measured.shared == dict.fromkeys(efforts[1:], "default")
+    profiles = {p.reasoning_effort: p for p in measured.profiles}
+    assert set(profiles) == set(efforts)
+    for effort in efforts[1:]:  # default's scores, bounds and tier; marked as not applied
+        assert profiles[effort].effort_applied is False
+        same = ("tier", "scores", "score_intervals", "samples")
+        assert [getattr(profiles[effort], f) for f in same] == [getattr(profiles["default"], f) for f in same]
+        assert all(r["state"] == "shared with default" for r in measured.reports[effort].values())
+    # each shared level paid for its first round only: one run of every test, every step
+    first_round = sum(len(t.all_steps) for t in default_suite.tests)
+    assert measured.calls == alone.calls + 4 * first_round
+
+
 def test_retries_a_flaky_backend_then_succeeds(default_suite):
     script = SuiteScript(default_suite).responder(answers.perfect)
     seen: set[str] = set()

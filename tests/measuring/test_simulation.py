@@ -7,9 +7,11 @@ measurements per scenario, and 30 through the CLI) is a script, its numbers in d
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import ROOT
@@ -134,3 +136,39 @@ def test_a_level_stops_once_large_is_out_of_reach(default_suite):
         (profile,) = asyncio.run(sweep(model.backend(), "m", default_suite, ["default"], seed=1)).profiles
     assert profile.tier == Tier.MEDIUM and profile.samples < 100
     assert any(e["event"] == "sampling_stopped" and e["reason"] == "out_of_reach" for e in logs)
+
+
+def test_spaced_rounds_are_apart_in_time_and_make_one_observation_per_category_each(default_suite):
+    # A backend whose quality drifts: every first call in a bad 50 ms window fails (each window
+    # bad with probability 0.2). Rounds at least 60 ms apart see each window at most once.
+    from stochastic import FaultModel
+
+    from gatekeeper.measuring.backends import MockBackend
+    from gatekeeper.measuring.runner import Sweep
+
+    model = FaultModel(default_suite, {}, bad_sample=0.2, bad_window_s=0.05, seed=2)
+    truth, started = model.true_scores(), []
+
+    def handle(request):
+        started.append(time.monotonic())
+        return model.backend().handler(request)
+
+    measurement = Sweep(
+        MockBackend(handle),
+        "m",
+        default_suite,
+        ["default"],
+        RunSettings(design="spaced", spacing_s=0.06),
+        None,
+        2,
+        None,
+    )
+    measured = asyncio.run(measurement.run())
+    (level,) = measurement.levels
+    # a category observed k times was observed in k rounds, so its calls are split by k - 1 gaps
+    # of at least 60 ms (rounds may observe fewer categories, and a slow moment may add a gap)
+    gaps = sum(b - a >= 0.06 for a, b in itertools.pairwise(started))
+    assert max(len(plan.failures) for plan in level.plans.values()) <= gaps + 1
+    (profile,) = measured.profiles
+    assert all(profile.score_intervals[c][0] <= truth[c] for c in CATEGORIES)
+    assert compute_tier(truth) == Tier.MEDIUM and profile.tier != Tier.LARGE
