@@ -19,6 +19,7 @@ all three at once), and the upstream calls one measurement of one level made.
     .venv/bin/python scripts/simulate_confidence.py --inprocess 50 --cli 0 --scenario chain
     .venv/bin/python scripts/simulate_confidence.py --cli 0 --design whole --scenario correlated
     .venv/bin/python scripts/simulate_confidence.py --cli 0 --design spaced --spacing 0.06 --scenario drifting
+    .venv/bin/python scripts/simulate_confidence.py --inprocess 0 --cli 0 --sweeps 10 --scenario perfect
 """
 
 from __future__ import annotations
@@ -389,6 +390,29 @@ def ever_above(suite: Suite, runs: int, risk: float, samples: int = 200) -> None
     )
 
 
+def run_sweeps(model: Any, count: int, settings: RunSettings, suite: Suite) -> None:
+    """`count` five-level sweeps (`default,none,low,medium,xhigh`, the CLI's default) with and
+    without --recommend-only: the calls one measurement of the model makes."""
+    from dataclasses import replace
+
+    from gatekeeper.measuring.runner import DEFAULT_EFFORTS
+
+    for only in (True, False):
+        calls, skipped = [], []
+        for i in range(count):
+            every = replace(settings, recommend_only=only)
+            measured = asyncio.run(
+                sweep(model.with_seed(i).backend(), "m", suite, list(DEFAULT_EFFORTS), every, seed=i)
+            )
+            calls.append(measured.calls)
+            skipped.append(len(measured.skipped))
+        print(
+            f"  five levels, recommend-only {only!s:<5} n={count}: calls {statistics.mean(calls):.0f} "
+            f"(max {max(calls)}), levels skipped {statistics.mean(skipped):.1f}",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--inprocess", type=int, default=200, help="in-process measurements per scenario")
@@ -401,6 +425,7 @@ def main() -> None:
     )
     parser.add_argument("--spacing", type=float, help="bench.spacing_s under --design spaced (default: the config's)")
     parser.add_argument("--suite", type=Path, default=DEFAULT_SUITE_DIR, help="the suite (default: benchmarks/)")
+    parser.add_argument("--sweeps", type=int, default=0, help="five-level sweeps with and without --recommend-only")
     parser.add_argument(
         "--ever",
         type=int,
@@ -440,6 +465,8 @@ def main() -> None:
         truth = model.true_scores()
         shown = "/".join(f"{truth[c]:.4f}" for c in CATEGORIES)
         print(f"{name}: {scenario.label}; true instruction/json/toolCalling {shown} -> {compute_tier(truth).value}")
+        if args.sweeps:
+            run_sweeps(model, args.sweeps, settings, suite)
         for where, count in (("in-process", args.inprocess), ("CLI", args.cli)):
             if count and not (where == "in-process" and scenario.cli_only):
                 started = time.perf_counter()

@@ -45,7 +45,7 @@ from gatekeeper.drift.demotion import (
 from gatekeeper.drift.identity import ANONYMOUS
 from gatekeeper.drift.report import describe
 from gatekeeper.drift.sequential import Cusum, Tally, cusums_for
-from gatekeeper.drift.window import DriftSettings, Fault, Schema, Window, observe
+from gatekeeper.drift.window import DriftSettings, Fault, Observation, Schema, Window, observe
 from gatekeeper.observe import logs, metrics
 from gatekeeper.protocols.base import Call
 from gatekeeper.rules.tiers import Tier
@@ -95,8 +95,11 @@ class DriftMonitor:
         self._board = board
         self._outbox: deque[tuple[str, Any]] = deque()
         self._adopted: set[tuple[str, Scope]] = set()  # demotions in force that came from another replica
+        # Evidence judged here, for the other replicas; and theirs, to judge beside ours.
+        self._shared: list[dict[str, Any]] = []
+        self._remote: deque[tuple[float, str, Tier, str, str | None, str, list[Observation]]] = deque(maxlen=_INBOX)
         if board is not None:
-            board.start(self._adopt, self._remote_end, self._sync)
+            board.start(self._adopt, self._remote_end, self._sync, self._remote_evidence)
 
     # -- the request path: cheap ------------------------------------------------------------
 
@@ -203,16 +206,17 @@ class DriftMonitor:
         Returns once every answer queued before the call is judged, also those the worker had
         already taken. Only readers wait here, never a request."""
         with self._draining:
-            while True:
-                try:
-                    item = self._inbox.popleft()
-                except IndexError:
-                    break
-                with self._lock:
+            for inbox, judge in ((self._inbox, self._record), (self._remote, self._apply)):
+                while True:
                     try:
-                        self._record(*item)
-                    except Exception:
-                        log.exception("drift_record_failed", key=item[1])
+                        item = inbox.popleft()
+                    except IndexError:
+                        break
+                    with self._lock:
+                        try:
+                            judge(*item)
+                        except Exception:
+                            log.exception("drift_record_failed", key=item[1])
             self._flush()
 
     def close(self) -> None:
@@ -262,6 +266,26 @@ class DriftMonitor:
         calls: Iterable[Call],
         offered: Mapping[str, Schema | None],
     ) -> None:
+        seen = [observe(call, offered, at, self.settings.evidence_values) for call in calls]
+        if self._board is not None:
+            self._shared.append(
+                {
+                    "at": at,
+                    "key": key,
+                    "tier": tier.value,
+                    "source": source,
+                    "stamp": stamp,
+                    "client": client,
+                    "calls": [obs.to_json() for obs in seen],
+                }
+            )
+        self._apply(at, key, tier, source, stamp, client, seen)
+
+    def _apply(
+        self, at: float, key: str, tier: Tier, source: str, stamp: str | None, client: str, seen: list[Observation]
+    ) -> None:
+        """One answer's judged calls into the pair's evidence, then its verdict (this replica's
+        answers and, with a board, the other replicas')."""
         pair = self._pair(key)
         if tier != pair.tier or not pair.tests:  # new ceilings: their own evidence
             pair.tests = self._tests(tier)
@@ -274,19 +298,18 @@ class DriftMonitor:
         # demotion are what ends it.
         own = None if everyone or mine else pair.own_scores(client)
         tests = list(pair.tests.values())
-        for call in calls:
-            seen = observe(call, offered, at, self.settings.evidence_values)
-            pair.window.add(seen)
-            metrics.DRIFT_CALLS.labels(seen.fault.value if seen.fault else "ok").inc()
+        for obs in seen:
+            pair.window.add(obs)
+            metrics.DRIFT_CALLS.labels(obs.fault.value if obs.fault else "ok").inc()
             if own is not None:
                 for test in tests:
-                    own[test.fault] = test.step(own.get(test.fault, 0.0), seen.fault)
+                    own[test.fault] = test.step(own.get(test.fault, 0.0), obs.fault)
             if identified and not everyone:
-                pair.pooled.add(tests, client, seen.fault, MAX_CLIENTS)
+                pair.pooled.add(tests, client, obs.fault, MAX_CLIENTS)
             if identified and everyone:
-                self._tally(pair, None).add(client, seen.fault)
+                self._tally(pair, None).add(client, obs.fault)
             if mine:
-                self._tally(pair, client).add(client, seen.fault)
+                self._tally(pair, client).add(client, obs.fault)
         self._judge(key, pair, client, at)
 
     def _tally(self, pair: PairState, scope: Scope) -> Tally:
@@ -440,6 +463,10 @@ class DriftMonitor:
 
     def _flush(self) -> None:
         """Tell the board what happened here; outside the lock (it does network I/O)."""
+        if self._shared:
+            shared, self._shared = self._shared, []
+            if self._board is not None:
+                self._board.share(shared)
         while self._outbox:
             op, what = self._outbox.popleft()
             if self._board is None:
@@ -478,6 +505,28 @@ class DriftMonitor:
         )
         if self._changed is not None:
             self._changed()
+
+    def _remote_evidence(self, items: list[dict[str, Any]]) -> None:
+        """Another replica's judged calls: queued to be judged here as if relayed here."""
+        if not self.settings.enabled or self._stop:
+            return
+        for item in items:
+            try:
+                seen = [Observation.from_json(obs) for obs in item["calls"]]
+                tier, client, stamp = Tier(item["tier"]), item["client"], item.get("stamp")
+                if not isinstance(item["key"], str) or not isinstance(client, str):
+                    raise ValueError("'key' and 'client' are strings")
+                source = "pinned" if item.get("source") == "pinned" else "measured"
+                at = float(item["at"])
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("drift_evidence_skipped", reason=repr(exc)[:200])
+                continue
+            self._remote.append(
+                (at, item["key"], tier, source, stamp if isinstance(stamp, str) else None, client, seen)
+            )
+        if self._worker is None:
+            self._start_worker()
+        self._wake.set()
 
     def _remote_end(self, slot: str, why: str) -> None:
         with self._lock:

@@ -175,6 +175,21 @@ class Observation:
         found = {"fault": self.fault.value if self.fault else None, "name": self.name, "shape": self.shape}
         return found if self.arguments is None else {**found, "arguments": self.arguments}
 
+    def to_json(self) -> dict[str, Any]:
+        """As shared with other replicas: the example, and when."""
+        return {"at": self.at, **self.example()}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Observation:
+        """One shared by another replica; ValueError (or TypeError, KeyError) names what is wrong."""
+        fault = data["fault"]
+        arguments = data.get("arguments")
+        if not isinstance(data["at"], int | float) or not isinstance(data["name"], str):
+            raise ValueError(f"an observation needs a numeric 'at' and a string 'name': {data!r:.200}")
+        if not isinstance(data["shape"], dict) or not (arguments is None or isinstance(arguments, str)):
+            raise ValueError(f"an observation's 'shape' is an object, its 'arguments' a string: {data!r:.200}")
+        return cls(float(data["at"]), None if fault is None else Fault(fault), data["name"], data["shape"], arguments)
+
 
 EXAMPLE_CHARS = 120  # arguments can carry user data: keep only enough to show what went wrong
 SHAPE_KEYS = 16  # keys of an arguments object the shape names (more are counted)

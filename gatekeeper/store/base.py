@@ -127,18 +127,23 @@ class WrongKeyCounts(Protocol):
 
 
 class DemotionBoard(Protocol):
-    """Where replicas share drift demotions (a scheme's `demotions`, store/schemes.py; the Redis
-    one is store/redis_demotions.py). Records are plain JSON objects keyed by their `slot`; what
-    they mean is drift's business (drift/demotion.py)."""
+    """Where replicas share drift demotions and the evidence behind them (a scheme's `demotions`,
+    store/schemes.py; the Redis one is store/redis_demotions.py). Records and evidence are plain
+    JSON objects; what they mean is drift's business (drift/demotion.py, drift/monitor.py)."""
 
     def start(
         self,
         on_demoted: Callable[[dict[str, Any]], None],
         on_ended: Callable[[str, str], None],
         on_sync: Callable[[dict[str, dict[str, Any]]], None],
+        on_evidence: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None: ...
 
     def publish(self, record: dict[str, Any]) -> None: ...
+
+    def share(self, evidence: list[dict[str, Any]]) -> None:
+        """Send the drift evidence this replica judged to the others (`on_evidence` there)."""
+        ...
 
     def retract(self, slot: str, why: str) -> None: ...
 

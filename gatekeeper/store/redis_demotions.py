@@ -1,13 +1,20 @@
 """Drift demotions shared by the replicas of a gateway, through the Redis that holds their profiles.
 
-Each replica judges the traffic it relays (its windows stay local: counters in Redis would put
-a round trip on every answer); a demotion decided by any of them applies to all of them:
+Each replica judges the traffic it relays and the evidence the others publish (its windows stay
+local: counters in Redis would put a round trip on every answer); a demotion decided by any of
+them applies to all of them:
 
     {gatekeeper}:demotions   hash     slot -> demotion JSON (those in force)
     {gatekeeper}:drift       pub/sub  {"op": "demoted", "demotion": {...}} | {"op": "ended", "key": slot, "why"}
+                                      | {"op": "evidence", "items": [...]}
 
 A slot is `model@effort` for a demotion that applies to everyone, `model@effort<TAB>client` for
 one that applies to one client identity.
+
+Each replica also publishes the evidence it judged (a batch of classified calls per judging
+round, never the calls themselves) and judges the others' beside its own, so N replicas behind
+one balancer gather evidence as one would; evidence published while Redis is down is dropped
+(logged once per outage): a replica then judges its own calls only, as without Redis.
 
 Every replica mirrors the hash (loaded on connect, kept fresh by the channel), so resolving a
 tier never waits on Redis. While Redis is down each replica keeps its own demotions, queues what
@@ -54,16 +61,21 @@ class RedisDemotionBoard:
         self._on_demoted: Callable[[Record], None] = lambda record: None
         self._on_ended: Callable[[str, str], None] = lambda key, why: None
         self._on_sync: Callable[[dict[str, Record]], None] = lambda records: None
+        self._on_evidence: Callable[[list[Record]], None] = lambda items: None
+        self._unshared = False  # evidence dropped in this outage (logged once)
 
     def start(
         self,
         on_demoted: Callable[[Record], None],
         on_ended: Callable[[str, str], None],
         on_sync: Callable[[dict[str, Record]], None],
+        on_evidence: Callable[[list[Record]], None] | None = None,
     ) -> None:
-        """Listen: `on_demoted`/`on_ended` for other replicas' events, `on_sync` with every
-        demotion in force after each (re)connect."""
+        """Listen: `on_demoted`/`on_ended`/`on_evidence` for other replicas' events, `on_sync`
+        with every demotion in force after each (re)connect."""
         self._on_demoted, self._on_ended, self._on_sync = on_demoted, on_ended, on_sync
+        if on_evidence is not None:
+            self._on_evidence = on_evidence
         self._thread = threading.Thread(target=self._listen, name="gatekeeper-drift-redis", daemon=True)
         self._thread.start()
 
@@ -72,6 +84,17 @@ class RedisDemotionBoard:
 
     def retract(self, slot: str, why: str) -> None:
         self._send("ended", (slot, why))
+
+    def share(self, evidence: list[Record]) -> None:
+        """Publish a batch of judged calls; not queued while Redis is down (evidence ages out of
+        a window within minutes, and a replica's own judgement goes on meanwhile)."""
+        try:
+            self._redis.publish(CHANNEL, json.dumps({"op": "evidence", "origin": self.origin, "items": evidence}))
+            self._unshared = False
+        except _ERRORS as exc:
+            if not self._unshared:
+                log.warning("drift_evidence_unshared", store=self.location, reason=f"redis unavailable: {exc}")
+            self._unshared = True
 
     def close(self) -> None:
         self._stopped.set()
@@ -151,5 +174,7 @@ class RedisDemotionBoard:
             return
         if event.get("op") == "demoted" and isinstance(event.get("demotion"), dict):
             self._on_demoted(event["demotion"])
+        elif event.get("op") == "evidence" and isinstance(event.get("items"), list):
+            self._on_evidence(event["items"])
         elif event.get("op") == "ended" and isinstance(event.get("key"), str):
             self._on_ended(event["key"], str(event.get("why") or "ended on another replica"))

@@ -65,6 +65,30 @@ def test_a_demotion_decided_by_one_replica_applies_to_all(replicas) -> None:
     assert history[-1]["event"] == "demoted" and "on another replica" in history[-1]["detail"]
 
 
+def test_evidence_split_between_replicas_demotes_as_if_one_had_seen_it_all(replicas) -> None:
+    # What demotes one replica (20 bad calls), sent half to each of two: neither alone has seen
+    # enough, but each judges the other's evidence beside its own.
+    alone = DriftMonitor(DriftSettings())
+    for _ in range(10):
+        alone.submit(MEASURED, [BAD_ARGS], OFFERED, CLIENT)
+    alone.drain()
+    assert alone.demotion(KEY, CLIENT) is None  # half the evidence is not enough
+    alone.close()
+    one, two = replicas(), replicas()
+    for i in range(20):
+        (one if i % 2 else two).submit(MEASURED, [BAD_ARGS], OFFERED, CLIENT)
+    for monitor in (one, two):
+        wait_until(lambda m=monitor: (m.drain(), m.demotion(KEY, CLIENT))[1] is not None, "a demotion on each")
+    assert one.report()[KEY]["window"]["calls"] == two.report()[KEY]["window"]["calls"] == 20
+
+
+def test_evidence_a_replica_cannot_read_is_skipped_and_logged(replicas) -> None:
+    one = replicas()
+    with structlog.testing.capture_logs() as logs:
+        one._remote_evidence([{"key": KEY, "tier": "huge", "client": CLIENT, "at": 1.0, "calls": []}])
+    assert [e["event"] for e in logs] == ["drift_evidence_skipped"] and "huge" in logs[0]["reason"]
+
+
 def test_everyones_demotion_spreads_as_everyones(replicas) -> None:
     one, two = replicas(), replicas()
     demote(one, ("key:a", "key:b", "key:c"))
