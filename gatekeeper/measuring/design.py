@@ -17,10 +17,14 @@ stopping time. A round plans its observations from the rounds before it only, th
 concurrently; the product of the factors does not depend on their order.
 
 What it assumes: separate conversations are independent given the model (true of a stateless
-API serving independent requests). A backend whose quality drifts in streaks (several
-consecutive calls failing together) breaks that for draws. `bench.design: whole` assumes less:
-a round is one whole observation per category, so it holds for streaks shorter than a round;
-a streak spanning rounds, or drift over minutes, breaks it too (docs/statistics.md measures both).
+API serving independent requests). That also lets each test keep a wealth of its own, over its
+own runs (`CategoryPlan.stake`, confidence.py's "stratified betting"), averaged with the
+observations'. A backend whose quality drifts in streaks (several consecutive calls failing
+together) breaks it. `bench.design: whole` assumes less: a round is one whole observation per
+category, so it holds for streaks shorter than a round. `bench.design: spaced` makes at most
+one observation per category a round and starts each round `bench.spacing_s` after the last
+ended, so it holds for streaks in time shorter than that. Neither keeps the tests' own wealths
+(the runs of a round may fail together); docs/statistics.md measures all three.
 
 Which design: the one expected to grow the deciding wealth fastest per call, predicted from the
 category's own runs (each test's failed shares seen so far, tests assumed independent), at the
@@ -331,10 +335,6 @@ def _kelly(mu: float, var: float, x: float, most: float) -> float:
     if not mu < x < 1:
         return 0.0
     return min((x - mu) / (var + (x - mu) ** 2) * (1 - x), most)
-
-
-def _clip(x: float, lo: float, hi: float) -> float:
-    return min(max(x, lo), hi)
 
 
 def design_name(design: int) -> str:
