@@ -428,7 +428,6 @@ class Sweep:
                 other.effort != DEFAULT_EFFORT
                 and effort_rank(other.effort) < effort_rank(level.effort)
                 and found.stopped in (StopReason.SETTLED, StopReason.CAPPED, StopReason.OUT_OF_REACH)
-                and (other is found or other.stopped == StopReason.SHARED)
                 and tier_of(found.estimates(), self.settings.thresholds) == Tier.LARGE
             ):
                 return other.effort
@@ -444,16 +443,17 @@ class Sweep:
             level for level in levels if self.evidence(level).inconclusive is None and level.effort not in skipped
         ]
         own = [level for level in conclusive if level.effort not in shared]
-        ignored = bool(shared) or effort_ignored(
-            {level.effort: [blocks(level)] for level in own},
-            explicit=[level.effort for level in own if level.effort != DEFAULT_EFFORT],
+        explicit = [level.effort for level in own if level.effort != DEFAULT_EFFORT]
+        # every explicit level sent as `default`: the effort made no difference by construction
+        ignored = effort_ignored({level.effort: [blocks(level)] for level in own}, explicit) or (
+            bool(shared) and not explicit
         )
         profiles = []
         for level in conclusive:
             found = self.evidence(level)
             profile = build_profile(model, self.backend.provider, self.suite, found, self.settings, self.seed)
             if level is not found:
-                profile = profile.model_copy(update={"reasoning_effort": level.effort})
+                profile = profile.model_copy(update={"reasoning_effort": level.effort, "effort_applied": False})
             if ignored and level.effort != DEFAULT_EFFORT:
                 profile = profile.model_copy(update={"effort_applied": False})
             profiles.append(profile)
