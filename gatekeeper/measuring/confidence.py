@@ -340,7 +340,7 @@ def _lower_failure(counts: Counts, risk: float) -> float:
 
 # --- stratified betting: one wealth per test ---------------------------------------------------
 #
-# (The section "Stratified betting" of docs/statistics.md has the argument.) Each run of test t
+# (docs/statistics.md, "Each test's own wealth (stratified betting)", has the argument.) Each run of test t
 # multiplies the test's own wealth by 1 + c (x_t - z) / (1 - x_t), its bet c chosen before the
 # run; at the test's true failure rate x_t = p_t each factor has conditional mean 1, so the
 # product over every run of every test, at the true rates, is a nonnegative martingale. A
@@ -378,8 +378,9 @@ def stratified_log_wealth(strata: Sequence[Stratum], m: float) -> float:
 def combined_upper_failure(
     counts: Counts, bets: Sequence[float] | None, failures: Sequence[float], strata: Sequence[Stratum], risk: float
 ) -> float:
-    """U_n of the average of two wealths, the category's observations' and the tests' own:
-    (K_Z(m) + exp V(m)) / 2 >= 1 / risk rules m out (the mean of two martingales is one)."""
+    """U_n of the weighted mean of two wealths, the category's observations' and the tests' own:
+    w K_Z(m) + (1 - w) exp V(m) >= 1 / risk rules m out (w = POOLED_WEIGHT; a weighted mean of
+    two nonnegative martingales is one)."""
     limit = math.log(1 / risk)
     duals = tuple(_dual(runs, share) for share, runs in strata)
     if bets is None:
