@@ -66,6 +66,18 @@ def test_every_deterministic_persona_stores_the_seeds_single_pass_scores(persona
         assert profile.scores == pytest.approx(weighted_test_results(profile, suite), abs=1e-4)
 
 
+@needs_seed_suite
+def test_distracted_on_the_seed_suite_is_stored_medium_whatever_the_seed():
+    # toolCalling exactly 0.65 (medium from 0.60): stored `small` every time when every
+    # measurement drew seed 0, and about one time in five after, until each test kept its own
+    # wealth (the observations' alone were predicted to need more than the budget left).
+    suite = load_suite(SEED_SUITE)
+    backend = scripted(SuiteScript(suite), answers.BEHAVIOURS["distracted"])
+    for seed in range(5):
+        (profile,) = asyncio.run(sweep(backend, "m", suite, ["default"], seed=seed)).profiles
+        assert profile.tier == "medium" and profile.scores["toolCalling"] == 0.65
+
+
 def test_scores_are_the_weighted_mean_of_the_test_results_when_tests_are_drawn(default_suite):
     # wrong_distractor fails the chains only: the adaptive design draws tool tests unevenly,
     # and the unweighted mean of its observations would not be the seed's score.

@@ -172,3 +172,19 @@ def test_spaced_rounds_are_apart_in_time_and_make_one_observation_per_category_e
     (profile,) = measured.profiles
     assert all(profile.score_intervals[c][0] <= truth[c] for c in CATEGORIES)
     assert compute_tier(truth) == Tier.MEDIUM and profile.tier != Tier.LARGE
+
+
+def test_a_deterministic_model_at_toolcalling_065_is_certified_medium_within_300_calls(default_suite):
+    # Both weight-4 chains always fail (toolCalling 15/23 = 0.652), everything else passes: the
+    # tests' own wealths pin each test's rate, where the observations' alone needed 436 calls.
+    from stochastic import Behaviour, FaultModel
+
+    chains = ("tool_chain_distractor_ids", "tool_chain_random_ids")
+    model = FaultModel(default_suite, {name: Behaviour(1.0) for name in chains})
+    assert model.true_scores()["toolCalling"] == pytest.approx(15 / 23)
+    for seed in range(3):
+        measured = asyncio.run(sweep(model.with_seed(seed).backend(), "m", default_suite, ["default"], seed=seed))
+        (profile,) = measured.profiles
+        assert profile.tier == Tier.MEDIUM and measured.calls <= 300
+        assert profile.scores["toolCalling"] == pytest.approx(15 / 23, abs=1e-4)  # exact, stratified
+        assert 0.6 <= profile.score_intervals["toolCalling"][0] <= 15 / 23
