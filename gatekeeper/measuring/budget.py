@@ -344,14 +344,11 @@ async def with_budgets(
     """`profiles` with their measured `toolBudget`, one pair after another (a pinned pair keeps
     none: its pin decides, and may carry a budget of its own). A level in `shared` (effort ->
     the level whose evidence it took) takes that level's budget: its requests are that level's."""
-    found: list[Profile] = []
     shared = shared or {}
-    for profile in profiles:
-        if profile.reasoning_effort in shared:
-            continue
+    found = {(p.model, p.reasoning_effort): p for p in profiles}  # in order; budgets filled in below
+    for key, profile in found.items():
         effort = None if profile.reasoning_effort == DEFAULT_EFFORT else profile.reasoning_effort
-        if settings.pin_for(profile.model, profile.reasoning_effort) is not None:
-            found.append(profile)
+        if profile.reasoning_effort in shared or settings.pin_for(*key) is not None:
             continue
         result = await measure_budget(
             backend,
@@ -371,11 +368,8 @@ async def with_budgets(
             threshold=result.threshold,
             calls=result.calls,
         )
-        found.append(profile.model_copy(update={"tool_budget": result.budget}))
-    budgets = {p.reasoning_effort: p.tool_budget for p in found}
-    return [
-        p.model_copy(update={"tool_budget": budgets.get(shared[p.reasoning_effort])})
-        if p.reasoning_effort in shared
-        else next(f for f in found if f.reasoning_effort == p.reasoning_effort)
-        for p in profiles
-    ]
+        found[key] = profile.model_copy(update={"tool_budget": result.budget})
+    for (model, effort), profile in found.items():
+        if effort in shared and (other := found.get((model, shared[effort]))) is not None:
+            found[model, effort] = profile.model_copy(update={"tool_budget": other.tool_budget})
+    return list(found.values())

@@ -135,6 +135,21 @@ def test_with_budgets_stores_the_budget_and_skips_a_pinned_pair(tmp_path, defaul
     assert found[0].to_json()["toolBudget"] == 16
 
 
+def test_a_level_sent_as_default_takes_defaults_budget_without_measuring_its_own(tmp_path, default_suite) -> None:
+    settings = settings_for("http://u/v1", tmp_path / "s.json", bench={"risk": 0.05})
+    backend = MockBackend(confused_from(32))
+    default = make_profile("m", Tier.LARGE, default_suite)
+    low = default.model_copy(update={"reasoning_effort": "low"})
+    other = make_profile("n", Tier.LARGE, default_suite).model_copy(update={"reasoning_effort": "low"})
+    found = asyncio.run(with_budgets(backend, [default, low, other], settings, seed=3, shared={"low": "default"}))
+    assert [(p.model, p.reasoning_effort, p.tool_budget) for p in found] == [
+        ("m", "default", 16),
+        ("m", "low", 16),
+        ("n", "low", None),  # its own default was not measured here: nothing to take
+    ]
+    assert {(r.model, r.effort) for r in backend.requests} == {("m", None)}
+
+
 @pytest.mark.parametrize("effort", ["low", "default"])
 def test_the_effort_is_sent_as_the_level_was_measured(tmp_path, default_suite, effort) -> None:
     settings = settings_for("http://u/v1", tmp_path / "s.json")
