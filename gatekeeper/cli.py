@@ -108,7 +108,7 @@ def bench(
     design: str | None = typer.Option(
         None,
         help="adaptive (draws per category, the default), whole (every test each round) or spaced "
-        "(adaptive rounds bench.spacing_s apart, pooled per round): bench.design.",
+        "(adaptive, one observation per category a round, rounds bench.spacing_s apart): bench.design.",
     ),
     spacing: float | None = typer.Option(
         None, min=0, help="Seconds from one round's end to the next under --design spaced (bench.spacing_s)."

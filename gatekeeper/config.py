@@ -214,10 +214,10 @@ class BenchSettings(_Section):
     samples: int = Field(default=DEFAULT_SAMPLES, ge=1, le=500)
     # How observations are made: `adaptive` chooses per category and per round between tests
     # drawn by weight and the whole category, and stops each category once it is settled
-    # (measuring/design.py: about 140 calls for a model passing every check); `whole` runs every
-    # test of the suite in every round (about 1,000), and stays valid when a backend's failures
-    # come in streaks shorter than a round; `spaced` is adaptive with each round's observations
-    # pooled per category and rounds at least `spacing_s` apart, valid for failures in streaks
+    # (measuring/design.py: about 112 calls for a model passing every check); `whole` runs every
+    # test of the suite in every round (about 830), and stays valid when a backend's failures
+    # come in streaks shorter than a round; `spaced` chooses as adaptive does, one observation per
+    # category a round, rounds at least `spacing_s` apart, and stays valid for failures in streaks
     # shorter than that time: for a backend whose quality drifts (docs/statistics.md).
     design: Literal["adaptive", "whole", "spaced"] = "adaptive"
     spacing_s: float = Field(default=30.0, ge=0)
