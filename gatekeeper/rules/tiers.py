@@ -97,6 +97,6 @@ DEFAULT_RISK = 0.05
 # is settled or the next tier is out of reach): the cap at which even a model at 0.98 whose
 # failures come as whole samples (the hardest way to be at 0.98) is certified `large` >= 90% of
 # the time at risk 0.05 under `bench.design: whole`. The adaptive design rarely comes near it: a
-# model passing every check stops after about 140 calls (6 passes' worth), most models at 0.98
-# after 150-450 (docs/statistics.md).
+# model passing every check stops after about 112 calls (5 passes' worth), most models at 0.98
+# after 150-350 (docs/statistics.md).
 DEFAULT_SAMPLES = 200
