@@ -95,6 +95,9 @@ class DriftMonitor:
         self._board = board
         self._outbox: deque[tuple[str, Any]] = deque()
         self._adopted: set[tuple[str, Scope]] = set()  # demotions in force that came from another replica
+        # Demotions ended here (slot -> when each began): a resync that still finds one on the
+        # board, its end not yet written there, must not bring it back.
+        self._ended: OrderedDict[tuple[str, Scope], float] = OrderedDict()
         # Evidence judged here, for the other replicas; and theirs, to judge beside ours.
         self._shared: list[dict[str, Any]] = []
         self._remote: deque[tuple[float, str, Tier, str, str | None, str, list[Observation]]] = deque(maxlen=_INBOX)
@@ -440,6 +443,9 @@ class DriftMonitor:
             return  # someone else ended it first
         del self._demotions[slot]
         self._adopted.discard(slot)
+        self._ended[slot] = demotion.at
+        while len(self._ended) > _MAX_PAIRS:
+            self._ended.popitem(last=False)
         if share:
             self._outbox.append(("ended", (demotion.slot, why)))
         pair = self._pair(demotion.key)
@@ -481,8 +487,8 @@ class DriftMonitor:
         slot = (demotion.key, demotion.client)
         with self._lock:
             current = self._demotions.get(slot)
-            if current is not None and current.at == demotion.at:
-                return
+            if (current is not None and current.at == demotion.at) or self._ended.get(slot) == demotion.at:
+                return  # in force already, or ended here (its end may not have reached the board yet)
             self._demotions[slot] = demotion
             self._adopted.add(slot)
             pair = self._pair(demotion.key)

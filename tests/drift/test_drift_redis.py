@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -113,6 +114,20 @@ def test_clearing_on_one_replica_clears_everywhere(replicas, server) -> None:
     one.submit(MEASURED, [GOOD], OFFERED, CLIENT)
     one.drain()
     assert one.demotion(KEY, CLIENT) is None
+
+
+def test_a_resync_that_still_finds_a_demotion_cleared_here_does_not_bring_it_back(replicas, server) -> None:
+    # The race CI met: Redis comes back, the listener resyncs and reads the demotion before this
+    # replica's own clearing of it is written there.
+    one = replicas()
+    demote(one)
+    slot = f"{KEY}\t{CLIENT}"
+    wait_until(lambda: server.client().hexists(DEMOTIONS, slot), "the demotion to reach Redis")
+    stale = json.loads(server.client().hget(DEMOTIONS, slot))
+    assert one.clear(KEY) is True
+    one._sync({slot: stale})  # what the listener does with what it read
+    assert one.demotion(KEY, CLIENT) is None
+    assert one.report()[KEY]["history"][-1]["event"] == "ended"
 
 
 def test_an_outage_is_logged_once_and_never_with_the_password(tmp_path: Path) -> None:
