@@ -149,30 +149,28 @@ def test_effort_levels_are_measured_separately(default_suite):
     assert {b.get("reasoning_effort") for b in server.requests} == {"low", "xhigh"}
 
 
-def test_rejected_effort_field_is_recorded_as_not_applied(default_suite):
-    script = SuiteScript(default_suite).responder(answers.perfect)
+def refusing_effort(suite):
+    """A perfect answerer behind a server that refuses the `reasoning_effort` field with HTTP 400."""
+    script = SuiteScript(suite).responder(answers.perfect)
 
     def no_effort(body: dict) -> dict:
         if "reasoning_effort" in body:
             return {"status": 400, "error": "Unrecognized request argument supplied: reasoning_effort"}
         return script(body)
 
-    with ScriptedServer(no_effort) as server:
+    return no_effort
+
+
+def test_rejected_effort_field_is_recorded_as_not_applied(default_suite):
+    with ScriptedServer(refusing_effort(default_suite)) as server:
         (profile,) = run_sweep(server, default_suite, efforts=("low",))
     assert profile.effort_applied is False and profile.reasoning_effort == "low"
     assert profile.tier == "large"
 
 
 def test_levels_whose_effort_the_backend_refused_take_defaults_evidence_after_one_round(default_suite):
-    script = SuiteScript(default_suite).responder(answers.perfect)
-
-    def no_effort(body: dict) -> dict:
-        if "reasoning_effort" in body:
-            return {"status": 400, "error": "Unrecognized request argument supplied: reasoning_effort"}
-        return script(body)
-
     efforts = ["default", "none", "low", "medium", "xhigh"]
-    with ScriptedServer(no_effort) as server:
+    with ScriptedServer(refusing_effort(default_suite)) as server:
         measured, alone = (
             asyncio.run(sweep(OpenAIBackend(server.base_url), "m", default_suite, levels, RunSettings(), seed=5))
             for levels in (efforts, ["default"])
