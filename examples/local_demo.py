@@ -489,7 +489,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-serve", action="store_true", help="exit after printing, instead of serving")
     parser.add_argument("--fresh", action="store_true", help="invalidate the stored profile first: measure again")
+    # Every core: on 2 idle cores two threads write a token in 24 ms where one takes 45 ms
+    # (docs/local-model-notes.md); on a busy machine one thread fights less.
+    parser.add_argument(
+        "--threads",
+        type=_positive,
+        default=os.cpu_count() or 1,
+        help="llama.cpp threads for writing tokens (default: every core; 1 on a busy machine)",
+    )
     return parser.parse_args(argv)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of threads")
+    return value
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -507,7 +525,10 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                 gguf = model_path()
             with phases.phase("starting the llama server") as update:
                 server = LocalModelServer(
-                    gguf, log_path=run_dir / "llama-server.log", on_progress=lambda seconds, last: update(last[:80])
+                    gguf,
+                    n_threads=args.threads,
+                    log_path=run_dir / "llama-server.log",
+                    on_progress=lambda seconds, last: update(last[:80]),
                 )
                 server.start()
         err.print(f"llama server: {server.base_url} (pid {server.pid}, model {server.model})", highlight=False)

@@ -9,13 +9,14 @@ them one gateway is what they share, so N > 1 is refused unless the store shares
 | profiles, invalidations     | the store (Redis: one hash, pub/sub events to every mirror)      |
 | one measurement per pair    | the store's leases (`lazy.lease_ttl_s`), backoff and caps        |
 | drift demotions             | the store's demotion board (`{gatekeeper}:demotions`)            |
+| drift evidence              | the same board: each worker publishes the calls it judged (fault and argument shape) |
 | console sign-outs, wrong-key throttle | the store (`sessions`, `wrong_keys`)                   |
 | config reload               | SIGHUP to the supervisor, or `POST /admin/reload` on any worker: every worker is replaced, one at a time, by one that read the config again |
 | metrics                     | prometheus_client's multiprocess mode: `/metrics` on any worker sums them all |
 
 A file store shares profiles and leases between processes but not demotions nor the wrong-key
 throttle: refused with N > 1 (run one worker, or `store: redis://...`). Not shared: each worker's
-drift windows (the evidence before a demotion) and its local caches.
+local caches (its mirror of the profiles, the memos of tool lists).
 """
 
 from __future__ import annotations
