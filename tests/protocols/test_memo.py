@@ -98,6 +98,17 @@ def test_values_that_passed_are_not_checked_again() -> None:
     assert len(checks) == 1
 
 
+def test_what_passed_is_a_private_copy_a_later_change_to_the_values_does_not_reach() -> None:
+    memo, checks = JsonChecked(), []
+    tools = [{"name": "a"}]
+    checked(memo, tools, "refuse", checks)
+    key = memo.key([{"name": "a"}], "refuse")
+    tools[0]["name"] = "b"  # the first request's own list, changed after it passed
+    assert not memo.passed(key, tools)
+    assert memo.passed(key, [{"name": "a"}])
+    assert len(checks) == 1
+
+
 def test_the_mode_is_part_of_the_key() -> None:
     memo, checks = JsonChecked(), []
     checked(memo, [{"name": "a"}], "refuse", checks)
