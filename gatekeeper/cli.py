@@ -368,7 +368,7 @@ def serve(
 
     from gatekeeper.core.gatekeeper import Gatekeeper
     from gatekeeper.server import workers as fleet
-    from gatekeeper.server.app import create_app
+    from gatekeeper.server.app import create_app, settle_heap
 
     settings = _settings(config)
     logs.configure(settings.log_level)
@@ -398,8 +398,10 @@ def serve(
             f"gatekeeper serving on http://{host}:{port}/v1 -> {redact_url(settings.upstream.base_url)}",
             highlight=False,
         )
+        served = create_app(gk)
+        settle_heap()
         uvicorn.run(
-            create_app(gk),
+            served,
             host=host,
             port=port,
             log_level="warning",

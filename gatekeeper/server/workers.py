@@ -85,7 +85,7 @@ def app() -> Starlette:
     """One worker's app (uvicorn's factory): a Gatekeeper from the shared config file, closed when
     the worker stops; `POST /admin/reload` replaces every worker (`reload_fleet`)."""
     from gatekeeper.core.gatekeeper import Gatekeeper
-    from gatekeeper.server.app import create_app
+    from gatekeeper.server.app import create_app, settle_heap
 
     path = os.environ[CONFIG_ENV]
     settings = load_settings(path)
@@ -105,6 +105,7 @@ def app() -> Starlette:
             gk.close()
 
     served.router.lifespan_context = lifespan
+    settle_heap()
     return served
 
 

@@ -18,11 +18,15 @@ def app(config: str):
     from gatekeeper.config import load_settings
     from gatekeeper.core.gatekeeper import Gatekeeper
     from gatekeeper.observe import logs
+    from gatekeeper.server import app as served
     from gatekeeper.server.app import create_app
 
     settings = load_settings(Path(config))
     logs.configure(settings.log_level)
-    return create_app(Gatekeeper(settings))
+    application = create_app(Gatekeeper(settings))
+    if hasattr(served, "settle_heap"):  # as `gatekeeper serve` does (a checkout from before has none)
+        served.settle_heap()
+    return application
 
 
 def from_env():
