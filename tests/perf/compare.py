@@ -647,9 +647,9 @@ WHY = {
     "which builds a lark grammar at import); pydantic models, structlog, prometheus, aiohttp",
     "startup": "imports, see the import line above the goals (rfc3987-syntax's grammar build is most of it when "
     "installed); the wall time also grows with the machine's load, the CPU time does not",
-    "absolute": "per request, uvicorn's ASGI cycle, Starlette, aiohttp's client and gatekeeper's own pipeline "
-    "cost about 0.6 ms of one core's time on this host; what the asyncio floor shows is the price of a "
-    "hand-written HTTP server and client, which this project will not ship",
+    "absolute": "gatekeeper's own work per request (parse, resolve, gate, check the answer, the log line, "
+    "metrics) costs about as much again as uvicorn, Starlette and aiohttp together (`trial.py "
+    "starlette-uvicorn-aiohttp` measures those alone); both halves would have to shrink",
     "workers": "the second worker shares its core with the load generator and the upstream (2 cores here: "
     "no core is left for them); compare the rounds, printed per round above the goals",
 }
