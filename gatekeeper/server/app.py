@@ -103,15 +103,15 @@ def create_app(gk: Gatekeeper, *, upstream: Upstream | None = None) -> Starlette
 
 # The cycle collector's first threshold while serving: it runs when this many more objects were
 # made than freed since it last ran. The objects of requests in flight are freed when their
-# requests end, so at 32 connections the default 700 ran it on every request or two, and a full
-# collection every ~900 requests (tests/perf/gc_trial.py); 10,000 is reached by garbage cycles only.
+# requests end, so at 32 connections the default 700 ran it about every 5 requests, and a full
+# collection about every 670 (tests/perf/gc_trial.py); 10,000 is reached by garbage cycles only.
 SERVING_GC_THRESHOLD = 10_000
 
 
 def settle_heap() -> None:
     """Called once by a serving process before it takes requests. What start-up built (modules,
     settings, the suite, the protocol tables: about 85,000 objects) lives as long as the process,
-    yet every full collection walked all of it, about 45 ms each time. `gc.freeze()` takes what
+    yet every full collection walked all of it, about 40 ms each time. `gc.freeze()` takes what
     exists now out of the collector's walks after one last collection; a frozen object is still
     freed when nothing refers to it (only a cycle among frozen objects stays: the settings a
     reload replaces, once per reload). Garbage cycles made later are still collected, once
