@@ -68,7 +68,7 @@ def test_a_demotion_decided_by_one_replica_applies_to_all(replicas) -> None:
 
 def test_evidence_split_between_replicas_demotes_as_if_one_had_seen_it_all(replicas) -> None:
     # What demotes one replica (20 bad calls), sent half to each of two: neither alone has seen
-    # enough, but each judges the other's evidence beside its own.
+    # enough, but a replica judges the other's evidence beside its own.
     alone = DriftMonitor(DriftSettings())
     for _ in range(10):
         alone.submit(MEASURED, [BAD_ARGS], OFFERED, CLIENT)
@@ -80,7 +80,10 @@ def test_evidence_split_between_replicas_demotes_as_if_one_had_seen_it_all(repli
         (one if i % 2 else two).submit(MEASURED, [BAD_ARGS], OFFERED, CLIENT)
     for monitor in (one, two):
         wait_until(lambda m=monitor: (m.drain(), m.demotion(KEY, CLIENT))[1] is not None, "a demotion on each")
-    assert one.report()[KEY]["window"]["calls"] == two.report()[KEY]["window"]["calls"] == 20
+    # The first replica to judge all 20 demotes; the other may take that demotion from the board
+    # before the last of the first one's evidence reaches it (then its window holds fewer).
+    calls = sorted(m.report()[KEY]["window"]["calls"] for m in (one, two))
+    assert calls[-1] == 20 and calls[0] >= 10
 
 
 def test_evidence_a_replica_cannot_read_is_skipped_and_logged(replicas) -> None:
