@@ -28,6 +28,11 @@ def plain_texts(protocol: str, raw: bytes) -> list[str]:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return []
+    return doc_texts(protocol, doc)
+
+
+def doc_texts(protocol: str, doc: Any) -> list[str]:
+    """The text of each message of a plain answer in `protocol`, already parsed."""
     if not isinstance(doc, dict):
         return []
     if protocol == "chat":

@@ -64,6 +64,9 @@ class Enforced:
 
     removed: list[str] = field(default_factory=list)  # names of calls removed
     calls: list[Call] = field(default_factory=list)  # every call seen, kept or removed
+    # A plain answer's document as the client reads it (what enforce_plain serialised): its text
+    # is read from it, not parsed again (None for a stream).
+    doc: Any = field(default=None, compare=False, repr=False)
 
 
 class Event(NamedTuple):

@@ -282,6 +282,7 @@ def enforce_plain(
             raise AnswerInvalid("upstream answer must be a JSON object")
         doc = translate(doc)
     enforced = codec.enforce(doc, allowed)
+    enforced.doc = doc
     try:
         return orjson.dumps(doc), enforced
     except orjson.JSONEncodeError as exc:  # nested deeper than orjson writes (254 levels)

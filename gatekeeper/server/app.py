@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import orjson
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -69,8 +71,9 @@ def create_app(gk: Gatekeeper, *, upstream: Upstream | None = None) -> Starlette
     admin_key = gk.settings.admin_key
     if admin_key is not None and not admin_key.strip():
         raise ConfigError("admin_key: blank; set a real key or remove the setting to disable the admin API")
+    model_routes = _model_routes()
     routes: list[BaseRoute] = [
-        *_model_routes(),
+        *model_routes,
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         *(Route(path, passthrough, methods=["POST"]) for path in PASSTHROUGH),
@@ -88,6 +91,7 @@ def create_app(gk: Gatekeeper, *, upstream: Upstream | None = None) -> Starlette
         gateway = McpGateway(gk)
         routes += mcp_routes(gateway, KeyThrottle(), client_source)  # wrong keys: the admin API's rules, own count
     app = _App(
+        direct={route.path: route.endpoint for route in model_routes},
         routes=routes,
         lifespan=_lifespan,
         exception_handlers={kind: _answering(handler) for kind, handler in HANDLERS.items()},
@@ -134,19 +138,32 @@ async def _lifespan(app: Starlette) -> AsyncIterator[None]:
         await app.state.upstreams.aclose()
 
 
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
 class _App(Starlette):
+    def __init__(self, *, direct: dict[str, Endpoint], **kwargs: Any) -> None:
+        self.direct = direct  # the model routes' endpoints by path (POST)
+        super().__init__(**kwargs)
+
     def build_middleware_stack(self) -> ASGIApp:
         # Outside Starlette's own stack, so that the handler of unexpected errors (which Starlette
-        # runs outermost) still sees the request's log context.
-        return RequestScope(super().build_middleware_stack())
+        # runs outermost) still sees the request's log context. The model routes are called
+        # past that stack (`_Direct`) unless middleware was added to the app: it must see them.
+        handlers = dict(self.exception_handlers)
+        direct: dict[str, ASGIApp] = {}
+        if not self.user_middleware:
+            direct = {path: _Direct(endpoint, handlers) for path, endpoint in self.direct.items()}
+        return RequestScope(super().build_middleware_stack(), direct)
 
 
 class RequestScope:
     """Each HTTP request's log context is undone when its answer (a stream included) and any
     error handler are done."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, direct: dict[str, ASGIApp] | None = None) -> None:
         self.app = app
+        self.direct = direct or {}  # a model route's path -> its endpoint (POST), past Starlette's stack
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -154,22 +171,56 @@ class RequestScope:
             return
         with logs.request_scope():
             record = served.start(scope.setdefault("state", {}))
-            found = protocols.for_path(scope["path"])
-            protocol = found.name if found is not None and scope["path"] in found.paths else None
+            path = scope["path"]
+            found = protocols.for_path(path)
+            protocol = found.name if found is not None and path in found.paths else None
+            app = self.app
+            if protocol is not None and scope["method"] == "POST" and not scope.get("root_path"):
+                app = self.direct.get(path, app)
             if protocol is None or not telemetry.active():
-                await self.app(scope, receive, send)
+                await app(scope, receive, send)
                 return
-            await self._traced(protocol, record, scope, receive, send)
+            await self._traced(app, protocol, record, scope, receive, send)
 
-    async def _traced(self, protocol: str, record: served.Served, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _traced(
+        self, app: ASGIApp, protocol: str, record: served.Served, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         """A model call under its OpenTelemetry span, ended when the answer (a stream included)
         is sent, with what the request learnt (its record)."""
         sending = _StatusSeen(send)
         with telemetry.request_span(protocol) as end:
             try:
-                await self.app(scope, receive, sending)
+                await app(scope, receive, sending)
             finally:
                 end(record.model, record.span_attributes(), sending.status)
+
+
+class _Direct:
+    """A model route's endpoint as an ASGI app, called past Starlette's router and middleware
+    (on the hot path they cost about a tenth of a request's time), doing for it what they do:
+    an exception the endpoint raises is answered by the app's handler of the nearest class
+    along the exception's MRO (`Exception` last), as Starlette's `_exception_handler.py` finds it."""
+
+    __slots__ = ("endpoint", "handlers")
+
+    def __init__(self, endpoint: Endpoint, handlers: dict[Any, Callable[..., Any]]) -> None:
+        self.endpoint, self.handlers = endpoint, handlers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive, send)
+        try:
+            response = await self.endpoint(request)
+        except Exception as exc:
+            handler = next((self.handlers[k] for k in type(exc).__mro__ if k in self.handlers), None)
+            if handler is None:
+                raise
+            if inspect.iscoroutinefunction(handler):
+                response = await handler(request, exc)
+            else:  # as Starlette runs a plain function: in its thread pool
+                response = await run_in_threadpool(handler, request, exc)
+                if inspect.isawaitable(response):
+                    response = await response
+        await response(scope, receive, send)
 
 
 class _StatusSeen:
@@ -189,8 +240,8 @@ class _StatusSeen:
 # -- the model routes (gatekeeper/server/pipeline.py), one per path of a registered protocol ------
 
 
-def _model_routes() -> list[BaseRoute]:
-    routes: list[BaseRoute] = []
+def _model_routes() -> list[Route]:
+    routes: list[Route] = []
     for entry in protocols.PROTOCOLS.values():
         routes += [Route(path, _model_call(entry.name), methods=["POST"]) for path in entry.paths]
         if entry.count_tokens is not None:

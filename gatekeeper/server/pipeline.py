@@ -37,7 +37,7 @@ from gatekeeper.drift.text_call import text_call
 from gatekeeper.errors import AnswerIncomplete, AnswerInvalid, ProxyError
 from gatekeeper.observe import logs, metrics, redact
 from gatekeeper.protocols import table as protocols
-from gatekeeper.protocols.answer_text import TextCollector, plain_texts
+from gatekeeper.protocols.answer_text import TextCollector, doc_texts, plain_texts
 from gatekeeper.protocols.base import (
     Allowed,
     Call,
@@ -268,7 +268,12 @@ class ModelCall:
         raw, enforced = self.exchange.plain(raw, self.offered, self.request)
         if enforced is not None and enforced.removed:
             headers["x-gatekeeper-blocked-calls"] = blocked_header(enforced.removed)
-        self.answered(enforced, self._written_call(lambda: plain_texts(self.exchange.codec.name, raw), enforced, raw))
+        protocol = self.exchange.codec.name
+        if enforced is not None and enforced.doc is not None:  # parsed already: its text read from it
+            written = self._written_call(lambda: doc_texts(protocol, enforced.doc), enforced)
+        else:
+            written = self._written_call(lambda: plain_texts(protocol, raw), enforced, raw)
+        self.answered(enforced, written)
         return self.finish(Response(raw, status_code=status, headers=headers, media_type=JSON))
 
     def stream(self, answer: UpstreamAnswer, passed: dict[str, str]) -> StreamingResponse:
@@ -353,7 +358,8 @@ class ModelCall:
     ) -> Call | None:
         """The tool call the answer wrote as text instead of making it (drift/text_call.py), for
         drift: looked for only when tools were offered and the answer made no call. A plain
-        answer is parsed for it only when its bytes hold an offered tool's name."""
+        answer the enforcer left unparsed (`raw`) is parsed for it only when its bytes hold an
+        offered tool's name (a Responses answer echoes the request's tools: it is parsed already)."""
         if not self._watches_text() or (enforced is not None and enforced.calls):
             return None
         names = self.offered.offered

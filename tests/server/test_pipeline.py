@@ -15,6 +15,8 @@ import pytest
 import structlog
 from conftest import TOOLS, make_profile, seed_store, settings_for
 from scripted import chat_chunk, chat_completion
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.responses import JSONResponse
 from starlette.testclient import TestClient
 
 from gatekeeper import Gatekeeper
@@ -251,3 +253,45 @@ async def test_a_request_under_older_settings_gets_their_pool_never_a_new_one():
         assert len(upstreams._pools) == 2
     finally:
         await upstreams.aclose()
+
+
+def _failing(request: UpstreamRequest) -> MockAnswer:
+    raise RuntimeError("a bug on the request path")
+
+
+def test_an_unexpected_error_is_a_500_naming_the_request_with_the_traceback_in_the_log(store_path, default_suite):
+    with proxied(store_path, default_suite, _failing) as app:
+        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+            with pytest.raises(openai.InternalServerError) as info:
+                app.openai().chat.completions.create(model="m", messages=HI, extra_headers={"x-request-id": "req-9"})
+    response = info.value.response
+    assert response.json()["error"]["message"] == "gatekeeper internal error (request req-9)"
+    assert (response.headers["x-request-id"], response.headers["x-gatekeeper-tier"]) == ("req-9", "small")
+    (failed,) = [e for e in logs if e["event"] == "request_failed"]
+    assert failed["request_id"] == "req-9" and isinstance(failed["exc_info"], RuntimeError)
+    assert [e["status"] for e in logs if e["event"] == "request"] == [500]
+    assert structlog.contextvars.get_contextvars() == {}
+
+
+def test_middleware_and_handlers_added_to_the_app_apply_to_the_model_routes(store_path, default_suite):
+    """The model routes skip Starlette's stack only while nothing was added to it."""
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    with Gatekeeper(settings_for("http://upstream.invalid/v1", store_path)) as gk:
+        app = create_app(gk, upstream=MockUpstream(lambda request: MockAnswer.json(TEXT)))
+        seen: list[str] = []
+
+        async def noted(request, call_next):
+            seen.append(request.url.path)
+            return await call_next(request)
+
+        app.add_middleware(BaseHTTPMiddleware, dispatch=noted)
+        with TestClient(app) as http:
+            assert http.post("/v1/chat/completions", json={"model": "m", "messages": HI}).status_code == 200
+            assert http.post("/v1/messages", json={"model": "m", "max_tokens": 5, "messages": HI}).status_code == 200
+        assert seen == ["/v1/chat/completions", "/v1/messages"]
+
+        app = create_app(gk, upstream=MockUpstream(_failing))
+        app.add_exception_handler(RuntimeError, lambda request, exc: JSONResponse({"own": str(exc)}, 418))
+        with TestClient(app) as http:
+            answer = http.post("/v1/chat/completions", json={"model": "m", "messages": HI})
+        assert (answer.status_code, answer.json()) == (418, {"own": "a bug on the request path"})
