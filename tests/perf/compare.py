@@ -641,9 +641,10 @@ WHY = {
     "checks, log line, metrics, header copy); only its faster upstream client (aiohttp) pays for it",
     "litellm": "LiteLLM's req/s varies with its release and its own logging",
     "native": "a native path does the chat path's work (parse, gate, check, relay) on another shape; its "
-    "ratio to chat moves by ±30 % between runs on this machine (compare two runs before reading it)",
+    "ratio to chat moves by ±30 % between runs on this machine (compare two runs, and the per-round "
+    "ratios above, before reading it)",
     "protocol": "translation parses and rewrites every answer (the chat path relays a call-free answer unparsed) "
-    "and builds a second request body",
+    "and builds a second request body (the per-round ratios above show how much of the miss is the host's)",
     "ttfb": "the first byte waits for the whole request path (the work of the added p50 above: parse, resolve, "
     "gate, forward) plus one event's parse and check (an unreadable answer never passes raw): the gap is "
     "about the added p50 at c=1, and that is above 0.3 ms",
@@ -826,6 +827,13 @@ def report(
             for a, b in zip(results.get((one.label, hi), []), results.get((two.label, hi), []), strict=False)
         ]
         lines += ["", f"two workers ÷ one (Redis store, req/s c={hi}) per round: {', '.join(per_round)}"]
+    if chat is not None:  # paired within a round: the host's speed moves between rounds, both rows share it
+        lines += ["", f"added p50 c={lo} ÷ chat's, per round (each row against chat in the same round):"]
+        for row in rows:
+            if row.kind == "gatekeeper" and row.na is None and row.protocol != "chat":
+                pairs = zip(results.get((row.label, lo), []), results.get((chat.label, lo), []), strict=False)
+                per = [ratio(a["p50_ms"] - p50(row.baseline), b["p50_ms"] - p50(chat.baseline)) for a, b in pairs]
+                lines.append(f"- {row.label}: {', '.join(per)}")
     verdicts = []
     lines += [
         "",
