@@ -34,6 +34,7 @@ from gatekeeper.mcp.bounded_http import AnswerTooLarge, BoundedTransport
 from gatekeeper.mcp.names import unusable
 from gatekeeper.mcp.stdio import bounded_stdio
 from gatekeeper.observe import logs
+from gatekeeper.observe.redact import address_forms
 
 log = logs.get_logger(__name__)
 
@@ -378,15 +379,17 @@ def _secrets(config: McpServer) -> tuple[str, ...]:
     """What a server was given that no client may read back: its header values (and the token
     after a scheme: `Bearer <token>`), the values of its env variables named like a credential
     (`GITHUB_TOKEN`, `API_KEY`; not `NODE_ENV: production`, which would mangle every message
-    with that word), its URL (whole, its password, its query values, and its long path segments:
-    hosted servers put the key in the path, `/s/<key>/mcp`)."""
+    with that word), its URL (whole, its origin and `host:port` however an error spells them, its
+    password, its query values, and its long path segments: hosted servers put the key in the
+    path, `/s/<key>/mcp`)."""
     found: list[str] = []
     for value in config.headers.values():
         found += [value, value.partition(" ")[2]]
     found += [value for name, value in config.env.items() if _CREDENTIAL_NAME.search(name)]
     if config.url is not None:
         parts = urlsplit(config.url)
-        found += [config.url, parts.password or "", *(value for _, value in parse_qsl(parts.query))]
+        found += [config.url, *address_forms(config.url), parts.password or ""]
+        found += [value for _, value in parse_qsl(parts.query)]
         found += [segment for segment in parts.path.split("/") if len(segment) >= _PATH_SECRET]
     # Longest first, so a value is never half-replaced through a shorter one it contains.
     return tuple(sorted({s for s in found if len(s) >= _MIN_SECRET}, key=len, reverse=True))

@@ -64,6 +64,15 @@ def redact(text: str) -> str:
     return _QUERY_SECRET.sub(r"\g<name>***", _CREDENTIALS.sub(lambda m: f"{m['scheme']}***@", text))
 
 
+def address_forms(url: str) -> list[str]:
+    """How an error may spell where a server lives: its URL, its origin and its `host:port`,
+    each also JSON-escaped (`http:\\/\\/host`), without any user info."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    forms = [urlunsplit(parts._replace(netloc=netloc)).rstrip("/"), f"{parts.scheme}://{netloc}", netloc]
+    return forms + [form.replace("/", "\\/") for form in forms if "/" in form]
+
+
 def scrub(data: bytes, secrets: tuple[bytes, ...]) -> bytes:
     """`data` with every occurrence of each secret replaced by `***`: an upstream that echoes
     the credential the proxy sent for the operator (`Incorrect API key provided: sk-...`) must not

@@ -21,7 +21,7 @@ import orjson
 from gatekeeper.config import ModelRoute
 from gatekeeper.errors import ProxyError
 from gatekeeper.observe import logs, metrics
-from gatekeeper.observe.redact import redact
+from gatekeeper.observe.redact import address_forms, redact
 from gatekeeper.protocols import table as protocols
 from gatekeeper.protocols.base import Event
 from gatekeeper.server.upstream import UpstreamRequest, rate_limit_headers
@@ -151,8 +151,10 @@ def _upstream_error(route: ModelRoute, exc: Exception) -> ProxyError:
 
 
 def _scrubbed(route: ModelRoute, text: str) -> str:
-    """`text` without the operator's key, the route's api_base or its provider model id."""
-    for secret in (route.api_key, route.api_base, route.litellm_model):
+    """`text` without the operator's key, the route's api_base (its URL, origin or `host:port`)
+    or its provider model id."""
+    addresses = address_forms(route.api_base) if route.api_base else []
+    for secret in sorted([route.api_key, route.litellm_model, *addresses], key=lambda s: len(s or ""), reverse=True):
         if secret and len(secret) >= 4:
             text = text.replace(secret, "***")
     return redact(text)

@@ -464,6 +464,7 @@ async def forward(request: Request, method: str, path: str, body: dict[str, Any]
             "upstream_error",
         )
     passed = answer.passed_headers() | {"x-request-id": request_id}
-    if passed.get("content-type", "").lower().startswith("text/event-stream"):
+    # An error is read whole (and scrubbed, UpstreamAnswer.read), whatever type it says it is.
+    if answer.status_code < 400 and passed.get("content-type", "").lower().startswith("text/event-stream"):
         return StreamingResponse(answer.chunks(), status_code=answer.status_code, headers=passed)
     return Response(await answer.read(), status_code=answer.status_code, headers=passed)

@@ -23,7 +23,7 @@ What the pool keeps, whatever the client library:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -36,7 +36,7 @@ from yarl import URL
 from gatekeeper.config import Upstream as UpstreamSettings
 from gatekeeper.errors import ProxyError
 from gatekeeper.observe import logs, metrics
-from gatekeeper.observe.redact import redact, redact_url, scrub
+from gatekeeper.observe.redact import address_forms, redact, redact_url, scrub
 from gatekeeper.protocols.base import Event
 from gatekeeper.protocols.sse import SSEParser
 
@@ -124,14 +124,17 @@ class UpstreamAnswer(Protocol):
         """The answer's headers a client may see (hop-by-hop ones removed), lower-cased."""
 
     async def read(self) -> bytes:
-        """The whole body (capped; 502 when over, or when the transfer breaks); closes the answer."""
+        """The whole body (capped; 502 when over, or when the transfer breaks); closes the answer.
+        Without the operator's credentials, and an error (400 and up) without the upstream's
+        address either."""
 
     def events(self) -> AsyncIterator[list[Event]]:
-        """The body as server-sent events, one list per received chunk (capped: ProxyError)."""
+        """The body as server-sent events, one list per received chunk (capped: ProxyError),
+        scrubbed as `read` scrubs (an error event as an error)."""
 
     def chunks(self) -> AsyncIterator[bytes]:
-        """The raw body for a relay that does not read it: ends quietly at the cap or a broken
-        transfer, and closes the answer."""
+        """The raw body for a relay that does not read it (a tool-free 2xx stream: an error is
+        `read`): ends quietly at the cap or a broken transfer, and closes the answer."""
 
     async def aclose(self) -> None: ...
 
@@ -151,11 +154,12 @@ class ByteAnswer:
     """An answer whose body arrives as bytes (HTTP, or a mock): the one place the size cap and
     the SSE framing are applied, whatever reads it."""
 
-    __slots__ = ("limit", "secrets")
+    __slots__ = ("credentials", "limit", "secrets")
 
-    def __init__(self, limit: int, secrets: tuple[bytes, ...] = ()) -> None:
+    def __init__(self, limit: int, secrets: tuple[bytes, ...] = (), credentials: tuple[bytes, ...] = ()) -> None:
         self.limit = limit
-        self.secrets = secrets  # the operator's credentials and the upstream's address: never in an error body
+        self.secrets = secrets  # the operator's credentials and the upstream's address: never in an error
+        self.credentials = credentials  # the operator's credentials alone: never in any answer
 
     @property
     def status_code(self) -> int:
@@ -191,16 +195,29 @@ class ByteAnswer:
         finally:
             await self.aclose()
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        return scrub(body, self.secrets) if self.secrets and self.status_code >= 400 else body
+        return scrub(body, self.secrets if self.status_code >= 400 else self.credentials)
 
     async def events(self) -> AsyncIterator[list[Event]]:
         # A broken transfer (TransferError) reaches the relay, which ends the client's stream in error.
         parser = SSEParser()
+        clean = self._scrubbed if self.secrets else None
         async for chunk in self._capped("stream"):
             events = parser.feed(chunk)
             if events:
-                yield events
-        yield parser.finish()
+                yield events if clean is None else clean(events)
+        last = parser.finish()
+        yield last if clean is None else clean(last)
+
+    def _scrubbed(self, events: list[Event]) -> list[Event]:
+        """Events without the operator's credentials, and an error event (an upstream's
+        mid-stream `{"error": ...}`) without the upstream's address either."""
+        out = []
+        for event in events:
+            raw = event.data.encode()
+            error = event.event == "error" or b'"error"' in raw
+            cleaned = scrub(raw, self.secrets if error else self.credentials)
+            out.append(event if cleaned is raw else event._replace(data=cleaned.decode()))
+        return out
 
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
@@ -218,8 +235,14 @@ class PooledAnswer(ByteAnswer):
 
     __slots__ = ("_response",)
 
-    def __init__(self, response: aiohttp.ClientResponse, limit: int, secrets: tuple[bytes, ...] = ()) -> None:
-        super().__init__(limit, secrets)
+    def __init__(
+        self,
+        response: aiohttp.ClientResponse,
+        limit: int,
+        secrets: tuple[bytes, ...] = (),
+        credentials: tuple[bytes, ...] = (),
+    ) -> None:
+        super().__init__(limit, secrets, credentials)
         self._response = response
 
     @property
@@ -249,20 +272,20 @@ class PooledUpstream:
         self.base_url, self._basic = _without_userinfo(upstream.base_url)
         # What an echoing upstream's error must not show the client: the key and Basic credential
         # this proxy adds for the operator (a client's own key is the client's).
-        password = urlsplit(upstream.base_url).password
+        given = urlsplit(upstream.base_url)
         credentials = (
             upstream.api_key,
             self._basic and self._basic.removeprefix("Basic "),
-            password and unquote(password),
+            given.password and unquote(given.password),
+            given.username and unquote(given.username),
         )
         # Shorter values are placeholders (`EMPTY`, `none` for servers that check no key), and
-        # replacing them would mangle the error's own words. The upstream's own address goes too:
-        # an upstream that quotes it (a gateway's "cannot reach http://10.0.0.5:8000/v1") must not
-        # tell the client where it lives; longest first, so the URL goes whole before its origin.
-        parts = urlsplit(self.base_url)
-        address = (self.base_url.rstrip("/"), f"{parts.scheme}://{parts.netloc}")
-        found = [c for c in (*credentials, *address) if c and len(c) >= _SECRET_MIN]
-        self._secrets = tuple(c.encode() for c in sorted(set(found), key=len, reverse=True))
+        # replacing them would mangle the error's own words. The credentials go from every
+        # answer; the upstream's own address from errors too: an upstream that quotes it (a
+        # gateway's "cannot reach http://10.0.0.5:8000/v1", a Host it received) must not tell the
+        # client where it lives (a model's answer may name a public host: only errors lose it).
+        self._credentials = _longest_first(credentials)
+        self._secrets = _longest_first([*credentials, *address_forms(self.base_url)])
         self._shown = redact_url(upstream.base_url)  # what log lines say: never its credentials
         self.api_key = upstream.api_key
         self.max_response_bytes = upstream.max_response_bytes
@@ -350,7 +373,7 @@ class PooledUpstream:
             error = scrub(f"{type(exc).__name__}: {exc}".encode(), self._secrets).decode()
             log.warning("upstream_failed", upstream=self._shown, path=request.path, error=redact(error))
             raise _failed("unreachable", 502, "the upstream is unreachable") from None
-        return PooledAnswer(response, self.max_response_bytes, self._secrets)
+        return PooledAnswer(response, self.max_response_bytes, self._secrets, self._credentials)
 
     def _request(
         self, method: str, url: URL, headers: list[tuple[str, str]], content: bytes | None
@@ -358,6 +381,13 @@ class PooledUpstream:
         return self._session.request(
             method, url, headers=headers, data=content, allow_redirects=False, proxy=self._proxy
         )
+
+
+def _longest_first(values: Iterable[str | None]) -> tuple[bytes, ...]:
+    """The values worth scrubbing, longest first (a value is never half-replaced through a
+    shorter one it contains)."""
+    found = {v for v in values if v and len(v) >= _SECRET_MIN}
+    return tuple(v.encode() for v in sorted(found, key=len, reverse=True))
 
 
 def rate_limit_headers(headers: Mapping[str, str]) -> dict[str, str]:

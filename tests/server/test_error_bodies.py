@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import openai
 import pytest
 import structlog
 from conftest import make_profile, running_proxy, seed_store, settings_for
-from scripted import ScriptedServer, free_port
+from scripted import RawAnswer, RawUpstream, ScriptedServer, chat_chunk, chat_completion, free_port, sse
 
 from gatekeeper.rules.tiers import Tier
 
@@ -83,3 +84,71 @@ def test_an_upstream_that_quotes_its_own_address_in_an_error_does_not_tell_the_c
             error = refused(proxy)
     assert error.status_code == 503 and error.body["message"].startswith("overloaded: ***")
     assert str(upstream.port) not in shown(error)
+
+
+class Leaky:
+    """An upstream whose errors quote what the proxy sent it: the operator's key, its own URL
+    (plain and JSON-escaped) and its `host:port`, as a gateway in front of a model may."""
+
+    def __init__(self) -> None:
+        self.upstream = RawUpstream(self.answer)
+        self.kind = "json"
+
+    def quoted(self) -> str:
+        url = self.upstream.base_url
+        escaped = url.replace("/", "\\/")
+        return f"backend {url}/chat/completions at 127.0.0.1:{self.upstream.port} ({escaped}) for Bearer {OPERATOR_KEY}"
+
+    def answer(self, body: dict) -> RawAnswer:
+        error = {"error": {"message": self.quoted(), "type": "server_error"}}
+        if self.kind == "stream":  # one chunk, then the error in the stream, as vLLM and LiteLLM send it
+            return RawAnswer(sse(chat_chunk({"role": "assistant", "content": "Hel"}), error), 200, "text/event-stream")
+        if self.kind == "stream-500":
+            return RawAnswer(sse(error, done=False), 500, "text/event-stream")
+        if self.kind == "ok-with-key":
+            return RawAnswer(json.dumps(chat_completion({"content": f"your key is {OPERATOR_KEY}"})).encode())
+        return RawAnswer(json.dumps(error).encode(), 401)
+
+    def private(self) -> list[str]:
+        return [OPERATOR_KEY, str(self.upstream.port), "127.0.0.1"]
+
+
+def leaky_proxy(store_path, default_suite, leaky: Leaky):
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    upstream = {"base_url": leaky.upstream.base_url, "api_key": OPERATOR_KEY}
+    return running_proxy(settings_for(leaky.upstream.base_url, store_path, upstream=upstream))
+
+
+def test_an_error_in_the_middle_of_a_stream_names_no_key_and_no_address_on_every_route(store_path, default_suite):
+    leaky = Leaky()
+    leaky.kind = "stream"
+    with leaky.upstream, leaky_proxy(store_path, default_suite, leaky) as proxy:
+        seen = {}
+        for path, body in (
+            ("/v1/chat/completions", {"model": "m", "messages": HI, "stream": True}),
+            ("/v1/responses", {"model": "m", "input": "hi", "stream": True}),
+            ("/v1/messages", {"model": "m", "max_tokens": 5, "messages": HI, "stream": True}),
+        ):
+            answer = httpx.post(proxy.url + path, json=body, headers={"anthropic-version": "2023-06-01"}, timeout=30)
+            seen[path] = answer.text
+    for path, text in seen.items():
+        assert "error" in text and "***" in text, (path, text)
+        for private in leaky.private():
+            assert private not in text, (path, private, text)
+
+
+def test_a_tool_free_route_streams_no_error_with_the_key_and_a_plain_answer_never_carries_it(store_path, default_suite):
+    leaky = Leaky()
+    with leaky.upstream, leaky_proxy(store_path, default_suite, leaky) as proxy:
+        leaky.kind = "stream-500"
+        streamed = httpx.post(proxy.url + "/v1/completions", json={"model": "m", "prompt": "hi", "stream": True})
+        leaky.kind = "json"
+        error = refused(proxy)
+        leaky.kind = "ok-with-key"
+        client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="client-key", max_retries=0, timeout=60)
+        answer = client.chat.completions.create(model="m", messages=HI)
+    assert streamed.status_code == 500 and "***" in streamed.text
+    assert error.status_code == 401 and "***" in shown(error)
+    for private in leaky.private():
+        assert private not in streamed.text and private not in shown(error), private
+    assert answer.choices[0].message.content == "your key is ***"
