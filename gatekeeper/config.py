@@ -606,19 +606,19 @@ def load_settings(path: str | Path) -> Settings:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
+        raise ConfigError.in_file(path, f"cannot read: {exc.strerror or type(exc).__name__}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError.in_file(path, f"not valid YAML: {_yaml_problem(exc)}") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+        raise ConfigError.in_file(path, f"expected a mapping at the top level, got {type(raw).__name__}")
     try:
         settings = Settings.model_validate(_expand(raw, ""))
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError.in_file(path, str(exc)) from None
     except ValidationError as exc:
-        raise ConfigError(f"{path}: {describe_errors(exc)}") from None
+        raise ConfigError.in_file(path, describe_errors(exc)) from None
     base = path.resolve().parent
     updates = {
         key: base / value
@@ -628,10 +628,25 @@ def load_settings(path: str | Path) -> Settings:
     return settings.model_copy(update=updates)
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where the YAML breaks and how, without the lines PyYAML quotes (a config's line may hold
+    a key, and this message reaches the admin API and the log)."""
+    mark = getattr(exc, "problem_mark", None)
+    said = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+    what = ", ".join(part for part in said if part) or type(exc).__name__
+    return f"line {mark.line + 1}, column {mark.column + 1}: {what}" if mark is not None else what
+
+
 def describe_errors(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"] if p != "[key]")  # pydantic's marker of a bad dict key
+        loc = err["loc"]
+        # pydantic marks an error in a dict's key by `[key]` right after that key, which is also the
+        # error's input (`requires.1.[key]`: the key 1 is not a string); the marker is dropped, a
+        # key that is literally "[key]" (`required_tier.[key]`: its value is bad) is kept.
+        if len(loc) >= 2 and loc[-1] == "[key]" and loc[-2] == err.get("input"):
+            loc = loc[:-1]
+        where = ".".join(str(p) for p in loc)
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
         if err["type"] in ("literal_error", "enum") and isinstance(err["input"], str):
             msg += f", got {clip(err['input'])!r}"  # a choice's value: never a secret, so it may be shown

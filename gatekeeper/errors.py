@@ -61,10 +61,21 @@ class ConfigError(GatekeeperError):
     """The config file is invalid; the message names the key path."""
 
     message_limit = None
+    detail: str | None = None  # the problem without the file's path: what the admin API may show
+
+    @classmethod
+    def in_file(cls, path: object, problem: str, shown: str | None = None) -> ConfigError:
+        """`path: problem`; `detail` is `shown`, or `problem` when it names nothing internal."""
+        error = cls(f"{path}: {problem}")
+        error.detail = shown if shown is not None else problem
+        return error
 
 
 class StoreError(GatekeeperError):
     """The profile store cannot be written without destroying a file that is not a store."""
+
+    # What an HTTP API tells its caller: where the store lives and what is wrong with it are the log's.
+    shown = "the profile store cannot be changed now, nothing was changed (the log says why)"
 
 
 class WriteFenced(StoreError):

@@ -182,13 +182,14 @@ class Gatekeeper:
             settings = load_settings(path)
             old = self._snapshot
             if str(settings.store) != str(old.settings.store):
-                raise ConfigError(
-                    f"{path}: store: cannot change from {old.settings.store} to {settings.store} without a restart"
+                where = f"from {old.settings.store} to {settings.store}"
+                raise ConfigError.in_file(
+                    path, f"store: cannot change {where} without a restart", "store: cannot change without a restart"
                 )
             try:
                 snapshot = self._build(settings)
             except SuiteError as exc:
-                raise ConfigError(f"{path}: suite: {exc}") from None
+                raise ConfigError.in_file(path, f"suite: {exc}", "suite: cannot be loaded") from None
             self._snapshot = snapshot
             self._scheduler.limits = Limits.of(settings, snapshot.suite)
             self.drift.reconfigure(settings.drift)  # windows resized, demotions kept

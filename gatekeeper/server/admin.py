@@ -128,8 +128,9 @@ async def invalidate(request: Request) -> Response:
     model, effort = _pair(request)
     try:
         existed = request.app.state.gk.invalidate(model, effort)
-    except StoreError as exc:  # Redis unreachable: nothing was invalidated, say so
-        raise ProxyError(503, redact(str(exc)), "store_unavailable", "service_unavailable") from None
+    except StoreError as exc:  # Redis unreachable, a file that is no store: nothing was invalidated
+        log.error("store_unavailable", error=redact(str(exc)), action="invalidate")
+        raise ProxyError(503, StoreError.shown, "store_unavailable", "service_unavailable") from None
     return JSONResponse({"invalidated": profile_key(model, effort), "existed": existed})
 
 
@@ -143,7 +144,10 @@ async def reload(request: Request) -> Response:
     try:
         reload_config()
     except ConfigError as exc:
-        message = f"config refused, the previous one stays in force: {redact(str(exc))}"
+        # The file's path and the locations it names go to the log only (the admin's client may not
+        # be the host's operator); the problem itself is the caller's to fix.
+        log.warning("config_refused", error=redact(str(exc)))
+        message = f"config refused, the previous one stays in force: {redact(exc.detail or 'see the log')}"
         raise ProxyError(400, message, "invalid_config") from None
     return JSONResponse({"status": "reloading every worker" if fleet else "reloaded"})
 

@@ -152,3 +152,26 @@ def test_a_tool_free_route_streams_no_error_with_the_key_and_a_plain_answer_neve
     for private in leaky.private():
         assert private not in streamed.text and private not in shown(error), private
     assert answer.choices[0].message.content == "your key is ***"
+
+
+def test_the_admin_api_names_no_config_path_no_key_in_a_quoted_line_and_no_store_path(store_path, default_suite):
+    admin = {"Authorization": "Bearer admin-key-0123456789abcdef"}
+    config = store_path.with_name("private-gatekeeper.yaml")
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    settings = settings_for("http://127.0.0.1:9/v1", store_path, admin_key=admin["Authorization"][7:])
+    config.write_text(json.dumps(settings.model_dump(mode="json")))
+    with running_proxy(settings, config_path=config) as proxy, structlog.testing.capture_logs() as lines:
+        config.write_text(f'upstream:\n  api_key: "{OPERATOR_KEY}\nstore: x\n')  # an unclosed quote
+        broken = httpx.post(proxy.url + "/admin/reload", headers=admin, timeout=10)
+        config.write_text("upstream: {nope_key: 1}\n")
+        unknown = httpx.post(proxy.url + "/admin/reload", headers=admin, timeout=10)
+        store_path.write_text("not a store at all")  # a mistyped --store path is never replaced
+        invalidated = httpx.delete(proxy.url + "/admin/profiles/m@default", headers=admin, timeout=10)
+    assert broken.status_code == 400 and "not valid YAML: line 4, column 1" in broken.text
+    assert unknown.status_code == 400 and "upstream.nope_key: unknown key" in unknown.text
+    assert invalidated.status_code == 503 and "the profile store cannot be changed now" in invalidated.text
+    for answer in (broken, unknown, invalidated):
+        for private in (OPERATOR_KEY, str(config.parent), str(store_path)):
+            assert private not in answer.text, (private, answer.text)
+    logged = json.dumps([e for e in lines if e["event"] in ("config_refused", "store_unavailable")])
+    assert str(config) in logged and str(store_path) in logged and OPERATOR_KEY not in logged

@@ -232,7 +232,7 @@ class Console:
             # The cookie goes either way; say that a copy of it would still be accepted.
             log.error("console_sign_out_not_recorded", error=redact(str(exc)))
             response = self.refused(
-                503, f"the sign-out could not be recorded ({redact(str(exc))}); sign out again when the store is back"
+                503, "the sign-out could not be recorded (the store failed: the log says why); sign out again later"
             )
         else:
             log.info("console_signed_out", client=client_source(request))
@@ -302,8 +302,9 @@ class Console:
             return self.refused(400, "expected a MODEL@EFFORT key with an allowed effort")
         try:
             existed = request.app.state.gk.invalidate(*pair)
-        except StoreError as exc:  # Redis unreachable: nothing was invalidated, say so
-            return self.refused(503, redact(str(exc)))
+        except StoreError as exc:  # Redis unreachable, a file that is no store: nothing was invalidated
+            log.error("store_unavailable", error=redact(str(exc)), action="invalidate")
+            return self.refused(503, StoreError.shown)
         key = profile_key(*pair)
         log.info("console_invalidate", key=clip(key), existed=existed)
         return self.done(request, {"invalidated": key, "existed": existed})
