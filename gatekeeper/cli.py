@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
@@ -22,7 +23,7 @@ from gatekeeper.measuring.runner import DEFAULT_EFFORTS, RunSettings
 from gatekeeper.measuring.runner import Progress as MeasureProgress
 from gatekeeper.measuring.service import MeasurementService, ModelResult, shared_note
 from gatekeeper.observe import logs
-from gatekeeper.observe.redact import redact, redact_url
+from gatekeeper.observe.redact import clip, redact, redact_url
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.store import ProfileStore, open_store
 from gatekeeper.store.profile import Profile, check_effort
@@ -34,9 +35,12 @@ app.add_typer(suite_app, name="suite")
 # soft_wrap: an error stays one line ("FILE: why") at any terminal width, as scripts grep it.
 # markup=False on every console: what is printed is data (model names, paths, patterns, JSON
 # paths, `pip install 'gatekeeper[redis]'`) and is shown as written; rich would read `[/x]` in a
-# model name as a closing tag (a crash) and `[redis]` as a style (eaten). Styles are given as
-# `Text` spans (`_error`, `_bold`), never as markup in a string.
-err = Console(stderr=True, soft_wrap=True, markup=False)
+# model name as a closing tag (a crash) and `[redis]` as a style (eaten). emoji=False likewise:
+# rich turns `:robot:` in `ft:gpt-4o-mini:acme:robot:9o1eNlSa` into an emoji (markup=False does
+# not stop it); highlight=False: no part of a name is coloured as if it were a number or a URL.
+# Styles are given as `Text` spans (`_error`, `_bold`), never as markup in a string; data is
+# passed through `_shown` (control characters escaped).
+err = Console(stderr=True, soft_wrap=True, markup=False, emoji=False, highlight=False)
 
 if TYPE_CHECKING:
     from gatekeeper.core.gatekeeper import Gatekeeper
@@ -45,19 +49,42 @@ if TYPE_CHECKING:
 def _stdout() -> Console:
     """A table on a terminal fits its width; piped (a script, a file) it is never cut: rich's
     default of 80 columns there cut `model@effort` keys to "m-a@…"."""
-    return Console(markup=False) if sys.stdout.isatty() else Console(width=_PIPED_WIDTH, markup=False)
+    width = None if sys.stdout.isatty() else _PIPED_WIDTH
+    return Console(width=width, markup=False, emoji=False, highlight=False)
 
 
 _PIPED_WIDTH = 1000  # wider than any row: a table takes only the width its cells need
+# What is printed comes from the operator's own store, config and backend: shown whole, the cap
+# only stops a runaway value (clip's own default, 256, would cut a long path or error).
+_SHOWN_LIMIT = 10_000
+
+
+def _shown(text: object) -> str:
+    """`text` as the terminal may show it: control characters escaped visibly (`\\u001b`), where
+    rich would drop `\\r` and BEL silently and let ESC (a colour, a cursor move) through."""
+    return clip(text, _SHOWN_LIMIT)
+
+
+def _shown_url(url: str) -> str:
+    """`url` for a message, without its credentials: redact_url, and for a URL too malformed to
+    parse (`redis://:p[/x]@host`), whose password may hold the `/` that redact's pattern stops
+    at, everything between `://` and the last `@` hidden."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        try:
+            urlsplit(url)
+        except ValueError:
+            return _shown(f"{scheme}://***@{rest.rpartition('@')[2]}")
+    return _shown(redact_url(url))
 
 
 def _error(message: str) -> None:
     """`error: <message>` on stderr, the message shown exactly as written (credentials redacted)."""
-    err.print(Text.assemble(("error:", "red"), " ", redact(message)), highlight=False)
+    err.print(Text.assemble(("error:", "red"), " ", _shown(redact(message))))
 
 
 def _bold(before: str, value: str, after: str = "") -> Text:
-    return Text.assemble(before, (value, "bold"), after)
+    return Text.assemble(_shown(before), (_shown(value), "bold"), _shown(after))
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -79,6 +106,9 @@ def _store(location: str | Path) -> ProfileStore:
         return open_store(location, listen=False)
     except GatekeeperError as exc:  # a Redis store without the extra, an unknown scheme: said, not a traceback
         _fail(str(exc), 1)
+        raise
+    except ValueError as exc:  # a URL the Redis client cannot parse (`redis://h:9[/x]/0`: "Invalid IPv6 URL")
+        _fail(f"{_shown_url(str(location))}: not a usable store location: {exc}", 1)
         raise
 
 
@@ -144,6 +174,7 @@ def bench(
     update = {k: v for k, v in overrides.items() if v is not None}
     if update:
         settings = settings.model_copy(update={"bench": settings.bench.model_copy(update=update)})
+    _check_url(base_url or settings.upstream.base_url, "--base-url" if base_url else "upstream.base_url")
     service = MeasurementService(
         settings,
         _suite(suite or settings.suite),
@@ -161,6 +192,16 @@ def bench(
         _print_results(results, service)
     if failed:
         raise typer.Exit(1)
+
+
+def _check_url(url: str, option: str) -> None:
+    """Fail with `option URL: not a valid URL` before any work, not with httpx's traceback later."""
+    import httpx
+
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        _fail(f"{option} {_shown_url(url)}: not a valid URL: {exc}")
 
 
 async def _bench(
@@ -187,7 +228,7 @@ async def _bench(
         for model in models or []:
             live = MeasureProgress(model)
             budget = sum(len(t.all_steps) for t in service.suite.tests) * service.run_settings().samples
-            tasks = {e: progress.add_task(f"{model}@{e}", total=budget) for e in efforts}
+            tasks = {e: progress.add_task(_shown(f"{model}@{e}"), total=budget) for e in efforts}
 
             advance = _advancer(progress, tasks, live, model, budget)
             try:
@@ -206,14 +247,13 @@ async def _bench(
                 progress.update(task, description=_live_line(f"{model}@{effort}", report), completed=calls, total=calls)
             for level, cheaper in result.skipped.items():
                 err.print(
-                    f"{model}@{level}: stopped early (--recommend-only): {cheaper} is cheaper and certified large; "
-                    "no profile stored for it",
-                    highlight=False,
+                    _shown(
+                        f"{model}@{level}: stopped early (--recommend-only): {cheaper} is cheaper and certified "
+                        "large; no profile stored for it"
+                    )
                 )
             for level, other in result.shared.items():
-                err.print(
-                    f"{model}@{level}: {shared_note(other)}; no calls of its own past its first round", highlight=False
-                )
+                err.print(_shown(f"{model}@{level}: {shared_note(other)}; no calls of its own past its first round"))
             for level, reason in result.inconclusive.items():
                 failed = True
                 _error(f"{model}@{level}: inconclusive, no profile stored: {reason}")
@@ -249,7 +289,7 @@ def _live_line(label: str, report: dict[str, dict[str, Any]]) -> str:
         if r["state"] == "open":
             part += f", ~{r['needed']} more" if r["needed"] is not None else ", out of reach"
         parts.append(part)
-    return f"{label}  " + " | ".join(parts) if parts else label
+    return _shown(f"{label}  " + " | ".join(parts) if parts else label)
 
 
 def _print_results(results: list[ModelResult], service: MeasurementService) -> None:
@@ -261,21 +301,18 @@ def _print_results(results: list[ModelResult], service: MeasurementService) -> N
         out.print(_profile_table(result.profiles, title=result.model))
         for profile in result.profiles:
             for line in _decision(profile, run, result.categories.get(profile.reasoning_effort)):
-                out.print(line, highlight=False)
+                out.print(_shown(line))
         note = f" ({result.note})" if result.note else ""
-        out.print(_bold(f"recommended effort for {result.model}: ", str(result.recommended), note), highlight=False)
+        if result.recommended is None:  # runner.recommend: `default` sends no effort, so is never recommended
+            out.print(_shown(f"no effort recommended for {result.model}: no explicit level was measured"))
+        else:
+            out.print(_bold(f"recommended effort for {result.model}: ", result.recommended, note))
         if result.calls_saved:
-            out.print(
-                f"sequential stopping saved {result.calls_saved} of {result.calls + result.calls_saved} calls",
-                highlight=False,
-            )
+            out.print(f"sequential stopping saved {result.calls_saved} of {result.calls + result.calls_saved} calls")
         for effort, why in result.uneven_errors.items():
-            out.print(f"[yellow]warning[/yellow] {result.model}@{effort}: {why}", highlight=False)
+            out.print(Text.assemble(("warning", "yellow"), _shown(f" {result.model}@{effort}: {why}")))
         if result.seed is not None:
-            out.print(
-                f"tests and instances drawn with instanceSeed {result.seed} (replay: --seed {result.seed})",
-                highlight=False,
-            )
+            out.print(f"tests and instances drawn with instanceSeed {result.seed} (replay: --seed {result.seed})")
 
 
 def _decision(profile: Profile, run: RunSettings, report: dict[str, dict[str, Any]] | None = None) -> list[str]:
@@ -319,7 +356,7 @@ def _decision(profile: Profile, run: RunSettings, report: dict[str, dict[str, An
 
 
 def _profile_table(profiles: list[Profile], title: str | None = None, suite: Suite | None = None) -> Table:
-    table = Table(title=title)
+    table = Table(title=None if title is None else _shown(title))
     for column in (
         "profile",
         "tier",
@@ -350,7 +387,7 @@ def _profile_table(profiles: list[Profile], title: str | None = None, suite: Sui
         ]
         if suite is not None:
             row.append("yes" if p.is_valid_for(suite) else "no (stale)")
-        table.add_row(*row)
+        table.add_row(*map(_shown, row))
     return table
 
 
@@ -381,9 +418,8 @@ def serve(
         raise
     if workers > 1 and config is not None:
         err.print(
-            f"gatekeeper serving on http://{host}:{port}/v1 with {workers} workers -> "
-            f"{redact_url(settings.upstream.base_url)}",
-            highlight=False,
+            _shown(f"gatekeeper serving on http://{host}:{port}/v1 with {workers} workers -> ")
+            + _shown_url(settings.upstream.base_url)
         )
         fleet.serve(config, host, port, workers)
         return
@@ -394,10 +430,7 @@ def serve(
         raise
     with gk:  # serve created it, serve closes it
         _reload_on_sighup(gk)
-        err.print(
-            f"gatekeeper serving on http://{host}:{port}/v1 -> {redact_url(settings.upstream.base_url)}",
-            highlight=False,
-        )
+        err.print(_shown(f"gatekeeper serving on http://{host}:{port}/v1 -> ") + _shown_url(settings.upstream.base_url))
         served = create_app(gk)
         settle_heap()
         uvicorn.run(
@@ -443,20 +476,22 @@ def store_copy(
     target: str = typer.Argument(..., help="A store file path or redis://[:password@]host:port/db."),
 ) -> None:
     """Copy every profile and recommendation from SOURCE to TARGET (migration, backup)."""
-    from gatekeeper.store import copy_profiles, open_store
+    from gatekeeper.store import copy_profiles
 
     logs.configure("warning", json=False)
+    src = _store(source)
     try:
-        src, dst = open_store(source, listen=False), open_store(target, listen=False)
+        dst = _store(target)
         try:
             copied = copy_profiles(src, dst)
         finally:
-            src.close()
             dst.close()
     except GatekeeperError as exc:
         _fail(str(exc), 1)
         raise
-    typer.echo(f"copied {copied} profiles from {redact_url(source)} to {redact_url(target)}")
+    finally:
+        src.close()
+    typer.echo(f"copied {copied} profiles from {_shown_url(source)} to {_shown_url(target)}")
 
 
 @app.command()
@@ -497,7 +532,7 @@ def profiles(
     out = _stdout()
     out.print(_profile_table(list(data.profiles.values()), suite=current))
     for model, level in data.recommendations.items():
-        out.print(f"recommended effort for {model}: {level}")
+        out.print(_shown(f"recommended effort for {model}: {level}"))
     if drift is not None:
         out.print(_drift_table(drift))
 
@@ -507,13 +542,28 @@ def _live_drift(proxy: str, admin_key: str | None) -> dict[str, Any]:
     import httpx
 
     url = proxy.rstrip("/") + "/admin/drift"
+    shown = _shown_url(url)
+    if not admin_key:  # the admin API is mounted only with a key, and always asks for it
+        _fail(
+            f"--proxy {_shown_url(proxy)}: the proxy's admin API needs its admin key: give --admin-key, "
+            "GATEKEEPER_ADMIN_KEY or admin_key in --config",
+            1,
+        )
     try:
-        answer = httpx.get(url, headers={"authorization": f"Bearer {admin_key or ''}"}, timeout=10)
+        answer = httpx.get(url, headers={"authorization": f"Bearer {admin_key}"}, timeout=10)
+    except httpx.InvalidURL as exc:  # not an HTTPError: a URL httpx cannot parse (`http://h:99999[/x]`)
+        _fail(f"--proxy {_shown_url(proxy)}: not a valid URL: {exc}", 1)
+        raise
     except httpx.HTTPError as exc:
-        _fail(f"{url}: cannot reach the proxy: {exc}", 1)
+        _fail(f"{shown}: cannot reach the proxy: {exc}", 1)
+        raise
     if answer.status_code != 200:
-        _fail(f"{url}: HTTP {answer.status_code}: {answer.text[:300]}", 1)
-    pairs: dict[str, Any] = answer.json()["pairs"]
+        _fail(f"{shown}: HTTP {answer.status_code}: {answer.text[:300]}", 1)
+    try:
+        pairs: dict[str, Any] = answer.json()["pairs"]
+    except (ValueError, KeyError, TypeError) as exc:  # something else answers there: not gatekeeper's admin API
+        _fail(f"{shown}: not a gatekeeper admin API answer (expected a JSON object with 'pairs'): {exc!r}", 1)
+        raise
     return pairs
 
 
@@ -545,7 +595,8 @@ def _drift_table(pairs: dict[str, Any]) -> Table:
             state = f"drifting ({pair['source']}: not demoted)"
         else:
             state = "ok"
-        table.add_row(key, f"{pair['tier']} ({pair['source']})", str(pair["window"]["calls"]), *cells, state)
+        row = [key, f"{pair['tier']} ({pair['source']})", str(pair["window"]["calls"]), *cells, state]
+        table.add_row(*map(_shown, row))
     return table
 
 
@@ -557,7 +608,7 @@ def suite_validate(directory: Path = typer.Argument(DEFAULT_SUITE_DIR)) -> None:
     except GatekeeperError as exc:
         _fail(str(exc), 1)
     counts = {c: len(loaded.by_category(c)) for c in ("instruction", "json", "toolCalling")}
-    typer.echo(f"{directory}: {len(loaded.tests)} tests valid ({counts}), hash {loaded.hash}")
+    typer.echo(_shown(f"{directory}: {len(loaded.tests)} tests valid ({counts}), hash {loaded.hash}"))
 
 
 @suite_app.command("hash")
@@ -581,7 +632,7 @@ def tools(
     which requirement); with `routing:`, where a request offering all of them is sent."""
     from gatekeeper.core.gatekeeper import Gatekeeper
     from gatekeeper.core.resolver import Resolution
-    from gatekeeper.rules.requirements import PairPolicy, describe_minimums
+    from gatekeeper.rules.requirements import PairPolicy, describe_minimums, unmet
     from gatekeeper.store.profile import profile_key
 
     settings = _settings(config)
@@ -594,7 +645,8 @@ def tools(
         raise
     resolution = found or Resolution(settings.unknown_tier, "unmeasured", profile_key(model, effort))
     tier = resolution.tier
-    names = list(dict.fromkeys([*settings.tools.required_tier, *settings.tools.requires]))
+    rules = settings.tools
+    names = list(dict.fromkeys([*rules.required_tier, *rules.requires]))
     if tools_file:
         try:
             names = [t["function"]["name"] for t in json.loads(tools_file.read_text())]
@@ -602,24 +654,31 @@ def tools(
             _fail(f"{tools_file}: expected a JSON array of OpenAI tools: {exc}")
     policy = PairPolicy(gk.policy, gk.requirements, gk.capability(resolution).bounds)
     out = _stdout()
-    out.print(_bold(f"{model}@{effort or 'default'}: tier ", tier.value, f" ({resolution.source})"), highlight=False)
+    out.print(_bold(f"{model}@{effort or 'default'}: tier ", tier.value, f" ({resolution.source})"))
     table = Table()
     for column in ("tool", "requires", "visible"):
         table.add_column(column)
     for name in names:
-        required = gk.policy.required_tier(name)
-        minimums = gk.requirements.of(name)
+        if tools_file is None and any(c in name for c in "*?["):
+            # A pattern rule's row shows the rule's own figures: looked up as a tool name, its text
+            # would not match itself (`tool[ab]*` matches `toola`, not `tool[ab]*`).
+            required = rules.required_tier.get(name, rules.default_tier)
+            minimums = {str(c): m for c, m in rules.requires.get(name, {}).items()}
+            reasons = [f"tier {tier.value} < {required.value}"] if not tier.allows(required) else []
+            why = "; ".join(reasons + unmet(minimums, policy.bounds)) or None
+        else:
+            required, minimums = gk.policy.required_tier(name), gk.requirements.of(name)
+            why = policy.why_hidden(tier, name)
         needs = required.value + (f"; {describe_minimums(minimums)}" if minimums else "")
-        why = policy.why_hidden(tier, name)
-        table.add_row(name, needs, "yes" if why is None else f"hidden: {why}")
-    default = settings.tools.default_tier
+        table.add_row(*map(_shown, (name, needs, "yes" if why is None else f"hidden: {why}")))
+    default = rules.default_tier
     hidden = f"hidden: tier {tier.value} < {default.value}"
     table.add_row("(any other tool)", default.value, "yes" if tier.allows(default) else hidden)
     out.print(table)
     if settings.routing is not None and names:
         route = gk.route_resolved(resolution, names, measure=False)
         where = f"{route.pair} ({route.reason}, tier {route.resolution.tier.value})" if route.routed else "not routed"
-        out.print(f"routing: a request offering all of these tools goes to {where}")
+        out.print(_shown(f"routing: a request offering all of these tools goes to {where}"))
     gk.close()
 
 

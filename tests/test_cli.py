@@ -9,10 +9,11 @@ import subprocess
 import sys
 
 import openai
-from conftest import ROOT, make_profile, seed_store, wait_serving
+from conftest import ROOT, make_profile, measuring_upstream, seed_store, wait_serving
 from scripted import ScriptedServer, free_port
 
 from gatekeeper.rules.tiers import Tier
+from gatekeeper.store import JsonFileStore
 from gatekeeper.suite.loader import suite_hash
 
 
@@ -226,3 +227,198 @@ def test_tools_and_profiles_show_bracketed_names_paths_and_patterns_as_written(t
     missing = gk("suite", "validate", str(folder / "[/nope]"))
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     assert "[red]store[b]" in missing.stderr and "[/nope]" in missing.stderr, missing.stderr
+
+
+# -- ... nor emoji codes, nor control characters, nor a malformed URL ---------------------------
+
+SMILE = "a:smile:b"  # rich's emoji codes: `:smile:` would print as 😄
+FINE_TUNE = "ft:gpt-4o-mini:acme:robot:9o1eNlSa"  # a real fine-tune id: `:robot:` would print as 🤖
+CONTROL = "ctl\rX\x1b[31mRED\x07"  # \r and BEL dropped by rich, ESC a colour on the terminal
+CONTROL_SHOWN = "ctl\\u000dX\\u001b[31mRED\\u0007"
+
+
+def no_emoji(text: str) -> bool:
+    return "\N{SMILING FACE WITH OPEN MOUTH AND SMILING EYES}" not in text and "\N{ROBOT FACE}" not in text
+
+
+def test_profiles_show_emoji_codes_in_model_names_as_written(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    profiles = [make_profile(m, Tier.MEDIUM, default_suite, effort="low") for m in (SMILE, FINE_TUNE)]
+    JsonFileStore(store).save(profiles, {SMILE: "low", FINE_TUNE: "low"})
+    done = gk("profiles", "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    assert f" {SMILE}@low " in done.stdout and f" {FINE_TUNE}@low " in done.stdout
+    assert f"recommended effort for {SMILE}: low" in done.stdout
+    assert f"recommended effort for {FINE_TUNE}: low" in done.stdout
+    assert no_emoji(done.stdout)
+
+
+def test_profiles_escape_control_characters_in_model_names(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    seed_store(store, make_profile(CONTROL, Tier.MEDIUM, default_suite))
+    done = gk("profiles", "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    assert f" {CONTROL_SHOWN}@default " in done.stdout
+    assert not any(c in done.stdout for c in "\r\x1b\x07")
+
+
+def test_bench_prints_emoji_codes_and_control_characters_in_model_names_as_written(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    with measuring_upstream(default_suite, models=(FINE_TUNE,)) as upstream:
+        config = tmp_path / "gatekeeper.yaml"
+        config.write_text(
+            f'store: "{store}"\nupstream: {{base_url: "{upstream.base_url}"}}\n'
+            "bench: {risk: 1, max_retries: 0, retry_after_s: 0.1, timeout_s: 20}\n"
+        )
+        done = gk("bench", FINE_TUNE, CONTROL, "--config", str(config), "--effort", "default", "--samples", "1")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for shown in (FINE_TUNE, CONTROL_SHOWN):
+        assert shown in [line.strip() for line in lines]  # the table's title
+        assert any(line.startswith(f"{shown}@default: certified large") for line in lines)
+        # `default` sends no effort field, so it is never a recommendation: said, not "None"
+        assert f"no effort recommended for {shown}: no explicit level was measured" in lines
+        assert f"{shown}@default" in done.stderr  # the progress lines
+    assert "None" not in done.stdout
+    assert no_emoji(done.stdout + done.stderr)
+    assert not any(c in done.stdout + done.stderr for c in "\r\x07") and "\x1b[31m" not in done.stdout
+
+
+def test_bench_warning_is_styled_not_printed_as_markup_tags(capsys, default_suite):
+    from types import SimpleNamespace
+
+    from gatekeeper.cli import _print_results
+    from gatekeeper.measuring.runner import RunSettings
+    from gatekeeper.measuring.service import ModelResult
+
+    profile = make_profile(FINE_TUNE, Tier.LARGE, default_suite, effort="low")
+    result = ModelResult(FINE_TUNE, [profile], recommended="low", uneven_errors={"low": "retries [/x] :smile:"})
+    _print_results([result], SimpleNamespace(run_settings=RunSettings))  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert f"warning {FINE_TUNE}@low: retries [/x] :smile:" in out.splitlines()
+    assert "[yellow]" not in out and no_emoji(out)
+
+
+def test_tools_show_each_pattern_rule_with_its_own_tier_and_minimums(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    seed_store(store, make_profile(FINE_TUNE, Tier.MEDIUM, default_suite))
+    config = tmp_path / "gatekeeper.yaml"
+    config.write_text(
+        f'store: "{store}"\nupstream: {{base_url: "http://127.0.0.1:9/v1"}}\n'
+        'tools:\n  required_tier: {"tool[ab]*": large, "files[0]": medium, "say:smile:": large}\n'
+        '  requires: {"x[bold]y": {json: 0.5}}\n'
+    )
+    done = gk("tools", FINE_TUNE, "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert f"{FINE_TUNE}@default: tier medium (measured)" in done.stdout
+    rows = {
+        cells[0]: cells[1:]
+        for line in done.stdout.splitlines()
+        if len(cells := [c.strip() for c in line.split("│")[1:-1]]) == 3
+    }
+    assert rows["tool[ab]*"] == ["large", "hidden: tier medium < large"]
+    assert rows["files[0]"] == ["medium", "yes"]
+    assert rows["say:smile:"] == ["large", "hidden: tier medium < large"]
+    assert rows["x[bold]y"] == ["small; json >= 0.5", "hidden: json >= 0.5 (not measured)"]
+    assert no_emoji(done.stdout)
+
+
+def test_a_config_key_spelled_like_pydantics_key_marker_is_named_in_the_error(tmp_path):
+    config = tmp_path / "gatekeeper.yaml"
+    config.write_text('tools:\n  required_tier: {"[key]": bogus}\n  requires: {1: {json: 0.5}}\n')
+    done = gk("tools", "m", "--config", str(config))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "tools.required_tier.[key]: Input should be 'small', 'medium' or 'large', got 'bogus'" in done.stderr
+    assert "tools.requires.1: Input should be a valid string" in done.stderr  # a bad key: its marker dropped
+
+
+def test_a_malformed_store_url_is_an_error_line_without_its_password(tmp_path):
+    done = gk("profiles", "--store", "redis://h:9[/x]/0")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr == "error: redis://h:9[/x]/0: not a usable store location: Invalid IPv6 URL\n"
+    copied = gk("store", "copy", "redis://:p[/x]@127.0.0.1:9/0", str(tmp_path / "out.json"))
+    assert copied.returncode == 1 and "Traceback" not in copied.stderr
+    assert copied.stderr == "error: redis://***@127.0.0.1:9/0: not a usable store location: Invalid IPv6 URL\n"
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_bench_refuses_a_malformed_base_url_before_any_work(tmp_path):
+    done = gk(
+        "bench", "m", "--effort", "default", "--store", str(tmp_path / "p.json"), "--base-url", "http://h:99999[/x]/v1"
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr == "error: --base-url http://h:99999[/x]/v1: not a valid URL: Invalid port: '99999['\n"
+    assert not (tmp_path / "p.json").exists()
+
+
+def answering_proxy(body: str, media_type: str = "application/json"):
+    """A server answering `GET /admin/drift` 200 with `body`."""
+    from scripted import ThreadedServer
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    async def drift(request):
+        return Response(body, media_type=media_type)
+
+    return ThreadedServer(Starlette(routes=[Route("/admin/drift", drift)]))
+
+
+def test_profiles_proxy_refuses_a_malformed_url_a_missing_key_and_an_answer_that_is_not_json(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    seed_store(store, make_profile("m", Tier.MEDIUM, default_suite))
+    env = {k: v for k, v in os.environ.items() if k != "GATEKEEPER_ADMIN_KEY"} | {"COLUMNS": "200"}
+    malformed = gk("profiles", "--store", str(store), "--proxy", "http://h:99999[/x]", "--admin-key", "k", env=env)
+    assert malformed.returncode == 1 and "Traceback" not in malformed.stderr
+    assert malformed.stderr == "error: --proxy http://h:99999[/x]: not a valid URL: Invalid port: '99999['\n"
+    keyless = gk("profiles", "--store", str(store), "--proxy", "http://127.0.0.1:9", env=env)
+    assert keyless.returncode == 1 and "Illegal header" not in keyless.stderr
+    assert keyless.stderr.startswith("error: --proxy http://127.0.0.1:9: the proxy's admin API needs its admin key")
+    with answering_proxy("<html>[/x] not json</html>", "text/html") as other:
+        url = f"http://u:secret@127.0.0.1:{other.port}"
+        done = gk("profiles", "--store", str(store), "--proxy", url, "--admin-key", "k", env=env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr and "secret" not in done.stderr
+    assert done.stderr.startswith(
+        f"error: http://***@127.0.0.1:{other.port}/admin/drift: not a gatekeeper admin API answer"
+    )
+
+
+def test_profiles_proxy_drift_table_shows_pair_keys_and_reasons_as_written(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    seed_store(store, make_profile(FINE_TUNE, Tier.MEDIUM, default_suite))
+    pair = {
+        "tier": "small",
+        "source": "drift",
+        "window": {"calls": 3},
+        "rates": {"notOffered": {"count": 2, "score": 1.5, "threshold": 1.0, "ceiling": None}},
+        "demoted": {"fromTier": "medium", "toTier": "small", "reason": "json [/x] :smile: \x1b[31mred"},
+        "drifting": True,
+    }
+    with answering_proxy(json.dumps({"pairs": {f"{FINE_TUNE}@default": pair}})) as proxy:
+        done = gk("profiles", "--store", str(store), "--proxy", f"http://127.0.0.1:{proxy.port}", "--admin-key", "k")
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if "demoted" in line)
+    assert f" {FINE_TUNE}@default " in row
+    assert "demoted medium -> small for everyone: json [/x] :smile: \\u001b[31mred" in row
+    assert no_emoji(done.stdout) and "\x1b" not in done.stdout
+
+
+def test_serve_start_line_shows_the_upstream_url_as_written_without_its_password(tmp_path):
+    config = tmp_path / "gatekeeper.yaml"
+    config.write_text(
+        f'store: "{tmp_path / "p.json"}"\nupstream: {{base_url: "http://u:secret@127.0.0.1:9/:robot:/v1"}}\n'
+    )
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gatekeeper", "serve", "--config", str(config), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_serving(f"http://127.0.0.1:{port}/healthz", proc, timeout_s=20)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    assert f"gatekeeper serving on http://127.0.0.1:{port}/v1 -> http://***@127.0.0.1:9/:robot:/v1" in err.splitlines()
+    assert "secret" not in err and no_emoji(err)
