@@ -421,7 +421,7 @@ def serve(
             _shown(f"gatekeeper serving on http://{host}:{port}/v1 with {workers} workers -> ")
             + _shown_url(settings.upstream.base_url)
         )
-        fleet.serve(config, host, port, workers)
+        fleet.serve(config, host, port, workers, settings)
         return
     try:
         gk = Gatekeeper(settings, config_path=config)

@@ -33,7 +33,11 @@ CALLS_FORWARDED = Counter(
     registry=REGISTRY,
 )
 SERVER_UP = Gauge(
-    "gatekeeper_mcp_server_up", "1 while the MCP server is connected and listed", ["server"], registry=REGISTRY
+    "gatekeeper_mcp_server_up",
+    "1 while the MCP server is connected and listed (under serve --workers: by every live worker)",
+    ["server"],
+    registry=REGISTRY,
+    multiprocess_mode="livemin",  # one value per server across workers; a stopped worker's is dropped
 )
 LIST_CHANGED = Counter(
     "gatekeeper_mcp_list_changed",

@@ -33,7 +33,7 @@ from typing import Any
 from starlette.applications import Starlette
 
 from gatekeeper.config import Settings, load_settings
-from gatekeeper.errors import ConfigError
+from gatekeeper.errors import ConfigError, SuiteError
 from gatekeeper.observe import logs
 from gatekeeper.store.schemes import scheme_of
 
@@ -44,10 +44,20 @@ _READY_S = 60  # how long a replacement worker may take to start serving before 
 log = logs.get_logger(__name__)
 
 
+def max_workers() -> int:
+    """The most workers `serve` starts: 4 per core (more only queue for the cores, each taking a
+    full process's memory and its own upstream pool)."""
+    return 4 * (os.cpu_count() or 1)
+
+
 def check_fleet(settings: Settings, workers: int) -> None:
     """Refuse N > 1 workers on a store that cannot make them one gateway (ConfigError says why)."""
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
+    if workers > max_workers():
+        raise ConfigError(
+            f"--workers {workers}: at most {max_workers()} on this machine ({os.cpu_count() or 1} cores, 4 per core)"
+        )
     scheme = scheme_of(str(settings.store))
     if workers > 1 and not (scheme is not None and scheme.shared and scheme.demotions is not None):
         raise ConfigError(
@@ -57,9 +67,11 @@ def check_fleet(settings: Settings, workers: int) -> None:
         )
 
 
-def serve(config: Path, host: str, port: int, workers: int) -> None:
+def serve(config: Path, host: str, port: int, workers: int, settings: Settings | None = None) -> None:
     """Run `workers` processes on `host:port` under uvicorn's supervisor until SIGINT/SIGTERM."""
     import uvicorn
+
+    settings = settings or load_settings(config)
 
     os.environ[CONFIG_ENV] = str(config.resolve())
     # Each run its own directory: counters of an earlier run must not be summed into this one's.
@@ -73,7 +85,10 @@ def serve(config: Path, host: str, port: int, workers: int) -> None:
             port=port,
             log_level="warning",
             access_log=False,
-            timeout_graceful_shutdown=10,
+            # A worker that stops (a reload replaces it, SIGTERM) first finishes its requests, as
+            # one worker does: the longest a request may wait for a measurement and then for the
+            # upstream's silence (an answer streaming past that is cut).
+            timeout_graceful_shutdown=int(settings.wait_timeout_s + settings.upstream.timeout_s) + 1,
             timeout_worker_healthcheck=_READY_S,
             proxy_headers=False,  # as one worker: forwarded headers are gatekeeper's to believe (server/throttle.py)
         )
@@ -103,6 +118,10 @@ def app() -> Starlette:
                 yield
         finally:
             gk.close()
+            if os.environ.get(METRICS_ENV):  # its live gauges (an MCP server up) leave the fleet's values
+                from prometheus_client import multiprocess
+
+                multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
     served.router.lifespan_context = lifespan
     settle_heap()
@@ -110,9 +129,17 @@ def app() -> Starlette:
 
 
 def reload_fleet() -> None:
-    """Check the config as this worker would load it (a bad one raises ConfigError and nothing
-    changes), then ask the supervisor to replace every worker, one at a time (uvicorn's SIGHUP:
-    each replacement reads the config and serves before the worker it replaces stops)."""
-    load_settings(os.environ[CONFIG_ENV])
+    """Check the config as a new worker would load it, its suite included (a bad one raises
+    ConfigError and nothing changes), then ask the supervisor to replace every worker, one at a
+    time (uvicorn's SIGHUP: each replacement reads the config and serves before the worker it
+    replaces stops)."""
+    from gatekeeper.suite.loader import load_suite
+
+    path = os.environ[CONFIG_ENV]
+    settings = load_settings(path)
+    try:
+        load_suite(settings.suite)
+    except SuiteError as exc:
+        raise ConfigError.in_file(path, f"suite: {exc}", "suite: cannot be loaded") from None
     os.kill(os.getppid(), signal.SIGHUP)
     log.info("fleet_reload_requested", supervisor=os.getppid())

@@ -169,3 +169,47 @@ def test_several_workers_on_a_file_store_are_refused(upstream, tmp_path):
     )
     assert done.returncode != 0
     assert "not shared by processes" in done.stderr and "redis://" in done.stderr
+
+
+def test_a_config_whose_suite_cannot_load_reloads_no_worker(redis_server, upstream, tmp_path):
+    """Each new worker loads the suite: a reload that one could not start with is a 400, and the
+    fleet keeps serving the config it has."""
+    config = tmp_path / "gatekeeper.yaml"
+    config.write_text(config_text(redis_server.url, upstream, pins="{m: medium}"))
+    broken = tmp_path / "suite"
+    broken.mkdir()
+    (broken / "01_bogus.json").write_text('{"id": "x", "category": "bogus"}')
+    with fleet(config, 2, tmp_path) as (url, log):
+        config.write_text(config_text(redis_server.url, upstream, pins="{m: small}") + f'suite: "{broken}"\n')
+        reply = httpx.post(f"{url}/admin/reload", headers=ADMIN, timeout=10)
+        assert reply.status_code == 400, reply.text
+        assert "suite: cannot be loaded" in reply.json()["error"]["message"] and str(broken) not in reply.text
+        assert started(log) == 2 and {ask(url).headers["x-gatekeeper-tier"] for _ in range(6)} == {"medium"}
+
+
+def test_more_workers_than_the_machine_can_run_are_refused(redis_server, upstream, tmp_path):
+    config = tmp_path / "gatekeeper.yaml"
+    config.write_text(config_text(redis_server.url, upstream))
+    too_many = 4 * (os.cpu_count() or 1) + 1
+    done = subprocess.run(
+        [sys.executable, "-m", "gatekeeper", "serve", "--config", str(config), "--workers", str(too_many)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ | {"PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+    )
+    assert done.returncode == 2 and f"--workers {too_many}: at most {too_many - 1}" in done.stderr
+
+
+def test_a_reload_lets_the_requests_in_flight_finish(redis_server, tmp_path):
+    """The replaced workers finish what they serve, however long the upstream takes (up to
+    wait_timeout_s + upstream.timeout_s): a reload never cuts an answer."""
+    with ScriptedServer(lambda body: {"content": "slow answer"}, delay_s=12) as slow:
+        config = tmp_path / "gatekeeper.yaml"
+        config.write_text(config_text(redis_server.url, slow, pins="{m: medium}"))
+        with fleet(config, 2, tmp_path) as (url, _), ThreadPoolExecutor(4) as pool:
+            answers_ = [pool.submit(ask, url) for _ in range(4)]
+            eventually(lambda: len(slow.requests) == 4, 10, "the requests did not reach the upstream")
+            assert httpx.post(f"{url}/admin/reload", headers=ADMIN, timeout=10).status_code == 200
+            assert [a.result().status_code for a in answers_] == [200] * 4
+            assert [a.result().json()["choices"][0]["message"]["content"] for a in answers_] == ["slow answer"] * 4
