@@ -81,17 +81,56 @@ async def together(calls: Iterable[Awaitable[T]]) -> list[T]:
         raise
 
 
-async def _bounded(model: str, bound: CallBound, call: Callable[[], Awaitable[Completion]]) -> Completion:
-    """`call` within the bound's seconds; past them, a failed answer (finish_reason `timeout`)."""
+# Characters a completion token may stand for, when the server reports no usage: generous (English
+# runs ~4 a token, code and JSON fewer, a run of spaces can be one token), so an answer is judged
+# past its bound only when no tokenizer could have written it within the bound.
+_CHARS_PER_TOKEN = 16
+
+
+def _past_tokens(completion: Completion, tokens: int | None) -> bool:
+    """The answer is longer than the bound's tokens allow, whatever the server says it finished
+    on: a server that ignores `max_tokens` (llama-cpp-python's tool path does) answers at length
+    and says `stop`. Its reported usage decides; without usage (0), its text, judged generously."""
+    if tokens is None:
+        return False
+    if completion.completion_tokens:
+        return completion.completion_tokens > tokens
+    answer = completion.answer
+    written = len(answer.content) + sum(len(c.name) + len(c.arguments) for c in answer.tool_calls)
+    return written > _CHARS_PER_TOKEN * tokens
+
+
+async def _bounded(
+    model: str, sent: str | None, bound: CallBound, call: Callable[[], Awaitable[Completion]]
+) -> Completion:
+    """`call` within the bound's seconds; past them, a failed answer (finish_reason `timeout`).
+    An answer past the bound's tokens is cut there (finish_reason `length`), as if the server had
+    stopped it: scoring, the tool budget and inconclusive-detection read it as any cut answer.
+    The log line names the test (bound by the runner in structlog's context) and the effort."""
+    effort = sent or "default"  # the level that sends no effort field (store.profile.DEFAULT_EFFORT)
     if bound.seconds == math.inf:
-        return await call()
-    try:
-        completion = await asyncio.wait_for(call(), bound.seconds)
-    except TimeoutError:
-        log.warning("answer_over_bound", model=model, bound="seconds", seconds=round(bound.seconds, 1))
-        return Completion(Answer("", (), "timeout"), 0, bound.seconds, effort_applied=True)
+        completion = await call()
+    else:
+        try:
+            completion = await asyncio.wait_for(call(), bound.seconds)
+        except TimeoutError:
+            log.warning(
+                "answer_over_bound", model=model, effort=effort, bound="seconds", seconds=round(bound.seconds, 1)
+            )
+            return Completion(Answer("", (), "timeout"), 0, bound.seconds, effort_applied=True)
+    said = completion.answer.finish_reason
+    if said != "length" and _past_tokens(completion, bound.tokens):
+        completion = replace(completion, answer=replace(completion.answer, finish_reason="length"))
     if completion.answer.finish_reason == "length":
-        log.warning("answer_over_bound", model=model, bound="tokens", tokens=bound.tokens)
+        log.warning(
+            "answer_over_bound",
+            model=model,
+            effort=effort,
+            bound="tokens",
+            tokens=bound.tokens,
+            spent=completion.completion_tokens or None,
+            finish_reason=said,  # what the server said: `stop` on an answer it did not stop
+        )
     return completion
 
 
@@ -250,7 +289,9 @@ class _Retrying:
         need: int | None = None,
     ) -> Completion:
         bound = CallBound.of(need, effort, self.settings)
-        return await _bounded(model, bound, lambda: self._complete(model, messages, tools, effort, bound.tokens))
+        return await _bounded(
+            model, effort, bound, lambda: self._complete(model, messages, tools, effort, bound.tokens)
+        )
 
     async def _complete(
         self,

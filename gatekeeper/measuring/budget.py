@@ -46,6 +46,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from structlog.contextvars import bound_contextvars
+
 from gatekeeper.config import Settings
 from gatekeeper.measuring.backends import Backend, together
 from gatekeeper.measuring.confidence import Estimate, estimate
@@ -197,7 +199,10 @@ def failure(case: Instance, answer: Answer) -> str | None:
     to an agent that only checks for a 200: `text_call` (a call written in the content where
     tools were offered), `not_offered` (a tool the request did not offer), `bad_arguments`
     (arguments that do not parse, or without the request's id); and `wrong_tool` (another offered
-    tool), `no_call`."""
+    tool), `no_call`; and `cut` (an answer past its call's bound: unfinished, a failed answer
+    whatever call it holds, as in the suite's scoring)."""
+    if answer.cut:
+        return "cut"
     if not answer.tool_calls:
         return "text_call" if _TEXT_CALL.search(answer.content) else "no_call"
     call = answer.tool_calls[0]
@@ -335,7 +340,8 @@ async def _ask(backend: Backend, model: str, effort: str | None, case: Instance,
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     messages.append({"role": "user", "content": case.prompt})
     # The answer is one call: bounded like a suite tool-calling test's (measuring/backends.py CallBound).
-    return (await backend.complete(model, messages, case.tools, effort, need=ANSWER_TOKENS["toolCalling"])).answer
+    with bound_contextvars(test=f"toolBudget[{len(case.tools)}]"):
+        return (await backend.complete(model, messages, case.tools, effort, need=ANSWER_TOKENS["toolCalling"])).answer
 
 
 async def with_budgets(

@@ -108,17 +108,30 @@ class Level:
             found[o.category] += sum(run.retries for run in o.runs)
         return found
 
+    def cut(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Per category, its tests whose answers were cut (past their bound, or the context): how
+        many, by finish_reason. A cut answer scores 0 like a wrong one; this says which it was."""
+        found: dict[str, dict[str, dict[str, int]]] = {c: {} for c in self.plans}
+        for o in self.observations:
+            for run in o.runs:
+                for answer in run.answers:
+                    if answer.cut:
+                        reasons = found[o.category].setdefault(run.test.name, {})
+                        reasons[str(answer.finish_reason)] = reasons.get(str(answer.finish_reason), 0) + 1
+        return found
+
     def estimates(self) -> dict[str, Estimate]:
         """Every category's estimate; a category with no tests scores 0 (fail closed)."""
         return {c: self.plans[c].estimate() if c in self.plans else Estimate(0.0, 0.0, 0.0, 0) for c in CATEGORIES}
 
     def report(self, thresholds: Thresholds) -> dict[str, dict[str, Any]]:
         """Per category: calls spent, observations by design, the bounds, about how many more calls
-        the next tier up would need (None when it cannot be reached), and its state."""
+        the next tier up would need (None when it cannot be reached), its state, and its tests'
+        answers that were cut (`gatekeeper bench --json` shows it under `categories`)."""
         found = self.estimates()
         above = next_tier(tier_of(found, thresholds), thresholds)
         shown: dict[str, dict[str, Any]] = {}
-        retries = self.retries()
+        retries, cut = self.retries(), self.cut()
         for c, plan in self.plans.items():
             e = found[c]
             threshold = above.get(c)
@@ -130,6 +143,7 @@ class Level:
                 "needed": None if need == NEVER else math.ceil(need),
                 "state": plan.status,
                 "retries": retries[c],
+                "cut": cut[c],  # test -> finish_reason -> answers
             }
         return shown
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from structlog.contextvars import bound_contextvars
+
 from gatekeeper.measuring.backends import Backend, together
 from gatekeeper.measuring.confidence import outward, tier_of
 from gatekeeper.measuring.design import CategoryPlan, StopReason, design_name, plan_round
@@ -172,7 +174,8 @@ async def run_test(
                 messages.append({"role": "assistant", "content": previous.content})
         if step.prompt is not None:
             messages.append({"role": "user", "content": step.prompt})
-        completion = await backend.complete(model, messages, test.tools, effort, need=test.answer_tokens)
+        with bound_contextvars(test=test.name):  # so a call past its bound says whose it was (backends._bounded)
+            completion = await backend.complete(model, messages, test.tools, effort, need=test.answer_tokens)
         run.answers.append(completion.answer)
         if progress is not None:
             progress.answered += 1
