@@ -154,7 +154,8 @@ def _scrubbed(route: ModelRoute, text: str) -> str:
     """`text` without the operator's key, the route's api_base (its URL, origin or `host:port`)
     or its provider model id."""
     addresses = address_forms(route.api_base) if route.api_base else []
-    for secret in sorted([route.api_key, route.litellm_model, *addresses], key=lambda s: len(s or ""), reverse=True):
+    secrets = [route.api_key, route.litellm_model, route.api_base, *addresses]
+    for secret in sorted(secrets, key=lambda s: len(s or ""), reverse=True):
         if secret and len(secret) >= 4:
             text = text.replace(secret, "***")
     return redact(text)

@@ -255,7 +255,7 @@ def test_a_litellm_route_s_error_never_quotes_its_key_or_a_url_credential():
 
     message = _upstream_error(route, Refused(str(failure))).message
     assert OPERATOR_KEY not in message and "pw" not in message
-    assert message == "model 'r': Refused: POST https://h/v1/models/x?key=*** failed; sent *** to ***"
+    assert message == "model 'r': Refused: POST ***/models/x?key=*** failed; sent *** to ***"
 
 
 # -- measurements a client can start ---------------------------------------------------------------

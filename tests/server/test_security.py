@@ -748,7 +748,7 @@ admin_key: admin-secret
         admin = {"authorization": "Bearer admin-secret"}
         refused = httpx.delete(proxy.url + "/admin/profiles/m@default", headers=admin, timeout=30)
         assert refused.status_code == 503
-        assert password not in refused.text and "redis://***@127.0.0.1" in refused.text
+        assert password not in refused.text and "127.0.0.1" not in refused.text  # where the store is: the log's
         answer = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": HI}, timeout=30)
         assert answer.status_code == 200  # served from nothing: fail closed, tier small
     log = proxy.log_text()
