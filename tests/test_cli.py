@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import openai
 from conftest import ROOT, make_profile, measuring_upstream, seed_store, wait_serving
@@ -97,6 +99,26 @@ def test_tools_command_lists_what_a_model_gets(tmp_path, default_suite):
     assert "hidden" in lines["execute_command"] and "yes" in lines["write_file"]
 
 
+@contextmanager
+def serving(config) -> Iterator[tuple[int, subprocess.Popen, list[str]]]:
+    """`gatekeeper serve --config CONFIG` on a free port until the block ends (then SIGINT); the
+    list it yields holds the process's stderr once it has stopped."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gatekeeper", "serve", "--config", str(config), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    said: list[str] = []
+    try:
+        wait_serving(f"http://127.0.0.1:{port}/healthz", proc, timeout_s=20)
+        yield port, proc, said
+    finally:
+        proc.send_signal(signal.SIGINT)
+        said.append(proc.communicate(timeout=20)[1])
+
+
 def test_serve_runs_a_real_proxy_process_and_stops_cleanly(tmp_path, default_suite):
     store = tmp_path / "p.json"
     seed_store(store, make_profile("m", Tier.SMALL, default_suite))
@@ -106,15 +128,7 @@ def test_serve_runs_a_real_proxy_process_and_stops_cleanly(tmp_path, default_sui
             f"upstream:\n  base_url: {upstream.base_url}\nstore: {store}\n"
             "tools:\n  required_tier:\n    execute_command: large\n"
         )
-        port = free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gatekeeper", "serve", "--config", str(config), "--port", str(port)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            wait_serving(f"http://127.0.0.1:{port}/healthz", proc, timeout_s=20)
+        with serving(config) as (port, proc, said):
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k")
             raw = client.chat.completions.with_raw_response.create(
                 model="m",
@@ -126,9 +140,7 @@ def test_serve_runs_a_real_proxy_process_and_stops_cleanly(tmp_path, default_sui
             )
             assert raw.headers["x-gatekeeper-tier"] == "small"
             assert [t["function"]["name"] for t in upstream.requests[-1]["tools"]] == ["read_file"]
-        finally:
-            proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=20)
+    err = said[0]
     assert proc.returncode == 0, err
     request_lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     logged = next(line for line in request_lines if line.get("event") == "request")
@@ -408,17 +420,8 @@ def test_serve_start_line_shows_the_upstream_url_as_written_without_its_password
     config.write_text(
         f'store: "{tmp_path / "p.json"}"\nupstream: {{base_url: "http://u:secret@127.0.0.1:9/:robot:/v1"}}\n'
     )
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gatekeeper", "serve", "--config", str(config), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_serving(f"http://127.0.0.1:{port}/healthz", proc, timeout_s=20)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
+    with serving(config) as (port, _, said):
+        pass
+    err = said[0]
     assert f"gatekeeper serving on http://127.0.0.1:{port}/v1 -> http://***@127.0.0.1:9/:robot:/v1" in err.splitlines()
     assert "secret" not in err and no_emoji(err)
