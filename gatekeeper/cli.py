@@ -632,7 +632,7 @@ def tools(
     which requirement); with `routing:`, where a request offering all of them is sent."""
     from gatekeeper.core.gatekeeper import Gatekeeper
     from gatekeeper.core.resolver import Resolution
-    from gatekeeper.rules.requirements import PairPolicy, describe_minimums, unmet
+    from gatekeeper.rules.requirements import PairPolicy, describe_minimums
     from gatekeeper.store.profile import profile_key
 
     settings = _settings(config)
@@ -664,8 +664,7 @@ def tools(
             # would not match itself (`tool[ab]*` matches `toola`, not `tool[ab]*`).
             required = rules.required_tier.get(name, rules.default_tier)
             minimums = {str(c): m for c, m in rules.requires.get(name, {}).items()}
-            reasons = [f"tier {tier.value} < {required.value}"] if not tier.allows(required) else []
-            why = "; ".join(reasons + unmet(minimums, policy.bounds)) or None
+            why = policy.why_not(tier, required, minimums)
         else:
             required, minimums = gk.policy.required_tier(name), gk.requirements.of(name)
             why = policy.why_hidden(tier, name)

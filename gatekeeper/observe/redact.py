@@ -66,8 +66,12 @@ def redact(text: str) -> str:
 
 def address_forms(url: str) -> list[str]:
     """How an error may spell where a server lives: its URL, its origin and its `host:port`,
-    each also JSON-escaped (`http:\\/\\/host`), without any user info."""
-    parts = urlsplit(url)
+    each also JSON-escaped (`http:\\/\\/host`), without any user info (a URL too malformed to
+    split: itself alone)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return [url]
     netloc = parts.netloc.rpartition("@")[2]
     forms = [urlunsplit(parts._replace(netloc=netloc)).rstrip("/"), f"{parts.scheme}://{netloc}", netloc]
     return forms + [form.replace("/", "\\/") for form in forms if "/" in form]

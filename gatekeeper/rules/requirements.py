@@ -199,11 +199,13 @@ class PairPolicy(PolicyOver):
     def why_hidden(self, tier: Tier, tool: str | ToolId) -> str | None:
         """Why the pair does not see `tool` (`tier small < medium`, `json >= 0.9 (bound 0.820)`),
         or None when it does."""
-        reasons = []
-        required = self.base.required_tier(tool)
-        if not tier.allows(required):
-            reasons.append(f"tier {tier.value} < {required.value}")
-        reasons += unmet(self.requirements.of(tool), self.bounds)
+        return self.why_not(tier, self.base.required_tier(tool), self.requirements.of(tool))
+
+    def why_not(self, tier: Tier, required: Tier, minimums: Minimums) -> str | None:
+        """Why the pair at `tier` does not meet a rule of `required` and `minimums` (`why_hidden`
+        for a rule itself: a pattern's own text names no tool it matches), or None."""
+        reasons = [f"tier {tier.value} < {required.value}"] if not tier.allows(required) else []
+        reasons += unmet(minimums, self.bounds)
         return "; ".join(reasons) or None
 
 

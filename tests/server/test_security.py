@@ -35,7 +35,7 @@ from serving import served
 from gatekeeper import Gatekeeper, ToolRegistry
 from gatekeeper.config import Settings
 from gatekeeper.errors import RequestInvalid
-from gatekeeper.observe.redact import cap_strings, clip, redact, redact_url
+from gatekeeper.observe.redact import address_forms, cap_strings, clip, redact, redact_url
 from gatekeeper.rules.tiers import Tier
 
 TOOLS = [tool("read_file"), tool("execute_command")]  # at tier small only read_file is offered
@@ -797,6 +797,17 @@ store: "{tmp_path / "models_profile.json"}"
         wait_until(lambda: '"request"' in proxy.log_text()[before:], "the request's log line", timeout_s=60)
         written = proxy.log.stat().st_size - before
     assert written < 32768, f"{written} bytes of log for one request"
+
+
+def test_every_form_an_error_may_spell_an_address_in_is_known_and_a_malformed_url_is_itself():
+    assert address_forms("https://u:pw@gw.internal:8443/v1/") == [
+        "https://gw.internal:8443/v1",
+        "https://gw.internal:8443",
+        "gw.internal:8443",
+        "https:\\/\\/gw.internal:8443\\/v1",
+        "https:\\/\\/gw.internal:8443",
+    ]
+    assert address_forms("http://h:9[/x]/v1") == ["http://h:9[/x]/v1"]  # urlsplit refuses it: no crash
 
 
 def test_every_logged_string_is_capped_and_redacted():
