@@ -100,13 +100,30 @@ def _past_tokens(completion: Completion, tokens: int | None) -> bool:
     return written > _CHARS_PER_TOKEN * tokens
 
 
+class _Attempts:
+    """What one call's attempts have met: the error of the last one while the call waits to try
+    again (None while an attempt is in flight, or before any failed)."""
+
+    __slots__ = ("failing",)
+
+    def __init__(self) -> None:
+        self.failing: str | None = None
+
+
 async def _bounded(
-    model: str, sent: str | None, bound: CallBound, call: Callable[[], Awaitable[Completion]]
+    model: str,
+    sent: str | None,
+    bound: CallBound,
+    call: Callable[[], Awaitable[Completion]],
+    attempts: _Attempts | None = None,
 ) -> Completion:
-    """`call` within the bound's seconds; past them, a failed answer (finish_reason `timeout`).
-    An answer past the bound's tokens is cut there (finish_reason `length`), as if the server had
-    stopped it: scoring, the tool budget and inconclusive-detection read it as any cut answer.
-    The log line names the test (bound by the runner in structlog's context) and the effort."""
+    """`call` within the bound's seconds; past them, a failed answer (finish_reason `timeout`),
+    unless the bound ran out while the call waited to retry a failed attempt (`attempts`): the
+    backend failed, not the model, and that is a BackendError (a dead or erroring server must
+    never be measured as a weak model). An answer past the bound's tokens is cut there
+    (finish_reason `length`), as if the server had stopped it: scoring, the tool budget and
+    inconclusive-detection read it as any cut answer. The log line names the test (bound by the
+    runner in structlog's context) and the effort."""
     effort = sent or "default"  # the level that sends no effort field (store.profile.DEFAULT_EFFORT)
     if bound.seconds == math.inf:
         completion = await call()
@@ -114,6 +131,10 @@ async def _bounded(
         try:
             completion = await asyncio.wait_for(call(), bound.seconds)
         except TimeoutError:
+            if attempts is not None and attempts.failing is not None:
+                raise BackendError(
+                    f"{attempts.failing} (still failing when the call's bound of {bound.seconds:g}s ran out)"
+                ) from None
             log.warning(
                 "answer_over_bound", model=model, effort=effort, bound="seconds", seconds=round(bound.seconds, 1)
             )
@@ -215,15 +236,17 @@ class _EffortRejected(Exception):
 
 
 async def _with_retries(
-    what: str, settings: RequestSettings, attempt: Callable[[], Awaitable[Completion]]
+    what: str, settings: RequestSettings, attempt: Callable[[], Awaitable[Completion]], attempts: _Attempts
 ) -> Completion:
     for n in range(settings.max_retries + 1):
+        attempts.failing = None
         try:
             completion = await attempt()
             return replace(completion, retries=n) if n else completion
         except _Retry as exc:
             if n == settings.max_retries:
                 raise BackendError(f"{what}: giving up after {n + 1} attempts: {exc}") from None
+            attempts.failing = f"{what}: {n + 1} failed attempts, the last: {exc}"
             delay = settings.backoff_s * 2**n * (0.5 + random.random())
             log.warning("backend_retry", what=what, attempt=n + 1, error=str(exc), delay_s=round(delay, 2))
             await asyncio.sleep(delay)
@@ -289,8 +312,13 @@ class _Retrying:
         need: int | None = None,
     ) -> Completion:
         bound = CallBound.of(need, effort, self.settings)
+        attempts = _Attempts()
         return await _bounded(
-            model, effort, bound, lambda: self._complete(model, messages, tools, effort, bound.tokens)
+            model,
+            effort,
+            bound,
+            lambda: self._complete(model, messages, tools, effort, bound.tokens, attempts),
+            attempts,
         )
 
     async def _complete(
@@ -300,14 +328,17 @@ class _Retrying:
         tools: list[dict[str, Any]],
         effort: str | None,
         tokens: int | None,
+        attempts: _Attempts,
     ) -> Completion:
         what = self._named(model)
         try:
-            return await _with_retries(what, self.settings, lambda: self._once(model, messages, tools, effort, tokens))
+            return await _with_retries(
+                what, self.settings, lambda: self._once(model, messages, tools, effort, tokens), attempts
+            )
         except _EffortRejected:
             log.warning("effort_rejected", model=model, effort=effort)
             completion = await _with_retries(
-                what, self.settings, lambda: self._once(model, messages, tools, None, tokens)
+                what, self.settings, lambda: self._once(model, messages, tools, None, tokens), attempts
             )
             return replace(completion, effort_applied=False)
 

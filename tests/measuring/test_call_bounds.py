@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import answers
+import pytest
 from scripted import RawAnswer, RawUpstream, ScriptedServer, SuiteScript, budget_reply, chat_completion
 from structlog.contextvars import merge_contextvars
 from structlog.testing import capture_logs
 
+from gatekeeper.errors import BackendError
 from gatekeeper.measuring.backends import OpenAIBackend, RequestSettings
 from gatekeeper.measuring.budget import measure_budget
 from gatekeeper.measuring.runner import RunSettings, sweep
@@ -146,3 +149,53 @@ def test_the_report_says_which_test_was_cut_and_why(default_suite):
     (reasons,) = report["instruction"]["cut"].values()
     assert list(report["instruction"]["cut"]) == ["sentence_seven_words"] and set(reasons) == {"length"}
     assert all(not r["cut"] for c, r in report.items() if c != "instruction")
+
+
+# A backend that fails is never a weak model: when a call's bound runs out while it waits to retry
+# a failed attempt, the measurement fails (BackendError), it does not score a failed answer.
+RETRYING = RequestSettings(max_retries=6, backoff_s=0.2, prompt_allowance_s=0.3, min_tokens_per_s=1e6)
+
+
+def _sweep_raises(client: OpenAIBackend, suite) -> str:
+    async def run() -> None:
+        try:
+            await sweep(client, "m", suite, ["default"], RunSettings(samples=1))
+        finally:
+            await client.aclose()
+
+    with pytest.raises(BackendError) as failed:
+        asyncio.run(run())
+    return str(failed.value)
+
+
+def test_a_backend_erroring_until_the_bound_runs_out_fails_the_measurement(default_suite):
+    with ScriptedServer(lambda body: {"status": 503, "error": "overloaded"}) as server:
+        message = _sweep_raises(OpenAIBackend(server.base_url, settings=RETRYING), default_suite)
+    assert "HTTP 503" in message and "bound" in message
+
+
+def test_a_dead_backend_fails_the_measurement_within_the_bound(default_suite):
+    from scripted import free_port
+
+    client = OpenAIBackend(f"http://127.0.0.1:{free_port()}/v1", settings=RETRYING)
+    assert "connection failed" in _sweep_raises(client, default_suite)
+
+
+def test_a_retried_call_that_then_runs_past_its_bound_is_a_failed_answer():
+    # One 503, then an attempt in flight when the bound runs out: slow generation, the model's.
+    calls = []
+
+    def flaky_then_slow(body: dict) -> dict:
+        calls.append(body)
+        return {"status": 503, "error": "busy"} if len(calls) == 1 else {"content": "hi", "delay_s": 3}
+
+    async def ask():
+        client = OpenAIBackend(server.base_url, settings=replace(RETRYING, backoff_s=0.05, prompt_allowance_s=1.0))
+        try:
+            return await client.complete("m", [{"role": "user", "content": "hi"}], [], None, need=16)
+        finally:
+            await client.aclose()
+
+    with ScriptedServer(flaky_then_slow) as server:
+        answer = asyncio.run(ask()).answer
+    assert len(calls) == 2 and answer.finish_reason == "timeout"
