@@ -343,16 +343,34 @@ def _decision(profile: Profile, run: RunSettings, report: dict[str, dict[str, An
             else:
                 more = report[c]["needed"] if c in report else None
                 line += f" < {threshold:.2f}: certified {tier.value}; " + (
-                    f"about {more} more calls would decide"
+                    f"about {more} more call{'s' * (more != 1)} would decide"
                     if more
                     else f"the estimate is too close to {threshold:.2f} for more calls to decide"
                 )
         lines.append(line)
+        if cut := (report.get(c) or {}).get("cut"):
+            lines.append(f"    answers cut short, scored as failed: {_cut_tests(cut)}")
     if profile.tool_budget is not None:
         lines.append(
             f"  tool budget {profile.tool_budget}: the most offered tools it chooses among, certified at risk {run.risk:g}"
         )
     return lines
+
+
+_CUT_REASONS = {
+    "length": "past its token bound",
+    "timeout": "past its time bound",
+    "context_exceeded": "past the context",
+}
+
+
+def _cut_tests(cut: dict[str, dict[str, int]]) -> str:
+    """`json_nested 3 past its token bound, tool_chain 1 past its time bound`"""
+    return ", ".join(
+        f"{test} {n} {_CUT_REASONS.get(reason, reason)}"
+        for test, reasons in cut.items()
+        for reason, n in reasons.items()
+    )
 
 
 def _profile_table(profiles: list[Profile], title: str | None = None, suite: Suite | None = None) -> Table:

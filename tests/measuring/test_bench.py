@@ -926,3 +926,19 @@ def test_an_answer_past_its_time_bound_is_a_failed_answer_and_the_measurement_go
     scores = {r.name: r.score for r in profile.test_results}
     assert scores.pop("json_inventory_selection") == 0
     assert set(scores.values()) == {1.0}
+
+
+def test_bench_says_which_answers_were_cut_short_and_why(tmp_path, default_suite):
+    script = SuiteScript(default_suite)
+
+    def rambling_sentence(body: dict) -> dict:  # a server that ignored max_tokens, and says `stop`
+        test, step = script.locate(body)
+        reply = answers.perfect(test, step)
+        return reply | ({"completion_tokens": 50_000} if test.name == "sentence_seven_words" else {})
+
+    with ScriptedServer(rambling_sentence) as server:
+        done = bench("m", "--effort", "low", "--base-url", server.base_url, "--store", str(tmp_path / "p.json"))
+    assert done.returncode == 0, done.stderr
+    cut = [line.strip() for line in done.stdout.splitlines() if "cut short" in line]
+    assert len(cut) == 1 and cut[0].startswith("answers cut short, scored as failed: sentence_seven_words ")
+    assert cut[0].endswith(" past its token bound")
