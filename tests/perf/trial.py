@@ -4,7 +4,8 @@
 
 Variants (see VARIANTS): the two floors with each server and client, and `gatekeeper serve`'s app
 on uvicorn or granian. Same mock upstream, load generator, pinning and pausing as compare.py.
-Prints one markdown table: median p50 / req/s per concurrency and stream time to first byte,
+Prints one markdown table: median p50 / req/s / the variant's CPU microseconds per request (its
+process alone; with wrk, which counts the requests) per concurrency and stream time to first byte,
 with every round's req/s at the highest concurrency so the noise is visible. The granian
 variants need `pip install granian` (a trial only: gatekeeper does not depend on it).
 """
@@ -141,7 +142,11 @@ def main() -> None:
                 for t in order:
                     t.signal(signal.SIGCONT)
                     run_load(t.url, body_file, c, args.warmup, client_cpu, wrk_script)
+                    before = compare.cpu_s(t.process.pid)
                     r = run_load(t.url, body_file, c, args.duration, client_cpu, wrk_script)
+                    # The variant's own CPU per request (its process alone: the upstream and the
+                    # load generator are on the other core): is its latency its own work?
+                    r["cpu_us"] = (compare.cpu_s(t.process.pid) - before) / max(1, r.get("requests", 0)) * 1e6
                     results.setdefault((t.name, c), []).append(r)
                     print(
                         f"round {rnd + 1} c={c} {t.name}: p50 {r['p50_ms']:.2f} ms {r['rps']:.0f} req/s "
@@ -163,12 +168,14 @@ def main() -> None:
 
     med = statistics.median
     head = ["variant"] + [f"p50 ms c={c}" for c in concurrency] + [f"req/s c={c}" for c in concurrency]
+    head += [f"CPU us/request c={c}" for c in concurrency]
     head += ["TTFB ms", "RSS MiB", "start-up s", f"req/s c={concurrency[-1]} per round"]
     print("| " + " | ".join(head) + " |")
     print("|---" + "|---:" * (len(head) - 1) + "|")
     for t in targets:
         row = [t.name] + [f"{med(r['p50_ms'] for r in results[t.name, c]):.2f}" for c in concurrency]
         row += [f"{med(r['rps'] for r in results[t.name, c]):.0f}" for c in concurrency]
+        row += [f"{med(r.get('cpu_us', 0.0) for r in results[t.name, c]):.0f}" for c in concurrency]
         row += [
             f"{med(ttfb[t.name]):.2f}",
             f"{t.rss_mib:.0f}",

@@ -11,7 +11,7 @@ import anthropic
 import openai
 import pytest
 from conftest import Proxy, claude, small_model_proxy
-from scripted import RawAnswer, RawUpstream, chat_chunk, sse
+from scripted import RawAnswer, RawUpstream, chat_chunk, chat_completion, sse
 from upstreams import NativeServer
 
 HI = [{"role": "user", "content": "hi"}]
@@ -154,6 +154,17 @@ def test_a_native_messages_stream_cut_before_message_stop_raises_in_the_client(s
         with pytest.raises(anthropic.APIStatusError, match="before message_stop"):
             with claude(proxy).messages.stream(model="small-model", max_tokens=5, messages=HI) as events:
                 events.get_final_message()
+
+
+def test_a_chat_answer_with_a_null_function_call_whose_calls_are_removed_finishes_with_stop(store_path, default_suite):
+    # LiteLLM (and any server that dumps an SDK object with its nulls) sends `"function_call": null`.
+    call = {"id": "c1", "type": "function", "function": {"name": "execute_command", "arguments": "{}"}}
+    message = {"role": "assistant", "content": None, "function_call": None, "tool_calls": [call]}
+    answer = RawAnswer(json.dumps(chat_completion(message, finish="tool_calls")).encode())
+    with RawUpstream(answer) as upstream, proxy_for(upstream, store_path, default_suite, ("chat",)) as proxy:
+        tools = [{"type": "function", "function": {"name": "execute_command", "parameters": {"type": "object"}}}]
+        got = proxy.client.chat.completions.create(model="small-model", messages=HI, tools=tools)
+    assert got.choices[0].message.tool_calls is None and got.choices[0].finish_reason == "stop"
 
 
 def chat_cut() -> RawAnswer:

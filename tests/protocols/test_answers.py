@@ -215,6 +215,24 @@ def test_explain_replaces_a_removed_chat_call_with_text_naming_tool_and_tier():
     assert "execute_command" in choice["message"]["content"] and "tier large" in choice["message"]["content"]
 
 
+@pytest.mark.parametrize("explain", [False, True])
+def test_a_chat_answer_with_a_null_function_call_whose_calls_are_all_removed_finishes_with_stop(explain):
+    # `"function_call": null` beside the calls (LiteLLM's answers, an SDK object dumped with its
+    # nulls) is no legacy call left: the client must not be told to run calls that are not there.
+    call = {"id": "c1", "type": "function", "function": {"name": "execute_command", "arguments": "{}"}}
+    chat = {
+        "choices": [
+            {
+                "message": {"role": "assistant", "content": None, "function_call": None, "tool_calls": [call]},
+                "finish_reason": "tool_calls",
+            }
+        ]
+    }
+    C.enforce(chat, Allowed(C.offered({"tools": []}), Tier.SMALL, POLICY, explain=explain))
+    choice = chat["choices"][0]
+    assert not choice["message"].get("tool_calls") and choice["finish_reason"] == "stop"
+
+
 def test_explain_says_not_offered_for_a_tool_the_tier_would_allow():
     doc = {"output": [{"type": "function_call", "name": "invented", "arguments": "{}", "call_id": "c"}]}
     R.enforce(doc, responses_allowed(explain=True))

@@ -98,7 +98,7 @@ def _enforce_choice(choice: dict[str, Any], message: dict[str, Any], allow: Allo
     if (
         removed
         and not message.get("tool_calls")
-        and "function_call" not in message
+        and message.get("function_call") is None  # `"function_call": null` (LiteLLM's, SDK dumps) is no call
         and choice.get("finish_reason") in ("tool_calls", "function_call")
     ):
         choice["finish_reason"] = "stop"
@@ -321,7 +321,7 @@ class ChatStreamFilter:
             whole_calls = [r for r in released if "function_call" not in r]
             if whole_calls:
                 delta["tool_calls"] = [*(delta.get("tool_calls") or []), *whole_calls]
-            if legacy_released and "function_call" not in delta:
+            if legacy_released and delta.get("function_call") is None:
                 delta["function_call"] = legacy_released[0]
         content = delta.get("content")
         if isinstance(content, str) and content:
