@@ -16,6 +16,7 @@ import re
 import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
@@ -275,6 +276,10 @@ class Upstream:
         except MCPError as exc:  # the server's own JSON-RPC error: relayed, without our secrets
             if exc.code == CONNECTION_CLOSED and self._ending is not None:
                 raise ServerUnavailable(f"MCP server {self.label!r} failed {what}: {self._ending}") from None
+            said = _transport_words(exc.message)
+            if said is not None:  # the SDK's words, quoting what the server sent: logged, said in ours
+                log.warning("mcp_server_failed", server=self.label, what=what, error=self.scrub(exc.message))
+                raise MCPError(exc.code, said) from None
             raise MCPError(exc.code, self.scrub(exc.message), self._scrub_data(exc.data)) from None
         except Exception as exc:  # noqa: BLE001 - a broken transport or a garbled answer: say which
             # The client is told what kind of failure it was; its words (an address, a path) are logged.
@@ -381,8 +386,12 @@ def _secrets(config: McpServer) -> tuple[str, ...]:
     (`GITHUB_TOKEN`, `API_KEY`; not `NODE_ENV: production`, which would mangle every message
     with that word), its URL (whole, its origin and `host:port` however an error spells them, its
     password, its query values, and its long path segments: hosted servers put the key in the
-    path, `/s/<key>/mcp`)."""
+    path, `/s/<key>/mcp`), and its command's files (the program, a script) with the folders they
+    are in: a traceback in an error names them."""
     found: list[str] = []
+    if config.command is not None:
+        files = [Path(arg).absolute() for arg in config.command if "/" in arg and Path(arg).is_file()]
+        found += [str(path) for file in files for path in (file, file.parent)]
     for value in config.headers.values():
         found += [value, value.partition(" ")[2]]
     found += [value for name, value in config.env.items() if _CREDENTIAL_NAME.search(name)]
@@ -416,9 +425,34 @@ def _kind(exc: BaseException) -> str:
     if isinstance(exc, (Misbehaving, AnswerTooLarge)):
         return str(exc)
     if isinstance(exc, MCPError):  # the SDK's words for what the transport met: any URL in them goes
-        return _URL.sub("***", exc.message)[:300]
+        return _transport_words(exc.message) or _URL.sub("***", exc.message)[:300]
     described = _describe(exc)
     return described if described == "it did not answer in time" else type(exc).__name__
+
+
+# What the SDK's HTTP transport says of an answer that is no JSON-RPC message, by how its words
+# begin: they quote the answer (a parse error shows part of the body: a path, a token's tail), a
+# redirect's target (another address) or the content type the server chose. A client is told ours.
+_TRANSPORT_WORDS = {
+    "Failed to parse JSON response": "its answer was not a JSON-RPC message",
+    "Failed to parse SSE message": "its event stream carried something not a JSON-RPC message",
+    "Redirect to ": "it answered with a redirect, which is not followed",
+    "Unexpected content type": "its answer had an unexpected content type",
+    "SSE stream failed": "its event stream failed",
+}
+
+
+# Words of the bounds on an answer (gatekeeper.mcp.bounded_http's, httpx2's on an event): said as they are.
+_BOUND_WORDS = ("it answered over", "it sent a compressed answer", "Server-sent event exceeded the")
+
+
+def _transport_words(message: str) -> str | None:
+    """Our words for an error the SDK's transport made up, or None (the server's own error)."""
+    for theirs, ours in _TRANSPORT_WORDS.items():
+        if message.startswith(theirs):
+            detail = message.removeprefix(theirs).lstrip(": ")
+            return f"{ours}: {detail}" if detail.startswith(_BOUND_WORDS) else ours
+    return None
 
 
 def _describe(exc: BaseException) -> str:

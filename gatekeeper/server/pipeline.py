@@ -463,7 +463,10 @@ async def forward(request: Request, method: str, path: str, body: dict[str, Any]
             "upstream_invalid",
             "upstream_error",
         )
-    passed = answer.passed_headers() | {"x-request-id": request_id}
+    passed = answer.passed_headers()
+    if answer.status_code >= 400:  # its other headers may name the upstream or echo the key (a realm)
+        passed = rate_limit_headers(passed) | {k: v for k, v in passed.items() if k == "content-type"}
+    passed["x-request-id"] = request_id
     # An error is read whole (and scrubbed, UpstreamAnswer.read), whatever type it says it is.
     if answer.status_code < 400 and passed.get("content-type", "").lower().startswith("text/event-stream"):
         return StreamingResponse(answer.chunks(), status_code=answer.status_code, headers=passed)

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 import structlog
-from conftest import make_profile, running_proxy, seed_store, settings_for
+from conftest import make_profile, running_proxy, seed_store, settings_for, wait_until
 from scripted import RawAnswer, RawUpstream, ScriptedServer, chat_chunk, chat_completion, free_port, sse
 
 from gatekeeper.rules.tiers import Tier
@@ -175,3 +175,49 @@ def test_the_admin_api_names_no_config_path_no_key_in_a_quoted_line_and_no_store
             assert private not in answer.text, (private, answer.text)
     logged = json.dumps([e for e in lines if e["event"] in ("config_refused", "store_unavailable")])
     assert str(config) in logged and str(store_path) in logged and OPERATOR_KEY not in logged
+
+
+def test_a_tool_free_route_relays_no_header_of_an_error_that_names_the_upstream_or_the_key(store_path, default_suite):
+    where: list[RawUpstream] = []
+
+    def answer(body: dict) -> RawAnswer:
+        url = where[0].base_url
+        headers = {"www-authenticate": f'Bearer realm="{url}" key="{OPERATOR_KEY}"', "x-served-by": url}
+        return RawAnswer(b'{"error": {"message": "no"}}', 401, headers=headers | {"retry-after": "3"})
+
+    with RawUpstream(answer) as upstream:
+        where.append(upstream)
+        seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+        settings = settings_for(
+            upstream.base_url, store_path, upstream={"base_url": upstream.base_url, "api_key": OPERATOR_KEY}
+        )
+        with running_proxy(settings) as proxy:
+            models = httpx.get(proxy.url + "/v1/models", timeout=10)
+            embedded = httpx.post(proxy.url + "/v1/embeddings", json={"model": "m", "input": "x"}, timeout=10)
+    for answer in (models, embedded):
+        assert answer.status_code == 401 and answer.headers["retry-after"] == "3"
+        shown_headers = json.dumps(dict(answer.headers))
+        for private in (OPERATOR_KEY, str(upstream.port)):
+            assert private not in shown_headers, (private, shown_headers)
+
+
+def test_the_console_shows_a_failed_measurement_without_the_upstream_s_address(store_path, default_suite):
+    port, admin_key = free_port(), "admin-key-0123456789abcdef"
+    seed_store(store_path, make_profile("m", Tier.SMALL, default_suite))
+    settings = settings_for(f"http://127.0.0.1:{port}/v1", store_path, admin_key=admin_key)
+    with running_proxy(settings) as proxy, structlog.testing.capture_logs() as lines:
+        started = httpx.post(
+            proxy.url + "/admin/profiles/new-model@default/benchmark", headers={"Authorization": f"Bearer {admin_key}"}
+        )
+        console = httpx.Client(base_url=proxy.url, timeout=10)
+        console.post("/admin/login", data={"key": admin_key}, headers={"origin": proxy.url})
+
+        def failed() -> dict | None:
+            shown = console.get("/admin/progress.json").json()["measurements"]
+            return next((m for m in shown if m["state"] == "failed"), None)
+
+        measurement = wait_until(failed, "the measurement to fail")
+    assert started.status_code == 202 and "connection failed" in measurement["error"]
+    assert str(port) not in measurement["error"] and "127.0.0.1" not in measurement["error"], measurement
+    (line,) = [e for e in lines if e["event"] == "measurement_failed"]
+    assert f"127.0.0.1:{port}" in line["error"]

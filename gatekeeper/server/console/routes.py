@@ -320,7 +320,9 @@ class Console:
 
     async def progress(self, request: Request, session: Session) -> Response:
         gk: Gatekeeper = request.app.state.gk
-        return JSONResponse({"measurements": [views.progress_json(p) for p in gk.progress()]}, headers=self.headers)
+        private = views.private_values(gk.settings)
+        measurements = [views.progress_json(p, private) for p in gk.progress()]
+        return JSONResponse({"measurements": measurements}, headers=self.headers)
 
     async def script_asset(self, request: Request, session: Session) -> Response:
         return Response(self.script, media_type="text/javascript", headers=self.headers)

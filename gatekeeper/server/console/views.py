@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from gatekeeper.config import pinned_tier
+from gatekeeper.config import Settings, pinned_tier
 from gatekeeper.core.resolver import Resolution
 from gatekeeper.core.route_choice import Need
 from gatekeeper.measuring.runner import EFFORT_COST, Progress
 from gatekeeper.observe import logs
+from gatekeeper.observe.redact import address_forms, scrub
 from gatekeeper.rules.requirements import PairPolicy, describe_minimums
 from gatekeeper.rules.tiers import Thresholds, Tier
 from gatekeeper.store.profile import DEFAULT_EFFORT, Profile, profile_key, split_key
@@ -358,14 +360,28 @@ def sweep_chart(measured: list[Row], recommended: str | None) -> dict[str, Any] 
     }
 
 
-def progress_json(progress: Progress) -> dict[str, Any]:
+def private_values(settings: Settings) -> tuple[bytes, ...]:
+    """What a measurement's error may quote that the console's reader may not see (the log line
+    `measurement_failed` does): where each upstream and the store live, the operator's keys."""
+    store = str(settings.store)
+    found = [*address_forms(settings.upstream.base_url), settings.upstream.api_key or "", store]
+    for route in settings.models:
+        found += [*address_forms(route.api_base or ""), route.api_key or ""]
+    if "://" in store:
+        found += [*address_forms(store), urlsplit(store).password or ""]
+    # Longest first, so a value is never half-replaced through a shorter one it contains.
+    return tuple(v.encode() for v in sorted({v for v in found if len(v) >= 8}, key=len, reverse=True))
+
+
+def progress_json(progress: Progress, private: tuple[bytes, ...] = ()) -> dict[str, Any]:
+    """A measurement's progress; its error without any of `private` (`private_values`)."""
     state = "running" if progress.finished is None else ("failed" if progress.error else "done")
     return {
         "key": progress.key,
         "answered": progress.answered,
         "total": progress.total,
         "state": state,
-        "error": progress.error,
+        "error": scrub(progress.error.encode(), private).decode() if progress.error else progress.error,
         "tier": progress.tier,
         "started": progress.started,
         "finished": progress.finished,
