@@ -175,7 +175,8 @@ class ByteAnswer:
         raise NotImplementedError
 
     def passed_headers(self) -> dict[str, str]:
-        return {k.lower(): v for k, v in self.raw_headers().items() if k.lower() not in HOP}
+        hidden = self.secrets if self.status_code >= 400 else self.credentials  # as `read` scrubs the body
+        return {k.lower(): _scrubbed(v, hidden) for k, v in self.raw_headers().items() if k.lower() not in HOP}
 
     async def _capped(self, what: str) -> AsyncIterator[bytes]:
         size = 0
@@ -381,6 +382,15 @@ class PooledUpstream:
         return self._session.request(
             method, url, headers=headers, data=content, allow_redirects=False, proxy=self._proxy
         )
+
+
+def _scrubbed(value: str, secrets: tuple[bytes, ...]) -> str:
+    """A header's value without `secrets` (an upstream may echo the key it was sent in a header)."""
+    if not secrets:
+        return value
+    raw = value.encode("utf-8", "surrogateescape")
+    clean = scrub(raw, secrets)
+    return value if clean is raw else clean.decode("utf-8", "surrogateescape")
 
 
 def _longest_first(values: Iterable[str | None]) -> tuple[bytes, ...]:

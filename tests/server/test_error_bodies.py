@@ -107,6 +107,9 @@ class Leaky:
             return RawAnswer(sse(error, done=False), 500, "text/event-stream")
         if self.kind == "ok-with-key":
             return RawAnswer(json.dumps(chat_completion({"content": f"your key is {OPERATOR_KEY}"})).encode())
+        if self.kind == "ok-with-key-header":  # a 2xx whose header echoes the credential it was sent
+            headers = {"x-echo": f"Bearer {OPERATOR_KEY}"}
+            return RawAnswer(json.dumps(chat_completion({"content": "hi"})).encode(), headers=headers)
         return RawAnswer(json.dumps(error).encode(), 401)
 
     def private(self) -> list[str]:
@@ -221,3 +224,13 @@ def test_the_console_shows_a_failed_measurement_without_the_upstream_s_address(s
     assert str(port) not in measurement["error"] and "127.0.0.1" not in measurement["error"], measurement
     (line,) = [e for e in lines if e["event"] == "measurement_failed"]
     assert f"127.0.0.1:{port}" in line["error"]
+
+
+def test_a_header_of_a_2xx_answer_that_echoes_the_operator_s_key_loses_it(store_path, default_suite):
+    leaky = Leaky()
+    leaky.kind = "ok-with-key-header"
+    with leaky.upstream, leaky_proxy(store_path, default_suite, leaky) as proxy:
+        chat = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": HI})
+        forwarded = httpx.post(proxy.url + "/v1/completions", json={"model": "m", "prompt": "hi"})
+    for answer in (chat, forwarded):
+        assert answer.status_code == 200 and answer.headers["x-echo"] == "Bearer ***"
