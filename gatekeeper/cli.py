@@ -25,7 +25,7 @@ from gatekeeper.measuring.service import MeasurementService, ModelResult, shared
 from gatekeeper.observe import logs
 from gatekeeper.observe.redact import clip, redact, redact_url
 from gatekeeper.rules.tiers import Tier
-from gatekeeper.store import ProfileStore, open_store
+from gatekeeper.store import JsonFileStore, ProfileStore, StoreData, open_store
 from gatekeeper.store.profile import Profile, check_effort
 from gatekeeper.suite.loader import CATEGORIES, DEFAULT_SUITE_DIR, Suite, load_suite, suite_files, suite_hash
 
@@ -110,6 +110,24 @@ def _store(location: str | Path) -> ProfileStore:
     except ValueError as exc:  # a URL the Redis client cannot parse (`redis://h:9[/x]/0`: "Invalid IPv6 URL")
         _fail(f"{_shown_url(str(location))}: not a usable store location: {exc}", 1)
         raise
+
+
+def _load(profile_store: ProfileStore) -> StoreData:
+    """The store's profiles; a store that cannot be read (Redis down, a file that is not a store)
+    is an error, never an empty store that would read as "nothing measured"."""
+    try:
+        data = profile_store.load()
+    except GatekeeperError as exc:
+        _fail(str(exc), 1)
+        raise
+    if profile_store.problem:
+        _fail(f"{profile_store.location}: not a usable profile store ({profile_store.problem})", 1)
+    return data
+
+
+def _missing_file(profile_store: ProfileStore) -> bool:
+    """A file store whose file does not exist (nothing measured there yet, or a mistyped path)."""
+    return isinstance(profile_store, JsonFileStore) and not profile_store.path.exists()
 
 
 def _suite(path: Path) -> Suite:
@@ -434,9 +452,10 @@ def serve(
     except GatekeeperError as exc:
         _fail(str(exc))
         raise
+    _check_listen(host, port)
     if workers > 1 and config is not None:
         err.print(
-            _shown(f"gatekeeper serving on http://{host}:{port}/v1 with {workers} workers -> ")
+            _shown(f"gatekeeper serving on {_listen_url(host, port)} with {workers} workers -> ")
             + _shown_url(settings.upstream.base_url)
         )
         fleet.serve(config, host, port, workers, settings)
@@ -448,7 +467,9 @@ def serve(
         raise
     with gk:  # serve created it, serve closes it
         _reload_on_sighup(gk)
-        err.print(_shown(f"gatekeeper serving on http://{host}:{port}/v1 -> ") + _shown_url(settings.upstream.base_url))
+        err.print(
+            _shown(f"gatekeeper serving on {_listen_url(host, port)} -> ") + _shown_url(settings.upstream.base_url)
+        )
         served = create_app(gk)
         settle_heap()
         uvicorn.run(
@@ -465,6 +486,26 @@ def serve(
             # uvicorn's default trust in 127.0.0.1, so a local client cannot rotate its address.
             proxy_headers=False,
         )
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Fail with `--host H --port P: cannot listen: why` before the start line, not with uvicorn's
+    log line after it (which names no address for an unknown host, nor under --workers)."""
+    import socket
+
+    if not 1 <= port <= 65535:  # the socket takes 99999 as 99999 % 65536: it would listen on 34463
+        _fail(f"--port must be 1 to 65535, got {port}")
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn binds it
+    try:
+        socket.create_server((host, port), family=family).close()
+    except OSError as exc:
+        _fail(f"--host {host} --port {port}: cannot listen: {exc.strerror or exc}")
+
+
+def _listen_url(host: str, port: int) -> str:
+    """The URL clients use: an IPv6 address in brackets (`http://[::1]:8000/v1`)."""
+    return f"http://[{host}]:{port}/v1" if ":" in host else f"http://{host}:{port}/v1"
 
 
 def _reload_on_sighup(gk: Gatekeeper) -> None:
@@ -499,17 +540,30 @@ def store_copy(
     logs.configure("warning", json=False)
     src = _store(source)
     try:
+        if _missing_file(src):  # a mistyped SOURCE would copy nothing into a new, empty TARGET
+            _fail(f"{source}: no such store file", 1)
         dst = _store(target)
         try:
+            if _same_store(src, dst):
+                _fail(f"{_shown_url(source)} and {_shown_url(target)} are the same store: nothing to copy", 1)
             copied = copy_profiles(src, dst)
         finally:
             dst.close()
     except GatekeeperError as exc:
         _fail(str(exc), 1)
         raise
+    except OSError as exc:  # a TARGET under a file, in a directory not writable, its lock not acquired
+        _fail(f"{_shown_url(target)}: cannot write: {exc.strerror or exc}", 1)
+        raise
     finally:
         src.close()
     typer.echo(f"copied {copied} profiles from {_shown_url(source)} to {_shown_url(target)}")
+
+
+def _same_store(a: ProfileStore, b: ProfileStore) -> bool:
+    if isinstance(a, JsonFileStore) and isinstance(b, JsonFileStore):
+        return a.path.resolve() == b.path.resolve()
+    return a.location == b.location
 
 
 @app.command()
@@ -528,13 +582,9 @@ def profiles(
     settings = _settings(config)
     logs.configure("warning", json=False)
     profile_store = _store(store or settings.store)
-    try:
-        data = profile_store.load()
-    except GatekeeperError as exc:
-        _fail(str(exc), 1)
-        raise
-    if profile_store.problem:
-        _fail(f"{profile_store.location}: not a usable profile store ({profile_store.problem})", 1)
+    data = _load(profile_store)
+    if _missing_file(profile_store):
+        err.print(_shown(f"note: {profile_store.location}: no such store file yet (nothing measured there)"))
     drift = _live_drift(proxy, admin_key or settings.admin_key) if proxy else None
     if as_json:
         doc = data.to_json()
@@ -564,6 +614,12 @@ def _live_drift(proxy: str, admin_key: str | None) -> dict[str, Any]:
     if not admin_key:  # the admin API is mounted only with a key, and always asks for it
         _fail(
             f"--proxy {_shown_url(proxy)}: the proxy's admin API needs its admin key: give --admin-key, "
+            "GATEKEEPER_ADMIN_KEY or admin_key in --config",
+            1,
+        )
+    elif not (admin_key.isascii() and admin_key.isprintable()):  # never shown: it is a secret
+        _fail(
+            "the admin key: only printable ASCII characters can go in an HTTP header: check --admin-key, "
             "GATEKEEPER_ADMIN_KEY or admin_key in --config",
             1,
         )
@@ -655,7 +711,15 @@ def tools(
 
     settings = _settings(config)
     logs.configure("warning", json=False)
-    gk = Gatekeeper(settings.model_copy(update={"unknown_models": "fail_closed"}))
+    names = _tool_names(tools_file) if tools_file else None
+    profile_store = _store(settings.store)
+    _load(profile_store)  # a store it cannot read would make every model "unmeasured"
+    try:
+        gk = Gatekeeper(settings.model_copy(update={"unknown_models": "fail_closed"}), store=profile_store)
+    except GatekeeperError as exc:  # the config's suite is missing or invalid
+        profile_store.close()
+        _fail(str(exc))
+        raise
     try:
         found = gk.lookup(model, effort)
     except RequestInvalid as exc:  # an effort outside the closed set
@@ -664,12 +728,8 @@ def tools(
     resolution = found or Resolution(settings.unknown_tier, "unmeasured", profile_key(model, effort))
     tier = resolution.tier
     rules = settings.tools
-    names = list(dict.fromkeys([*rules.required_tier, *rules.requires]))
-    if tools_file:
-        try:
-            names = [t["function"]["name"] for t in json.loads(tools_file.read_text())]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            _fail(f"{tools_file}: expected a JSON array of OpenAI tools: {exc}")
+    if names is None:
+        names = list(dict.fromkeys([*rules.required_tier, *rules.requires]))
     policy = PairPolicy(gk.policy, gk.requirements, gk.capability(resolution).bounds)
     out = _stdout()
     out.print(_bold(f"{model}@{effort or 'default'}: tier ", tier.value, f" ({resolution.source})"))
@@ -697,6 +757,29 @@ def tools(
         where = f"{route.pair} ({route.reason}, tier {route.resolution.tier.value})" if route.routed else "not routed"
         out.print(_shown(f"routing: a request offering all of these tools goes to {where}"))
     gk.close()
+    profile_store.close()
+
+
+def _tool_names(tools_file: Path) -> list[str]:
+    """The names in a JSON array of OpenAI tools (`[{"type": "function", "function": {"name": ...}}]`)."""
+    try:
+        doc = json.loads(tools_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        _fail(f"{tools_file}: expected a JSON array of OpenAI tools: {exc}")
+        raise
+    if not isinstance(doc, list):
+        _fail(f"{tools_file}: expected a JSON array of OpenAI tools, got {type(doc).__name__}")
+    names: list[str] = []
+    for i, tool in enumerate(doc):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(function, dict):
+            _fail(f"{tools_file}: [{i}]: expected an object with 'function': {{'name': ...}}")
+        elif not isinstance(name, str) or not name:
+            _fail(f"{tools_file}: [{i}].function.name: expected a tool name (a string), got {name!r}")
+        else:
+            names.append(name)
+    return names
 
 
 def main() -> None:

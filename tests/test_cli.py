@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import openai
+import pytest
 from conftest import ROOT, make_profile, measuring_upstream, seed_store, wait_serving
 from scripted import ScriptedServer, free_port
 
@@ -19,10 +20,10 @@ from gatekeeper.store import JsonFileStore
 from gatekeeper.suite.loader import suite_hash
 
 
-def gk(*args: str, **kwargs) -> subprocess.CompletedProcess:
+def gk(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
     kwargs.setdefault("env", os.environ | {"COLUMNS": "200"})
     return subprocess.run(
-        [sys.executable, "-m", "gatekeeper", *args], capture_output=True, text=True, timeout=60, **kwargs
+        [sys.executable, "-m", "gatekeeper", *args], capture_output=True, text=True, timeout=timeout, **kwargs
     )
 
 
@@ -425,3 +426,131 @@ def test_serve_start_line_shows_the_upstream_url_as_written_without_its_password
     err = said[0]
     assert f"gatekeeper serving on http://127.0.0.1:{port}/v1 -> http://***@127.0.0.1:9/:robot:/v1" in err.splitlines()
     assert "secret" not in err and no_emoji(err)
+
+
+def test_serve_refuses_a_port_out_of_range_instead_of_listening_elsewhere(tmp_path):
+    # 99999 was passed to the socket as 99999 % 65536: the proxy served on 34463 and said 99999.
+    for port in ("99999", "-1", "0"):
+        done = gk("serve", "--port", port, timeout=20, cwd=tmp_path)
+        assert done.returncode == 2, (port, done.stderr)
+        assert done.stderr == f"error: --port must be 1 to 65535, got {port}\n"
+
+
+def test_serve_names_the_address_it_cannot_listen_on(tmp_path):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = gk("serve", "--config", str(tmp_path / "none.yaml"), "--port", str(port), timeout=20)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        config = tmp_path / "gk.yaml"
+        config.write_text(f'store: "{tmp_path / "p.json"}"\n')
+        done = gk("serve", "--config", str(config), "--port", str(port), timeout=20)
+    assert done.returncode == 2 and "gatekeeper serving" not in done.stderr
+    assert done.stderr.startswith(f"error: --host 127.0.0.1 --port {port}: cannot listen: ")
+    unknown = gk("serve", "--config", str(config), "--host", "no-such-host.invalid", "--port", str(port), timeout=20)
+    assert unknown.returncode == 2 and unknown.stderr.startswith(f"error: --host no-such-host.invalid --port {port}: ")
+
+
+def test_profiles_proxy_refuses_an_admin_key_a_header_cannot_carry_without_printing_it(tmp_path):
+    store = tmp_path / "p.json"
+    store.write_text('{"profiles": {}}')
+    for key in ("clé-secrète", "top\nsecret"):
+        done = gk("profiles", "--store", str(store), "--proxy", "http://127.0.0.1:9", "--admin-key", key)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "secr" not in done.stderr and "cannot reach" not in done.stderr
+        assert done.stderr.startswith("error: the admin key: ")
+
+
+def test_store_copy_refuses_the_same_store_and_a_missing_source_file(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    seed_store(store, make_profile("m", Tier.MEDIUM, default_suite))
+    before = store.read_bytes()
+    same = gk("store", "copy", str(store), str(tmp_path / "." / "p.json"))
+    assert same.returncode == 1 and same.stdout == ""
+    assert same.stderr.startswith("error: ") and "the same store" in same.stderr
+    assert store.read_bytes() == before
+    missing = gk("store", "copy", str(tmp_path / "typo.json"), str(tmp_path / "out.json"))
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.stderr == f"error: {tmp_path / 'typo.json'}: no such store file\n"
+    assert not (tmp_path / "out.json").exists()  # no empty store made from a mistyped path
+
+
+def test_store_copy_names_a_target_it_cannot_write(tmp_path, default_suite):
+    store = tmp_path / "p.json"
+    seed_store(store, make_profile("m", Tier.MEDIUM, default_suite))
+    target = store / "copy.json"  # under a file, not a directory
+    done = gk("store", "copy", str(store), str(target))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"error: {target}: cannot write: ")
+
+
+def test_tools_file_entries_that_are_not_tools_are_named(tmp_path):
+    config = tmp_path / "gk.yaml"
+    config.write_text(f'store: "{tmp_path / "p.json"}"\n')
+    cases = {
+        '{"x": 1}': "expected a JSON array of OpenAI tools",
+        '[{"type": "function", "function": {}}]': "[0].function.name: expected a tool name (a string)",
+        '[{"type": "function", "function": {"name": "a"}}, {"function": {"name": 5}}]': "[1].function.name",
+        '["a"]': "[0]: expected an object with 'function'",
+    }
+    for text, said in cases.items():
+        tools_file = tmp_path / "tools.json"
+        tools_file.write_text(text)
+        done = gk("tools", "m", "--config", str(config), "--tools", str(tools_file))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith(f"error: {tools_file}") and said in done.stderr, done.stderr
+        assert done.stdout == ""
+
+
+def test_tools_refuses_a_store_it_cannot_read_rather_than_answer_unmeasured(tmp_path):
+    corrupt = tmp_path / "p.json"
+    corrupt.write_text('{"profiles": ')
+    config = tmp_path / "gk.yaml"
+    config.write_text(f'store: "{corrupt}"\n')
+    done = gk("tools", "m", "--config", str(config))
+    assert done.returncode == 1 and "unmeasured" not in done.stdout
+    assert f"error: {corrupt}: not a usable profile store (corrupt: " in done.stderr
+    config.write_text('store: "redis://:hunter2@127.0.0.1:9/0"\n')
+    down = gk("tools", "m", "--config", str(config))
+    assert down.returncode == 1 and "unmeasured" not in down.stdout and "hunter2" not in down.stderr
+    assert "error: redis://***@127.0.0.1:9/0: Redis unavailable" in down.stderr
+
+
+def test_tools_names_a_missing_suite_directory(tmp_path):
+    config = tmp_path / "gk.yaml"
+    config.write_text(f'store: "{tmp_path / "p.json"}"\nsuite: "{tmp_path / "nosuite"}"\n')
+    done = gk("tools", "m", "--config", str(config))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr == f"error: {tmp_path / 'nosuite'}: not a directory\n"
+
+
+def test_profiles_says_when_the_store_file_does_not_exist(tmp_path):
+    done = gk("profiles", "--store", str(tmp_path / "typo.json"), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["profiles"] == {}
+    assert done.stderr == f"note: {tmp_path / 'typo.json'}: no such store file yet (nothing measured there)\n"
+    assert not (tmp_path / "typo.json").exists()
+
+
+def test_serve_start_line_puts_an_ipv6_host_in_brackets(tmp_path):
+    import socket
+
+    try:
+        socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    config = tmp_path / "gk.yaml"
+    config.write_text(f'store: "{tmp_path / "p.json"}"\n')
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gatekeeper", "serve", "--config", str(config), "--host", "::1", "--port", str(port)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+    assert line.startswith(f"gatekeeper serving on http://[::1]:{port}/v1 -> "), line
