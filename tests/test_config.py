@@ -127,3 +127,8 @@ def test_settings_are_immutable():
 
     with pytest.raises(Exception, match="frozen"):
         Settings().bench.retry_after_s = 1  # type: ignore[misc]
+
+
+def test_a_store_path_that_is_a_directory_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"store: .* is a directory: name the store's file in it"):
+        load_settings(write(tmp_path, f"store: {tmp_path}\n"))

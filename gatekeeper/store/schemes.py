@@ -126,6 +126,8 @@ def checked_location(value: str | Path) -> str | Path:
     text = str(value)
     scheme = scheme_of(text)
     if scheme is None:
+        if Path(text).is_dir():  # found now, not at the first save (a measurement's calls spent)
+            raise ValueError(f"{text} is a directory: name the store's file in it (models_profile.json)")
         return Path(text)
     scheme.check(text)
     return text
