@@ -628,6 +628,9 @@ def _live_drift(proxy: str, admin_key: str | None) -> dict[str, Any]:
     except httpx.InvalidURL as exc:  # not an HTTPError: a URL httpx cannot parse (`http://h:99999[/x]`)
         _fail(f"--proxy {_shown_url(proxy)}: not a valid URL: {exc}", 1)
         raise
+    except httpx.UnsupportedProtocol:  # `127.0.0.1:8000`: no http:// in front, nothing was reached
+        _fail(f"--proxy {_shown_url(proxy)}: not a valid URL: give http://HOST:PORT or https://HOST:PORT", 1)
+        raise
     except httpx.HTTPError as exc:
         _fail(f"{shown}: cannot reach the proxy: {exc}", 1)
         raise

@@ -384,6 +384,9 @@ def test_profiles_proxy_refuses_a_malformed_url_a_missing_key_and_an_answer_that
     malformed = gk("profiles", "--store", str(store), "--proxy", "http://h:99999[/x]", "--admin-key", "k", env=env)
     assert malformed.returncode == 1 and "Traceback" not in malformed.stderr
     assert malformed.stderr == "error: --proxy http://h:99999[/x]: not a valid URL: Invalid port: '99999['\n"
+    schemeless = gk("profiles", "--store", str(store), "--proxy", "127.0.0.1:9", "--admin-key", "k", env=env)
+    assert schemeless.returncode == 1 and "cannot reach" not in schemeless.stderr
+    assert schemeless.stderr.startswith("error: --proxy 127.0.0.1:9: not a valid URL: give http://HOST:PORT")
     keyless = gk("profiles", "--store", str(store), "--proxy", "http://127.0.0.1:9", env=env)
     assert keyless.returncode == 1 and "Illegal header" not in keyless.stderr
     assert keyless.stderr.startswith("error: --proxy http://127.0.0.1:9: the proxy's admin API needs its admin key")
