@@ -63,7 +63,8 @@ def held_to_budget(
     if mode != "trim":
         return list(names), Budgeted(check, action)
     kept = trim(names, check.budget, settings.tools.budget_priority, used() if callable(used) else used)
-    cut = [name for name in names if name not in set(kept)]
+    keep = set(kept)
+    cut = [name for name in names if name not in keep]
     log.info("tools_trimmed", cut=cut)
     return kept, Budgeted(check, action, cut)
 

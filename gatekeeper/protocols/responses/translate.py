@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 import orjson
@@ -193,8 +194,8 @@ def _chat_tools(tools: list[Any]) -> list[dict[str, Any]]:
                 out.append(function)
         else:
             out.append(_function_tool(tool, f"tools[{i}]"))
-    names = [t["function"]["name"] for t in out]
-    twice = sorted({n for n in names if names.count(n) > 1})
+    counts = Counter(t["function"]["name"] for t in out)  # linear: a request may offer 50,000 tools
+    twice = sorted(n for n, k in counts.items() if k > 1)
     if twice:
         raise RequestInvalid(
             f"tools: {twice} would name two different tools in chat (a namespaced function becomes "
