@@ -102,3 +102,21 @@ def litellm_served(
         finally:
             process.terminate()
             process.wait(timeout=30)
+
+
+@contextmanager
+def litellm_example(tmp: Path, suite: Any, responder: Any) -> Iterator[tuple[str, str, Any]]:
+    """examples/litellm_config.yaml's LiteLLM proxy with gatekeeper's hook, `local-model` measured
+    small, in front of a NativeServer answering with `responder`: (url, key, the upstream)."""
+    from conftest import make_profile, seed_store
+    from upstreams import NativeServer
+
+    from gatekeeper.rules.tiers import Tier
+
+    store = tmp / "models_profile.json"
+    seed_store(store, make_profile("local-model", Tier.SMALL, suite))
+    with NativeServer(responder) as server:
+        config = yaml.safe_load((ROOT / "examples/litellm_config.yaml").read_text())
+        config["model_list"][0]["litellm_params"]["api_base"] = server.base_url
+        with litellm_served(config, server.base_url, store, tmp, timeout_s=180) as (url, key):
+            yield url, key, server

@@ -25,7 +25,6 @@ import anthropic
 import httpx
 import openai
 import pytest
-import yaml
 from conftest import ROOT, Proxy, make_profile, seed_store, settings_for, small_model_proxy
 from upstreams import NativeServer
 
@@ -321,16 +320,10 @@ CLAUDE_TOOLS = [{"name": n, "input_schema": PATH} for n in NAMES]
 
 @pytest.fixture(scope="module")
 def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[str, str, NativeServer]]:
-    from serving import litellm_served
+    from serving import litellm_example
 
-    tmp = tmp_path_factory.mktemp("litellm")
-    store = tmp / "models_profile.json"
-    seed_store(store, make_profile("local-model", Tier.SMALL, default_suite))
-    with NativeServer(lambda body: BOTH) as server:
-        config = yaml.safe_load((ROOT / "examples/litellm_config.yaml").read_text())
-        config["model_list"][0]["litellm_params"]["api_base"] = server.base_url
-        with litellm_served(config, server.base_url, store, tmp, timeout_s=180) as (url, key):
-            yield url, key, server
+    with litellm_example(tmp_path_factory.mktemp("litellm"), default_suite, lambda body: BOTH) as served:
+        yield served
 
 
 @pytest.fixture

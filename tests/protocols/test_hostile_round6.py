@@ -65,10 +65,9 @@ import httpx
 import litellm
 import openai
 import pytest
-import yaml
 from conftest import ROOT, make_profile, running_proxy, seed_store, settings_for
 from scripted import RawAnswer, RawUpstream
-from serving import litellm_served
+from serving import litellm_example
 from upstreams import NativeServer
 
 from gatekeeper import Gatekeeper, RequestInvalid
@@ -326,14 +325,12 @@ async def test_a_stream_of_offered_calls_passes_the_hook(hook):
 @pytest.fixture(scope="module")
 def litellm_calling(tmp_path_factory, default_suite) -> Iterator[tuple[openai.OpenAI, NativeServer]]:
     """A real LiteLLM proxy with the hook, local-model measured small, an upstream that calls both tools."""
-    tmp = tmp_path_factory.mktemp("litellm")
-    store = tmp / "models_profile.json"
-    seed_store(store, make_profile("local-model", Tier.SMALL, default_suite))
-    with NativeServer(lambda body: BOTH_CALLS) as server:
-        config = yaml.safe_load((ROOT / "examples/litellm_config.yaml").read_text())
-        config["model_list"][0]["litellm_params"]["api_base"] = server.base_url
-        with litellm_served(config, server.base_url, store, tmp, timeout_s=180) as (url, key):
-            yield openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60), server
+    with litellm_example(tmp_path_factory.mktemp("litellm"), default_suite, lambda body: BOTH_CALLS) as (
+        url,
+        key,
+        server,
+    ):
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60), server
 
 
 def test_a_hidden_call_never_reaches_a_litellm_proxy_client(litellm_calling):

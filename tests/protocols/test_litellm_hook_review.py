@@ -14,12 +14,8 @@ import anthropic
 import httpx
 import openai
 import pytest
-import yaml
-from conftest import ROOT, make_profile, seed_store
-from serving import litellm_served
+from serving import litellm_example
 from upstreams import NativeServer
-
-from gatekeeper.rules.tiers import Tier
 
 NAMES = ("read_file", "write_file", "execute_command")  # small, medium, large (examples/gatekeeper.yaml)
 PATH = {"type": "object", "properties": {"path": {"type": "string"}}}
@@ -35,14 +31,8 @@ EXPLAINED = "A call to the tool `execute_command` was removed: it needs tier lar
 
 @pytest.fixture(scope="module")
 def litellm_proxy(tmp_path_factory, default_suite) -> Iterator[tuple[str, str, NativeServer]]:
-    tmp = tmp_path_factory.mktemp("litellm")
-    store = tmp / "models_profile.json"
-    seed_store(store, make_profile("local-model", Tier.SMALL, default_suite))
-    with NativeServer(lambda body: HIDDEN_ONLY) as upstream:
-        config = yaml.safe_load((ROOT / "examples/litellm_config.yaml").read_text())
-        config["model_list"][0]["litellm_params"]["api_base"] = upstream.base_url
-        with litellm_served(config, upstream.base_url, store, tmp, timeout_s=180) as (url, key):
-            yield url, key, upstream
+    with litellm_example(tmp_path_factory.mktemp("litellm"), default_suite, lambda body: HIDDEN_ONLY) as served:
+        yield served
 
 
 @pytest.fixture
