@@ -55,9 +55,16 @@ class Upstream(_Section):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/]+", value):
+        if not re.match(r"^https?://[^/]+", value) or not value.isprintable() or " " in value:
             raise ValueError(f"expected an http(s) URL, got {value!r}")
         return value.rstrip("/")
+
+    @field_validator("api_key")
+    @classmethod
+    def _one_line(cls, value: str | None) -> str | None:
+        if value is not None and not value.isprintable():  # it goes into a request's header
+            raise ValueError("contains a control character (a line break?)")
+        return value
 
     @field_validator("protocols")
     @classmethod

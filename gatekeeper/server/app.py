@@ -130,7 +130,7 @@ def settle_heap() -> None:
 
 @asynccontextmanager
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
-    # Built here, in the serving event loop: aiohttp's pool binds to it.
+    # Built here, in the serving event loop: the upstream pool binds to it.
     app.state.upstreams = Upstreams(app.state.injected_upstream)
     app.state.upstreams.mounts(app.state.gk.settings)
     try:

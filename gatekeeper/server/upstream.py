@@ -3,35 +3,36 @@
 An upstream takes an `UpstreamRequest` (method, path under its base URL, the client's raw headers,
 the JSON body) and gives an `UpstreamAnswer` (status, headers a client may see, the body read
 whole, as server-sent events, or as raw chunks; every way of reading capped at
-`upstream.max_response_bytes`). Implementations: `PooledUpstream` (aiohttp, below), the litellm
-route (server/litellm_route.py) and `MockUpstream` (server/mock.py: a handler function, for
-pipeline tests without a port). Which one serves a model: server/mounts.py.
+`upstream.max_response_bytes`). Implementations: `PooledUpstream` (below, on the HTTP/1.1 pool
+of server/http1.py), the litellm route (server/litellm_route.py) and `MockUpstream`
+(server/mock.py: a handler function, for pipeline tests without a port). Which one serves a
+model: server/mounts.py.
 
-The hot path talks to the upstream through aiohttp, not httpx: with the same app on the same
-machine aiohttp's pool served several times the requests per second under concurrency (httpx's
-pool walks its connections on every request, through anyio; tests/perf/RESULTS.md has the
-trial). httpx stays where it serves well: the measurement backend (backends.py).
+The hot path talks to the upstream through its own small HTTP/1.1 client (server/http1.py), not
+a client library: httpx's pool walks its connections on every request, through anyio, and
+aiohttp's client took more of a core per request than a whole bare forwarder besides
+(docs/results/perf_compare.md has the trials). httpx stays where it serves well: the
+measurement backend (backends.py).
 
-What the pool keeps, whatever the client library:
+What the pool keeps:
   * it never follows a redirect (the client's key would go wherever the upstream says);
   * it keeps no cookies (one upstream cookie must never reach another client's request);
   * answers are decoded (gzip, deflate) before anyone reads them, and a body that ends early is an
     error, never a short answer;
-  * a pooled connection found dead before any answer arrived is retried once, on a new one.
+  * a pooled connection found dead before any answer arrived is replaced, and the request sent
+    on a new one.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
+import base64
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 from urllib.request import getproxies, proxy_bypass
 
-import aiohttp
 import orjson
-from yarl import URL
 
 from gatekeeper.config import Upstream as UpstreamSettings
 from gatekeeper.errors import ProxyError
@@ -39,6 +40,7 @@ from gatekeeper.observe import logs, metrics
 from gatekeeper.observe.redact import address_forms, redact, redact_url, scrub
 from gatekeeper.protocols.base import Event
 from gatekeeper.protocols.sse import SSEParser
+from gatekeeper.server import http1
 
 # Headers that describe one hop, or that the client library recomputes: never copied across the
 # proxy, either way. `x-request-id` stays here too: some servers (llama.cpp's) reject ids that
@@ -93,7 +95,7 @@ _MAX_DROPPED_SHOWN = 16  # header names one request's log line lists
 log = logs.get_logger(__name__)
 
 # What reading an answer raises when the transfer breaks (reset, early end, read timeout).
-TransferError = (aiohttp.ClientError, asyncio.TimeoutError)
+TransferError = (http1.Broken, TimeoutError)
 
 _SECRET_MIN = 8  # characters of an operator credential worth scrubbing from error bodies
 _MAX_CACHED_URLS = 64  # fixed endpoint paths; /v1/models/{id} paths come from clients and are not kept
@@ -231,45 +233,44 @@ class ByteAnswer:
 
 
 class PooledAnswer(ByteAnswer):
-    """An aiohttp answer. `aclose` gives the connection back when the body was read to its end,
-    and drops it otherwise."""
+    """An answer from the pool. `aclose` gives the connection back when the body was read to its
+    end, and drops it otherwise."""
 
-    __slots__ = ("_response",)
+    __slots__ = ("_answer",)
 
     def __init__(
         self,
-        response: aiohttp.ClientResponse,
+        answer: http1.Answer,
         limit: int,
         secrets: tuple[bytes, ...] = (),
         credentials: tuple[bytes, ...] = (),
     ) -> None:
         super().__init__(limit, secrets, credentials)
-        self._response = response
+        self._answer = answer
 
     @property
     def status_code(self) -> int:
-        return self._response.status
+        return self._answer.status
 
     def raw_headers(self) -> Mapping[str, str]:
-        return self._response.headers
+        return self._answer.headers
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
-        return self._response.content.iter_any()  # no generator of our own: one less hop per chunk
+        return self._answer.body()
 
     async def aclose(self) -> None:
-        self._response.release()
+        await self._answer.aclose()
 
 
 class PooledUpstream:
-    """One aiohttp session (one connection pool, `upstream.max_connections` wide) to the upstream."""
+    """One connection pool (`upstream.max_connections` wide) to the upstream."""
 
     def __init__(self, upstream: UpstreamSettings) -> None:
-        """Call from a running event loop (the app's lifespan): aiohttp binds to it."""
+        """Call from a running event loop (the app's lifespan): the pool binds to it."""
         self.upstream = upstream  # the settings it was built from (a reload may bring new ones)
         self.protocols: tuple[str, ...] = tuple(upstream.protocols)
-        # User info in the URL (`http://user:pw@host/v1`) is the operator's Basic credential: aiohttp
-        # refuses a URL with one next to an Authorization header (every request was a 500), so it is
-        # taken out of the URL and sent only when neither the client nor `api_key` gives a key.
+        # User info in the URL (`http://user:pw@host/v1`) is the operator's Basic credential: it
+        # is taken out of the URL and sent only when neither the client nor `api_key` gives a key.
         self.base_url, self._basic = _without_userinfo(upstream.base_url)
         # What an echoing upstream's error must not show the client: the key and Basic credential
         # this proxy adds for the operator (a client's own key is the client's).
@@ -290,39 +291,39 @@ class PooledUpstream:
         self._shown = redact_url(upstream.base_url)  # what log lines say: never its credentials
         self.api_key = upstream.api_key
         self.max_response_bytes = upstream.max_response_bytes
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=upstream.max_connections, limit_per_host=0),
-            # The same limits as the httpx client had: `connect` covers waiting for a pooled
-            # connection, `sock_read` is the longest silence while an answer is read.
-            timeout=aiohttp.ClientTimeout(
-                total=None, connect=upstream.timeout_s, sock_connect=10.0, sock_read=upstream.timeout_s
-            ),
-            cookie_jar=aiohttp.DummyCookieJar(),
-            auto_decompress=True,
-            raise_for_status=False,
-            trust_env=False,
+        self.timeout_s = upstream.timeout_s  # waiting for a free connection; the longest silence of an answer
+        parts = urlsplit(self.base_url)
+        self._prefix = parts.path
+        # The HTTP(S)_PROXY that applies (NO_PROXY honoured), read once, as httpx did: not per request.
+        self._pool = http1.Pool(
+            f"{parts.scheme}://{parts.netloc}",
+            max_connections=upstream.max_connections,
+            read_timeout=upstream.timeout_s,
+            max_body=upstream.max_response_bytes,
+            proxy=_env_proxy(upstream.base_url),
         )
-        self._proxy = _env_proxy(upstream.base_url)  # read once, as httpx did: not per request
-        self._urls: dict[str, URL] = {}
+        self._targets: dict[str, str] = {}
         self._forward_all = upstream.client_headers == "all"
         extra = upstream.forward_headers
         self._forwarded = FORWARDED | {n for n in extra if not n.endswith("*")}
         self._prefixes = FORWARDED_PREFIXES + tuple(n[:-1] for n in extra if n.endswith("*"))
 
     async def aclose(self) -> None:
-        await self._session.close()
+        self._pool.close()
 
-    def url(self, path: str) -> URL:
-        url = self._urls.get(path)
-        if url is None:
-            url = URL(f"{self.base_url}{path}")
-            if len(self._urls) < _MAX_CACHED_URLS:  # parsed once per fixed path, not per request
-                self._urls[path] = url
-        return url
+    def target(self, path: str) -> str:
+        """The request target for `path` under the base URL (a space or line break in it encoded)."""
+        target = self._targets.get(path)
+        if target is None:
+            target = self._prefix + quote(path, safe="/%:@!$&'()*+,;=")
+            if len(self._targets) < _MAX_CACHED_URLS:  # fixed endpoint paths: built once each
+                self._targets[path] = target
+        return target
 
     def request_headers(self, raw: list[tuple[bytes, bytes]], json_body: bool) -> list[tuple[str, str]]:
         """The client's headers an upstream may see (FORWARDED, or all but hop-by-hop ones); the
-        operator's key when the client sent none. A non-ASCII value is a 400 naming the header."""
+        operator's key when the client sent none. A value that is not printable ASCII is a 400
+        naming the header."""
         headers = []
         dropped = []
         has_auth = False
@@ -333,8 +334,8 @@ class PooledUpstream:
             if not (self._forward_all or text in self._forwarded or text.startswith(self._prefixes)):
                 dropped.append(text)
                 continue
-            if not value.isascii():
-                raise ProxyError(400, f"header {text!r} has a non-ASCII value", "invalid_header")
+            if not value.isascii() or b"\r" in value or b"\n" in value:
+                raise ProxyError(400, f"header {text!r} has a non-ASCII value or a line break", "invalid_header")
             has_auth = has_auth or name == b"authorization"
             headers.append((text, value.decode("latin-1")))
         if dropped:
@@ -348,11 +349,9 @@ class PooledUpstream:
         return headers
 
     async def send(self, request: UpstreamRequest) -> PooledAnswer:
-        """Send and return the streaming answer (the caller reads or closes it). Sent once more
-        when a pooled connection turns out to be dead before any answer arrived (llama.cpp's
-        server, for one, closes a connection after a failed stream). 504 on timeout, 502 when
-        unreachable."""
-        url = self.url(request.path)
+        """Send and return the streaming answer (the caller reads or closes it). 504 on timeout,
+        502 when unreachable or when the answer's head is not valid HTTP."""
+        target = self.target(request.path)
         headers = self.request_headers(request.headers, json_body=request.body is not None)
         try:
             content = None if request.body is None else orjson.dumps(request.body)
@@ -361,27 +360,17 @@ class PooledUpstream:
                 400, f"request body cannot be forwarded (nested over 254 levels?): {exc}", "invalid_body"
             ) from None
         try:
-            try:
-                response = await self._request(request.method, url, headers, content)
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                response = await self._request(request.method, url, headers, content)
+            answer = await self._pool.request(request.method, target, headers, content, wait=self.timeout_s)
         except TimeoutError:
             log.warning("upstream_failed", upstream=self._shown, path=request.path, error="timed out")
             raise _failed("timeout", 504, "the upstream timed out") from None
-        except aiohttp.ClientError as exc:
+        except (http1.Unreachable, http1.Broken) as exc:
             # The address and the reason go to the log; the client learns only that it failed:
             # where the upstream lives (a host, a port, an internal name) is not the client's.
             error = scrub(f"{type(exc).__name__}: {exc}".encode(), self._secrets).decode()
             log.warning("upstream_failed", upstream=self._shown, path=request.path, error=redact(error))
             raise _failed("unreachable", 502, "the upstream is unreachable") from None
-        return PooledAnswer(response, self.max_response_bytes, self._secrets, self._credentials)
-
-    def _request(
-        self, method: str, url: URL, headers: list[tuple[str, str]], content: bytes | None
-    ) -> Awaitable[aiohttp.ClientResponse]:
-        return self._session.request(
-            method, url, headers=headers, data=content, allow_redirects=False, proxy=self._proxy
-        )
+        return PooledAnswer(answer, self.max_response_bytes, self._secrets, self._credentials)
 
 
 def _scrubbed(value: str, secrets: tuple[bytes, ...]) -> str:
@@ -412,7 +401,7 @@ def _without_userinfo(base_url: str) -> tuple[str, str | None]:
         return base_url, None
     userinfo, _, host = parts.netloc.rpartition("@")
     user, _, password = userinfo.partition(":")
-    basic = aiohttp.BasicAuth(unquote(user), unquote(password)).encode()
+    basic = "Basic " + base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
     return urlunsplit(parts._replace(netloc=host)), basic
 
 

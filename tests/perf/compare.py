@@ -634,11 +634,11 @@ def ratio(a: float, b: float) -> str:
 WHY = {
     "asyncio": "structural: the asyncio floor runs no coroutine per request (parser callbacks write straight "
     "to the sockets, one write per answer); gatekeeper runs uvicorn's ASGI cycle (two writes per "
-    "answer), Starlette's middleware and routing, aiohttp's request machinery, and its own pipeline "
-    "(resolve, gate, enforce, a log line, metrics); closing it means a hand-written HTTP server and "
-    "client, which this project will not ship",
+    "answer), Starlette's middleware and routing, and its own pipeline (resolve, gate, enforce, a log "
+    "line, metrics); closing it means a hand-written HTTP server too (the upstream client is one "
+    "already, server/http1.py)",
     "starlette": "gatekeeper does strictly more per request than the Starlette floor (tier lookup, gating, answer "
-    "checks, log line, metrics, header copy); only its faster upstream client (aiohttp) pays for it",
+    "checks, log line, metrics, header copy); only its faster upstream client (server/http1.py) pays for it",
     "litellm": "LiteLLM's req/s varies with its release and its own logging",
     "native": "a native path does the chat path's work (parse, gate, check, relay) on another shape; its "
     "ratio to chat moves by ±30 % between runs on this machine (compare two runs, and the per-round "
@@ -649,12 +649,13 @@ WHY = {
     "gate, forward) plus one event's parse and check (an unreadable answer never passes raw): the gap is "
     "about the added p50 at c=1, and that is above 0.3 ms",
     "rss": "imports: see the import line above the goals (jsonschema's `format-nongpl` extra pulls rfc3987-syntax, "
-    "which builds a lark grammar at import); pydantic models, structlog, prometheus, aiohttp",
+    "which builds a lark grammar at import); pydantic models, structlog, prometheus",
     "startup": "imports, see the import line above the goals (rfc3987-syntax's grammar build is most of it when "
     "installed); the wall time also grows with the machine's load, the CPU time does not",
     "absolute": "gatekeeper's own work per request (parse, resolve, gate, check the answer, the log line, "
-    "metrics) costs about as much again as uvicorn, Starlette and aiohttp together (`trial.py "
-    "starlette-uvicorn-aiohttp` measures those alone); both halves would have to shrink",
+    "metrics) is most of a request's time: uvicorn and the upstream client together take about 80 us "
+    "(`trial.py asgi-uvicorn-raw` measures those alone); the rest is a flat profile of gatekeeper's own "
+    "steps, none above a tenth",
     "workers": "the second worker shares its core with the load generator and the upstream (2 cores here: "
     "no core is left for them); compare the rounds, printed per round above the goals",
 }

@@ -3,10 +3,12 @@
 Starlette + a pooled upstream client: parse the body, drop the blocked tools, re-serialise,
 forward; stream answers are relayed as raw bytes. By default it runs on uvicorn (uvloop,
 httptools, no access log) with httpx, the stack of the original floor; `--server granian` and
-`--client aiohttp` and `--framework none` (a bare ASGI callable) are the trials of docs/results/perf_compare.md (which server, which client costs least).
+`--client aiohttp|raw` (`raw`: asyncio protocols + httptools, the shape of server/http1.py) and
+`--framework none` (a bare ASGI callable) are the trials of docs/results/perf_compare.md (which
+server, which client costs least).
 
     python tests/perf/floor.py --port 9001 --upstream http://127.0.0.1:9000/v1 --block a,b \
-        [--server uvicorn|granian] [--client httpx|aiohttp] [--framework starlette|none]
+        [--server uvicorn|granian] [--client httpx|aiohttp|raw] [--framework starlette|none]
 """
 
 from __future__ import annotations
@@ -78,12 +80,88 @@ def aiohttp_client(upstream: str) -> tuple[Sender, Callable[[], Awaitable[None]]
     return send, session.close
 
 
+def raw_client(upstream: str) -> tuple[Sender, Callable[[], Awaitable[None]]]:
+    """Trial only: a keep-alive pool of asyncio protocols parsing answers with httptools."""
+    import asyncio
+    from urllib.parse import urlsplit
+
+    import httptools
+
+    parts = urlsplit(upstream)
+    host, port = parts.hostname, parts.port or 80
+    head = (
+        f"POST {parts.path}/chat/completions HTTP/1.1\r\nhost: {parts.netloc}\r\n"
+        "content-type: application/json\r\ncontent-length: "
+    ).encode()
+    idle: list[Any] = []
+
+    class Conn(asyncio.Protocol):
+        def __init__(self) -> None:
+            self.parser = httptools.HttpResponseParser(self)
+            self.done: asyncio.Future | None = None
+            self.body: list[bytes] = []
+            self.ctype = b""
+            self.header = b""
+
+        def connection_made(self, transport: Any) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            self.parser.feed_data(data)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            if name.lower() == b"content-type":
+                self.ctype = value
+
+        def on_body(self, body: bytes) -> None:
+            self.body.append(body)
+
+        def on_message_complete(self) -> None:
+            done, self.done = self.done, None
+            body, self.body = b"".join(self.body), []
+            done.set_result((self.parser.get_status_code(), body, self.parser.should_keep_alive()))
+
+        def connection_lost(self, exc: Any) -> None:
+            if self.done and not self.done.done():
+                self.done.set_exception(ConnectionError("upstream closed"))
+
+    async def send(body: bytes):
+        loop = asyncio.get_running_loop()
+        conn = idle.pop() if idle else (await loop.create_connection(Conn, host, port))[1]
+        conn.done = loop.create_future()
+        conn.transport.write(b"%s%d\r\n\r\n%s" % (head, len(body), body))
+        status, raw, keep = await conn.done
+        if keep:
+            idle.append(conn)
+        else:
+            conn.transport.close()
+        if b"event-stream" in conn.ctype:
+
+            async def chunks() -> AsyncIterator[bytes]:
+                yield raw
+
+            async def close() -> None:
+                pass
+
+            return status, True, chunks(), close
+        return status, False, raw, None
+
+    async def close() -> None:
+        for conn in idle:
+            conn.transport.close()
+
+    return send, close
+
+
+CLIENTS = {"httpx": httpx_client, "aiohttp": aiohttp_client, "raw": raw_client}
+
+
 def build(upstream: str, blocked: frozenset[str], client: str = "httpx") -> Starlette:
     state: dict[str, Any] = {}
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        state["send"], close = (aiohttp_client if client == "aiohttp" else httpx_client)(upstream)
+        state["send"], close = CLIENTS[client](upstream)
         yield
         await close()
 
@@ -111,7 +189,7 @@ def build_asgi(upstream: str, blocked: frozenset[str], client: str = "httpx") ->
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
-                    state["send"], state["close"] = (aiohttp_client if client == "aiohttp" else httpx_client)(upstream)
+                    state["send"], state["close"] = CLIENTS[client](upstream)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     await state["close"]()
@@ -158,7 +236,7 @@ def main() -> None:
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--block", default="")
     parser.add_argument("--server", choices=("uvicorn", "granian"), default="uvicorn")
-    parser.add_argument("--client", choices=("httpx", "aiohttp"), default="httpx")
+    parser.add_argument("--client", choices=("httpx", "aiohttp", "raw"), default="httpx")
     parser.add_argument("--framework", choices=("starlette", "none"), default="starlette")
     args = parser.parse_args()
     if args.server == "granian":

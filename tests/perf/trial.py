@@ -76,6 +76,7 @@ VARIANTS: dict[str, Callable[[str, Path, int], list[str]]] = {
     "starlette-granian-aiohttp": floor("granian", "aiohttp"),
     "asgi-uvicorn-aiohttp": floor("uvicorn", "aiohttp", "none"),
     "asgi-granian-aiohttp": floor("granian", "aiohttp", "none"),
+    "asgi-uvicorn-raw": floor("uvicorn", "raw", "none"),
     "gatekeeper-uvicorn": gatekeeper("uvicorn"),
     "gatekeeper-granian": gatekeeper("granian"),
 }
