@@ -70,6 +70,8 @@ def test_empty_default_makes_a_variable_optional(tmp_path, monkeypatch):
         ("unknown_models: maybe\n", "unknown_models"),
         ("pins:\n  m: medium-ish\n", "pins.m"),
         ("upstream:\n  base_url: ftp://x\n", "upstream.base_url: expected an http(s) URL"),
+        ('upstream:\n  base_url: "http://a b/v1"\n', "upstream.base_url: expected an http(s) URL"),
+        ('upstream:\n  api_key: "sk-1\\r\\nx-injected: 1"\n', "upstream.api_key: contains a control character"),
         ("upstream:\n  unknown_fields: allow\n", "upstream.unknown_fields"),
         ("bench:\n  thresholds:\n    large: {speed: 1}\n", "unknown categories"),
         ("bench:\n  thresholds:\n    large: {json: 1.5}\n", "bench.thresholds.large.json"),
