@@ -440,6 +440,7 @@ def serve(
     import uvicorn
 
     from gatekeeper.core.gatekeeper import Gatekeeper
+    from gatekeeper.server import upstream
     from gatekeeper.server import workers as fleet
     from gatekeeper.server.app import create_app, settle_heap
 
@@ -447,6 +448,7 @@ def serve(
     logs.configure(settings.log_level)
     try:
         fleet.check_fleet(settings, workers)
+        upstream.env_proxy(settings.upstream.base_url)  # one it cannot use: refused before the start line
         if workers > 1 and config is None:
             raise ConfigError(f"--workers {workers}: give --config FILE (each worker reads it)")
     except GatekeeperError as exc:

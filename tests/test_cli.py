@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -437,6 +438,19 @@ def test_serve_refuses_a_port_out_of_range_instead_of_listening_elsewhere(tmp_pa
         done = gk("serve", "--port", port, timeout=20, cwd=tmp_path)
         assert done.returncode == 2, (port, done.stderr)
         assert done.stderr == f"error: --port must be 1 to 65535, got {port}\n"
+
+
+def test_serve_refuses_a_proxy_it_cannot_use_before_it_starts(tmp_path):
+    config = tmp_path / "gk.yaml"
+    config.write_text(f'store: "{tmp_path / "p.json"}"\nupstream:\n  base_url: https://api.example/v1\n')
+    env = os.environ | {"COLUMNS": "200", "HTTPS_PROXY": "socks5://user:hunter22@127.0.0.1:1080"}
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # so that a serve that gets past it stops at the port
+        port = str(taken.getsockname()[1])
+        done = gk("serve", "--config", str(config), "--port", port, env=env, timeout=20)
+        listed = gk("serve", "--config", str(config), "--port", port, env=env | {"NO_PROXY": "api.example"}, timeout=20)
+    assert done.returncode == 2 and "gatekeeper serving" not in done.stderr and "hunter22" not in done.stderr
+    assert done.stderr.startswith("error: HTTPS_PROXY=socks5://***@127.0.0.1:1080: only an http:// proxy is supported")
+    assert listed.returncode == 2 and "cannot listen" in listed.stderr  # bypassed by name: as far as the port
 
 
 def test_serve_names_the_address_it_cannot_listen_on(tmp_path):

@@ -35,7 +35,7 @@ from urllib.request import getproxies, proxy_bypass
 import orjson
 
 from gatekeeper.config import Upstream as UpstreamSettings
-from gatekeeper.errors import ProxyError
+from gatekeeper.errors import ConfigError, ProxyError
 from gatekeeper.observe import logs, metrics
 from gatekeeper.observe.redact import address_forms, redact, redact_url, scrub
 from gatekeeper.protocols.base import Event
@@ -300,7 +300,7 @@ class PooledUpstream:
             max_connections=upstream.max_connections,
             read_timeout=upstream.timeout_s,
             max_body=upstream.max_response_bytes,
-            proxy=_env_proxy(upstream.base_url),
+            proxy=env_proxy(upstream.base_url),
         )
         self._targets: dict[str, str] = {}
         self._forward_all = upstream.client_headers == "all"
@@ -405,12 +405,19 @@ def _without_userinfo(base_url: str) -> tuple[str, str | None]:
     return urlunsplit(parts._replace(netloc=host)), basic
 
 
-def _env_proxy(base_url: str) -> str | None:
-    """The HTTP(S)_PROXY that applies to the upstream (NO_PROXY honoured), as httpx read it."""
+def env_proxy(base_url: str) -> str | None:
+    """The HTTP(S)_PROXY that applies to the upstream (NO_PROXY honoured), as httpx read it.
+    ConfigError for one the pool cannot use (a `socks5://` proxy): never bypassed in silence."""
     parts = urlsplit(base_url)
     if parts.hostname is None or proxy_bypass(parts.hostname):
         return None
-    return getproxies().get(parts.scheme)
+    proxy = getproxies().get(parts.scheme)
+    if proxy is not None and "://" in proxy and not proxy.startswith("http://"):
+        raise ConfigError(
+            f"{parts.scheme.upper()}_PROXY={redact_url(proxy)}: only an http:// proxy is supported "
+            f"(or list the upstream's host in NO_PROXY)"
+        )
+    return proxy
 
 
 def _failed(metric: str, status: int, message: str, code: str | None = None) -> ProxyError:
