@@ -31,8 +31,10 @@ import httptools
 CONNECT_TIMEOUT_S = 10.0  # opening a connection (and a proxy's tunnel, and TLS)
 _HIGH_WATER = 256 * 1024  # body bytes buffered before reading pauses
 _LOW_WATER = 64 * 1024
-MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers
-_DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+_CHUNK_COST = 64  # what one buffered chunk counts for besides its bytes (a Python object, a slot)
+MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers (and any bytes in a row without a body byte)
+_GZIP = 16 + zlib.MAX_WBITS
+_DECODERS = {"gzip": _GZIP, "x-gzip": _GZIP, "deflate": zlib.MAX_WBITS}
 
 
 class Broken(Exception):
@@ -75,6 +77,7 @@ class Pool:
         self._new = functools.partial(_Connection, max_body)
         self._slots = asyncio.Semaphore(max_connections)
         self._idle: deque[_Connection] = deque()
+        self._closed = False
         self._proxy: tuple[str, int, str | None] | None = None
         self._absolute = ""  # the origin, before each request target, when a plain proxy relays
         if proxy is not None:
@@ -94,13 +97,19 @@ class Pool:
     ) -> Answer:
         """Send one request; return once the answer's head arrived. `wait` bounds waiting for a
         free connection. TimeoutError, Unreachable or Broken when no answer head comes."""
+        fields = [f"{name}: {value}" for name, value in headers]
+        line = method + " " + target
+        text = line + "".join(fields)
+        if "\r" in text or "\n" in text or line.count(" ") != 1:
+            # The caller checks what a client sent; this keeps one request one request even so.
+            raise ValueError("a line break in a request header or target, or a space in its target")
         head = [f"{method} {self._absolute}{target} HTTP/1.1\r\nhost: {self.authority}\r\n"]
-        head += [f"{name}: {value}\r\n" for name, value in headers]
+        head += [f"{field}\r\n" for field in fields]
         if self._proxy is not None and self._proxy[2] is not None and self.tls is None:
             head.append(f"proxy-authorization: {self._proxy[2]}\r\n")
         head.append("accept-encoding: gzip, deflate\r\n")
         head.append(f"content-length: {len(body)}\r\n\r\n" if body is not None else "\r\n")
-        message = "".join(head).encode("latin-1")
+        message = "".join(head).encode()  # a value beyond ASCII goes as UTF-8, as aiohttp sent it
         if body:
             message += body
         if self._slots.locked():
@@ -117,7 +126,10 @@ class Pool:
                 except Broken:
                     if conn.answered:
                         raise
-                    continue  # closed while idle (the upstream's keep-alive ran out): a new one
+                    # Closed while idle (the upstream's keep-alive ran out), or the upstream died
+                    # on this very request: sent once more, on a new connection, never on each
+                    # idle one in turn.
+                    break
                 return Answer(self, conn)
             conn = await self._connect()
             await conn.exchange(message, self.read_timeout)
@@ -136,8 +148,12 @@ class Pool:
                     _, conn = await loop.create_connection(self._new, host, port, ssl=tls)
                     return conn
                 transport, conn = await loop.create_connection(self._new, host, port)
-                await conn.tunnel(self._tunnel_to, self._proxy[2])
-                conn.transport = await loop.start_tls(transport, conn, self.tls, server_hostname=self.host)
+                try:
+                    await conn.tunnel(self._tunnel_to, self._proxy[2])
+                    conn.transport = await loop.start_tls(transport, conn, self.tls, server_hostname=self.host)
+                except BaseException:  # refused, timed out or cancelled: the proxy's socket is not kept
+                    transport.close()
+                    raise
                 return conn
         except TimeoutError:
             raise Unreachable("connecting timed out") from None
@@ -146,12 +162,14 @@ class Pool:
 
     def _give_back(self, conn: _Connection) -> None:
         self._slots.release()
-        if conn.reusable():
+        if conn.reusable() and not self._closed:
             self._idle.append(conn)
         else:
             conn.close()
 
     def close(self) -> None:
+        """Close the idle connections; those in use close when their answers are given back."""
+        self._closed = True
         while self._idle:
             self._idle.pop().close()
 
@@ -189,6 +207,13 @@ class Answer:
         if conn is not None:
             self._pool._give_back(conn)
 
+    def __del__(self) -> None:
+        # Dropped neither read nor closed (a streamed response whose body never started: its
+        # client left first): its slot would be lost for good.
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn._loop.is_closed():
+            self._pool._give_back(conn)
+
 
 class _Connection(asyncio.Protocol):
     """One connection: a request written, its answer parsed as it arrives."""
@@ -197,7 +222,7 @@ class _Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._max_body = max_body
         self._room = 0  # decoded bytes this answer may still add (max_body + 1 at its start)
-        self._head_bytes = 0
+        self._quiet = 0  # bytes received since the last body byte (the head, trailers): bounded
         self.transport: Any = None
         self.closed = False
         self.answered = False  # a byte of the current answer arrived
@@ -209,7 +234,8 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self._framed = False  # the answer says where it ends (a length, chunks, or no body)
-        self._decoder: Any = None
+        self._wbits = 0  # the answer's compression (zlib's wbits), 0 for none
+        self._decoder: Any = None  # made at its first body byte
         self._done = False  # the whole answer arrived
         self._keep_alive = False  # and the connection may carry another request
         self._error: BaseException | None = None
@@ -225,7 +251,7 @@ class _Connection(asyncio.Protocol):
         """Write the request; wait for the answer's head."""
         self.status, self.headers, self._raw, self._done, self._framed = 0, {}, [], False, False
         self._decoder, self._error, self.answered, self._keep_alive = None, None, False, False
-        self._room, self._head_bytes = self._max_body + 1, 0
+        self._room, self._quiet, self._wbits = self._max_body + 1, 0, 0
         self._timeout, self._last = timeout, self._loop.time()
         self._timer = self._loop.call_at(self._last + timeout, self._check_silence)
         self._waiter = self._loop.create_future()
@@ -241,9 +267,10 @@ class _Connection(asyncio.Protocol):
         none arrived yet."""
         if self._chunks:
             chunk = self._chunks.popleft()
-            self._buffered -= len(chunk)
+            self._buffered -= len(chunk) + _CHUNK_COST
             if self._paused and self._buffered < _LOW_WATER:
                 self._paused = False
+                self._last = self._loop.time()  # the silence runs from here, not from the pause
                 self.transport.resume_reading()
             return chunk
         if self._error is not None:
@@ -270,6 +297,8 @@ class _Connection(asyncio.Protocol):
         line = f"CONNECT {authority} HTTP/1.1\r\nhost: {authority}\r\n"
         self.transport.write((line + (f"proxy-authorization: {auth}\r\n" if auth else "") + "\r\n").encode())
         await self._waiter
+        if len(self._tunnel_head) > MAX_HEAD_BYTES:
+            raise Broken(f"the proxy's answer exceeds {MAX_HEAD_BYTES} bytes")
         status = bytes(self._tunnel_head).split(b" ", 2)[1:2]
         self._tunnel_head = None
         if not status or not status[0].startswith(b"2"):
@@ -283,7 +312,7 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._tunnel_head is not None:
             self._tunnel_head += data
-            if b"\r\n\r\n" in self._tunnel_head:
+            if b"\r\n\r\n" in self._tunnel_head or len(self._tunnel_head) > MAX_HEAD_BYTES:
                 self._wake()
             return
         if self._done or self._waiter is None:
@@ -294,8 +323,14 @@ class _Connection(asyncio.Protocol):
             return
         self.answered = True
         self._last = self._loop.time()
+        self._quiet += len(data)  # on_body sets it back to 0
+        before = len(self._chunks)
         try:
             self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:  # a 101: the upstream switched protocols
+            self._fail(Broken("the upstream answered 101 Switching Protocols"))
+            self.close()
+            return
         except httptools.HttpParserError as exc:
             cause = exc.__context__  # what a callback below raised, if one did
             if isinstance(cause, _OutOfStep):
@@ -308,11 +343,17 @@ class _Connection(asyncio.Protocol):
                 self._fail(Broken(f"invalid HTTP answer: {exc}"))
             self.close()
             return
-        if not self.status:  # the head is still arriving
-            self._head_bytes += len(data)
-            if self._head_bytes > MAX_HEAD_BYTES:
-                self._fail(Broken(f"the answer's head exceeds {MAX_HEAD_BYTES} bytes"))
-                self.close()
+        if len(self._chunks) > before + 1:  # many chunks in one read (tiny ones?): kept as one
+            merged = [self._chunks.pop() for _ in range(len(self._chunks) - before)]
+            self._chunks.append(b"".join(reversed(merged)))
+            self._buffered -= (len(merged) - 1) * _CHUNK_COST
+        if self._buffered > _HIGH_WATER and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()
+        if self._quiet > MAX_HEAD_BYTES:  # a head, interim answers or trailers without end
+            what = "trailers or chunk framing exceed" if self.status else "head exceeds"
+            self._fail(Broken(f"the answer's {what} {MAX_HEAD_BYTES} bytes"))
+            self.close()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.closed = True
@@ -335,23 +376,25 @@ class _Connection(asyncio.Protocol):
     # -- httptools callbacks --
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._raw.append((name, value))
+        if not self.status:  # not a trailer, after a chunked body: those are not kept
+            self._raw.append((name, value))
 
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
-        if 100 <= status < 200:  # an interim answer: the real one follows
+        if not 100 <= status <= 599:
+            raise Broken(f"the answer's status is {status}")
+        if status < 200:  # an interim answer: the real one follows
             self._raw = []
             return
         self.status = status
         self._keep_alive = self._parser.should_keep_alive()  # read now: the parser forgets it at the end
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self._raw}
         self.headers = headers
-        self._framed = (
-            "content-length" in headers or "chunked" in headers.get("transfer-encoding", "") or status in (204, 304)
-        )
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        self._framed = "content-length" in headers or chunked or status in (204, 304)
         encoding = headers.get("content-encoding", "").strip().lower()
         if encoding in _DECODERS:
-            self._decoder = zlib.decompressobj(_DECODERS[encoding])
+            self._wbits = _DECODERS[encoding]
         elif encoding not in ("", "identity"):
             raise Broken(f"the answer is encoded as {encoding!r}, which the proxy cannot read")
         self._wake()
@@ -361,27 +404,23 @@ class _Connection(asyncio.Protocol):
             raise _OutOfStep
 
     def on_body(self, body: bytes) -> None:
-        if self._decoder is not None:
-            if self._room <= 0:  # decoded one byte past the cap already: the reader refuses it
-                return
-            body = self._decoder.decompress(body, self._room)  # a small body may decode to gigabytes
-            self._room -= len(body)
+        self._quiet = 0
+        if self._wbits:
+            body = self._decode(body)
             if not body:
                 return
         self._chunks.append(body)
-        self._buffered += len(body)
-        if self._buffered > _HIGH_WATER and not self._paused:
-            self._paused = True
-            self.transport.pause_reading()
+        self._buffered += len(body) + _CHUNK_COST
         self._wake()
 
     def on_message_complete(self) -> None:
         if not self.status:
             return  # the end of an interim answer
-        if self._decoder is not None and self._room > 0:
+        if self._decoder is not None and self._room > 0:  # none when the body was empty
             rest = self._decoder.flush()
             if rest:
                 self._chunks.append(rest)
+                self._buffered += len(rest) + _CHUNK_COST
             if not self._decoder.eof:
                 raise Broken("the answer's compressed body ended early")
         self._done = True
@@ -389,6 +428,25 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     # -- internals --
+
+    def _decode(self, data: bytes) -> bytes:
+        """Compressed body bytes decoded, no further than one byte past the cap (a small body may
+        decode to gigabytes; the reader's cap then refuses it)."""
+        out = []
+        while data and self._room > 0:
+            if self._decoder is None or (self._decoder.eof and self._wbits == _GZIP):
+                # The first bytes, or a gzip body's next member (gzip allows several, read as one).
+                # "deflate" is meant to carry zlib's header, but some servers send raw deflate
+                # (aiohttp read it too): zlib's header has compression method 8 in its low bits.
+                raw = self._wbits == zlib.MAX_WBITS and data[0] & 0x0F != 8
+                self._decoder = zlib.decompressobj(-zlib.MAX_WBITS if raw else self._wbits)
+            elif self._decoder.eof:  # bytes after a deflate stream's end: ignored, as zlib does
+                break
+            piece = self._decoder.decompress(data, self._room)
+            self._room -= len(piece)
+            out.append(piece)
+            data = self._decoder.unused_data
+        return out[0] if len(out) == 1 else b"".join(out)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -404,8 +462,11 @@ class _Connection(asyncio.Protocol):
             waiter.set_exception(error)
 
     def _check_silence(self) -> None:
+        now = self._loop.time()
+        if self._paused:  # the reader is slow (it holds reading paused), not the upstream
+            self._last = now
         due = self._last + self._timeout
-        if self._loop.time() < due:
+        if now < due:
             self._timer = self._loop.call_at(due, self._check_silence)
             return
         self._timer = None
