@@ -28,6 +28,13 @@ async def loop_errors():
     assert seen == []
 
 
+async def behind_a_proxy(handler) -> tuple[asyncio.Server, http1.Pool]:
+    """A proxy on a loopback port that `handler` plays, and a pool to an https upstream behind it."""
+    proxy = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
+    return proxy, http1.Pool("https://api.example", max_connections=1, read_timeout=5, proxy=f"127.0.0.1:{port}")
+
+
 async def test_a_tunnel_the_proxy_refused_does_not_leave_its_connection_open():
     closed = asyncio.Event()
 
@@ -38,10 +45,7 @@ async def test_a_tunnel_the_proxy_refused_does_not_leave_its_connection_open():
             closed.set()
         writer.close()
 
-    proxy = await asyncio.start_server(refusing, "127.0.0.1", 0)
-    pool = http1.Pool(
-        "https://api.example", max_connections=1, read_timeout=5, proxy=f"127.0.0.1:{proxy.sockets[0].getsockname()[1]}"
-    )
+    proxy, pool = await behind_a_proxy(refusing)
     with pytest.raises(http1.Unreachable, match="407"):
         await fetch(pool)
     await asyncio.wait_for(closed.wait(), 2)  # the pool hung up; it did not keep the socket
@@ -226,10 +230,7 @@ async def test_a_proxy_answer_without_end_is_bounded():
         await reader.read()
         writer.close()
 
-    proxy = await asyncio.start_server(endless, "127.0.0.1", 0)
-    pool = http1.Pool(
-        "https://api.example", max_connections=1, read_timeout=5, proxy=f"127.0.0.1:{proxy.sockets[0].getsockname()[1]}"
-    )
+    proxy, pool = await behind_a_proxy(endless)
     with pytest.raises(http1.Unreachable, match="exceeds"):
         await asyncio.wait_for(fetch(pool), 3)  # not at the 10 s connect timeout
     proxy.close()
@@ -245,10 +246,7 @@ async def test_a_request_cancelled_while_the_proxy_opens_the_tunnel_closes_its_s
             closed.set()
         writer.close()
 
-    proxy = await asyncio.start_server(slow, "127.0.0.1", 0)
-    pool = http1.Pool(
-        "https://api.example", max_connections=1, read_timeout=5, proxy=f"127.0.0.1:{proxy.sockets[0].getsockname()[1]}"
-    )
+    proxy, pool = await behind_a_proxy(slow)
     request = asyncio.create_task(fetch(pool))
     await asyncio.wait_for(asked.wait(), 2)
     request.cancel()
