@@ -21,10 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from gatekeeper.core.budget import Budgeted, apply_budget, routed_for_budget
 from gatekeeper.core.gate import check_before_measuring, gate_resolved
+from gatekeeper.observe import logs
 from gatekeeper.observe.redact import clip
 from gatekeeper.protocols.base import Allowed, Codec, Offered, RequestInfo
 from gatekeeper.protocols.gate import Gated
@@ -99,7 +98,7 @@ def parse(codec: Codec, body: dict[str, Any], snap: Snapshot) -> RequestInfo:
     field is checked first (RequestInvalid)."""
     info = codec.parse(body)
     # Client strings, on every line this request logs: capped (a 1 MB model name costs 256 bytes).
-    structlog.contextvars.bind_contextvars(model=clip(info.model), effort=clip(info.effort or "default"))
+    logs.bind(model=clip(info.model), effort=clip(info.effort or "default"))
     check_before_measuring(codec, body, snap.policy, snap.resolver, info.model, info.effort)
     return info
 
@@ -121,20 +120,20 @@ def _gate(
     if routed is not None and routed.routed:
         info = RequestInfo(routed.model, None if routed.effort == DEFAULT_EFFORT else routed.effort, info.stream)
         resolution = routed.resolution  # with this client's demotion: candidates are judged with it
-        structlog.contextvars.bind_contextvars(routed=routed.pair, routed_reason=routed.reason)
+        logs.bind(routed=routed.pair, routed_reason=routed.reason)
     # The pair's policy: the tier rules, and `tools.requires` judged on its measured bounds.
     policy = routed.policy if routed is not None else snap.router.policy_for(resolution)
     if rules is not None and client_policy is not None:  # the client's own rules: the stricter apply
         resolution = dataclasses.replace(resolution, tier=ceiling(resolution.tier, rules))
         policy = ClientPolicy(policy, client_policy, rules)
-        structlog.contextvars.bind_contextvars(client_policy=client_policy)
+        logs.bind(client_policy=client_policy)
     into.resolution, into.route = resolution, routed
-    structlog.contextvars.bind_contextvars(tier=resolution.tier.value, source=resolution.source)
+    logs.bind(tier=resolution.tier.value, source=resolution.source)
     gated = gate_resolved(codec, body, resolution, policy)
     gated, budgeted = apply_budget(snap.settings, codec, body, resolution, policy, gated)
     if routed is not None and routed.routed and budgeted.action is None and snap.settings.tools.budget == "route":
         budgeted = routed_for_budget(routed, budgeted)
-    structlog.contextvars.bind_contextvars(tools_kept=gated.kept, tools_hidden=gated.hidden)
+    logs.bind(tools_kept=gated.kept, tools_hidden=gated.hidden)
     into.admitted = Admitted(info, resolution, gated, policy, routed, budgeted)
     return into.admitted
 

@@ -24,7 +24,6 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
-import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -484,7 +483,7 @@ def _answer(request: Request, exc: Exception, error: ErrorAnswer) -> Response:
     route = record.admission.route
     # When routed, the tier is the routed pair's: say which pair that is.
     headers |= record.tier_headers(routed_header(route.pair) if route is not None and route.routed else None)
-    if structlog.contextvars.get_contextvars():  # inside a request that logged anything: its one `request` line
+    if logs.bound():  # inside a request that logged anything: its one `request` line
         fields: dict[str, Any] = {"blocked_choice": exc.tool} if isinstance(exc, ToolChoiceBlocked) else {}
         log.info("request", status=error.status, error=error.message, **fields)
     body = orjson.dumps(

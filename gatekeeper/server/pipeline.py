@@ -25,7 +25,6 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
-import structlog
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -81,7 +80,7 @@ class Exchange:
             return self.codec.upstream_path, body
         chat = self.translator.to_chat(body)
         if left_out := self.translator.untranslated(body):
-            structlog.contextvars.bind_contextvars(tools_left_out=left_out)
+            logs.bind(tools_left_out=left_out)
             log.info("tools_left_out", tools=left_out, reason="a chat-only upstream runs no built-in tool")
         return self.chat_path, chat
 
@@ -176,7 +175,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     handler shapes them in the client's protocol)."""
     started = time.perf_counter()
     request_id = redact.request_id(request.headers.get("x-request-id"))  # the client's, when it is safe to log
-    structlog.contextvars.bind_contextvars(request_id=request_id)
+    logs.bind(request_id=request_id)
     record = served(request)
     record.request_id = request_id
     codec = protocols.codec(protocol, "count_tokens" if count else None)  # its own field allowlist
@@ -232,7 +231,7 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     answer = await upstream.send(UpstreamRequest("POST", path, request.scope["headers"], upstream_body, stream))
     status = answer.status_code
     record.upstream_status = status
-    structlog.contextvars.bind_contextvars(upstream_status=status)
+    logs.bind(upstream_status=status)
     if status >= 300:
         return await call.upstream_error(answer)
     passed = answer.passed_headers()
@@ -315,7 +314,7 @@ class ModelCall:
                 log.exception("stream_failed")
                 error = (f"gatekeeper internal error: {type(exc).__name__}", "internal_error")
             if error is not None:
-                structlog.contextvars.bind_contextvars(stream_error=error[0])
+                logs.bind(stream_error=error[0])
                 out.append(b"\n" + encode(stream_filter.error(error[0], "upstream_error", error[1])))
             if out:
                 yield b"".join(out)
@@ -383,7 +382,7 @@ class ModelCall:
         if enforced.removed:
             metrics.TOOL_CALLS_BLOCKED.inc(len(enforced.removed))
             self.record.blocked_calls = enforced.removed
-            structlog.contextvars.bind_contextvars(blocked_calls=enforced.removed)
+            logs.bind(blocked_calls=enforced.removed)
             log.warning("tool_calls_blocked", tools=enforced.removed)
         if enforced.calls and self.drift is not None:
             client, hidden = self.evidence
@@ -451,7 +450,7 @@ async def forward(request: Request, method: str, path: str, body: dict[str, Any]
     """A tool-free endpoint on the default upstream: its answer relayed as it is (size-capped)."""
     request_id = redact.request_id(request.headers.get("x-request-id"))
     served(request).request_id = request_id  # errors from here on carry it too
-    structlog.contextvars.bind_contextvars(request_id=request_id)
+    logs.bind(request_id=request_id)
     settings = request.app.state.gk.settings
     upstream = request.app.state.upstreams.mounts(settings).default
     answer = await upstream.send(UpstreamRequest(method, path, request.scope["headers"], body))

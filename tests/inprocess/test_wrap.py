@@ -10,6 +10,7 @@ import structlog
 from conftest import names, tool
 
 from gatekeeper import ToolChoiceBlocked, gated
+from gatekeeper.observe.logs import merge_context
 
 TOOLS = [tool("read_file"), tool("write_file"), tool("execute_command")]
 
@@ -149,7 +150,7 @@ async def test_gating_in_process_leaves_the_callers_log_context_as_it_was(gk):
     structlog.contextvars.bind_contextvars(app_request="a1")
     try:
         body = _chat_body("small-model") | {"tool_choice": "auto"}
-        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]):
+        with structlog.testing.capture_logs(processors=[merge_context]):
             gate_body(gk, "chat", dict(body))
             await agate_body(gk, "chat", dict(body))
         assert structlog.contextvars.get_contextvars() == {"app_request": "a1"}

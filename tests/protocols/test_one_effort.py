@@ -30,6 +30,7 @@ import structlog.testing
 from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for
 from upstreams import NativeServer
 
+from gatekeeper.observe.logs import merge_context
 from gatekeeper.rules.tiers import Tier
 
 HI = {"role": "user", "content": "hi"}
@@ -85,7 +86,7 @@ def respond(proxy: Proxy, stream: bool, **request: Any) -> Any:
 def test_an_update_to_a_lower_effort_is_the_effort_the_tier_is_decided_at(upstream, store_path, default_suite, stream):
     with (
         effort_proxy(upstream, store_path, default_suite, ["responses"]) as proxy,
-        structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs,
+        structlog.testing.capture_logs(processors=[merge_context]) as logs,
     ):
         headers = respond(
             proxy,

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scripted import ScriptedServer
 from upstreams import NativeServer
 
+from gatekeeper.observe.logs import merge_context
 from gatekeeper.rules.tiers import Tier
 
 PROTOCOLS = ["chat", "responses", "messages"]
@@ -224,7 +225,7 @@ def test_routing_is_counted_by_reason(proxy, upstream):
 
 
 def test_the_request_log_line_says_where_it_was_routed(proxy, upstream):
-    with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+    with structlog.testing.capture_logs(processors=[merge_context]) as logs:
         send(proxy, upstream, "chat", "m", "low", ["write_file"], False)
         line = wait_until(lambda: next((e for e in logs if e["event"] == "request"), None), "the request log line")
     assert (line["model"], line["effort"]) == ("m", "low")  # what the client asked

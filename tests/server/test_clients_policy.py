@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import structlog
 from conftest import Proxy, make_profile, running_proxy, seed_store, settings_for
 from structlog.testing import capture_logs
 from upstreams import NativeServer
 
 from gatekeeper.config import Settings
+from gatekeeper.observe.logs import merge_context
 from gatekeeper.rules.tiers import Tier
 
 CI_KEY = "sk-ci-bot-credential"
@@ -106,7 +106,7 @@ def test_a_denied_tool_call_in_an_answer_is_removed(proxy, upstream):
 
 
 def test_the_admin_api_shows_which_client_got_which_rule_and_never_its_credential(proxy, upstream):
-    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+    with capture_logs(processors=[merge_context]) as logs:
         ask(proxy, CI_KEY)
         ask(proxy, CI_KEY)
         ask(proxy, "sk-someone-else")

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse
 from starlette.testclient import TestClient
 
 from gatekeeper import Gatekeeper
+from gatekeeper.observe.logs import bound, merge_context
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.server.app import create_app
 from gatekeeper.server.mock import MockAnswer, MockUpstream
@@ -180,7 +181,7 @@ def test_the_clients_retry_honours_the_relayed_retry_after(store_path, default_s
 
 def test_the_request_line_carries_the_request_context_and_the_context_is_undone(store_path, default_suite):
     with proxied(store_path, default_suite, lambda request: MockAnswer.json(calling("execute_command"))) as app:
-        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        with structlog.testing.capture_logs(processors=[merge_context]) as logs:
             app.openai().chat.completions.create(
                 model="m", messages=HI, tools=TOOLS, extra_headers={"x-request-id": "req-1"}
             )
@@ -191,13 +192,13 @@ def test_the_request_line_carries_the_request_context_and_the_context_is_undone(
     assert line["blocked_calls"] == ["execute_command"] and line["upstream_status"] == 200
     (blocked,) = [e for e in logs if e["event"] == "tool_calls_blocked"]
     assert blocked["request_id"] == "req-1"  # every line of the request has its context
-    assert structlog.contextvars.get_contextvars() == {}
+    assert structlog.contextvars.get_contextvars() == {} and bound() == {}
 
 
 def test_a_refused_request_logs_its_context_and_the_mock_is_not_called(store_path, default_suite):
     force = {"type": "function", "function": {"name": "execute_command"}}
     with proxied(store_path, default_suite, lambda request: MockAnswer.json(TEXT)) as app:
-        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        with structlog.testing.capture_logs(processors=[merge_context]) as logs:
             with pytest.raises(openai.BadRequestError) as info:
                 app.openai().chat.completions.create(model="m", messages=HI, tools=TOOLS, tool_choice=force)
     assert info.value.response.headers["x-gatekeeper-tier"] == "small"
@@ -261,7 +262,7 @@ def _failing(request: UpstreamRequest) -> MockAnswer:
 
 def test_an_unexpected_error_is_a_500_naming_the_request_with_the_traceback_in_the_log(store_path, default_suite):
     with proxied(store_path, default_suite, _failing) as app:
-        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        with structlog.testing.capture_logs(processors=[merge_context]) as logs:
             with pytest.raises(openai.InternalServerError) as info:
                 app.openai().chat.completions.create(model="m", messages=HI, extra_headers={"x-request-id": "req-9"})
     response = info.value.response
@@ -270,7 +271,7 @@ def test_an_unexpected_error_is_a_500_naming_the_request_with_the_traceback_in_t
     (failed,) = [e for e in logs if e["event"] == "request_failed"]
     assert failed["request_id"] == "req-9" and isinstance(failed["exc_info"], RuntimeError)
     assert [e["status"] for e in logs if e["event"] == "request"] == [500]
-    assert structlog.contextvars.get_contextvars() == {}
+    assert structlog.contextvars.get_contextvars() == {} and bound() == {}
 
 
 def test_middleware_and_handlers_added_to_the_app_apply_to_the_model_routes(store_path, default_suite):

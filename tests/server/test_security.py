@@ -35,6 +35,7 @@ from serving import served
 from gatekeeper import Gatekeeper, ToolRegistry
 from gatekeeper.config import Settings
 from gatekeeper.errors import RequestInvalid
+from gatekeeper.observe.logs import merge_context
 from gatekeeper.observe.redact import address_forms, cap_strings, clip, redact, redact_url
 from gatekeeper.rules.tiers import Tier
 
@@ -543,7 +544,7 @@ def test_a_litellm_stream_is_enforced_logged_and_counted(store_path, default_sui
         seed_store(store_path, make_profile("routed", Tier.SMALL, default_suite))
         with running_proxy(_route_settings(upstream.base_url, store_path)) as proxy:
             before = metric(proxy.url, "gatekeeper_tool_calls_blocked_total")
-            with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+            with structlog.testing.capture_logs(processors=[merge_context]) as logs:
                 with proxy.client.chat.completions.stream(model="routed", messages=HI, tools=TOOLS) as stream:
                     for _ in stream:
                         pass
@@ -772,7 +773,7 @@ def test_redaction_hides_credentials_of_every_url():
 
 def test_a_huge_tool_choice_gives_a_small_error_and_a_small_log_line(upstream, store_path, default_suite):
     with gate(upstream, store_path, default_suite) as proxy:
-        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        with structlog.testing.capture_logs(processors=[merge_context]) as logs:
             answer = httpx.post(
                 proxy.url + "/v1/chat/completions",
                 json={"model": "m", "messages": HI, "tools": TOOLS, "tool_choice": "x" * 1_000_000},
@@ -822,7 +823,7 @@ def test_every_logged_string_is_capped_and_redacted():
 @pytest.mark.parametrize("given", ["x" * 500, "two words", "<script>", "a/b", ""])
 def test_an_unsafe_request_id_is_replaced(upstream, store_path, default_suite, given):
     with gate(upstream, store_path, default_suite) as proxy:
-        with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        with structlog.testing.capture_logs(processors=[merge_context]) as logs:
             answer = httpx.post(
                 proxy.url + "/v1/chat/completions",
                 json={"model": "m", "messages": HI},
