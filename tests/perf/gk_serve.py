@@ -77,6 +77,7 @@ def main() -> None:
         http="httptools",
         access_log=False,
         log_level="warning",
+        proxy_headers=False,  # as `gatekeeper serve` runs it
     )
 
 
