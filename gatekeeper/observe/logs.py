@@ -9,13 +9,16 @@ follows, so importing gatekeeper never writes to stdout or stderr on its own.
 
 A request's context (request_id, model, effort, tier, source, tools kept and hidden, upstream
 status, blocked calls) is bound where it is learnt (`bind`), merged into every line logged while
-the request runs (the final `request` line included, `merge_context`), and undone when the request
-ends (`request_scope`). It is one dict in one context variable, replaced (never changed in place)
-at each `bind`: a task started meanwhile keeps what was bound before it, as with structlog's own
-context variables, which cost a variable per field and a walk of the whole context per line (a
-third of the request line's price on the proxy's hot path). Outside a request scope, `bind` is
-structlog's `bind_contextvars`, and structlog's own context (an application's, in process) is
-merged into every line too.
+the request runs (the final `request` line included), and undone when the request ends
+(`request_scope`). Where lines pass through `merge_context` (`gatekeeper serve`, the CLI, the
+stdlib path before structlog is configured, or an application that lists it), the context is
+one dict in one context variable, replaced (never changed in place) at each `bind`: a task
+started meanwhile keeps what was bound before it, as with structlog's own context variables,
+which cost a variable per field and a walk of the whole context per line (a third of the
+request line's price on the proxy's hot path). Where an application configured structlog
+without it, the context is structlog's own (`bind_contextvars`), so its `merge_contextvars`
+still finds it. structlog's own context (an application's, in process) is merged into every
+line either way, and a request scope gives it back as it was.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ _REQUEST: ContextVar[dict[str, Any] | None] = ContextVar("gatekeeper_request_log
 
 
 def bind(**fields: Any) -> None:
-    """Add `fields` to the request's log context (structlog's own outside a request scope)."""
+    """Add `fields` to the request's log context (structlog's own outside a request scope, or
+    when the lines do not pass through `merge_context`)."""
     context = _REQUEST.get()
     if context is None:
         structlog.contextvars.bind_contextvars(**fields)
@@ -49,8 +53,9 @@ def bind(**fields: Any) -> None:
 
 
 def bound() -> dict[str, Any]:
-    """What the request bound so far (empty outside a request scope)."""
-    return _REQUEST.get() or {}
+    """What the request bound so far (structlog's own context when that is where it binds)."""
+    context = _REQUEST.get()
+    return structlog.contextvars.get_contextvars() if context is None else context
 
 
 def merge_context(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -142,14 +147,31 @@ def configure(level: str = "info", json: bool = True) -> None:
     )
 
 
+def _merged_here() -> bool:
+    """Do lines pass through `merge_context` (structlog unconfigured: the stdlib chain does)?"""
+    return not structlog.is_configured() or merge_context in structlog.get_config()["processors"]
+
+
 @contextmanager
 def request_scope(**fields: Any) -> Iterator[None]:
     """Bind `fields` for one request (a scope inside another starts from the outer one's
     context); at exit the log context is as it was before, whatever the request bound meanwhile
-    (a caller's own structlog context, in process, is never touched)."""
+    (a caller's own structlog context, in process, is given back as it was)."""
     outer = _REQUEST.get()
-    _REQUEST.set((outer or {}) | fields)
+    if _merged_here():
+        _REQUEST.set((outer or {}) | fields)
+        try:
+            yield
+        finally:
+            _REQUEST.set(outer)
+        return
+    # An application's own structlog chain reads structlog's context alone: bind there.
+    saved = structlog.contextvars.get_contextvars()
+    _REQUEST.set(None)
+    structlog.contextvars.bind_contextvars(**(outer or {}), **fields)
     try:
         yield
     finally:
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(**saved)
         _REQUEST.set(outer)
