@@ -38,7 +38,8 @@ from gatekeeper.observe.redact import cap_strings
 
 logging.getLogger("gatekeeper").addHandler(logging.NullHandler())
 
-# The context of the request being served (None outside `request_scope`).
+# The context of the request being served: None outside `request_scope`, and inside one whose
+# lines read structlog's own context (`_merged_here`), where `bind` writes there instead.
 _REQUEST: ContextVar[dict[str, Any] | None] = ContextVar("gatekeeper_request_log_context", default=None)
 
 
