@@ -467,27 +467,66 @@ def serve(
     except GatekeeperError as exc:
         _fail(str(exc))
         raise
-    with gk:  # serve created it, serve closes it
+    with gk, _StopAsked() as stop:  # serve created gk, serve closes it
         _reload_on_sighup(gk)
         err.print(
             _shown(f"gatekeeper serving on {_listen_url(host, port)} -> ") + _shown_url(settings.upstream.base_url)
         )
         served = create_app(gk)
         settle_heap()
-        uvicorn.run(
-            served,
-            host=host,
-            port=port,
-            log_level="warning",
-            access_log=False,
-            loop="auto",
-            http="auto",
-            timeout_graceful_shutdown=10,
-            # The client's address is the socket peer's; forwarded headers are believed by
-            # gatekeeper itself, from `trusted_proxies` only (server/throttle.py), never by
-            # uvicorn's default trust in 127.0.0.1, so a local client cannot rotate its address.
-            proxy_headers=False,
+        server = uvicorn.Server(
+            uvicorn.Config(
+                served,
+                host=host,
+                port=port,
+                log_level="warning",
+                access_log=False,
+                loop="auto",
+                http="auto",
+                timeout_graceful_shutdown=10,
+                # The client's address is the socket peer's; forwarded headers are believed by
+                # gatekeeper itself, from `trusted_proxies` only (server/throttle.py), never by
+                # uvicorn's default trust in 127.0.0.1, so a local client cannot rotate its address.
+                proxy_headers=False,
+            )
         )
+        if stop.hand_over(server):
+            server.run()
+        if not server.started and not stop.asked:  # uvicorn said why (the port taken, ...)
+            raise typer.Exit(3)
+
+
+class _StopAsked:
+    """Ctrl-C (SIGINT) while `serve` starts, before uvicorn's own handler is in place: remembered
+    and made a clean stop, never a KeyboardInterrupt raised wherever the main thread happens to
+    be. A finalizer running then (start-up ends with a full collection) would swallow it and the
+    server would start and never stop; a lock held then would stay held."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self._server: Any = None
+        self._previous: Any = None
+
+    def __enter__(self) -> _StopAsked:
+        import signal
+
+        self._previous = signal.signal(signal.SIGINT, self._ask)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _ask(self, signum: int, frame: Any) -> None:
+        self.asked = True
+        if self._server is not None:  # uvicorn checks it once started, before it serves
+            self._server.should_exit = True
+
+    def hand_over(self, server: Any) -> bool:
+        """Let `server` take the stop from here; False when it was asked for already."""
+        self._server = server
+        return not self.asked
 
 
 def _check_listen(host: str, port: int) -> None:

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -547,6 +548,28 @@ def test_profiles_says_when_the_store_file_does_not_exist(tmp_path):
     assert done.returncode == 0 and json.loads(done.stdout)["profiles"] == {}
     assert done.stderr == f"note: {tmp_path / 'typo.json'}: no such store file yet (nothing measured there)\n"
     assert not (tmp_path / "typo.json").exists()
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.05, 0.2])
+def test_serve_stops_cleanly_on_ctrl_c_while_it_starts(tmp_path, after_s):
+    """Ctrl-C right after the start line lands while the app is built, before uvicorn's own
+    handler is in place: a clean stop (exit 0, no traceback), never a KeyboardInterrupt that a
+    finalizer could swallow (the server would then start and never stop)."""
+    config = tmp_path / "gk.yaml"
+    config.write_text(f'store: "{tmp_path / "p.json"}"\n')
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gatekeeper", "serve", "--config", str(config), "--port", str(free_port())],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith("gatekeeper serving on ")
+        time.sleep(after_s)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        said = proc.communicate(timeout=20)[1]
+    assert proc.returncode == 0 and "Traceback" not in said, said
 
 
 def test_serve_start_line_puts_an_ipv6_host_in_brackets(tmp_path):
