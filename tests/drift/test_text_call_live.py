@@ -130,7 +130,10 @@ def test_with_a_ceiling_calls_written_as_text_demote_and_the_evidence_holds_no_v
                 if answer.headers["x-gatekeeper-profile"] == "demoted":
                     break
                 sent += 1
-                assert sent < 120, "never demoted"
+                # The sequential test needs about 100 such answers; the monitor judges them off the
+                # request path, so a client this fast sends a few dozen more before the header says
+                # so (100 to 154 answers in all here, by how its thread is scheduled).
+                assert sent < 400, "never demoted"
     (demoted,) = [e for e in lines if e["event"] == "drift_demoted"]
     assert {b["fault"] for b in demoted["breaches"]} == {"textCall"}
     assert demoted["examples"][0] == {
