@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import small_model_proxy, wait_until
 from structlog.testing import capture_logs
+from test_hostile_load_review import HangingUpstream
 
 from gatekeeper.observe.logs import merge_context
 from gatekeeper.suite.loader import Suite
@@ -29,38 +29,13 @@ EVENT = {
 }
 
 
-class SlowStream:
+class SlowStream(HangingUpstream):
     """A chat upstream whose stream starts `head_after_s` after the request, writes one event,
     and then never ends (until the proxy lets go). `open` counts the connections the proxy holds."""
 
     def __init__(self, head_after_s: float) -> None:
+        super().__init__()
         self.head_after_s = head_after_s
-        self.open = 0
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> SlowStream:
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(lambda: self._stop and self._stop.set())
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        async def main() -> None:
-            self._stop = asyncio.Event()
-            server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-            self.port = server.sockets[0].getsockname()[1]
-            self._ready.set()
-            await self._stop.wait()
-            server.close()
-
-        self._loop.run_until_complete(main())
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.open += 1
