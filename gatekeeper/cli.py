@@ -443,6 +443,7 @@ def serve(
     from gatekeeper.server import upstream
     from gatekeeper.server import workers as fleet
     from gatekeeper.server.app import create_app, settle_heap
+    from gatekeeper.server.http_server import HttpToolsOneWrite
 
     settings = _settings(config)
     logs.configure(settings.log_level)
@@ -482,7 +483,7 @@ def serve(
                 log_level="warning",
                 access_log=False,
                 loop="auto",
-                http="auto",
+                http=HttpToolsOneWrite,  # uvicorn's httptools protocol, one write per plain answer
                 timeout_graceful_shutdown=10,
                 # The client's address is the socket peer's; forwarded headers are believed by
                 # gatekeeper itself, from `trusted_proxies` only (server/throttle.py), never by

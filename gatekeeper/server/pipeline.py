@@ -19,12 +19,14 @@ request, model, tier and tools it was about.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import orjson
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -58,6 +60,7 @@ from gatekeeper.server.upstream import (
     rate_limit_headers,
 )
 
+T = TypeVar("T")
 log = logs.get_logger(__name__)
 
 JSON = "application/json"
@@ -198,37 +201,45 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
         gk, codec, body, snapshot, route=True, client=client, client_policy=named, into=record.admission
     )
     resolution = admitted.resolution
-    tier = resolution.tier.value
-    metrics.REQUESTS.labels(tier, resolution.source).inc()
-    if admitted.gated.hidden:
-        metrics.TOOLS_HIDDEN.inc(len(admitted.gated.hidden))
-    headers = {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": resolution.source, "x-request-id": request_id}
-    if admitted.route is not None:
-        metrics.ROUTED.labels(admitted.route.reason).inc()
-        if admitted.route.routed:
-            headers["x-gatekeeper-routed"] = routed_header(admitted.route.pair)
-    if admitted.budget is not None and (budget := admitted.budget.header()) is not None:
-        headers["x-gatekeeper-tool-budget"] = budget
     upstreams: Upstreams = state.upstreams
     upstream = upstreams.mounts(snapshot.settings).for_model(admitted.info.model)
-    call = ModelCall(
-        exchange(protocol, codec, upstream.protocols),
-        # What the answer may carry: the offered tools, the rules of the pair used (tier rules and
-        # tools.requires), what replaces a removed call (and where, for a structured answer).
-        allowed_calls(codec, body, admitted, snapshot.settings.blocked_calls == "explain"),
-        body,
-        resolution,
-        headers,
-        started,
-        gk.drift,
-        (evidence_identity(client, snapshot.settings, admitted.info.model), admitted.gated.hidden),
-        record,
-    )
-    if count and (local := call.exchange.local_count(body)) is not None:
+    exchanged = exchange(protocol, codec, upstream.protocols)
+
+    def answer_side() -> ModelCall:
+        """What the answer side needs, derived from what admission checked (it refuses nothing)."""
+        tier = resolution.tier.value
+        metrics.REQUESTS.labels(tier, resolution.source).inc()
+        if admitted.gated.hidden:
+            metrics.TOOLS_HIDDEN.inc(len(admitted.gated.hidden))
+        headers = {"x-gatekeeper-tier": tier, "x-gatekeeper-profile": resolution.source, "x-request-id": request_id}
+        if admitted.route is not None:
+            metrics.ROUTED.labels(admitted.route.reason).inc()
+            if admitted.route.routed:
+                headers["x-gatekeeper-routed"] = routed_header(admitted.route.pair)
+        if admitted.budget is not None and (budget := admitted.budget.header()) is not None:
+            headers["x-gatekeeper-tool-budget"] = budget
+        return ModelCall(
+            exchanged,
+            # What the answer may carry: the offered tools, the rules of the pair used (tier rules and
+            # tools.requires), what replaces a removed call (and where, for a structured answer).
+            allowed_calls(codec, body, admitted, snapshot.settings.blocked_calls == "explain"),
+            body,
+            resolution,
+            headers,
+            started,
+            gk.drift,
+            (evidence_identity(client, snapshot.settings, admitted.info.model), admitted.gated.hidden),
+            record,
+        )
+
+    if count and (local := exchanged.local_count(body)) is not None:
+        call = answer_side()
         return call.finish(Response(orjson.dumps(local), media_type=JSON, headers=call.headers))
-    path, upstream_body = call.exchange.upstream_request(body)
+    path, upstream_body = exchanged.upstream_request(body)
     stream = admitted.info.stream
+    prepared = _Meanwhile(answer_side)  # made while the upstream works on the request
     answer = await upstream.send(UpstreamRequest("POST", path, request.scope["headers"], upstream_body, stream))
+    call = prepared.result()
     status = answer.status_code
     record.upstream_status = status
     logs.bind(upstream_status=status)
@@ -239,6 +250,36 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     if stream or content_type.lower().startswith("text/event-stream"):
         return call.stream(answer, passed)
     return call.plain(status, await answer.read(), passed)
+
+
+class _Meanwhile(Generic[T]):
+    """`make()`, run by the event loop as soon as the calling task next waits (a model call: once
+    its request is written, while the upstream works on it), or when `result` first asks,
+    whichever comes first. At one connection the proxy would otherwise idle through that wait.
+    `make` runs outside the task's context: it must not bind log fields."""
+
+    __slots__ = ("_error", "_make", "_value")
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make: Callable[[], T] | None = make
+        self._value: T | None = None
+        self._error: Exception | None = None
+        asyncio.get_running_loop().call_soon(self._run)
+
+    def _run(self) -> None:
+        make, self._make = self._make, None
+        if make is None:
+            return
+        try:
+            self._value = make()
+        except Exception as exc:  # noqa: BLE001 - raised to the task, by `result`
+            self._error = exc
+
+    def result(self) -> T:
+        self._run()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
 
 
 class ModelCall:
@@ -390,10 +431,21 @@ class ModelCall:
             self.drift.submit(self.resolution, enforced.calls, self.offered.offered, client, hidden)
 
     def finish(self, response: Response | None, **fields: Any) -> Response:
-        """The request's one `request` log line (its context says the rest)."""
-        status = response.status_code if response is not None else 200
-        log.info("request", status=status, latency_ms=round((time.perf_counter() - self.started) * 1000, 2), **fields)
-        return response  # type: ignore[return-value]
+        """The request's one `request` log line (its context says the rest), with the time until
+        its answer was ready. A plain answer's line is written once the answer is (a background
+        task of the response, as Starlette runs them): the client does not wait for it."""
+        latency_ms = round((time.perf_counter() - self.started) * 1000, 2)
+        if response is None:
+            log.info("request", status=200, latency_ms=latency_ms, **fields)
+            return response  # type: ignore[return-value]
+        response.background = BackgroundTask(
+            _request_line, status=response.status_code, latency_ms=latency_ms, **fields
+        )
+        return response
+
+
+async def _request_line(**fields: Any) -> None:
+    log.info("request", **fields)
 
 
 def routed_header(pair: str) -> str:

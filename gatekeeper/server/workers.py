@@ -71,6 +71,8 @@ def serve(config: Path, host: str, port: int, workers: int, settings: Settings |
     """Run `workers` processes on `host:port` under uvicorn's supervisor until SIGINT/SIGTERM."""
     import uvicorn
 
+    from gatekeeper.server.http_server import HttpToolsOneWrite
+
     settings = settings or load_settings(config)
 
     os.environ[CONFIG_ENV] = str(config.resolve())
@@ -85,6 +87,7 @@ def serve(config: Path, host: str, port: int, workers: int, settings: Settings |
             port=port,
             log_level="warning",
             access_log=False,
+            http=HttpToolsOneWrite,  # as one worker
             # A worker that stops (a reload replaces it, SIGTERM) first finishes its requests, as
             # one worker does: the longest a request may wait for a measurement and then for the
             # upstream's silence (an answer streaming past that is cut).

@@ -29,6 +29,15 @@ def app(config: str):
     return application
 
 
+def one_write():
+    """`gatekeeper serve`'s protocol (server/http_server.py; a checkout from before has none)."""
+    try:
+        from gatekeeper.server.http_server import HttpToolsOneWrite
+    except ImportError:
+        return None
+    return HttpToolsOneWrite
+
+
 def from_env():
     return app(os.environ["GK_PERF_CONFIG"])
 
@@ -74,7 +83,7 @@ def main() -> None:
         host="127.0.0.1",
         port=args.port,
         loop="uvloop",
-        http="httptools",
+        http=one_write() or "httptools",
         access_log=False,
         log_level="warning",
         proxy_headers=False,  # as `gatekeeper serve` runs it

@@ -4,6 +4,7 @@ tests (test_proxy.py, test_upstream.py, tests/protocols) prove the same paths ov
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from gatekeeper.observe.logs import bound, merge_context
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.server.app import create_app
 from gatekeeper.server.mock import MockAnswer, MockUpstream
+from gatekeeper.server.pipeline import _Meanwhile
 from gatekeeper.server.upstream import UpstreamRequest
 
 HI = [{"role": "user", "content": "hi"}]
@@ -296,3 +298,20 @@ def test_middleware_and_handlers_added_to_the_app_apply_to_the_model_routes(stor
         with TestClient(app) as http:
             answer = http.post("/v1/chat/completions", json={"model": "m", "messages": HI})
         assert (answer.status_code, answer.json()) == (418, {"own": "a bug on the request path"})
+
+
+def test_what_the_answer_side_needs_is_made_once_while_the_request_waits_and_its_error_reaches_it():
+    async def main() -> None:
+        made: list[int] = []
+        prepared = _Meanwhile(lambda: made.append(1) or len(made))
+        assert made == []  # queued, not made yet
+        await asyncio.sleep(0)  # the task waits (for the upstream): the loop makes it meanwhile
+        assert made == [1] and prepared.result() == 1 and made == [1]
+        failing = _Meanwhile(lambda: 1 // 0)
+        with pytest.raises(ZeroDivisionError):
+            failing.result()  # asked for before the task waited: made now, its error raised to the task
+        await asyncio.sleep(0)
+        with pytest.raises(ZeroDivisionError):
+            failing.result()  # never made twice
+
+    asyncio.run(main())
