@@ -45,6 +45,9 @@ class Recorder(ToolPolicy):
     def judges_arguments(self, tool: str | ToolId) -> bool:
         return False
 
+    def narrows(self) -> bool:
+        return False
+
     def narrowed(self, tier: Tier, tool: str | ToolId, schema: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
 

@@ -68,6 +68,9 @@ class RequestGate:
     listings: dict[str, list[str]] = field(default_factory=dict)
     _labels: set[str] = field(default_factory=set)  # MCP server labels identified so far
 
+    def __post_init__(self) -> None:
+        self._narrows = self.policy.narrows()  # asked once: are there argument rules at all?
+
     def identify(self, label: str, offered: list[tuple[str, str, object]], where: str) -> None:
         """Learn which server the request's MCP server `label` is (ServerBindings.identify); every
         later `server(label)` and `mcp(label, tool)` of this request uses it. A label offered twice
@@ -96,7 +99,7 @@ class RequestGate:
 
     def narrowed(self, obj: dict[str, Any], key: str, tool: ToolId) -> dict[str, Any]:
         """`narrowed` at this request's tier and policy."""
-        return narrowed(obj, key, self.tier, self.policy, tool)
+        return narrowed(obj, key, self.tier, self.policy, tool) if self._narrows else obj
 
     def admits(self, tool: ToolId | str, record_kept: bool = True) -> bool:
         """Is `tool` admitted? Recorded as kept (unless `record_kept` is False: a server or

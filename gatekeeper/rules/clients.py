@@ -160,6 +160,9 @@ class ClientPolicy(PolicyOver):
     def lowest_call_tier(self, tool: str | ToolId, own: Tier) -> Tier:
         return max(self.base.lowest_call_tier(tool, own), self._own.required_tier(tool))
 
+    def narrows(self) -> bool:
+        return self.base.narrows() or self._own.narrows()
+
     def narrowed(self, tier: Tier, tool: str | ToolId, schema: Mapping[str, Any]) -> dict[str, Any] | None:
         return self.base.narrowed(tier, tool, schema) or self._own.narrowed(tier, tool, schema)
 

@@ -320,6 +320,10 @@ class ToolPolicy:
             return max([A.strictest(entries, own), doubt], key=lambda t: t.rank)
         return A.call_tier(entries, own, arguments) if entries else own
 
+    def narrows(self) -> bool:
+        """Can `narrowed` narrow any schema (are there argument rules)? A gate asks once a request."""
+        return bool(self.arguments)
+
     def narrowed(self, tier: Tier, tool: str | ToolId, schema: Mapping[str, Any]) -> dict[str, Any] | None:
         """`schema` (the tool's arguments') narrowed to the calls argument rules admit at `tier`,
         when only they admit the tool there and the schema can say it (A.narrowed_schema); None:
@@ -395,6 +399,9 @@ class PolicyOver(ToolPolicy):
 
     def lowest_call_tier(self, tool: str | ToolId, own: Tier) -> Tier:
         return self.base.lowest_call_tier(tool, own)
+
+    def narrows(self) -> bool:
+        return self.base.narrows()
 
     def narrowed(self, tier: Tier, tool: str | ToolId, schema: Mapping[str, Any]) -> dict[str, Any] | None:
         return self.base.narrowed(tier, tool, schema)

@@ -308,13 +308,19 @@ class ModelCall:
         raw, enforced = self.exchange.plain(raw, self.offered, self.request)
         if enforced is not None and enforced.removed:
             headers["x-gatekeeper-blocked-calls"] = blocked_header(enforced.removed)
+        self.answered(enforced)
+        response = Response(raw, status_code=status, headers=headers, media_type=JSON)
+        return self.finish(response, after=lambda: self._text_call(raw, enforced))
+
+    def _text_call(self, raw: bytes, enforced: Enforced | None) -> None:
+        """A plain answer's call written as text instead, for drift: looked for once the answer
+        is written."""
         protocol = self.exchange.codec.name
         if enforced is not None and enforced.doc is not None:  # parsed already: its text read from it
             written = self._written_call(lambda: doc_texts(protocol, enforced.doc), enforced)
         else:
             written = self._written_call(lambda: plain_texts(protocol, raw), enforced, raw)
-        self.answered(enforced, written)
-        return self.finish(Response(raw, status_code=status, headers=headers, media_type=JSON))
+        self.answered(None, written)
 
     def stream(self, answer: UpstreamAnswer, passed: dict[str, str]) -> StreamingResponse:
         body = self._relay(answer, self.exchange.stream_filter(self.offered, self.request))
@@ -430,22 +436,31 @@ class ModelCall:
             # O(1): judged off the request path
             self.drift.submit(self.resolution, enforced.calls, self.offered.offered, client, hidden)
 
-    def finish(self, response: Response | None, **fields: Any) -> Response:
+    def finish(self, response: Response | None, after: Callable[[], None] | None = None, **fields: Any) -> Response:
         """The request's one `request` log line (its context says the rest), with the time until
-        its answer was ready. A plain answer's line is written once the answer is (a background
-        task of the response, as Starlette runs them): the client does not wait for it."""
+        its answer was ready. A plain answer's line, and `after()` before it, run once the answer
+        is written (the response's background task): the client does not wait for them."""
         latency_ms = round((time.perf_counter() - self.started) * 1000, 2)
         if response is None:
             log.info("request", status=200, latency_ms=latency_ms, **fields)
             return response  # type: ignore[return-value]
-        response.background = BackgroundTask(
-            _request_line, status=response.status_code, latency_ms=latency_ms, **fields
-        )
+        response.background = _AfterAnswer(after, fields | {"status": response.status_code, "latency_ms": latency_ms})
         return response
 
 
-async def _request_line(**fields: Any) -> None:
-    log.info("request", **fields)
+class _AfterAnswer(BackgroundTask):
+    """What runs once a plain answer is written: `after()`, then the request line (written even
+    when `after` raises)."""
+
+    def __init__(self, after: Callable[[], None] | None, line: dict[str, Any]) -> None:  # no super(): no func
+        self.after, self.line = after, line
+
+    async def __call__(self) -> None:
+        try:
+            if self.after is not None:
+                self.after()
+        finally:
+            log.info("request", **self.line)
 
 
 def routed_header(pair: str) -> str:

@@ -41,6 +41,7 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
     _refuse_nested_tools(body)
     require_boolean(body, "parallel_tool_calls")
     gated = Gated()
+    narrows = policy.narrows()
     for field_name, choice_name, id_of in (
         ("tools", "tool_choice", tool_id),
         ("functions", "function_call", _legacy_id),
@@ -54,7 +55,7 @@ def gate_request(body: dict[str, Any], tier: Tier, policy: ToolPolicy) -> Gated:
             for i, item in enumerate(items):
                 tool = id_of(item, f"{field_name}[{i}]")
                 if policy.allows(tier, tool):
-                    kept.append(_narrowed(item, field_name, tier, policy, tool))
+                    kept.append(_narrowed(item, field_name, tier, policy, tool) if narrows else item)
                     gated.kept.append(tool.name)
                 else:
                     hidden_here.append(tool)
