@@ -28,6 +28,7 @@ credential. Pure: headers and settings in, a string out.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -53,14 +54,18 @@ def checked_headers(settings: Settings, protocol: str = "chat") -> tuple[str, ..
     configured = settings.drift.credential_header
     if configured != "auto":
         return () if configured == "none" else (configured,)
-    host = (urlsplit(str(settings.upstream.base_url)).hostname or "").lower()
-    if host.endswith(_AZURE_HOSTS):
+    if _azure(str(settings.upstream.base_url)):
         return ("api-key",)
     entry = table.protocol(protocol)
     if entry is not None and protocol in settings.upstream.protocols:
         # Sent natively: the headers that protocol's upstreams read (two that differ are refused below).
         return entry.credential_headers
     return ("authorization",)
+
+
+@functools.lru_cache(maxsize=64)  # the config's base URLs (a few), asked by every request
+def _azure(base_url: str) -> bool:
+    return (urlsplit(base_url).hostname or "").lower().endswith(_AZURE_HOSTS)
 
 
 def client_identity(

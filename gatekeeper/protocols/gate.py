@@ -30,6 +30,11 @@ def nonempty(value: Any) -> str | None:
 def tool_id(tool: Any, where: str) -> ToolId:
     """The identity of a chat tool: `function.name` (FUNCTION), `custom.name` (CUSTOM); any other
     typed tool is a BUILTIN by its `type` (a `name` the client put on it is never used)."""
+    if type(tool) is dict and tool.get("type", "function") == "function":  # the common case, read once
+        inner = tool.get("function")
+        name = inner.get("name") if type(inner) is dict else None
+        if type(name) is str and name:
+            return ToolId.function(name)
     if not isinstance(tool, dict):
         raise RequestInvalid(f"{where} must be an object, got {type(tool).__name__}")
     kind = tool.get("type", "function")

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from cachetools import Cache
-
 from gatekeeper.rules import arguments as A
 from gatekeeper.rules.mcp_identity import ServerBindings
 from gatekeeper.rules.tiers import Tier
@@ -147,6 +145,7 @@ _WILDCARDS = "*?["
 # Memos keyed by names (a client's, or an upstream's in an answer) keep only names up to this
 # long: a bounded count of entries is not bounded memory when each key may be megabytes.
 MEMO_NAME_LIMIT = 256
+MEMO_SIZE = 100_000
 _BY_NAME = (ToolKind.FUNCTION, ToolKind.CUSTOM)  # kinds whose rules are looked up by their name alone
 
 
@@ -211,9 +210,9 @@ class ToolPolicy:
         # whatever the label).
         self._any_group = [(part, tier) for (_, _, part), tier in scoped]
         self._any_group += [("*", t) for g in sorted(self.named_groups) if (t := self._rule(g)) is not None]
-        # Names come from clients, so the memo is bounded (the oldest name goes first). A plain
-        # cachetools.Cache, not an LRU: a read does not reorder, so the hot path reads unlocked.
-        self._memo: Cache[str | ToolId, Tier] = Cache(maxsize=100_000)
+        # Names come from clients, so the memo is bounded (emptied when full). A plain dict: a
+        # read takes no lock and no Python call (every tool of every request reads it).
+        self._memo: dict[str | ToolId, Tier] = {}
         self._memo_lock = threading.Lock()
 
     def _rule(self, name: str) -> Tier | None:
@@ -276,6 +275,8 @@ class ToolPolicy:
             tier = self.lowest_call_tier(tool, self._lookup(tool))
             if len(str(tool)) <= MEMO_NAME_LIMIT:
                 with self._memo_lock:
+                    if len(self._memo) >= MEMO_SIZE:
+                        self._memo.clear()
                     self._memo[tool] = tier
         return tier
 
