@@ -8,8 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from cachetools import TTLCache
-
 from gatekeeper.config import Settings
 from gatekeeper.rules.tiers import Tier, lowest
 from gatekeeper.store import ProfileStore
@@ -69,11 +67,12 @@ class TierResolver:
         any (gatekeeper.drift.monitor)."""
         self.settings, self.suite, self.store = settings, suite, store
         self._demotion = demotion
-        # Bounded (model names come from clients) and expiring: cachetools, like every cache here.
-        self._cache: TTLCache[tuple[str, str], Resolution] = TTLCache(
-            maxsize=_CACHE_MAX, ttl=RESOLUTION_TTL_S, timer=time.monotonic
-        )
-        self._lock = threading.Lock()  # a TTLCache is not thread-safe; threads resolve too (ToolRegistry)
+        # Bounded (model names come from clients: emptied when full) and expiring: (expiry, answer)
+        # per pair. A plain dict, read without a lock (every request reads it twice; a cachetools
+        # TTLCache read took a microsecond, under a lock). Threads resolve too (ToolRegistry): they
+        # write under the lock.
+        self._cache: dict[tuple[str, str], tuple[float, Resolution]] = {}
+        self._lock = threading.Lock()
 
     def lookup(self, model: str, effort: str | None = None, client: str | None = None) -> Resolution | None:
         """Pin or valid measured profile for the pair, without side effects; None when neither.
@@ -82,14 +81,17 @@ class TierResolver:
         `client` is the drift identity of the caller (gatekeeper.drift.identity): a demotion of
         the pair for that client, or for everyone, lowers the tier. None: everyone's only."""
         effort = check_effort(effort, self.settings.extra_efforts)
-        with self._lock:
-            found = self._cache.get((model, effort))
+        now = time.monotonic()
+        cached = self._cache.get((model, effort))
+        found = cached[1] if cached is not None and now < cached[0] else None
         if found is None:
             found = self._find(model, effort)
             # Only answers are cached: a miss must see a measurement the moment it lands.
             if found is not None:
                 with self._lock:
-                    self._cache[(model, effort)] = found
+                    if len(self._cache) >= _CACHE_MAX:
+                        self._cache.clear()
+                    self._cache[(model, effort)] = (now + RESOLUTION_TTL_S, found)
         return self.with_demotion(found, client) if found is not None else None
 
     def with_demotion(self, found: Resolution, client: str | None) -> Resolution:
