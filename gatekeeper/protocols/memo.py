@@ -15,7 +15,7 @@ body, in place, never reaches another request).
 Values that are not plain JSON (an in-process caller's own subclass of dict or str, a set, a
 model object) have no key: they are derived or checked every time. Each memo is bounded by the
 bytes of its keys (the first stored go first), and a key above `largest` bytes is never stored.
-They take a lock, so threads of an in-process caller may share them.
+Threads of an in-process caller may share them (a read takes no lock; a write takes one).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import orjson
-from cachetools import Cache
 
 T = TypeVar("T")
 
@@ -35,20 +34,45 @@ T = TypeVar("T")
 _KEY = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
-def _size(entry: tuple[int, Any]) -> int:
-    return entry[0]  # an entry is (its key's bytes, the value): cachetools sizes values, not keys
+class _Bounded(Generic[T]):
+    """A dict of key -> (bytes it counts for, value), bounded by those bytes: the first stored go
+    first. Read without a lock (a dict read is atomic; every request reads); written under one."""
+
+    __slots__ = ("_data", "_lock", "_maxbytes", "currsize")
+
+    def __init__(self, maxbytes: int) -> None:
+        self._data: dict[bytes, tuple[int, T]] = {}
+        self._maxbytes, self.currsize = maxbytes, 0
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes) -> tuple[int, T] | None:
+        return self._data.get(key)
+
+    def put(self, key: bytes, entry: tuple[int, T]) -> None:
+        if entry[0] > self._maxbytes:
+            return
+        with self._lock:
+            old = self._data.pop(key, None)
+            self.currsize += entry[0] - (old[0] if old is not None else 0)
+            while self._data and self.currsize > self._maxbytes:
+                self.currsize -= self._data.pop(next(iter(self._data)))[0]
+            self._data[key] = entry
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self.currsize = 0
 
 
 class JsonMemo(Generic[T]):
     """`derive(values)`, remembered per JSON bytes of `values` (see the module docstring)."""
 
-    __slots__ = ("_cache", "_derive", "_largest", "_lock")
+    __slots__ = ("_cache", "_derive", "_largest")
 
     def __init__(self, derive: Callable[[Any], T], maxbytes: int = 2 * 1024 * 1024, largest: int = 128 * 1024) -> None:
         self._derive = derive
-        self._cache: Cache[bytes, tuple[int, T]] = Cache(maxsize=maxbytes, getsizeof=_size)
+        self._cache: _Bounded[T] = _Bounded(maxbytes)
         self._largest = largest
-        self._lock = threading.Lock()
 
     def __call__(self, values: Any) -> T:
         try:
@@ -57,17 +81,14 @@ class JsonMemo(Generic[T]):
             return self._derive(values)
         if len(key) > self._largest:
             return self._derive(values)
-        with self._lock:
-            entry = self._cache.get(key)
+        entry = self._cache.get(key)
         if entry is None:
             entry = (len(key), self._derive(orjson.loads(key)))  # a private copy: no object shared with a request
-            with self._lock:
-                self._cache[key] = entry
+            self._cache.put(key, entry)
         return entry[1]
 
     def clear(self) -> None:
-        with self._lock:
-            self._cache.clear()
+        self._cache.clear()
 
 
 # What the values decoded from a key take, per byte of the key (a tool list: 6.8x, measured with
@@ -85,12 +106,11 @@ class JsonChecked:
     Bounded by the bytes of its keys and of the private copies decoded from them (the oldest go
     first); a key above `largest` bytes, or values that are not plain JSON, are never remembered."""
 
-    __slots__ = ("_cache", "_largest", "_lock")
+    __slots__ = ("_cache", "_largest")
 
     def __init__(self, maxbytes: int = 16 * 1024 * 1024, largest: int = 128 * 1024) -> None:
-        self._cache: Cache[bytes, tuple[int, Any]] = Cache(maxsize=maxbytes, getsizeof=_size)
+        self._cache: _Bounded[Any] = _Bounded(maxbytes)
         self._largest = largest
-        self._lock = threading.Lock()
 
     def key(self, values: Any, mode: str) -> bytes | None:
         """The key of `values` checked under `mode`; None when they have none."""
@@ -107,8 +127,7 @@ class JsonChecked:
         they must also equal what the bytes decode to (a tuple is no list, an Enum no string)."""
         if key is None:
             return False
-        with self._lock:
-            entry = self._cache.get(key)
+        entry = self._cache.get(key)
         # The values decoded from the key once, when remembered (a private copy, never handed out).
         return entry is not None and bool(entry[1] == values)
 
@@ -116,10 +135,7 @@ class JsonChecked:
         """Remember that the values of `key` passed, if they still are what `key` says."""
         if key is None or self.key(values, mode) != key:
             return
-        entry = ((1 + _DECODED) * len(key), orjson.loads(key)[1])
-        with self._lock:
-            self._cache[key] = entry
+        self._cache.put(key, ((1 + _DECODED) * len(key), orjson.loads(key)[1]))
 
     def clear(self) -> None:
-        with self._lock:
-            self._cache.clear()
+        self._cache.clear()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+import orjson
 import pytest
 
 from gatekeeper.errors import RequestInvalid
@@ -66,7 +67,9 @@ def test_the_memo_is_bounded_by_the_bytes_of_its_keys() -> None:
     memo: JsonMemo[Any] = JsonMemo(lambda values: values, maxbytes=1000, largest=100)
     for i in range(200):
         memo([i, "x" * 20])
-    assert memo._cache.currsize <= 1000
+    assert 0 < memo._cache.currsize <= 1000
+    kept = [i for i in range(200) if memo._cache.get(orjson.dumps([i, "x" * 20])) is not None]
+    assert kept == list(range(200 - len(kept), 200))  # the first stored went first
     calls: list[Any] = []
     big = counting(calls)
     big._largest = 10
