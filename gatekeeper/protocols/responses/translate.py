@@ -21,8 +21,8 @@ refused rather than guessed.
 
 from __future__ import annotations
 
+import random
 import time
-import uuid
 from collections import Counter
 from typing import Any
 
@@ -174,7 +174,9 @@ def namespaced_names(tools: Any) -> dict[str, tuple[str, str]]:
 def untranslated(body: dict[str, Any]) -> list[str]:
     """The built-in tools of a gated request that its chat translation leaves out (by type)."""
     tools = body.get("tools")
-    return [t["type"] for t in tools or () if isinstance(t, dict) and _is_builtin(t)] if isinstance(tools, list) else []
+    if not isinstance(tools, list):
+        return []
+    return [t["type"] for t in tools if isinstance(t, dict) and t.get("type") != "function" and _is_builtin(t)]
 
 
 def _is_builtin(tool: dict[str, Any]) -> bool:
@@ -185,9 +187,13 @@ def _is_builtin(tool: dict[str, Any]) -> bool:
 def _chat_tools(tools: list[Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, tool in enumerate(tools):
+        kind = tool.get("type")
+        if kind == "function":
+            out.append(_function_tool(tool, f"tools[{i}]"))
+            continue
         if _is_builtin(tool):
             continue  # a chat model cannot call it: left out (see the module docstring)
-        if tool.get("type") == "namespace":
+        if kind == "namespace":
             for j, inner in enumerate(tool.get("tools") or []):
                 function = _function_tool(inner, f"tools[{i}].tools[{j}]")
                 function["function"]["name"] = chat_name(tool["name"], inner["name"])
@@ -245,7 +251,7 @@ def _set_choice(chat: dict[str, Any], choice: Any) -> None:
 
 
 def _new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+    return f"{prefix}_{random.getrandbits(96):024x}"  # names an item, guards nothing: no system call
 
 
 def _usage(usage: dict[str, int]) -> dict[str, Any]:
