@@ -633,10 +633,10 @@ def ratio(a: float, b: float) -> str:
 # Why a goal can be missed, from the profiles in docs/results/perf_compare.md; printed next to a missed goal.
 WHY = {
     "asyncio": "structural: the asyncio floor runs no coroutine per request (parser callbacks write straight "
-    "to the sockets, one write per answer); gatekeeper runs uvicorn's ASGI cycle (two writes per "
-    "answer), Starlette's middleware and routing, and its own pipeline (resolve, gate, enforce, a log "
-    "line, metrics); closing it means a hand-written HTTP server too (the upstream client is one "
-    "already, server/http1.py)",
+    "to the sockets, one write per answer); gatekeeper runs uvicorn's ASGI cycle (a task and a request "
+    "object per request), Starlette's request and response objects, and its own pipeline (resolve, gate, "
+    "enforce, a log line, metrics); closing it means a hand-written HTTP server too (the upstream client "
+    "is one already, server/http1.py)",
     "starlette": "gatekeeper does strictly more per request than the Starlette floor (tier lookup, gating, answer "
     "checks, log line, metrics, header copy); only its faster upstream client (server/http1.py) pays for it",
     "litellm": "LiteLLM's req/s varies with its release and its own logging",
@@ -652,10 +652,11 @@ WHY = {
     "which builds a lark grammar at import); pydantic models, structlog, prometheus",
     "startup": "imports, see the import line above the goals (rfc3987-syntax's grammar build is most of it when "
     "installed); the wall time also grows with the machine's load, the CPU time does not",
-    "absolute": "gatekeeper's own work per request (parse, resolve, gate, check the answer, the log line, "
-    "metrics) is most of a request's time: uvicorn and the upstream client together take about 80 us "
-    "(`trial.py asgi-uvicorn-raw` measures those alone); the rest is a flat profile of gatekeeper's own "
-    "steps, none above a tenth",
+    "absolute": "what stays on a request's path at one connection is gatekeeper's own work before the "
+    "upstream request is written (read the body, identify the client, resolve, gate the tools) and after its "
+    "answer arrives (check it, answer): a flat profile, none above a tenth; the answer side's set-up runs "
+    "while the upstream works and the log line after the answer is written; uvicorn and the upstream client "
+    "take about 80 us (`trial.py asgi-uvicorn-raw`); this host's speed moves the figure by about 10 % between runs",
     "workers": "the second worker shares its core with the load generator and the upstream (2 cores here: "
     "no core is left for them); compare the rounds, printed per round above the goals",
 }
