@@ -15,6 +15,7 @@ the last line of defence behind the call sites, which clip what they put into me
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from collections.abc import MutableMapping
@@ -102,11 +103,22 @@ def clip(text: object, limit: int = CLIENT_TEXT_LIMIT) -> str:
 
 def request_id(value: str | None) -> str:
     """A client's `x-request-id` when it is a short token of safe characters, else a new one:
-    128 random bits in hex, as `uuid4().hex` spells them, from `random`: an id names a request
-    and guards nothing, so it costs no system call (a forked worker reseeds `random`)."""
+    128 random bits in hex, as `uuid4().hex` spells them (`new_id`)."""
     if value and _REQUEST_ID.match(value):
         return value
-    return f"{random.getrandbits(128):032x}"
+    return new_id(128)
+
+
+# Ids name requests and answer items; they guard nothing, so they cost no system call. A private
+# generator, seeded from the OS: an application that seeds `random` (a test, a notebook) makes
+# no two runs share ids; a forked worker process reseeds it.
+_IDS = random.Random()
+os.register_at_fork(after_in_child=_IDS.seed)
+
+
+def new_id(bits: int) -> str:
+    """`bits` random bits in hex (a multiple of 4: `bits // 4` digits)."""
+    return f"{_IDS.getrandbits(bits):0{bits // 4}x}"
 
 
 def cap_strings(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

@@ -8,12 +8,12 @@ RequestInvalid naming the field. Enforcement runs after translation, on what the
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import orjson
 
 from gatekeeper.errors import AnswerInvalid, RequestInvalid
+from gatekeeper.observe.redact import new_id
 from gatekeeper.protocols.base import Event, Translator
 from gatekeeper.protocols.chat.read import FromChatStream, read_answer, text_of
 from gatekeeper.protocols.messages.codec import CODEC as MESSAGES
@@ -153,7 +153,7 @@ def _function_tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def _new_id(prefix: str) -> str:
-    return f"{prefix}_{random.getrandbits(96):024x}"  # names an item, guards nothing: no system call
+    return f"{prefix}_{new_id(96)}"
 
 
 def _input(arguments: str, name: str) -> dict[str, Any]:

@@ -21,7 +21,6 @@ refused rather than guessed.
 
 from __future__ import annotations
 
-import random
 import time
 from collections import Counter
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import orjson
 
 from gatekeeper.errors import RequestInvalid
+from gatekeeper.observe.redact import new_id
 from gatekeeper.protocols.base import Event, Translator
 from gatekeeper.protocols.chat.read import ChatAnswer, FromChatStream, read_answer, text_of
 from gatekeeper.protocols.responses.codec import CODEC as RESPONSES
@@ -251,7 +251,7 @@ def _set_choice(chat: dict[str, Any], choice: Any) -> None:
 
 
 def _new_id(prefix: str) -> str:
-    return f"{prefix}_{random.getrandbits(96):024x}"  # names an item, guards nothing: no system call
+    return f"{prefix}_{new_id(96)}"
 
 
 def _usage(usage: dict[str, int]) -> dict[str, Any]:
