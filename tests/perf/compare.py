@@ -17,8 +17,10 @@ and measures every row in turn, interleaved, `--rounds` times (the order flips e
 
 Load comes from `wrk` (a Lua script POSTs the body) or, without it, loadgen.py in its own
 process. While one process is measured the other proxies are paused (SIGSTOP); with two or more
-cores the proxies run on CPU 1 and the upstream and the load generator on CPU 0. The machine is
-shared: compare rows only within one run, and read the per-round spread in the JSON.
+cores the proxies run on CPU 1 and the upstream and the load generator on CPU 0; two workers run
+on both, and for their row the upstream and the load generator run under SCHED_BATCH (they never
+preempt a worker; `--no-batch`: they do). The machine is shared: compare rows only within one run,
+and read the per-round spread in the JSON.
 """
 
 from __future__ import annotations
@@ -435,10 +437,28 @@ end
 """
 
 
+def helpers_batch(pid: int, batch: bool) -> None:
+    """Run the upstream under SCHED_BATCH, or back under the default policy.
+
+    Where a fleet of workers takes every core, the upstream and the load generator share their
+    cores. Under SCHED_BATCH their wake-ups do not preempt a running worker: they run between its
+    time slices, many requests at a time, instead of one context switch a request."""
+    policy = os.SCHED_BATCH if batch else os.SCHED_OTHER
+    for p in tree(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setscheduler(p, policy, os.sched_param(0))
+
+
 def run_load(
-    url: str, body_file: Path, concurrency: int, seconds: float, cpu: str | None, wrk_script: Path | None
+    url: str,
+    body_file: Path,
+    concurrency: int,
+    seconds: float,
+    cpu: str | None,
+    wrk_script: Path | None,
+    batch: bool = False,
 ) -> dict:
-    prefix = ["taskset", "-c", cpu] if cpu else []
+    prefix = (["taskset", "-c", cpu] if cpu else []) + (["chrt", "--batch", "0"] if batch else [])
     if wrk_script is not None:
         threads = min(2, concurrency)
         out = subprocess.run(
@@ -658,7 +678,8 @@ WHY = {
     "while the upstream works and the log line after the answer is written; uvicorn and the upstream client "
     "take about 80 us (`trial.py asgi-uvicorn-raw`); this host's speed moves the figure by about 10 % between runs",
     "workers": "the second worker shares its core with the load generator and the upstream (2 cores here: "
-    "no core is left for them); compare the rounds, printed per round above the goals",
+    "no core is left for them; with `--no-batch` each of their wake-ups preempts a worker); compare the "
+    "rounds, printed per round above the goals",
 }
 
 
@@ -886,6 +907,12 @@ def main() -> None:
     parser.add_argument("--stream-gap-ms", type=float, default=2.0, help="upstream delay between SSE events")
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to CPUs")
     parser.add_argument("--no-wrk", action="store_true", help="use loadgen.py even when wrk is installed")
+    parser.add_argument(
+        "--no-batch",
+        action="store_true",
+        help="where workers take every core, run the upstream and the load generator as ordinary processes "
+        "(default: SCHED_BATCH, so that they do not preempt a worker)",
+    )
     parser.add_argument("--reinstall-litellm", action="store_true")
     parser.add_argument("--keep", action="store_true", help="leave targets running until Enter (for py-spy)")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
@@ -897,6 +924,7 @@ def main() -> None:
         parser.error(f"--targets: unknown group(s) {', '.join(sorted(unknown))}; known: {', '.join(GROUPS)}")
     pin = not args.no_pin and (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
     client_cpu, server_cpu = ("0", "1") if pin else (None, None)
+    batch = pin and not args.no_batch and shutil.which("chrt") is not None
 
     workdir = Path(tempfile.mkdtemp(prefix="gk-perf-"))
     bodies, scripts = {}, {}
@@ -1051,15 +1079,19 @@ def main() -> None:
                     t = by[row.target]
                     t.signal(signal.SIGCONT)
                     url = t.url_for(row.protocol)
+                    shared = batch and t.cpus is not None  # workers on every core: the helpers share theirs
+                    helpers_batch(mock.process.pid, shared)
+                    load = bodies[row.protocol], c, args.warmup, client_cpu, scripts.get(row.protocol), shared
                     if args.warmup:
-                        run_load(url, bodies[row.protocol], c, args.warmup, client_cpu, scripts.get(row.protocol))
-                    r = run_load(url, bodies[row.protocol], c, args.duration, client_cpu, scripts.get(row.protocol))
+                        run_load(url, *load)
+                    r = run_load(url, bodies[row.protocol], c, args.duration, *load[3:])
                     results.setdefault((row.label, c), []).append(r)
                     print(
                         f"round {rnd + 1} c={c} {row.label}: p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms "
                         f"{r['rps']:.0f} req/s errors {r['errors']}",
                         file=sys.stderr,
                     )
+                    helpers_batch(mock.process.pid, False)
                     if t is not mock:
                         t.signal(signal.SIGSTOP)
             for row in order:
@@ -1101,7 +1133,13 @@ def main() -> None:
         "that leaves the second worker its core's time)",
         "rounds": args.rounds,
         "duration": args.duration,
-        "pinning": "proxies on CPU 1, upstream and load generator on CPU 0" if pin else "no CPU pinning",
+        "pinning": (
+            "proxies on CPU 1, upstream and load generator on CPU 0; two workers on CPUs 0 and 1, the upstream "
+            "and the load generator "
+            + ("under SCHED_BATCH for that row (they do not preempt a worker)" if batch else "as ordinary processes")
+        )
+        if pin
+        else "no CPU pinning",
     }
     if "gatekeeper" in wanted:  # what start-up and RSS are made of, measured apart from the load
 
