@@ -172,32 +172,36 @@ class RequestScope:
             return
         with logs.request_scope():
             record = served.start(scope.setdefault("state", {}))
-            path = scope["path"]
-            found = protocols.for_path(path)
-            protocol = found.name if found is not None and path in found.paths else None
-            app = self.app
-            if protocol is not None and scope["method"] == "POST" and not scope.get("root_path"):
-                app = self.direct.get(path, app)
-            if protocol is None and not (scope["method"] == "POST" and path in PASSTHROUGH):
-                await app(scope, receive, send)
-                return
-            # A model call's (or a forwarded POST's) client that leaves before the answer starts
-            # ends the call: the upstream request (and its pooled connection) must not outlive it.
-            watch = _Abandoned(receive, send)
             try:
-                if protocol is None or not telemetry.active():
-                    await app(scope, watch.received, watch.sending)
-                else:
-                    await self._traced(app, protocol, record, scope, watch.received, watch.sending)
-            except asyncio.CancelledError:
-                if not watch.gone:
-                    raise
-                task = asyncio.current_task()
-                if task is not None:
-                    task.uncancel()
-                log.info("client_disconnected", path=path)
+                path = scope["path"]
+                found = protocols.for_path(path)
+                protocol = found.name if found is not None and path in found.paths else None
+                app = self.app
+                if protocol is not None and scope["method"] == "POST" and not scope.get("root_path"):
+                    app = self.direct.get(path, app)
+                if protocol is None and not (scope["method"] == "POST" and path in PASSTHROUGH):
+                    await app(scope, receive, send)
+                    return
+                # A model call's (or a forwarded POST's) client that leaves before the answer starts
+                # ends the call: the upstream request (and its pooled connection) must not outlive it.
+                watch = _Abandoned(receive, send)
+                try:
+                    if protocol is None or not telemetry.active():
+                        await app(scope, watch.received, watch.sending)
+                    else:
+                        await self._traced(app, protocol, record, scope, watch.received, watch.sending)
+                except asyncio.CancelledError:
+                    if not watch.gone:
+                        raise
+                    task = asyncio.current_task()
+                    if task is not None:
+                        task.uncancel()
+                    log.info("client_disconnected", path=path)
+                finally:
+                    watch.stop()
             finally:
-                watch.stop()
+                if record.line is not None:  # a plain answer whose write failed or was cancelled
+                    log.info("request", **record.line, answer="unfinished")
 
     async def _traced(
         self, app: ASGIApp, protocol: str, record: served.Served, scope: Scope, receive: Receive, send: Send

@@ -238,7 +238,11 @@ async def model_call(request: Request, protocol: str, count: bool = False) -> Re
     path, upstream_body = exchanged.upstream_request(body)
     stream = admitted.info.stream
     prepared = _Meanwhile(answer_side)  # made while the upstream works on the request
-    answer = await upstream.send(UpstreamRequest("POST", path, request.scope["headers"], upstream_body, stream))
+    try:
+        answer = await upstream.send(UpstreamRequest("POST", path, request.scope["headers"], upstream_body, stream))
+    except BaseException:
+        prepared.abandon()  # the send's error is the one answered: a set-up error is logged, not lost
+        raise
     call = prepared.result()
     status = answer.status_code
     record.upstream_status = status
@@ -280,6 +284,12 @@ class _Meanwhile(Generic[T]):
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]
+
+    def abandon(self) -> None:
+        """The result will not be asked for: not made if it was not yet, its error logged if it was."""
+        self._make = None
+        if self._error is not None:
+            log.error("answer_setup_failed", exc_info=self._error)
 
 
 class ModelCall:
@@ -444,23 +454,26 @@ class ModelCall:
         if response is None:
             log.info("request", status=200, latency_ms=latency_ms, **fields)
             return response  # type: ignore[return-value]
-        response.background = _AfterAnswer(after, fields | {"status": response.status_code, "latency_ms": latency_ms})
+        self.record.line = fields | {"status": response.status_code, "latency_ms": latency_ms}
+        response.background = _AfterAnswer(after, self.record)
         return response
 
 
 class _AfterAnswer(BackgroundTask):
     """What runs once a plain answer is written: `after()`, then the request line (written even
-    when `after` raises)."""
+    when `after` raises). An answer whose write never ends leaves the line to `RequestScope`."""
 
-    def __init__(self, after: Callable[[], None] | None, line: dict[str, Any]) -> None:  # no super(): no func
-        self.after, self.line = after, line
+    def __init__(self, after: Callable[[], None] | None, record: Served) -> None:  # no super(): no func
+        self.after, self.record = after, record
 
     async def __call__(self) -> None:
         try:
             if self.after is not None:
                 self.after()
         finally:
-            log.info("request", **self.line)
+            line, self.record.line = self.record.line, None
+            if line is not None:
+                log.info("request", **line)
 
 
 def routed_header(pair: str) -> str:

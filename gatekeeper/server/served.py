@@ -10,6 +10,7 @@ is read back from it: a log key is free to change.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.requests import HTTPConnection
 
@@ -26,6 +27,9 @@ class Served:
     admission: Admission = field(default_factory=Admission)
     blocked_calls: list[str] | None = None  # calls removed from the answer
     upstream_status: int | None = None
+    # The `request` log line of a plain answer, until the answer is written: the app's
+    # `RequestScope` writes it if the write never ended (it failed, or the task was cancelled).
+    line: dict[str, Any] | None = None
 
     def tier_headers(self, routed_header: str | None) -> dict[str, str]:
         """`x-gatekeeper-tier` and `-profile` once the tier is known, and `-routed` (given, as

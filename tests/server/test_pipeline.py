@@ -197,6 +197,40 @@ def test_the_request_line_carries_the_request_context_and_the_context_is_undone(
     assert structlog.contextvars.get_contextvars() == {} and bound() == {}
 
 
+def test_a_plain_answer_whose_write_fails_still_logs_its_request_line_once(store_path, default_suite):
+    """A plain answer's line is its response's background task, which a write that raises (or a
+    cancelled task) never runs: the app's RequestScope writes it then, marked unfinished."""
+    body = json.dumps({"model": "m", "messages": HI, "tools": TOOLS}).encode()
+    path = "/v1/chat/completions"
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.body":
+            raise OSError("the connection broke mid-write")
+
+    with proxied(store_path, default_suite, lambda request: MockAnswer.json(TEXT)) as app:
+        with structlog.testing.capture_logs(processors=[merge_context]) as logs, pytest.raises(OSError):
+            app.http.portal.call(app.http.app, scope, receive, send)
+    (line,) = [e for e in logs if e["event"] == "request"]
+    assert (line["answer"], line["status"], line["model"], line["tier"]) == ("unfinished", 200, "m", "small")
+
+
 def test_a_refused_request_logs_its_context_and_the_mock_is_not_called(store_path, default_suite):
     force = {"type": "function", "function": {"name": "execute_command"}}
     with proxied(store_path, default_suite, lambda request: MockAnswer.json(TEXT)) as app:
@@ -313,5 +347,14 @@ def test_what_the_answer_side_needs_is_made_once_while_the_request_waits_and_its
         await asyncio.sleep(0)
         with pytest.raises(ZeroDivisionError):
             failing.result()  # never made twice
+        unasked = _Meanwhile(lambda: made.append(2))
+        unasked.abandon()  # the upstream send failed before the task waited: never made
+        await asyncio.sleep(0)
+        assert made == [1]
+        lost = _Meanwhile(lambda: 1 // 0)
+        await asyncio.sleep(0)
+        with structlog.testing.capture_logs() as logs:
+            lost.abandon()  # the upstream send failed after it was made: its error is logged
+        assert [(e["event"], type(e["exc_info"])) for e in logs] == [("answer_setup_failed", ZeroDivisionError)]
 
     asyncio.run(main())
