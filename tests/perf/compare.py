@@ -732,7 +732,7 @@ def report(
         return p50(row.label) - p50(row.baseline)
 
     def ttfb(label: str) -> float:
-        return med([s[0] for s in streams.get(label, [])])
+        return med([s[0] for s in streams.get(label, []) if not math.isnan(s[0])])  # a failed round: none
 
     ok = {r.label: r for r in rows if r.na is None}
     first_of = {
@@ -1098,9 +1098,12 @@ def main() -> None:
                 t = by[row.target]
                 t.signal(signal.SIGCONT)
                 body = request_body(stream=True, protocol=row.protocol)
-                streams.setdefault(row.label, []).append(
-                    asyncio.run(measure_stream(t.url_for(row.protocol), args.stream_requests, body))
-                )
+                try:
+                    measured = asyncio.run(measure_stream(t.url_for(row.protocol), args.stream_requests, body))
+                except OSError as exc:  # the row's process stopped answering: the run goes on without it
+                    print(f"round {rnd + 1} {row.label}: streamed requests failed: {exc!r}", file=sys.stderr)
+                    measured = (math.nan, math.nan, args.stream_requests + 3)
+                streams.setdefault(row.label, []).append(measured)
                 if t is not mock:
                     t.signal(signal.SIGSTOP)
         for t in targets:

@@ -1,0 +1,118 @@
+"""Where the CPU goes while `wrk` loads gatekeeper: each process's CPU time per request.
+
+    python tests/perf/cpu_split.py [--workers 1|2] [--batch] [--seconds 5] [--repeat 1]
+
+Starts compare.py's mock upstream, a Redis server and `gatekeeper serve` on the Redis store
+(compare.py's "Redis store" rows), loads it with `wrk` at 32 connections, and prints the
+requests/s and the CPU microseconds per request of the workers, the upstream, Redis and `wrk`
+(user + system time read from /proc and from `wrk`'s own rusage), and of the whole machine.
+Pinned as compare.py pins: one worker on CPU 1 with the upstream and `wrk` on CPU 0; two workers
+on CPUs 0 and 1, sharing them with the upstream and `wrk`. `--batch` runs the upstream and `wrk`
+under SCHED_BATCH, as compare.py does for its two-worker row (docs/performance.md says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PERF = Path(__file__).resolve().parent
+sys.path.insert(0, str(PERF))
+
+import compare  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_times(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) of each named process tree, and of the machine (`machine`)."""
+    out = {}
+    for name, pid in pids.items():
+        total = 0
+        for p in compare.tree(pid):
+            try:
+                fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])
+        out[name] = total / TICK
+    cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:8]
+    out["machine"] = (sum(int(x) for x in cpu) - int(cpu[3]) - int(cpu[4])) / TICK  # busy: all but idle, iowait
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--batch", action="store_true", help="the upstream and wrk under SCHED_BATCH")
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    redis_bin = compare.redis_binary()
+    if redis_bin is None or (os.cpu_count() or 1) < 2:
+        raise SystemExit("needs redis-server and 2 cores")
+    workdir = Path(tempfile.mkdtemp(prefix="gk-cpu-split-"))
+    up_port = compare.free_port()
+    batch = ["chrt", "--batch", "0"] if args.batch else []
+    mock = compare.Target(
+        "upstream", [*batch, sys.executable, str(PERF / "mock_upstream.py"), "--port", str(up_port)], up_port
+    )
+    redis_port = compare.free_port()
+    redis = subprocess.Popen(
+        [redis_bin, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    port = compare.free_port()
+    gk = compare.Target("gatekeeper", [], port)
+    try:
+        mock.start(workdir, "0", 10)
+        while not compare.redis_ready(redis_port):
+            time.sleep(0.05)
+        config = compare.seed_gatekeeper(
+            workdir, f"http://127.0.0.1:{up_port}/v1", "gk", store=f"redis://127.0.0.1:{redis_port}/0"
+        )
+        gk.command = [str(Path(sys.executable).parent / "gatekeeper"), "serve", "--config", str(config)]
+        gk.command += ["--port", str(port)] + (["--workers", "2"] if args.workers == 2 else [])
+        gk.start(workdir, "0,1" if args.workers == 2 else "1", 120)
+        if gk.error or mock.error:
+            raise SystemExit(gk.error or mock.error)
+        body = workdir / "chat.json"
+        body.write_bytes(compare.request_body())
+        script = workdir / "chat.lua"
+        script.write_text(compare.WRK_SCRIPT % body)
+        load_cpu = "0" if args.workers == 1 else None  # two workers: wrk shares both cores with them
+        compare.run_load(gk.url, body, 32, 1, load_cpu, script)  # warm-up
+        pids = {"gatekeeper": gk.process.pid, "upstream": mock.process.pid, "redis": redis.pid}
+        for _ in range(args.repeat):
+            before = cpu_times(pids)
+            command = (["taskset", "-c", load_cpu] if load_cpu else []) + batch
+            command += ["wrk", "-t", "2", "-c", "32", "-d", f"{args.seconds}s", "-s", str(script), gk.url]
+            started = os.times()
+            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            ended = os.times()
+            after = cpu_times(pids)
+            result = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+            n = result["requests"]
+            wrk_s = (ended.children_user - started.children_user) + (ended.children_system - started.children_system)
+            rps = n / (result["duration_us"] / 1e6)
+            per = {name: (after[name] - before[name]) * 1e6 / n for name in after} | {"wrk": wrk_s * 1e6 / n}
+            shown = ", ".join(f"{name} {us:.0f}" for name, us in per.items())
+            print(
+                f"workers {args.workers}{' batch' if args.batch else ''}: {rps:,.0f} req/s; CPU us a request: {shown}"
+            )
+    finally:
+        gk.stop()
+        mock.stop()
+        os.killpg(redis.pid, signal.SIGTERM)
+
+
+if __name__ == "__main__":
+    main()
