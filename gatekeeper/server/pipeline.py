@@ -460,8 +460,10 @@ class ModelCall:
 
 
 class _AfterAnswer(BackgroundTask):
-    """What runs once a plain answer is written: `after()`, then the request line (written even
-    when `after` raises). An answer whose write never ends leaves the line to `RequestScope`."""
+    """What runs once a plain answer is written: `after()`, then the request line. An error in
+    `after` (a bug) is logged here: raised, it would reach the server after the answer, which
+    closes the client's kept-alive connection. An answer whose write never ends leaves the line
+    to `RequestScope`."""
 
     def __init__(self, after: Callable[[], None] | None, record: Served) -> None:  # no super(): no func
         self.after, self.record = after, record
@@ -470,6 +472,8 @@ class _AfterAnswer(BackgroundTask):
         try:
             if self.after is not None:
                 self.after()
+        except Exception as exc:  # the answer is sent: logged, the connection kept
+            log.error("after_answer_failed", exc_info=exc)
         finally:
             line, self.record.line = self.record.line, None
             if line is not None:

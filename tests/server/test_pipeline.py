@@ -25,7 +25,7 @@ from gatekeeper.observe.logs import bound, merge_context
 from gatekeeper.rules.tiers import Tier
 from gatekeeper.server.app import create_app
 from gatekeeper.server.mock import MockAnswer, MockUpstream
-from gatekeeper.server.pipeline import _Meanwhile
+from gatekeeper.server.pipeline import ModelCall, _Meanwhile
 from gatekeeper.server.upstream import UpstreamRequest
 
 HI = [{"role": "user", "content": "hi"}]
@@ -229,6 +229,24 @@ def test_a_plain_answer_whose_write_fails_still_logs_its_request_line_once(store
             app.http.portal.call(app.http.app, scope, receive, send)
     (line,) = [e for e in logs if e["event"] == "request"]
     assert (line["answer"], line["status"], line["model"], line["tier"]) == ("unfinished", 200, "m", "small")
+
+
+def test_an_error_after_the_answer_is_logged_and_the_answer_stands(store_path, default_suite, monkeypatch):
+    """What runs after a plain answer is written (the drift monitor's look for a call written as
+    text) may have a bug: it is logged as gatekeeper's own error, never raised to the server (which
+    would close the client's connection), and the request line is still written."""
+
+    def broken(self, raw, enforced):
+        raise RuntimeError("a bug in the look for a written call")
+
+    monkeypatch.setattr(ModelCall, "_text_call", broken)
+    with proxied(store_path, default_suite, lambda request: MockAnswer.json(TEXT)) as app:
+        with structlog.testing.capture_logs(processors=[merge_context]) as logs:
+            answers = [app.openai().chat.completions.create(model="m", messages=HI, tools=TOOLS) for _ in range(2)]
+    assert [a.choices[0].message.content for a in answers] == ["hello", "hello"]
+    failed = [e for e in logs if e["event"] == "after_answer_failed"]
+    assert len(failed) == 2 and isinstance(failed[0]["exc_info"], RuntimeError)
+    assert [e["status"] for e in logs if e["event"] == "request"] == [200, 200]
 
 
 def test_a_refused_request_logs_its_context_and_the_mock_is_not_called(store_path, default_suite):
