@@ -676,7 +676,8 @@ WHY = {
     "upstream request is written (read the body, identify the client, resolve, gate the tools) and after its "
     "answer arrives (check it, answer): a flat profile, none above a tenth; the answer side's set-up runs "
     "while the upstream works and the log line after the answer is written; uvicorn and the upstream client "
-    "take about 80 us (`trial.py asgi-uvicorn-raw`); this host's speed moves the figure by about 10 % between runs",
+    "take about 80 us (`trial.py asgi-uvicorn-raw`); this host's speed moves the figure by about 10 % between runs; "
+    "`timeline.py` prints one request's steps",
     "workers": "the second worker shares its core with the load generator and the upstream (2 cores here: "
     "no core is left for them; with `--no-batch` each of their wake-ups preempts a worker); compare the "
     "rounds, printed per round above the goals",
