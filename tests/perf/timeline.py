@@ -37,6 +37,10 @@ POINTS = [
     ("admitted", "gatekeeper.server.pipeline", "aadmit"),
     ("upstream request written", "gatekeeper.server.http1", "_Connection.exchange*"),
     ("upstream answer arrives", "gatekeeper.server.http1", "_Connection.data_received*"),
+    ("the request's task resumes", "gatekeeper.server.pipeline", "_Meanwhile.result*"),
+    ("answer checked", "gatekeeper.server.pipeline", "Exchange.plain"),
+    ("response built", "gatekeeper.server.pipeline", "ModelCall.finish"),
+    ("uvicorn: the answer's head", "gatekeeper.server.http_server", "_Cycle.send*"),
 ]
 
 
