@@ -437,6 +437,14 @@ end
 """
 
 
+def load_files(workdir: Path, protocol: str = "chat") -> tuple[Path, Path]:
+    """The request body of `protocol` and the wrk script that POSTs it, written into `workdir`."""
+    body, script = workdir / f"{protocol}.json", workdir / f"{protocol}.lua"
+    body.write_bytes(request_body(protocol=protocol))
+    script.write_text(WRK_SCRIPT % body)
+    return body, script
+
+
 def helpers_batch(pid: int, batch: bool) -> None:
     """Run the upstream under SCHED_BATCH, or back under the default policy.
 
@@ -930,11 +938,9 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="gk-perf-"))
     bodies, scripts = {}, {}
     for protocol in PATHS:
-        bodies[protocol] = workdir / f"{protocol}.json"
-        bodies[protocol].write_bytes(request_body(protocol=protocol))
+        bodies[protocol], script = load_files(workdir, protocol)
         if shutil.which("wrk") and not args.no_wrk:
-            scripts[protocol] = workdir / f"{protocol}.lua"
-            scripts[protocol].write_text(WRK_SCRIPT % bodies[protocol])
+            scripts[protocol] = script
 
     upstream_port = free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"

@@ -84,10 +84,7 @@ def main() -> None:
         gk.start(workdir, "0,1" if args.workers == 2 else "1", 120)
         if gk.error or mock.error:
             raise SystemExit(gk.error or mock.error)
-        body = workdir / "chat.json"
-        body.write_bytes(compare.request_body())
-        script = workdir / "chat.lua"
-        script.write_text(compare.WRK_SCRIPT % body)
+        body, script = compare.load_files(workdir)
         load_cpu = "0" if args.workers == 1 else None  # two workers: wrk shares both cores with them
         compare.run_load(gk.url, body, 32, 1, load_cpu, script)  # warm-up
         pids = {"gatekeeper": gk.process.pid, "upstream": mock.process.pid, "redis": redis.pid}

@@ -64,10 +64,7 @@ def main() -> None:
     servers: dict[str, tuple[subprocess.Popen, str, Path]] = {}
     try:
         config = compare.seed_gatekeeper(workdir, f"http://127.0.0.1:{port}/v1", "gk")
-        body = workdir / "chat.json"
-        body.write_bytes(compare.request_body())
-        script = workdir / "post.lua"
-        script.write_text(compare.WRK_SCRIPT % body)
+        _, script = compare.load_files(workdir)
         for variant in VARIANTS:
             server_port = compare.free_port()
             log = workdir / f"{variant}.log"

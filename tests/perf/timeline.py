@@ -144,10 +144,7 @@ def main() -> None:
         gk.start(workdir, "1", 120)
         if gk.error or mock.error:
             raise SystemExit(gk.error or mock.error)
-        body = workdir / "chat.json"
-        body.write_bytes(compare.request_body())
-        script = workdir / "chat.lua"
-        script.write_text(compare.WRK_SCRIPT % body)
+        body, script = compare.load_files(workdir)
         result = compare.run_load(gk.url, body, 1, args.seconds, "0", script)
         time.sleep(0.5)
         print(f"wrk at one connection: p50 {result['p50_ms']:.3f} ms, {result['rps']:,.0f} req/s")

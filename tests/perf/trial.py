@@ -104,12 +104,8 @@ def main() -> None:
     env = dict(item.split("=", 1) for item in args.env)
 
     workdir = Path(tempfile.mkdtemp(prefix="gk-trial-"))
-    body_file = workdir / "body.json"
-    body_file.write_bytes(compare.request_body())
-    wrk_script = None
-    if shutil.which("wrk"):
-        wrk_script = workdir / "post.lua"
-        wrk_script.write_text(compare.WRK_SCRIPT % body_file)
+    body_file, script = compare.load_files(workdir)
+    wrk_script = script if shutil.which("wrk") else None
     upstream_port = free_port()
     upstream = f"http://127.0.0.1:{upstream_port}/v1"
     mock = Target(
