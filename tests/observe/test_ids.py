@@ -14,10 +14,14 @@ ANSWER = {"choices": [{"message": {"role": "assistant", "content": "hi"}, "finis
 
 
 def test_an_application_that_seeds_random_does_not_repeat_gatekeepers_ids():
-    random.seed(7)
-    first = request_id(None), from_chat(ANSWER, {"model": "m"})["id"]
-    random.seed(7)
-    again = request_id(None), from_chat(ANSWER, {"model": "m"})["id"]
+    state = random.getstate()  # given back: other tests draw from the global generator too
+    try:
+        random.seed(7)
+        first = request_id(None), from_chat(ANSWER, {"model": "m"})["id"]
+        random.seed(7)
+        again = request_id(None), from_chat(ANSWER, {"model": "m"})["id"]
+    finally:
+        random.setstate(state)
     assert first[0] != again[0] and first[1] != again[1]
     assert re.fullmatch(r"[0-9a-f]{32}", first[0]) and re.fullmatch(r"resp_[0-9a-f]{24}", first[1])
     assert request_id("client-id-1") == "client-id-1"  # a safe client id is kept

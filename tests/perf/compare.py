@@ -1088,10 +1088,10 @@ def main() -> None:
                     url = t.url_for(row.protocol)
                     shared = batch and t.cpus is not None  # workers on every core: the helpers share theirs
                     helpers_batch(mock.process.pid, shared)
-                    load = bodies[row.protocol], c, args.warmup, client_cpu, scripts.get(row.protocol), shared
+                    body_file, script = bodies[row.protocol], scripts.get(row.protocol)
                     if args.warmup:
-                        run_load(url, *load)
-                    r = run_load(url, bodies[row.protocol], c, args.duration, *load[3:])
+                        run_load(url, body_file, c, args.warmup, client_cpu, script, batch=shared)
+                    r = run_load(url, body_file, c, args.duration, client_cpu, script, batch=shared)
                     results.setdefault((row.label, c), []).append(r)
                     print(
                         f"round {rnd + 1} c={c} {row.label}: p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms "
