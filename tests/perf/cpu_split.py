@@ -1,11 +1,14 @@
 """Where the CPU goes while `wrk` loads gatekeeper: each process's CPU time per request.
 
-    python tests/perf/cpu_split.py [--workers 1|2] [--batch] [--seconds 5] [--repeat 1]
+    python tests/perf/cpu_split.py [--workers 1|2] [--batch] [--connections 32] [--log-level info]
+                                   [--seconds 5] [--repeat 1]
 
 Starts compare.py's mock upstream, a Redis server and `gatekeeper serve` on the Redis store
-(compare.py's "Redis store" rows), loads it with `wrk` at 32 connections, and prints the
-requests/s and the CPU microseconds per request of the workers, the upstream, Redis and `wrk`
-(user + system time read from /proc and from `wrk`'s own rusage), and of the whole machine.
+(compare.py's "Redis store" rows), loads it with `wrk` at 32 connections (`--connections`), and
+prints the requests/s, the p50, the CPU microseconds per request of the workers, the upstream,
+Redis and `wrk` (user + system time read from /proc and from `wrk`'s own rusage) and of the whole
+machine, and how each CPU spent the run (/proc/stat: user, system, softirq, idle).
+`--log-level warning` drops the `request` line (every info line): what writing it costs.
 Pinned as compare.py pins: one worker on CPU 1 with the upstream and `wrk` on CPU 0; two workers
 on CPUs 0 and 1, sharing them with the upstream and `wrk`. `--batch` runs the upstream and `wrk`
 under SCHED_BATCH, as compare.py does for its two-worker row (docs/performance.md says why).
@@ -48,10 +51,25 @@ def cpu_times(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
+STATES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_states() -> dict[str, list[int]]:
+    """Each CPU's ticks in each of STATES, from /proc/stat."""
+    out = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *ticks = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            out[name] = [int(t) for t in ticks[: len(STATES)]]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, choices=(1, 2), default=1)
     parser.add_argument("--batch", action="store_true", help="the upstream and wrk under SCHED_BATCH")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--log-level", choices=("info", "warning"), default="info")
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
@@ -77,7 +95,11 @@ def main() -> None:
         while not compare.redis_ready(redis_port):
             time.sleep(0.05)
         config = compare.seed_gatekeeper(
-            workdir, f"http://127.0.0.1:{up_port}/v1", "gk", store=f"redis://127.0.0.1:{redis_port}/0"
+            workdir,
+            f"http://127.0.0.1:{up_port}/v1",
+            "gk",
+            store=f"redis://127.0.0.1:{redis_port}/0",
+            extra={"log_level": args.log_level},
         )
         gk.command = [str(Path(sys.executable).parent / "gatekeeper"), "serve", "--config", str(config)]
         gk.command += ["--port", str(port)] + (["--workers", "2"] if args.workers == 2 else [])
@@ -86,16 +108,17 @@ def main() -> None:
             raise SystemExit(gk.error or mock.error)
         body, script = compare.load_files(workdir)
         load_cpu = "0" if args.workers == 1 else None  # two workers: wrk shares both cores with them
-        compare.run_load(gk.url, body, 32, 1, load_cpu, script)  # warm-up
+        compare.run_load(gk.url, body, args.connections, 1, load_cpu, script)  # warm-up
         pids = {"gatekeeper": gk.process.pid, "upstream": mock.process.pid, "redis": redis.pid}
+        threads = str(min(2, args.connections))
         for _ in range(args.repeat):
-            before = cpu_times(pids)
+            before, cpus_before = cpu_times(pids), cpu_states()
             command = (["taskset", "-c", load_cpu] if load_cpu else []) + batch
-            command += ["wrk", "-t", "2", "-c", "32", "-d", f"{args.seconds}s", "-s", str(script), gk.url]
+            command += ["wrk", "-t", threads, "-c", str(args.connections), "-d", f"{args.seconds}s", "-s", str(script)]
             started = os.times()
-            out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+            out = subprocess.run([*command, gk.url], capture_output=True, text=True, check=True).stdout
             ended = os.times()
-            after = cpu_times(pids)
+            after, cpus_after = cpu_times(pids), cpu_states()
             result = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
             n = result["requests"]
             wrk_s = (ended.children_user - started.children_user) + (ended.children_system - started.children_system)
@@ -103,8 +126,16 @@ def main() -> None:
             per = {name: (after[name] - before[name]) * 1e6 / n for name in after} | {"wrk": wrk_s * 1e6 / n}
             shown = ", ".join(f"{name} {us:.0f}" for name, us in per.items())
             print(
-                f"workers {args.workers}{' batch' if args.batch else ''}: {rps:,.0f} req/s; CPU us a request: {shown}"
+                f"workers {args.workers}{' batch' if args.batch else ''}, {args.connections} connections, "
+                f"log {args.log_level}: {rps:,.0f} req/s, p50 {result['p50_us'] / 1000:.3f} ms; CPU us a request: {shown}"
             )
+            for cpu, ticks in cpus_after.items():
+                spent = [a - b for a, b in zip(ticks, cpus_before[cpu], strict=True)]
+                total = sum(spent) or 1
+                print(
+                    f"  {cpu}: "
+                    + ", ".join(f"{name} {100 * t / total:.0f} %" for name, t in zip(STATES, spent, strict=True))
+                )
     finally:
         gk.stop()
         mock.stop()
