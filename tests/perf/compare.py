@@ -1087,18 +1087,20 @@ def main() -> None:
                     t.signal(signal.SIGCONT)
                     url = t.url_for(row.protocol)
                     shared = batch and t.cpus is not None  # workers on every core: the helpers share theirs
-                    helpers_batch(mock.process.pid, shared)
                     body_file, script = bodies[row.protocol], scripts.get(row.protocol)
-                    if args.warmup:
-                        run_load(url, body_file, c, args.warmup, client_cpu, script, batch=shared)
-                    r = run_load(url, body_file, c, args.duration, client_cpu, script, batch=shared)
+                    helpers_batch(mock.process.pid, shared)
+                    try:
+                        if args.warmup:
+                            run_load(url, body_file, c, args.warmup, client_cpu, script, batch=shared)
+                        r = run_load(url, body_file, c, args.duration, client_cpu, script, batch=shared)
+                    finally:  # the next row's upstream runs as it should, whatever this one did
+                        helpers_batch(mock.process.pid, False)
                     results.setdefault((row.label, c), []).append(r)
                     print(
                         f"round {rnd + 1} c={c} {row.label}: p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms "
                         f"{r['rps']:.0f} req/s errors {r['errors']}",
                         file=sys.stderr,
                     )
-                    helpers_batch(mock.process.pid, False)
                     if t is not mock:
                         t.signal(signal.SIGSTOP)
             for row in order:

@@ -17,8 +17,8 @@ under SCHED_BATCH, as compare.py does for its two-worker row (docs/performance.m
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,8 +46,8 @@ def cpu_times(pids: dict[str, int]) -> dict[str, float]:
                 continue
             total += int(fields[11]) + int(fields[12])
         out[name] = total / TICK
-    cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:8]
-    out["machine"] = (sum(int(x) for x in cpu) - int(cpu[3]) - int(cpu[4])) / TICK  # busy: all but idle, iowait
+    busy = sum(sum(ticks) - ticks[3] - ticks[4] for ticks in cpu_states().values())  # all but idle, iowait
+    out["machine"] = busy / TICK
     return out
 
 
@@ -73,6 +73,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
+    if args.connections < 1 or args.seconds < 1 or args.repeat < 1:
+        parser.error("--connections, --seconds and --repeat take a whole number of at least 1")
+    if shutil.which("wrk") is None:
+        raise SystemExit("needs wrk (Debian's package)")
     redis_bin = compare.redis_binary()
     if redis_bin is None or (os.cpu_count() or 1) < 2:
         raise SystemExit("needs redis-server and 2 cores")
@@ -108,26 +112,22 @@ def main() -> None:
             raise SystemExit(gk.error or mock.error)
         body, script = compare.load_files(workdir)
         load_cpu = "0" if args.workers == 1 else None  # two workers: wrk shares both cores with them
-        compare.run_load(gk.url, body, args.connections, 1, load_cpu, script)  # warm-up
+        compare.run_load(gk.url, body, args.connections, 1, load_cpu, script, batch=args.batch)  # warm-up
         pids = {"gatekeeper": gk.process.pid, "upstream": mock.process.pid, "redis": redis.pid}
-        threads = str(min(2, args.connections))
         for _ in range(args.repeat):
             before, cpus_before = cpu_times(pids), cpu_states()
-            command = (["taskset", "-c", load_cpu] if load_cpu else []) + batch
-            command += ["wrk", "-t", threads, "-c", str(args.connections), "-d", f"{args.seconds}s", "-s", str(script)]
             started = os.times()
-            out = subprocess.run([*command, gk.url], capture_output=True, text=True, check=True).stdout
+            result = compare.run_load(gk.url, body, args.connections, args.seconds, load_cpu, script, batch=args.batch)
             ended = os.times()
             after, cpus_after = cpu_times(pids), cpu_states()
-            result = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
             n = result["requests"]
             wrk_s = (ended.children_user - started.children_user) + (ended.children_system - started.children_system)
-            rps = n / (result["duration_us"] / 1e6)
             per = {name: (after[name] - before[name]) * 1e6 / n for name in after} | {"wrk": wrk_s * 1e6 / n}
             shown = ", ".join(f"{name} {us:.0f}" for name, us in per.items())
             print(
                 f"workers {args.workers}{' batch' if args.batch else ''}, {args.connections} connections, "
-                f"log {args.log_level}: {rps:,.0f} req/s, p50 {result['p50_us'] / 1000:.3f} ms; CPU us a request: {shown}"
+                f"log {args.log_level}: {result['rps']:,.0f} req/s, p50 {result['p50_ms']:.3f} ms; "
+                f"CPU us a request: {shown}"
             )
             for cpu, ticks in cpus_after.items():
                 spent = [a - b for a, b in zip(ticks, cpus_before[cpu], strict=True)]
